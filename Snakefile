@@ -1,0 +1,40 @@
+# rlsweep: sweep YAML -> SFT -> RL -> eval -> aggregate.
+#
+#   snakemake                                   # sweeps/demo.yaml, local, all cores (profiles/default)
+#   snakemake --config sweep=sweeps/other.yaml  # another sweep
+#
+# Targets are DONE.json files whose directories are named by run ids (hashes of each stage's resolved config),
+# so a finished run is never re-run and changing one hyperparameter re-runs only the runs whose ids it changes.
+# NB: Snakemake defines a global named `workflow` in this file; import from our package with `from workflow.x
+# import y` only (a bare `import workflow...` would shadow Snakemake's object).
+
+import sys
+
+from workflow.sweep import SweepError, load_sweep, canonical_json
+
+SWEEP_FILE = config.get("sweep", "sweeps/demo.yaml")
+RESULTS = config.get("results", "results")
+PYTHON = sys.executable  # the interpreter running Snakemake, i.e. the project's environment
+
+try:
+    SWEEP = load_sweep(SWEEP_FILE)
+except SweepError as err:
+    raise WorkflowError(f"invalid sweep\n{err}") from None
+
+OUT = f"{RESULTS}/{SWEEP.name}"
+RUNS = SWEEP.by_run_id
+EVAL_OF = {r.eval_id: r for r in SWEEP.runs}
+
+wildcard_constraints:
+    sft_id="[0-9a-f]{12}",
+    run_id="[0-9a-f]{12}",
+    eval_id="[0-9a-f]{12}",
+
+include: "rules/sft.smk"
+include: "rules/rl.smk"
+include: "rules/eval.smk"
+include: "rules/aggregate.smk"
+
+rule all:
+    default_target: True
+    input: f"{OUT}/summary.md"

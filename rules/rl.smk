@@ -1,0 +1,18 @@
+# RL: starts from its SFT checkpoint (or a fresh random init when sft.enabled is false).
+
+def _rl_init(wc):
+    sft_id = RUNS[wc.run_id].sft_id
+    return [f"{OUT}/sft/{sft_id}/DONE.json"] if sft_id else []
+
+
+rule rl:
+    input: _rl_init
+    output: f"{OUT}/rl/{{run_id}}/DONE.json"
+    params:
+        cfg=lambda wc: canonical_json(RUNS[wc.run_id].stage_config("rl")),
+        init=lambda wc, input: f"--init {input[0]}" if input else "",
+        label=lambda wc: RUNS[wc.run_id].label,
+    threads: SWEEP.spec.resources.rl.threads
+    shell:
+        "{PYTHON:q} scripts/stage.py rl --sweep {SWEEP.name} --id {wildcards.run_id} {params.init} "
+        "--label {params.label:q} --results {RESULTS:q} --threads {threads} --config {params.cfg:q}"

@@ -1,0 +1,10 @@
+# SFT: one job per distinct SFT config; every RL run that shares it depends on the same job.
+
+rule sft:
+    output: f"{OUT}/sft/{{sft_id}}/DONE.json"
+    params:
+        cfg=lambda wc: canonical_json(SWEEP.sft_configs[wc.sft_id]),
+    threads: SWEEP.spec.resources.sft.threads
+    shell:
+        "{PYTHON:q} scripts/stage.py sft --sweep {SWEEP.name} --id {wildcards.sft_id} "
+        "--results {RESULTS:q} --threads {threads} --config {params.cfg:q}"

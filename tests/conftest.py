@@ -1,0 +1,43 @@
+"""Shared test helpers: tiny sweeps that run in seconds on 2 CPU cores."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+torch.set_num_threads(1)
+
+
+TINY_BASE = """
+base:
+  model: {n_layers: 1, hidden: 32, n_heads: 2}
+  task: {n_heldout: 16}
+  sft: {steps: 20, batch_size: 32, checkpoint_every: 10}
+  rl: {steps: 4, prompts_per_step: 4, group_size: 4, max_new_tokens: 16, checkpoint_every: 2}
+  eval: {k: 2, max_new_tokens: 16}
+"""
+
+
+def write_sweep(path: Path, name: str, body: str = "", base: str = TINY_BASE) -> Path:
+    """A sweep file: `name`, the tiny base, and `body` (grid / seeds / ... as YAML text)."""
+    path.write_text(f"name: {name}\n" + textwrap.dedent(base) + textwrap.dedent(body))
+    return path
+
+
+def run_cli(*args: str, cwd: Path = REPO, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "workflow.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=timeout)
+
+
+@pytest.fixture
+def tmp_results(tmp_path: Path) -> Path:
+    d = tmp_path / "results"
+    d.mkdir()
+    return d

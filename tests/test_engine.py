@@ -1,0 +1,133 @@
+"""The local engine: sampling with a KV cache, checkpoint/resume exactness, train_steps bookkeeping."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from conftest import REPO
+from workflow.config import ModelConfig, RunConfig
+from workflow.engines.local import TOKENIZER
+from workflow.engines.tiny_lm import build_model, sample
+from workflow.launch import run_stage
+from workflow.results.catalog import query
+from workflow.sweep import stable_id, stage_config
+
+
+def test_kv_cache_sampling_matches_uncached_greedy_decoding():
+    model = build_model(ModelConfig(n_layers=2, hidden=32, n_heads=2), TOKENIZER.vocab_size, seed=1).double().eval()
+    prompts = [TOKENIZER.encode(p) for p in ("Q:1+2=?A:", "Q:(13+4)*5=?A:", "Q:99+10=?A:")]  # unequal: left padding
+    got, truncated = sample(model, prompts, temperature=0.0, max_new_tokens=12, generator=None)
+    for p, g, t in zip(prompts, got, truncated):
+        ids, out = torch.tensor([p]), []
+        with torch.no_grad():
+            for _ in range(12):
+                nxt = int(model(input_ids=ids).logits[0, -1].argmax())
+                if nxt == TOKENIZER.EOS:
+                    break
+                out.append(nxt)
+                ids = torch.cat([ids, torch.tensor([[nxt]])], dim=1)
+        assert g == out
+        assert t == (len(out) == 12)
+
+
+def test_sampling_is_reproducible_from_its_generator():
+    model = build_model(ModelConfig(n_layers=1, hidden=32, n_heads=2), TOKENIZER.vocab_size, seed=0).eval()
+    prompts = [TOKENIZER.encode("Q:1+2=?A:")] * 8
+    a, _ = sample(model, prompts, 1.0, 10, torch.Generator().manual_seed(5))
+    b, _ = sample(model, prompts, 1.0, 10, torch.Generator().manual_seed(5))
+    c, _ = sample(model, prompts, 1.0, 10, torch.Generator().manual_seed(6))
+    assert a == b and a != c
+
+
+# ------------------------------------------------------------------------------------------------------ resume
+RL = {"steps": 30, "prompts_per_step": 8, "group_size": 8, "checkpoint_every": 3, "max_new_tokens": 20}
+
+
+@pytest.fixture(scope="module")
+def sft_done(tmp_path_factory) -> tuple[Path, RunConfig]:
+    """An SFT checkpoint good enough that some RL groups have mixed rewards (so RL really moves the weights)."""
+    root = tmp_path_factory.mktemp("sft_results")
+    cfg = RunConfig.model_validate({"model": {"n_layers": 2, "hidden": 64, "n_heads": 4},
+                                    "sft": {"steps": 300, "batch_size": 64, "checkpoint_every": 300},
+                                    "task": {"n_heldout": 16, "two_step_fraction": 1.0}, "rl": RL})
+    scfg = stage_config(cfg, "sft")
+    torch.set_num_threads(2)
+    done = run_stage("sft", "resume", stable_id(scfg), scfg, results_root=root)
+    torch.set_num_threads(1)
+    return done, cfg
+
+
+def _final_weights(done: Path) -> dict[str, torch.Tensor]:
+    d = json.loads(done.read_text())
+    return load_file(done.parent / d["checkpoint"] / "model.safetensors")
+
+
+def test_rl_killed_after_a_checkpoint_resumes_to_identical_weights_and_steps(sft_done, tmp_path):
+    sft, cfg = sft_done
+    sft_id = json.loads(sft.read_text())["id"]
+    rcfg = stage_config(cfg, "rl", sft_id=sft_id)
+    run_id = stable_id(rcfg)
+
+    # reference: uninterrupted, in this process
+    ref_root = tmp_path / "ref"
+    ref_done = run_stage("rl", "resume", run_id, rcfg, results_root=ref_root, init=sft)
+
+    # same run as a subprocess, SIGKILLed once its step-3 checkpoint exists, then restarted
+    root = tmp_path / "killed"
+    cmd = [sys.executable, "scripts/stage.py", "rl", "--sweep", "resume", "--id", run_id, "--init", str(sft),
+           "--results", str(root), "--config", json.dumps(rcfg)]
+    ckpts = root / "resume" / "rl" / run_id / "checkpoints"
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while not (ckpts / "step_000003").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "stage ended before its first checkpoint"
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    newest = max(int(p.name[5:]) for p in ckpts.glob("step_*"))
+    assert newest < RL["steps"], "the stage finished before it was killed; the test proved nothing"
+
+    second = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stderr
+    assert f"resuming from checkpoint at step {newest}/{RL['steps']}" in second.stderr
+
+    done = root / "resume" / "rl" / run_id / "DONE.json"
+    ref_w, got_w = _final_weights(ref_done), _final_weights(done)
+    init_w = load_file(sft.parent / json.loads(sft.read_text())["checkpoint"] / "model.safetensors")
+    assert any(not torch.equal(ref_w[k], init_w[k]) for k in ref_w), "RL did not change the weights"
+    for k in ref_w:
+        assert torch.equal(ref_w[k], got_w[k]), k
+
+    steps_sql = "SELECT step, loss, reward FROM train_steps WHERE stage = 'rl' ORDER BY step"
+    got, ref = query(steps_sql, root).to_pylist(), query(steps_sql, ref_root).to_pylist()
+    assert [r["step"] for r in got] == list(range(1, RL["steps"] + 1))  # every step exactly once
+    assert got == ref
+    assert any(r["reward"] > 0 for r in ref)
+    status = query("SELECT status FROM runs WHERE stage = 'rl'", root).column("status").to_pylist()
+    assert status == ["completed"]
+
+
+def test_failed_stage_is_recorded_and_leaves_no_done_file(tmp_path):
+    cfg = RunConfig.model_validate({"model": {"n_layers": 1, "hidden": 32, "n_heads": 2}, "sft": {"enabled": False}})
+    rcfg = stage_config(cfg, "rl", sft_id=None)
+    with pytest.raises(FileNotFoundError):  # an init checkpoint that does not exist
+        run_stage("rl", "fail", stable_id(rcfg), rcfg, results_root=tmp_path, init=tmp_path / "missing.json")
+    rows = query("SELECT status, error FROM runs", tmp_path).to_pylist()
+    assert rows[0]["status"] == "failed" and "missing.json" in rows[0]["error"]
+    assert not list(tmp_path.rglob("DONE.json"))
+
+
+def test_stage_refuses_a_config_that_does_not_match_its_id(tmp_path):
+    cfg = stage_config(RunConfig(), "sft")
+    with pytest.raises(ValueError, match="does not match its config"):
+        run_stage("sft", "x", "0123456789ab", cfg, results_root=tmp_path)

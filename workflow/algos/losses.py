@@ -1,0 +1,80 @@
+"""Losses written so that micro-batching never changes the gradient.
+
+Every loss here is `sum(per_token_loss * weight)`, with the per-token weights computed ONCE over the whole batch
+(`token_weights`). A micro-batch contributes the sum over its own tokens, so the accumulated gradient is exactly
+the full-batch gradient for any split. The classic bug this avoids (see papers/sft-then-rl) is averaging
+per-micro-batch means, which over-weights tokens of short micro-batches.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+
+LossAgg = Literal["token-mean", "seq-mean-token-mean", "token-sum"]
+
+
+def token_weights(mask: torch.Tensor, mode: LossAgg, max_len: int | None = None) -> torch.Tensor:
+    """Per-token weights [B, T] for a batch whose loss tokens are `mask` [B, T].
+
+    token-mean           every token of the batch counts equally: 1 / N_tokens (DAPO; also the SFT loss)
+    seq-mean-token-mean  mean over sequences of each sequence's token mean: 1 / (len_i * N_seqs) (original GRPO)
+    token-sum            sum over tokens divided by a constant N_seqs * max_len, no length normalisation (Dr.GRPO)
+    """
+    mask = mask.to(torch.float32)
+    if mode == "token-mean":
+        return mask / mask.sum().clamp_min(1.0)
+    n_seqs = mask.shape[0]
+    if mode == "seq-mean-token-mean":
+        return mask / (mask.sum(dim=1, keepdim=True).clamp_min(1.0) * n_seqs)
+    if mode == "token-sum":
+        if max_len is None:
+            raise ValueError("token-sum aggregation needs max_len (the constant normaliser)")
+        return mask / float(n_seqs * max_len)
+    raise ValueError(f"unknown loss aggregation {mode!r}")
+
+
+def token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """log p(target) per position; logits [B, T, V] already aligned with targets [B, T]."""
+    return torch.gather(F.log_softmax(logits.float(), dim=-1), -1, targets.unsqueeze(-1)).squeeze(-1)
+
+
+def token_entropy(logits: torch.Tensor) -> torch.Tensor:
+    logp = F.log_softmax(logits.float(), dim=-1)
+    return -(logp.exp() * logp).sum(-1)
+
+
+def sft_loss(logp: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Negative log-likelihood of the target tokens, weighted (weights = token_weights(mask, 'token-mean'))."""
+    return -(logp * weights).sum()
+
+
+def group_advantages(rewards: torch.Tensor, std_norm: bool, eps: float = 1e-6) -> torch.Tensor:
+    """GRPO advantages for rewards [P, G]: reward minus its group mean, divided by the group std if std_norm
+    (Dr.GRPO sets std_norm=False). Groups where every reward is equal get advantage 0."""
+    centred = rewards - rewards.mean(dim=1, keepdim=True)
+    if std_norm:
+        centred = centred / (rewards.std(dim=1, keepdim=True, unbiased=True) + eps)
+    return centred
+
+
+def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor,
+                        clip_low: float, clip_high: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token PPO-clip loss -min(rA, clip(r, 1-clip_low, 1+clip_high)A) and whether the clip was active.
+
+    adv is per sequence [B] (broadcast over tokens) or per token [B, T]."""
+    if adv.dim() == 1:
+        adv = adv.unsqueeze(1)
+    ratio = torch.exp(logp - old_logp)
+    unclipped = ratio * adv
+    clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * adv
+    loss = -torch.minimum(unclipped, clipped)
+    return loss, (clipped < unclipped)
+
+
+def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """Schulman's low-variance, non-negative estimator of KL(pi || ref) per token: e^(ref-logp) - (ref-logp) - 1."""
+    d = ref_logp - logp
+    return torch.exp(d) - d - 1.0

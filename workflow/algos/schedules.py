@@ -1,0 +1,23 @@
+"""Learning-rate schedules as multipliers of the base lr (for torch's LambdaLR)."""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+
+def warmup_cosine(total_steps: int, warmup_ratio: float, min_ratio: float) -> Callable[[int], float]:
+    """Linear warm-up to 1 over warmup_ratio * total steps, then cosine decay to min_ratio at the last step."""
+    warmup = int(round(warmup_ratio * total_steps))
+
+    def factor(step: int) -> float:  # `step` = optimizer steps taken so far
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = min(1.0, (step - warmup) / max(1, total_steps - warmup))
+        return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return factor
+
+
+def constant() -> Callable[[int], float]:
+    return lambda step: 1.0

@@ -1,0 +1,145 @@
+"""`rlsweep`: inspect sweeps and query results.
+
+    rlsweep validate SWEEP.yaml          expand + validate a sweep, list its runs (nothing runs)
+    rlsweep status SWEEP.yaml            each run's stage states (pending / step n/N / running / failed / done)
+    rlsweep query "SQL" [--sweep NAME] [--format table|csv|json]
+                                         read-only DuckDB over the views runs, train_steps, eval_samples, eval_scores
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+from rich.console import Console
+from rich.table import Table
+
+from workflow.checkpoint import latest_checkpoint
+from workflow.launch import stage_dir
+from workflow.results.catalog import QueryError, query
+from workflow.sweep import SweepError, load_sweep
+
+_err = Console(stderr=True, highlight=False)
+
+
+def _results_root(a) -> Path:
+    return Path(a.results or os.environ.get("RLSWEEP_RESULTS", "results"))
+
+
+# ------------------------------------------------------------------------------------------------------ query
+def cmd_query(a) -> int:
+    table = query(a.sql, _results_root(a), a.sweep)
+    print_table(table, a.format)
+    return 0
+
+
+def print_table(table: pa.Table, fmt: str) -> None:
+    if fmt == "csv":
+        import pyarrow.csv as pacsv
+        sink = pa.BufferOutputStream()
+        pacsv.write_csv(table, sink)
+        sys.stdout.write(sink.getvalue().to_pybytes().decode())
+    elif fmt == "json":
+        print(json.dumps(table.to_pylist(), default=str, indent=1))
+    else:
+        t = Table(show_lines=False)
+        for name in table.column_names:
+            t.add_column(name)
+        for row in table.to_pylist():
+            t.add_row(*(_cell(v) for v in row.values()))
+        Console(highlight=False).print(t)
+        _err.print(f"[dim]{table.num_rows} row{'s' if table.num_rows != 1 else ''}[/]")
+
+
+def _cell(v) -> str:
+    if v is None:
+        return "[dim]null[/]"
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v)
+
+
+# ----------------------------------------------------------------------------------------------------- status
+def stage_state(out_dir: Path, total_steps: int | None, status_by_id: dict[str, str], stage_id: str) -> str:
+    if (out_dir / "DONE.json").is_file():
+        return "[green]done[/]"
+    recorded = status_by_id.get(stage_id)
+    if recorded in ("failed", "interrupted"):
+        return f"[red]{recorded}[/]"
+    found = latest_checkpoint(out_dir / "checkpoints") if total_steps else None
+    progress = f"step {found[0]}/{total_steps}" if found else None
+    if recorded == "running":
+        return f"[yellow]running{' ' + progress if progress else ''}[/]"
+    return f"[yellow]{progress}[/]" if progress else "[dim]pending[/]"
+
+
+def cmd_status(a) -> int:
+    sweep = load_sweep(a.sweep_file)
+    root = _results_root(a)
+    try:
+        recorded = {r["run_id"]: r["status"] for r in
+                    query("SELECT run_id, status FROM runs", root, sweep.name).to_pylist()}
+        scores = {r["run_id"]: r["avg"] for r in query(
+            "SELECT run_id, avg_at_k AS avg FROM eval_scores WHERE k = 1 "
+            "QUALIFY step = max(step) OVER (PARTITION BY run_id)", root, sweep.name).to_pylist()}
+    except QueryError:  # nothing has run yet
+        recorded, scores = {}, {}
+    t = Table(title=f"{sweep.name}: {len(sweep.runs)} runs, {len(sweep.sft_configs)} SFT jobs ({sweep.path})")
+    for col in ("run_id", "method", "setting", "seed", "sft", "rl", "eval", "avg@k"):
+        t.add_column(col)
+    n_evaluated = 0
+    for r in sweep.runs:
+        cfg = r.config
+        sft = (stage_state(stage_dir(root, sweep.name, "sft", r.sft_id), cfg.sft.steps, recorded, r.sft_id)
+               if r.sft_id else "[dim]off[/]")
+        rl = stage_state(stage_dir(root, sweep.name, "rl", r.run_id), cfg.rl.steps, recorded, r.run_id)
+        ev = stage_state(stage_dir(root, sweep.name, "eval", r.eval_id, r.run_id), None, recorded, r.eval_id)
+        n_evaluated += "done" in ev
+        avg = scores.get(r.run_id)
+        t.add_row(r.run_id, r.method, r.label, str(cfg.seed), sft, rl, ev, "" if avg is None else f"{avg:.3f}")
+    Console(highlight=False).print(t)
+    _err.print(f"[dim]{n_evaluated}/{len(sweep.runs)} runs evaluated; results under {root / sweep.name}[/]")
+    return 0
+
+
+# --------------------------------------------------------------------------------------------------- validate
+def cmd_validate(a) -> int:
+    sweep = load_sweep(a.sweep_file)
+    t = Table(title=f"{sweep.name}: {len(sweep.runs)} runs, {len(sweep.sft_configs)} SFT jobs")
+    for col in ("run_id", "sft_id", "eval_id", "method", "setting", "seed"):
+        t.add_column(col)
+    for r in sweep.runs:
+        t.add_row(r.run_id, r.sft_id or "-", r.eval_id, r.method, r.label, str(r.config.seed))
+    Console(highlight=False).print(t)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="rlsweep", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--results", help="results directory (default: $RLSWEEP_RESULTS or ./results)")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    q = sub.add_parser("query", help="run read-only SQL over the result tables")
+    q.add_argument("sql")
+    q.add_argument("--sweep", help="only this sweep's results")
+    q.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    q.set_defaults(fn=cmd_query)
+    s = sub.add_parser("status", help="show each run's stage states")
+    s.add_argument("sweep_file")
+    s.set_defaults(fn=cmd_status)
+    v = sub.add_parser("validate", help="expand and validate a sweep file without running anything")
+    v.add_argument("sweep_file")
+    v.set_defaults(fn=cmd_validate)
+    a = p.parse_args(argv)
+    try:
+        return a.fn(a)
+    except (SweepError, QueryError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

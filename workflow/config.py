@@ -1,0 +1,110 @@
+"""The run configuration: one validated, fully-resolved description of an SFT -> RL -> eval run.
+
+A sweep file's `base` block plus one grid point is validated into a `RunConfig`. Every field has a default so a
+sweep only states what it changes; unknown keys are rejected (`extra="forbid"`) so a typo never silently falls
+back to a default. Each stage sees only the part of the config that decides its result (see `workflow.sweep`),
+which is what its id is hashed from.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EngineConfig(_Strict):
+    """Which engine trains and samples. `local` is pure torch on CPU or one GPU; `verl` arrives in a later issue."""
+
+    name: Literal["local"] = "local"
+
+
+class ModelConfig(_Strict):
+    """A tiny random-init causal LM built from a transformers config (no weights are downloaded)."""
+
+    arch: Literal["qwen2"] = "qwen2"
+    n_layers: PositiveInt = 2
+    hidden: PositiveInt = 64
+    n_heads: PositiveInt = 4
+    mlp_ratio: PositiveInt = 3
+    max_positions: PositiveInt = 128
+
+    @model_validator(mode="after")
+    def _heads_divide_hidden(self) -> "ModelConfig":
+        if self.hidden % self.n_heads:
+            raise ValueError(f"hidden ({self.hidden}) must be divisible by n_heads ({self.n_heads})")
+        return self
+
+
+class TaskConfig(_Strict):
+    """Synthetic arithmetic with \\boxed{} answers; the train / held-out split depends on `split_seed` only."""
+
+    name: Literal["arithmetic"] = "arithmetic"
+    split_seed: int = 1234
+    n_heldout: PositiveInt = 256
+    two_step_fraction: float = Field(0.5, ge=0.0, le=1.0)
+
+
+class SFTConfig(_Strict):
+    """Supervised fine-tuning on worked solutions, loss on answer tokens only, global token-mean."""
+
+    enabled: bool = True
+    seed: int = 0
+    steps: PositiveInt = 300
+    batch_size: PositiveInt = 128
+    micro_batch_size: PositiveInt | None = None  # None = the whole batch in one forward pass
+    lr: PositiveFloat = 3e-3
+    schedule: Literal["cosine", "constant"] = "cosine"
+    warmup_ratio: float = Field(0.1, ge=0.0, lt=1.0)
+    min_lr_ratio: float = Field(0.1, ge=0.0, le=1.0)
+    weight_decay: NonNegativeFloat = 0.01
+    max_grad_norm: PositiveFloat | None = 1.0
+    checkpoint_every: PositiveInt = 100
+
+
+class RLConfig(_Strict):
+    """GRPO and its common variants (DAPO clip-higher, Dr.GRPO no-std / token-sum), on-policy."""
+
+    update: Literal["grpo"] = "grpo"
+    steps: PositiveInt = 40
+    prompts_per_step: PositiveInt = 32
+    group_size: int = Field(8, ge=2)
+    temperature: PositiveFloat = 1.0
+    max_new_tokens: PositiveInt = 24
+    micro_batch_size: PositiveInt | None = None  # sequences per forward pass; None = all
+    lr: PositiveFloat = 1e-4
+    weight_decay: NonNegativeFloat = 0.0
+    max_grad_norm: PositiveFloat | None = 1.0
+    clip_low: float = Field(0.2, gt=0.0, lt=1.0)
+    clip_high: PositiveFloat = 0.28
+    loss_agg: Literal["token-mean", "seq-mean-token-mean", "token-sum"] = "token-mean"
+    std_norm: bool = True
+    kl_coef: NonNegativeFloat = 0.0
+    checkpoint_every: PositiveInt = 10
+
+
+class EvalConfig(_Strict):
+    """Held-out evaluation: k samples per problem at temperature T (0 = greedy)."""
+
+    n_problems: PositiveInt | None = None  # None = every held-out problem
+    k: PositiveInt = 8
+    temperature: NonNegativeFloat = 0.6
+    max_new_tokens: PositiveInt = 32
+    seed: int = 0
+
+
+class RunConfig(_Strict):
+    engine: EngineConfig = EngineConfig()
+    model: ModelConfig = ModelConfig()
+    task: TaskConfig = TaskConfig()
+    sft: SFTConfig = SFTConfig()
+    rl: RLConfig = RLConfig()
+    eval: EvalConfig = EvalConfig()
+    seed: int = 0  # the RL seed; the SFT seed is sft.seed so RL seeds can share one SFT job
+
+
+STAGES = ("sft", "rl", "eval")

@@ -1,0 +1,127 @@
+"""Tiny causal LMs for the local engine: character tokenizer, model from a transformers config, KV-cache sampling.
+
+Nothing is downloaded: the model is a randomly initialised `Qwen2ForCausalLM` built from `ModelConfig`.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from workflow.config import ModelConfig
+
+
+class CharTokenizer:
+    """One token per character of a fixed alphabet, plus <pad> and <eos>."""
+
+    PAD, EOS = 0, 1
+    ALPHABET = "0123456789+-*/=?()QA:,.\\{}abdeforx "
+
+    def __init__(self) -> None:
+        self.itos = ["<pad>", "<eos>", *self.ALPHABET]
+        self.stoi = {c: i for i, c in enumerate(self.itos)}
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.itos)
+
+    def encode(self, text: str) -> list[int]:
+        try:
+            return [self.stoi[c] for c in text]
+        except KeyError as e:
+            raise ValueError(f"character {e.args[0]!r} is not in the tokenizer alphabet") from None
+
+    def decode(self, ids) -> str:
+        return "".join(self.itos[i] for i in ids if i > self.EOS)
+
+
+def build_model(cfg: ModelConfig, vocab_size: int, seed: int) -> Qwen2ForCausalLM:
+    hf = Qwen2Config(
+        vocab_size=vocab_size, hidden_size=cfg.hidden, num_hidden_layers=cfg.n_layers,
+        num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.n_heads, intermediate_size=cfg.mlp_ratio * cfg.hidden,
+        max_position_embeddings=cfg.max_positions, tie_word_embeddings=True,
+        pad_token_id=CharTokenizer.PAD, eos_token_id=CharTokenizer.EOS, bos_token_id=None,
+    )
+    torch.manual_seed(seed)
+    return Qwen2ForCausalLM(hf)
+
+
+def left_pad(seqs: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, width - len(s):] = torch.tensor(s)
+        mask[i, width - len(s):] = 1
+    return ids, mask
+
+
+@torch.no_grad()
+def sample(model, prompts: list[list[int]], temperature: float, max_new_tokens: int,
+           generator: torch.Generator | None) -> tuple[list[list[int]], list[bool]]:
+    """Sample one continuation per prompt with a KV cache; temperature 0 = greedy. Pure ancestral sampling from
+    softmax(logits / T): no top-k / top-p, so the samples are from the policy the RL loss assumes.
+
+    Returns the generated ids (without the final <eos>) and whether each hit max_new_tokens without an <eos>.
+    """
+    device = next(model.parameters()).device
+    ids, mask = left_pad(prompts, CharTokenizer.PAD)
+    ids, mask = ids.to(device), mask.to(device)
+    positions = (mask.cumsum(-1) - 1).clamp_min(0)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+    cache, logits = out.past_key_values, out.logits[:, -1]
+    next_pos = positions[:, -1:] + 1
+    done = torch.zeros(len(prompts), dtype=torch.bool, device=device)
+    generated = torch.full((len(prompts), max_new_tokens), CharTokenizer.PAD, dtype=torch.long, device=device)
+    for t in range(max_new_tokens):
+        if temperature == 0:
+            tok = logits.argmax(-1)
+        else:
+            probs = torch.softmax(logits.float() / temperature, dim=-1)
+            tok = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        tok = torch.where(done, torch.full_like(tok, CharTokenizer.PAD), tok)
+        generated[:, t] = tok
+        done |= tok == CharTokenizer.EOS
+        if bool(done.all()) or t == max_new_tokens - 1:
+            break
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+        out = model(input_ids=tok.unsqueeze(1), attention_mask=mask, position_ids=next_pos,
+                    past_key_values=cache, use_cache=True)
+        cache, logits, next_pos = out.past_key_values, out.logits[:, -1], next_pos + 1
+    responses, truncated = [], []
+    for row in generated.tolist():
+        if CharTokenizer.EOS in row:
+            responses.append(row[: row.index(CharTokenizer.EOS)])
+            truncated.append(False)
+        else:
+            responses.append([t for t in row if t != CharTokenizer.PAD])
+            truncated.append(True)
+    return responses, truncated
+
+
+def pack(prompts: list[list[int]], targets: list[list[int]], add_eos: list[bool]) -> dict[str, torch.Tensor]:
+    """Right-padded prompt+target sequences for a teacher-forced forward pass.
+
+    `input_ids` [B, T]; `labels` [B, T-1] are the next tokens; `loss_mask` [B, T-1] marks target tokens
+    (the appended <eos> included, so models learn to stop)."""
+    seqs, starts = [], []
+    for p, t, eos in zip(prompts, targets, add_eos):
+        seqs.append(p + t + ([CharTokenizer.EOS] if eos else []))
+        starts.append(len(p))
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), CharTokenizer.PAD, dtype=torch.long)
+    attn = torch.zeros((len(seqs), width), dtype=torch.long)
+    loss_mask = torch.zeros((len(seqs), width - 1), dtype=torch.float32)
+    for i, (s, start) in enumerate(zip(seqs, starts)):
+        ids[i, : len(s)] = torch.tensor(s)
+        attn[i, : len(s)] = 1
+        loss_mask[i, start - 1: len(s) - 1] = 1.0  # position j predicts token j+1
+    return {"input_ids": ids, "attention_mask": attn, "labels": ids[:, 1:], "loss_mask": loss_mask}
+
+
+def forward_logits(model, batch: dict[str, torch.Tensor], rows: slice | None = None) -> torch.Tensor:
+    """Logits aligned with batch['labels'] ([B, T-1, V]) for the selected rows."""
+    rows = rows or slice(None)
+    device = next(model.parameters()).device
+    out = model(input_ids=batch["input_ids"][rows].to(device), attention_mask=batch["attention_mask"][rows].to(device))
+    return out.logits[:, :-1]

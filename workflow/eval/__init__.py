@@ -1,0 +1,1 @@
+"""Evaluation: answer extraction, metrics, and (later) the benchmark registry."""

@@ -1,0 +1,146 @@
+"""Run one stage of one run in this process: the entry point every Snakemake rule calls (scripts/stage.py).
+
+    stage.py sft  --sweep S --id SFT_ID --config JSON
+    stage.py rl   --sweep S --id RUN_ID --config JSON [--init SFT_DONE.json]
+    stage.py eval --sweep S --id EVAL_ID --config JSON --checkpoint-from RL_DONE.json
+    stage.py aggregate --sweep S
+
+A stage writes its `runs` row when it starts (status running) and again when it ends (completed / failed /
+interrupted), its tables as it goes, and last of all `DONE.json`, the file Snakemake waits for. Checkpoints live
+beside DONE.json but are not Snakemake outputs, so Snakemake never deletes them and a re-run resumes from them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from workflow.engines import TrainLog, get_engine
+from workflow.eval.harness import evaluate
+from workflow.provenance import provenance
+from workflow.results.writer import write_rows
+from workflow.sweep.identity import canonical_json, stable_id
+
+
+def stage_dir(results_root: Path, sweep: str, stage: str, stage_id: str, run_id: str | None = None) -> Path:
+    if stage == "eval":
+        return results_root / sweep / "eval" / str(run_id) / stage_id
+    return results_root / sweep / stage / stage_id
+
+
+def read_done(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    done = json.loads(path.read_text())
+    done["checkpoint_path"] = path.parent / done["checkpoint"]
+    return done
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
+    tmp.write_text(json.dumps(obj, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{'rl': {'lr': 1e-4}} -> {'rl_lr': 1e-4}: hyperparameters as plain SQL column names."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        name = f"{prefix}_{k}" if prefix else k
+        if isinstance(v, dict):
+            out.update(flatten(v, name))
+        else:
+            out[name] = v
+    return out
+
+
+class _RunsRow:
+    """The stage's row in `runs`, rewritten in place (atomically) as its status changes."""
+
+    def __init__(self, results_root: Path, sweep: str, stage: str, stage_id: str, cfg: dict, label: str | None):
+        parent = cfg.get("sft_id") if stage == "rl" else cfg.get("run_id")
+        method = cfg["rl"]["update"] if stage == "rl" else stage
+        self.where = (results_root, sweep, "runs", f"{stage}_{stage_id}")
+        self.started = dt.datetime.now(dt.timezone.utc)
+        self.row = {"run_id": stage_id, "sweep": sweep, "stage": stage, "parent_id": parent, "method": method,
+                    "label": label, "seed": cfg.get("seed", cfg.get("sft", {}).get("seed")),
+                    "started_at": self.started, "config": canonical_json(cfg),
+                    **provenance(), **{k: v for k, v in flatten(cfg).items() if k not in ("sft_id", "run_id", "seed")}}
+
+    def write(self, status: str, error: str | None = None) -> None:
+        now = dt.datetime.now(dt.timezone.utc)
+        ended = status != "running"
+        write_rows(*self.where, [{**self.row, "status": status, "error": error,
+                                  "finished_at": now if ended else None,
+                                  "wall_s": (now - self.started).total_seconds() if ended else None}])
+
+
+def run_stage(stage: str, sweep: str, stage_id: str, cfg: dict, *, results_root: Path, init: Path | None = None,
+              checkpoint_from: Path | None = None, label: str | None = None) -> Path:
+    """Run one stage to completion; returns its DONE.json."""
+    if stable_id(cfg) != stage_id:  # the id IS the hash of the config: a mismatch means a stale or hand-made call
+        raise ValueError(f"{stage} id {stage_id} does not match its config (hash {stable_id(cfg)})")
+    out_dir = stage_dir(results_root, sweep, stage, stage_id, cfg.get("run_id"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "config.json").write_text(json.dumps(cfg, indent=1, sort_keys=True))
+    engine = get_engine(cfg["engine"]["name"])
+    runs = _RunsRow(results_root, sweep, stage, stage_id, cfg, label)
+    runs.write("running")
+    try:
+        if stage == "sft":
+            ckpt, step = engine.sft(cfg, out_dir, TrainLog(results_root, sweep, "sft", stage_id)), None
+        elif stage == "rl":
+            init_ckpt = read_done(init)["checkpoint_path"] if init else None
+            ckpt, step = engine.rl(cfg, init_ckpt, out_dir, TrainLog(results_root, sweep, "rl", stage_id)), None
+        elif stage == "eval":
+            done = read_done(checkpoint_from)
+            ckpt, step = done["checkpoint_path"], done["step"]
+            evaluate(engine, cfg, ckpt, step, results_root=results_root, sweep=sweep, run_id=cfg["run_id"],
+                     eval_id=stage_id)
+        else:
+            raise ValueError(f"unknown stage {stage!r}")
+    except BaseException as e:  # noqa: BLE001 - record why, then let it propagate
+        runs.write("interrupted" if isinstance(e, KeyboardInterrupt) else "failed", f"{type(e).__name__}: {e}")
+        raise
+    if step is None:
+        step = json.loads((Path(ckpt) / "meta.json").read_text())["step"]
+    done_path = out_dir / "DONE.json"
+    write_json_atomic(done_path, {"stage": stage, "id": stage_id, "step": step,
+                                  "checkpoint": os.path.relpath(ckpt, out_dir),
+                                  "finished_at": dt.datetime.now(dt.timezone.utc).isoformat()})
+    runs.write("completed")
+    return done_path
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="stage.py", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("stage", choices=["sft", "rl", "eval", "aggregate"])
+    p.add_argument("--sweep", required=True)
+    p.add_argument("--id")
+    p.add_argument("--config", help="the stage config as JSON")
+    p.add_argument("--init", type=Path, help="DONE.json of the SFT stage to start RL from")
+    p.add_argument("--checkpoint-from", type=Path, help="DONE.json of the RL stage to evaluate")
+    p.add_argument("--label")
+    p.add_argument("--results", type=Path, default=Path(os.environ.get("RLSWEEP_RESULTS", "results")))
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--out", type=Path, help="aggregate: where to write the summary")
+    a = p.parse_args(argv)
+    torch.set_num_threads(a.threads)
+    t0 = time.monotonic()
+    if a.stage == "aggregate":
+        from workflow.results.summary import write_summary
+        write_summary(a.results, a.sweep, a.out or a.results / a.sweep / "summary.md")
+        return 0
+    if not a.id or not a.config:
+        p.error(f"{a.stage} needs --id and --config")
+    run_stage(a.stage, a.sweep, a.id, json.loads(a.config), results_root=a.results, init=a.init,
+              checkpoint_from=a.checkpoint_from, label=a.label)
+    print(f"{a.stage} {a.id} done in {time.monotonic() - t0:.1f}s", file=sys.stderr)
+    return 0

@@ -1,0 +1,43 @@
+"""Where and from what code a stage ran: host, git sha + dirty flag, SLURM ids (null when not under SLURM)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from functools import lru_cache
+from pathlib import Path
+
+_REPO = Path(__file__).resolve().parent.parent
+
+
+@lru_cache(maxsize=1)
+def git_state() -> tuple[str | None, bool | None]:
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(_REPO), *args], capture_output=True, text=True, timeout=10,
+                              check=True).stdout.strip()
+    try:
+        sha = git("rev-parse", "HEAD")
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+        return sha, dirty
+    except (OSError, subprocess.SubprocessError):
+        return None, None  # not a git checkout (an installed wheel) or no commits yet
+
+
+def _int_env(name: str) -> int | None:
+    v = os.environ.get(name)
+    return int(v) if v and v.isdigit() else None
+
+
+def provenance() -> dict:
+    sha, dirty = git_state()
+    return {
+        "host": socket.gethostname(),
+        "git_sha": sha,
+        "git_dirty": dirty,
+        "slurm_job_id": os.environ.get("SLURM_ARRAY_JOB_ID") or os.environ.get("SLURM_JOB_ID"),
+        "slurm_array_index": _int_env("SLURM_ARRAY_TASK_ID"),
+        "slurm_node": os.environ.get("SLURMD_NODENAME"),
+        "slurm_partition": os.environ.get("SLURM_JOB_PARTITION"),
+        "requeue_count": _int_env("SLURM_RESTART_COUNT"),
+    }

@@ -1,0 +1,1 @@
+"""Results: the four Parquet tables, the atomic writer, the DuckDB catalog and the sweep summary."""

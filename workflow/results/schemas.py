@@ -1,0 +1,45 @@
+"""Arrow schemas of the four tables (see DESIGN.md). Counters in train_steps are per step; totals are a SQL
+window sum. Columns a rule does not produce (GXPO diagnostics for GRPO, say) are null, never absent, so every
+query works on every sweep."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+S, F, I, B = pa.string(), pa.float64(), pa.int64(), pa.bool_()
+TS = pa.timestamp("us", tz="UTC")
+
+# runs: one row per stage job; run_id is that stage's id (sft id, RL run id or eval id), parent_id links the
+# chain (rl -> its sft id, eval -> its RL run id). Flattened hyperparameters (rl_lr, sft_steps, ...) are added
+# as extra columns per row; `config` keeps the whole stage config as JSON.
+RUNS = pa.schema([
+    ("run_id", S), ("sweep", S), ("stage", S), ("parent_id", S), ("method", S), ("label", S), ("seed", I),
+    ("status", S), ("error", S), ("started_at", TS), ("finished_at", TS), ("wall_s", F),
+    ("host", S), ("git_sha", S), ("git_dirty", B),
+    ("slurm_job_id", S), ("slurm_array_index", I), ("slurm_node", S), ("slurm_partition", S), ("requeue_count", I),
+    ("config", S),
+])
+
+TRAIN_STEPS = pa.schema([
+    ("run_id", S), ("sweep", S), ("stage", S), ("step", I),
+    ("loss", F), ("reward", F), ("entropy", F), ("kl", F), ("clip_frac", F), ("grad_norm", F), ("lr", F),
+    ("alpha", F), ("z", F), ("gate_tripped", B), ("backward_passes", I), ("optimizer_steps", I),
+    ("rollouts", I), ("tokens", I), ("flops", F), ("wall_s", F), ("gen_s", F), ("update_s", F),
+    ("response_len", F), ("truncated_frac", F),
+    ("gxpo_ratio_p10", F), ("gxpo_ratio_p50", F), ("gxpo_ratio_p90", F), ("gxpo_scale_mean", F),
+    ("gxpo_inactive_frac", F), ("gxpo_cos_g0_gcorr", F), ("gxpo_gcorr_norm", F),
+])
+
+EVAL_SAMPLES = pa.schema([
+    ("run_id", S), ("eval_id", S), ("sweep", S), ("step", I), ("benchmark", S), ("problem_id", S),
+    ("sample_idx", I), ("correct", B), ("response_len", I), ("extracted", S), ("truncated", B), ("response", S),
+])
+
+EVAL_SCORES = pa.schema([
+    ("run_id", S), ("eval_id", S), ("sweep", S), ("step", I), ("benchmark", S), ("k", I),
+    ("avg_at_k", F), ("pass_at_k", F), ("n_problems", I), ("n_samples", I), ("mean_len", F), ("truncated_frac", F),
+])
+
+TABLES: dict[str, pa.Schema] = {
+    "runs": RUNS, "train_steps": TRAIN_STEPS, "eval_samples": EVAL_SAMPLES, "eval_scores": EVAL_SCORES,
+}

@@ -1,0 +1,64 @@
+"""The aggregate stage: a Markdown summary of a sweep, computed with SQL over its tables.
+
+Replicates (runs with the same label, different seeds) are averaged with their standard deviation shown; nothing
+is declared a winner, since at demo scale gaps of a point or two are inside the seed noise.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+from rich.console import Console
+from rich.table import Table
+
+from workflow.results.catalog import query
+
+_PER_SETTING = """
+WITH final AS (  -- each run's last evaluated step
+    SELECT s.* FROM eval_scores s
+    QUALIFY s.step = max(s.step) OVER (PARTITION BY s.run_id, s.benchmark)
+), per_run AS (
+    SELECT r.label, r.method, f.run_id, f.benchmark, f.n_samples,
+           max(f.avg_at_k) AS avg_at_k,
+           max(CASE WHEN f.k = f.n_samples THEN f.pass_at_k END) AS pass_at_n,
+           max(f.mean_len) AS mean_len
+    FROM final f JOIN runs r ON r.run_id = f.run_id AND r.stage = 'rl'
+    GROUP BY ALL
+)
+SELECT label, method, benchmark, count(*) AS seeds, any_value(n_samples) AS k,
+       avg(avg_at_k) AS avg_at_k, coalesce(stddev_samp(avg_at_k), 0) AS avg_at_k_std,
+       avg(pass_at_n) AS pass_at_k, coalesce(stddev_samp(pass_at_n), 0) AS pass_at_k_std,
+       avg(mean_len) AS mean_len
+FROM per_run GROUP BY ALL ORDER BY benchmark, method, label
+"""
+
+
+def summarize(results_root: str | Path, sweep: str) -> pa.Table:
+    return query(_PER_SETTING, results_root, sweep)
+
+
+def write_summary(results_root: str | Path, sweep: str, out: str | Path) -> Path:
+    rows = summarize(results_root, sweep).to_pylist()
+    lines = [f"# Sweep `{sweep}`", "",
+             "Mean ± standard deviation over seeds of each setting's final evaluation. avg@k is the mean accuracy "
+             "over k samples per problem; pass@k uses the unbiased estimator. Differences smaller than the spread "
+             "across seeds are noise.", "",
+             "| benchmark | method | setting | seeds | avg@k | pass@k | mean length |",
+             "|---|---|---|---|---|---|---|"]
+    table = Table(title=f"sweep {sweep}")
+    for col in ("benchmark", "method", "setting", "seeds", "avg@k", "pass@k", "mean len"):
+        table.add_column(col)
+    for r in rows:
+        cells = [r["benchmark"], r["method"], r["label"] or "", str(r["seeds"]),
+                 f"{r['avg_at_k']:.3f} ± {r['avg_at_k_std']:.3f} (k={r['k']})",
+                 f"{r['pass_at_k']:.3f} ± {r['pass_at_k_std']:.3f}", f"{r['mean_len']:.1f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+        table.add_row(*cells)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp"
+    tmp.write_text("\n".join(lines) + "\n")
+    tmp.replace(out)
+    Console(stderr=True).print(table)
+    return out

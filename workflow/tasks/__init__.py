@@ -1,0 +1,1 @@
+"""Tasks the local engine trains on and evaluates (synthetic; no downloads)."""
