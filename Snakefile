@@ -15,6 +15,7 @@ from workflow.sweep import SweepError, load_sweep, canonical_json
 SWEEP_FILE = config.get("sweep", "sweeps/demo.yaml")
 RESULTS = config.get("results", "results")
 PYTHON = sys.executable  # the interpreter running Snakemake, i.e. the project's environment
+STAGE = f"{workflow.basedir}/scripts/stage.py"  # absolute, so `snakemake -d OTHER_DIR` works too
 
 try:
     SWEEP = load_sweep(SWEEP_FILE)

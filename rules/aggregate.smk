@@ -4,4 +4,4 @@ rule aggregate:
     input: [f"{OUT}/eval/{r.run_id}/{r.eval_id}/DONE.json" for r in SWEEP.runs]
     output: f"{OUT}/summary.md"
     shell:
-        "{PYTHON:q} scripts/stage.py aggregate --sweep {SWEEP.name} --results {RESULTS:q} --out {output:q}"
+        "{PYTHON:q} {STAGE:q} aggregate --sweep {SWEEP.name} --results {RESULTS:q} --out {output:q}"

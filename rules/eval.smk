@@ -8,6 +8,6 @@ rule eval:
         label=lambda wc: EVAL_OF[wc.eval_id].label,
     threads: SWEEP.spec.resources.eval.threads
     shell:
-        "{PYTHON:q} scripts/stage.py eval --sweep {SWEEP.name} --id {wildcards.eval_id} "
+        "{PYTHON:q} {STAGE:q} eval --sweep {SWEEP.name} --id {wildcards.eval_id} "
         "--checkpoint-from {input:q} --label {params.label:q} --results {RESULTS:q} --threads {threads} "
         "--config {params.cfg:q}"

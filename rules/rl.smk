@@ -14,5 +14,5 @@ rule rl:
         label=lambda wc: RUNS[wc.run_id].label,
     threads: SWEEP.spec.resources.rl.threads
     shell:
-        "{PYTHON:q} scripts/stage.py rl --sweep {SWEEP.name} --id {wildcards.run_id} {params.init} "
+        "{PYTHON:q} {STAGE:q} rl --sweep {SWEEP.name} --id {wildcards.run_id} {params.init} "
         "--label {params.label:q} --results {RESULTS:q} --threads {threads} --config {params.cfg:q}"

@@ -6,5 +6,5 @@ rule sft:
         cfg=lambda wc: canonical_json(SWEEP.sft_configs[wc.sft_id]),
     threads: SWEEP.spec.resources.sft.threads
     shell:
-        "{PYTHON:q} scripts/stage.py sft --sweep {SWEEP.name} --id {wildcards.sft_id} "
+        "{PYTHON:q} {STAGE:q} sft --sweep {SWEEP.name} --id {wildcards.sft_id} "
         "--results {RESULTS:q} --threads {threads} --config {params.cfg:q}"

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import argparse
+import decimal
 import json
 import os
 import sys
@@ -44,7 +45,7 @@ def print_table(table: pa.Table, fmt: str) -> None:
         pacsv.write_csv(table, sink)
         sys.stdout.write(sink.getvalue().to_pybytes().decode())
     elif fmt == "json":
-        print(json.dumps(table.to_pylist(), default=str, indent=1))
+        print(json.dumps(table.to_pylist(), default=_json_value, indent=1))
     else:
         t = Table(show_lines=False)
         for name in table.column_names:
@@ -53,6 +54,13 @@ def print_table(table: pa.Table, fmt: str) -> None:
             t.add_row(*(_cell(v) for v in row.values()))
         Console(highlight=False).print(t)
         _err.print(f"[dim]{table.num_rows} row{'s' if table.num_rows != 1 else ''}[/]")
+
+
+def _json_value(v):
+    """JSON for what Arrow hands back beyond JSON's types: DuckDB's HUGEINT counts arrive as Decimal."""
+    if isinstance(v, decimal.Decimal):
+        return int(v) if v == v.to_integral_value() else float(v)
+    return str(v)  # timestamps, dates
 
 
 def _cell(v) -> str:

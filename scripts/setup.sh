@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Set up rlsweep in ./.venv (or $RLSWEEP_VENV): Python deps, a CPU torch where there is no GPU, the project.
+# Idempotent and quick when everything is already installed. Usage: ./scripts/setup.sh [--no-test-deps]
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+VENV="${RLSWEEP_VENV:-.venv}"
+PYTHON="${PYTHON:-python3}"
+TORCH_VERSION="${RLSWEEP_TORCH_VERSION:-2.13.0}"
+EXTRAS="[test]"
+[ "${1:-}" = "--no-test-deps" ] && EXTRAS=""
+
+"$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
+  || { echo "setup: Python >= 3.10 is required ($("$PYTHON" --version 2>&1))" >&2; exit 1; }
+
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "setup: creating virtual environment $VENV"
+  "$PYTHON" -m venv "$VENV"
+fi
+PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
+
+# torch first, on our terms: a bare `torch` requirement resolves to the multi-GB CUDA build on Linux. Without a
+# GPU we install the CPU build (the +cpu local version comes from PyTorch's CPU index, or a local wheel mirror);
+# with a GPU, or when torch is already importable (a cluster's CUDA build), we leave it alone.
+if "$VENV/bin/python" -c 'import torch' 2>/dev/null; then
+  echo "setup: keeping installed torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__)')"
+elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  echo "setup: GPU found, installing torch==$TORCH_VERSION (CUDA build)"
+  "${PIP[@]}" install "torch==$TORCH_VERSION"
+else
+  echo "setup: no GPU, installing torch==$TORCH_VERSION+cpu"
+  "${PIP[@]}" install "torch==$TORCH_VERSION+cpu" --extra-index-url https://download.pytorch.org/whl/cpu
+fi
+
+echo "setup: installing rlsweep$EXTRAS (editable)"
+"${PIP[@]}" install --quiet -e ".$EXTRAS"
+"$VENV/bin/python" -c 'import torch, workflow; print(f"setup: ok (torch {torch.__version__}, rlsweep {workflow.__version__})")'

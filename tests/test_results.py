@@ -1,0 +1,96 @@
+"""Tables: atomic writes survive a crash, schemas reject typos, the query CLI is read-only and filters by sweep."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import REPO, run_cli
+from workflow.results.catalog import QueryError, query
+from workflow.results.writer import to_arrow, write_rows
+
+CRASHING_WRITER = r"""
+import os, sys
+import pyarrow.parquet as pq
+from workflow.results import writer
+
+real = pq.write_table
+def write_then_die(table, where, **kw):
+    # write the real bytes, but only half of them, then die the way a killed job does (no cleanup handlers)
+    real(table, where, **kw)
+    size = os.path.getsize(where)
+    with open(where, "r+b") as f:
+        f.truncate(size // 2)
+    os._exit(9)
+writer.pq.write_table = write_then_die
+rows = [dict(run_id="r", sweep="s", stage="rl", step=i, loss=float(i)) for i in range(100_000)]
+writer.write_rows(sys.argv[1], "s", "train_steps", "rl_r_000001-100000", rows)
+"""
+
+
+def test_crash_in_the_middle_of_a_parquet_write_leaves_no_visible_partial_file(tmp_path):
+    # an earlier complete version of the same file must survive untouched
+    write_rows(tmp_path, "s", "train_steps", "rl_r_000001-100000", [dict(run_id="r", sweep="s", stage="rl", step=1)])
+    res = subprocess.run([sys.executable, "-c", CRASHING_WRITER, str(tmp_path)], cwd=REPO, capture_output=True)
+    assert res.returncode == 9
+    files = sorted(p.name for p in (tmp_path / "s" / "tables" / "train_steps").iterdir())
+    visible = [f for f in files if not f.startswith(".")]
+    assert visible == ["rl_r_000001-100000.parquet"]
+    assert len(files) == 2  # the half-written temporary is there (hidden): the crash really happened mid-write
+    assert pq.read_table(tmp_path / "s/tables/train_steps/rl_r_000001-100000.parquet").num_rows == 1
+    assert query("SELECT count(*) AS n FROM train_steps", tmp_path).column("n").to_pylist() == [1]
+
+
+def test_unknown_columns_are_an_error_except_runs_hyperparameters():
+    with pytest.raises(ValueError, match="unknown column"):
+        to_arrow("train_steps", [{"run_id": "a", "stepp": 1}])
+    t = to_arrow("runs", [{"run_id": "a", "rl_lr": 1e-4}], allow_extra=True)
+    assert "rl_lr" in t.column_names and "status" in t.column_names
+
+
+@pytest.fixture
+def two_sweeps(tmp_path) -> Path:
+    for sweep, runs in (("a", ["r1", "r2"]), ("b", ["r3"])):
+        for r in runs:
+            write_rows(tmp_path, sweep, "eval_scores", r, [dict(run_id=r, sweep=sweep, k=1, avg_at_k=0.5, step=3)])
+    return tmp_path
+
+
+def test_query_spans_sweeps_and_filters_by_sweep(two_sweeps):
+    assert query("SELECT count(*) AS n FROM eval_scores", two_sweeps).column("n").to_pylist() == [3]
+    assert query("SELECT count(*) AS n FROM eval_scores", two_sweeps, "b").column("n").to_pylist() == [1]
+    # tables with no files yet are still queryable (empty, with their columns)
+    assert query("SELECT count(*) AS n, max(backward_passes) AS b FROM train_steps", two_sweeps).to_pylist() == \
+        [{"n": 0, "b": None}]
+    with pytest.raises(QueryError, match="no results for sweep 'c'"):
+        query("SELECT 1", two_sweeps, "c")
+
+
+@pytest.mark.parametrize("sql", [
+    "COPY (SELECT 1) TO 'out.csv'",
+    "CREATE TABLE t AS SELECT 1",
+    "ATTACH 'x.db'",
+    "SELECT 1; DROP VIEW runs",
+    "SELECT * FROM read_csv('/etc/passwd')",
+])
+def test_query_is_read_only(two_sweeps, sql):
+    with pytest.raises(QueryError):
+        query(sql, two_sweeps)
+
+
+def test_query_cli_formats_and_errors(two_sweeps):
+    base = ("--results", str(two_sweeps), "query", "SELECT run_id, avg_at_k FROM eval_scores ORDER BY run_id")
+    csv = run_cli(*base, "--format", "csv")
+    assert csv.returncode == 0 and csv.stdout.splitlines() == ['"run_id","avg_at_k"', '"r1",0.5', '"r2",0.5',
+                                                                '"r3",0.5']
+    js = run_cli(*base, "--format", "json", "--sweep", "a")
+    assert [r["run_id"] for r in json.loads(js.stdout)] == ["r1", "r2"]
+    table = run_cli(*base)
+    assert table.returncode == 0 and "r3" in table.stdout and "3 rows" in table.stderr
+    bad = run_cli("--results", str(two_sweeps), "query", "SELECT nope FROM eval_scores")
+    assert bad.returncode == 2 and "error:" in bad.stderr and "nope" in bad.stderr

@@ -1,0 +1,87 @@
+"""End to end through Snakemake: a tiny sweep runs, re-running does nothing, one changed hyperparameter re-runs
+only what it changes, and a bad sweep stops before any job starts."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, run_cli, write_sweep
+
+SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--cores", "2"]
+GRID = """
+grid:
+  rl.lr: [1.0e-4, 2.0e-4]
+seeds: [0, 1]
+"""
+
+
+def snakemake(workdir: Path, sweep: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*SNAKEMAKE, "-d", str(workdir), "--config", f"sweep={sweep}", *extra],
+                          capture_output=True, text=True, timeout=300)
+
+
+def planned_jobs(out: str) -> dict[str, int]:
+    """The 'Job stats' table of a dry run: rule -> count."""
+    if "Nothing to be done" in out:
+        return {}
+    stats = out[out.index("Job stats:"):]
+    return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, re.M) if m[1] != "total"}
+
+
+def mtimes(root: Path) -> dict[str, float]:
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()}
+
+
+def test_tiny_sweep_end_to_end_then_cached_then_one_change(tmp_path):
+    sweep = write_sweep(tmp_path / "tiny.yaml", "tiny", GRID)
+    t0 = time.monotonic()
+    first = snakemake(tmp_path, sweep)
+    elapsed = time.monotonic() - t0
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert elapsed < 120, f"tiny sweep took {elapsed:.0f}s"
+
+    results = tmp_path / "results"
+    out = run_cli("--results", str(results), "query",
+                  "select run_id, avg(avg_at_k) from eval_scores group by all", "--format", "csv")
+    assert out.returncode == 0, out.stderr
+    assert len(out.stdout.strip().splitlines()) == 1 + 4  # header + one row per RL run
+    assert (results / "tiny" / "summary.md").read_text().count("| arithmetic | grpo |") == 2  # two settings
+    runs = run_cli("--results", str(results), "query",
+                   "select stage, count(*) n, count_if(status = 'completed') ok from runs group by all order by stage",
+                   "--format", "json")
+    # four RL runs share one SFT job; every stage recorded as completed
+    assert json.loads(runs.stdout) == [{"stage": "eval", "n": 4, "ok": 4}, {"stage": "rl", "n": 4, "ok": 4},
+                                       {"stage": "sft", "n": 1, "ok": 1}]
+
+    # a second run after success does nothing
+    before = mtimes(results)
+    again = snakemake(tmp_path, sweep)
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
+    assert mtimes(results) == before
+
+    # change one hyperparameter value: only its two runs (2 seeds) re-run, plus the aggregate
+    sweep.write_text(sweep.read_text().replace("2.0e-4", "3.0e-4"))
+    plan = snakemake(tmp_path, sweep, "-n")
+    assert planned_jobs(plan.stdout) == {"rl": 2, "eval": 2, "aggregate": 1, "all": 1}, plan.stdout[-2000:]
+    changed = snakemake(tmp_path, sweep)
+    assert changed.returncode == 0, changed.stderr[-3000:]
+    after = mtimes(results)
+    assert all(after[k] == v for k, v in before.items() if k in after and "summary.md" not in k)
+    assert set(before) - set(after) == set()  # nothing computed before was deleted
+
+
+def test_bad_sweep_fails_before_any_job_with_file_key_and_reason(tmp_path):
+    sweep = write_sweep(tmp_path / "bad.yaml", "bad", "grid:\n  rl.clip_hihg: [0.2]\n")
+    res = snakemake(tmp_path, sweep)
+    assert res.returncode != 0
+    assert f"{sweep}: grid.rl.clip_hihg: unknown key 'clip_hihg' in rl; did you mean 'clip_high'?" in res.stderr
+    assert not (tmp_path / "results").exists()
+    missing = snakemake(tmp_path, tmp_path / "nope.yaml")
+    assert missing.returncode != 0 and "nope.yaml: sweep file not found" in missing.stderr
