@@ -29,7 +29,9 @@ elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; the
   "${PIP[@]}" install "torch==$TORCH_VERSION"
 else
   echo "setup: no GPU, installing torch==$TORCH_VERSION+cpu"
-  "${PIP[@]}" install "torch==$TORCH_VERSION+cpu" --extra-index-url https://download.pytorch.org/whl/cpu
+  # the configured indexes first (a local wheel mirror may carry the CPU build); else PyTorch's CPU index
+  "${PIP[@]}" install "torch==$TORCH_VERSION+cpu" 2>/dev/null \
+    || "${PIP[@]}" install "torch==$TORCH_VERSION+cpu" --extra-index-url https://download.pytorch.org/whl/cpu
 fi
 
 echo "setup: installing rlsweep$EXTRAS (editable)"
