@@ -131,3 +131,29 @@ def test_stage_refuses_a_config_that_does_not_match_its_id(tmp_path):
     cfg = stage_config(RunConfig(), "sft")
     with pytest.raises(ValueError, match="does not match its config"):
         run_stage("sft", "x", "0123456789ab", cfg, results_root=tmp_path)
+
+
+@pytest.mark.parametrize("update, passes", [("sfpo", 3), ("gxpo", 3)])
+def test_rl_stage_with_sfpo_and_gxpo_records_accounting_and_diagnostics(sft_done, tmp_path, update, passes):
+    sft, cfg = sft_done
+    cfg = RunConfig.model_validate({**cfg.model_dump(), "rl": {**RL, "steps": 4, "checkpoint_every": 2,
+                                                               "update": update, "sfpo": {"K": 2, "alpha": 0.5},
+                                                               "gxpo": {"K": 5, "alpha": 0.5}}})
+    rcfg = stage_config(cfg, "rl", sft_id=json.loads(sft.read_text())["id"])
+    assert set(rcfg["rl"]) & {"sfpo", "gxpo"} == {update}  # only the selected rule's settings are in the id
+    done = run_stage("rl", "rules", stable_id(rcfg), rcfg, results_root=tmp_path, init=sft)
+    rows = query("SELECT * FROM train_steps ORDER BY step", tmp_path).to_pylist()
+    assert [r["backward_passes"] for r in rows] == [passes] * 4
+    assert [r["optimizer_steps"] for r in rows] == [passes] * 4
+    assert all(r["alpha"] == 0.5 for r in rows)
+    if update == "gxpo":
+        # steps whose batch had no learning signal (all rewards in every group equal) have no gradient at all
+        signal = [r for r in rows if r["grad_norm"] > 0]
+        assert signal and all(r["gxpo_inactive_frac"] == 1.0 for r in rows if r["grad_norm"] == 0)
+        assert all(0.0 <= r["gxpo_inactive_frac"] < 0.5 and r["gxpo_gcorr_norm"] > 0 for r in signal)
+        assert all(r["gxpo_ratio_p10"] <= r["gxpo_ratio_p50"] <= r["gxpo_ratio_p90"] for r in signal)
+    # the learning-rate scheduler stepped once per training step, not once per inner optimizer step
+    ckpt = done.parent / json.loads(done.read_text())["checkpoint"]
+    state = torch.load(ckpt / "trainer_state.pt", weights_only=False)
+    assert state["scheduler"]["last_epoch"] == 4
+    assert "gate" in state["rule"]  # the gate's window survives a restart

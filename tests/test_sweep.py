@@ -117,3 +117,34 @@ def test_stable_id_is_sha256_of_canonical_json():
     assert stable_id({"a": 0.1 + 0.2}) != stable_id({"a": 0.3})  # no rounding: different configs, different ids
     with pytest.raises(ValueError):
         stable_id({"lr": float("nan")})
+
+
+@pytest.mark.parametrize("body, expected", [
+    ("grid: {rl.sfpo.K: [0]}\n", "rl.sfpo.K: Input should be greater than or equal to 1"),
+    ("grid: {rl.gxpo.K: [1]}\n", "rl.gxpo.K: Input should be greater than or equal to 2"),
+    ("grid: {rl.sfpo.alpha: [1.2]}\n", "rl.sfpo.alpha: Input should be less than or equal to 1"),
+    ("grid: {rl.gxpo.alpha: [-0.1]}\n", "rl.gxpo.alpha: Input should be greater than or equal to 0"),
+    ("grid: {rl.gxpo.tau: [0]}\n", "rl.gxpo.tau: Input should be greater than 0"),
+    ("grid: {rl.sfpo.window: [1]}\n", "rl.sfpo.window: Input should be greater than or equal to 2"),
+    ("grid: {rl.update: [ppo]}\n", "rl.update: Input should be 'grpo', 'sfpo' or 'gxpo'"),
+    ("grid: {rl.gxpo.ratio_source: [hessian]}\n", "rl.gxpo.ratio_source: Input should be 'grad' or 'displacement'"),
+    # varying an SFPO knob over GRPO runs makes identical runs: the error says so (use `when:`)
+    ("grid: {rl.sfpo.K: [3, 5]}\n", "expand to the same run"),
+])
+def test_update_rule_settings_are_validated(tmp_path, body, expected):
+    msg = errors_of(write_sweep(tmp_path / "r.yaml", "r", body))
+    assert expected in msg, msg
+
+
+def test_rule_knobs_vary_only_where_the_rule_applies(tmp_path):
+    sweep = load_sweep(write_sweep(tmp_path / "r.yaml", "r", """
+        grid:
+          rl.update: [grpo, sfpo, gxpo]
+          rl.sfpo.alpha: {values: [0.5, 0.8], when: {rl.update: sfpo}}
+          rl.gxpo.K: {values: [3, 5, 10], when: {rl.update: gxpo}}
+    """))
+    by_rule = {}
+    for r in sweep.runs:
+        by_rule.setdefault(r.method, []).append(r)
+    assert {k: len(v) for k, v in by_rule.items()} == {"grpo": 1, "sfpo": 2, "gxpo": 3}
+    assert len(sweep.sft_configs) == 1

@@ -66,10 +66,43 @@ class SFTConfig(_Strict):
     checkpoint_every: PositiveInt = 100
 
 
-class RLConfig(_Strict):
-    """GRPO and its common variants (DAPO clip-higher, Dr.GRPO no-std / token-sum), on-policy."""
+class SFPOConfig(_Strict):
+    """Slow-Fast Policy Optimization: K fast steps, reposition by alpha, one slow step; entropy trigger."""
 
-    update: Literal["grpo"] = "grpo"
+    K: int = Field(3, ge=1)
+    alpha: float = Field(0.8, ge=0.0, le=1.0)
+    window: int = Field(30, ge=2)  # past entropies the trigger compares against (also its warm-up)
+    tau: PositiveFloat = 1.0  # trigger when the entropy z-score >= tau; then plain GRPO for good
+
+
+class GXPOConfig(_Strict):
+    """Gradient Extrapolation Policy Optimization: 2 probes, geometric K-step extrapolation, 1 corrective step."""
+
+    K: int = Field(5, ge=2)  # virtual depth; always 3 backward passes
+    alpha: float = Field(0.5, ge=0.0, le=1.0)
+    eps: PositiveFloat = 1e-8  # |g0| <= eps: no ratio, keep the observed displacement (s = 1)
+    window: int = Field(20, ge=2)  # past corrective-gradient norms the gate compares against
+    warmup: int = Field(10, ge=2)  # steps that only fill the gate's window
+    tau: PositiveFloat = 2.0  # gate trips when z > tau; then plain GRPO for good
+    ratio_source: Literal["grad", "displacement"] = "grad"
+    clamp: Literal["s", "r", "none"] = "s"
+    clamp_min: float | None = None  # None: s in [0, K]; r in [-0.999, 1]
+    clamp_max: float | None = None
+
+    @model_validator(mode="after")
+    def _clamp_order(self) -> "GXPOConfig":
+        if self.clamp_min is not None and self.clamp_max is not None and self.clamp_min > self.clamp_max:
+            raise ValueError(f"clamp_min ({self.clamp_min}) must be <= clamp_max ({self.clamp_max})")
+        return self
+
+
+class RLConfig(_Strict):
+    """GRPO and its common variants (DAPO clip-higher, Dr.GRPO no-std / token-sum), on-policy, with the policy
+    update done by an update rule: grpo (one step), sfpo or gxpo (several steps on the same rollout batch)."""
+
+    update: Literal["grpo", "sfpo", "gxpo"] = "grpo"
+    sfpo: SFPOConfig = SFPOConfig()  # read only when update = sfpo (and only then part of the run id)
+    gxpo: GXPOConfig = GXPOConfig()  # read only when update = gxpo
     steps: PositiveInt = 40
     prompts_per_step: PositiveInt = 32
     group_size: int = Field(8, ge=2)

@@ -134,7 +134,7 @@ class LocalEngine:
             lr = tr.lr
             tr.opt.zero_grad(set_to_none=True)
             loss = sft_accumulate(tr.model, batch, sft.micro_batch_size)
-            norm = clip_and_step(tr.params, tr.opt, sft.max_grad_norm)
+            norm, _ = clip_and_step(tr.params, tr.opt, sft.max_grad_norm)
             tr.sched.step()
             tr.step += 1
             tokens = int(batch["attention_mask"].sum())
@@ -211,6 +211,8 @@ class LocalEngine:
                         kl=kl_sum / max(n_tokens, 1.0) if ref is not None else None)
             return total
 
+        entropy = float((torch.cat(ent) * mask_d).sum() / max(n_tokens, 1.0))
+        tr.rule.on_rollout({"entropy": entropy})  # SFPO's trigger looks at the policy entropy of this rollout
         lr = tr.lr
         stats = tr.rule.step(tr.params, tr.opt, closure)
         tr.sched.step()
@@ -219,7 +221,7 @@ class LocalEngine:
         n = tr.n_params
         flops = 2.0 * n * seq_tokens * (2 if ref is not None else 1) + 6.0 * n * seq_tokens * stats.backward_passes
         row = {
-            "reward": float(rewards.mean()), "entropy": float((torch.cat(ent) * mask_d).sum() / max(n_tokens, 1.0)),
+            "reward": float(rewards.mean()), "entropy": entropy,
             "lr": lr, "rollouts": len(prompts), "tokens": int(n_tokens), "flops": flops,
             "response_len": n_tokens / len(prompts), "truncated_frac": float(np.mean(truncated)),
             "wall_s": t_end - t0, "gen_s": t_gen - t0, "update_s": t_end - t_gen, **last,

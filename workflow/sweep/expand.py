@@ -51,7 +51,10 @@ def stage_config(cfg: RunConfig, stage: str, *, sft_id: str | None = None, run_i
     if stage == "sft":
         return {**common, "model": d["model"], "sft": d["sft"]}
     if stage == "rl":
-        return {**common, "model": d["model"], "rl": d["rl"], "seed": d["seed"], "sft_id": sft_id}
+        # only the selected update rule's settings belong to the run: a GRPO run is the same run whatever
+        # rl.sfpo.K says, so sweeping rl.sfpo.K over GRPO runs is reported as duplicate runs
+        rl = {k: v for k, v in d["rl"].items() if k not in ("sfpo", "gxpo") or k == d["rl"]["update"]}
+        return {**common, "model": d["model"], "rl": rl, "seed": d["seed"], "sft_id": sft_id}
     if stage == "eval":
         return {**common, "eval": d["eval"], "run_id": run_id}
     raise ValueError(f"unknown stage {stage!r}")

@@ -1,0 +1,303 @@
+"""SFPO and GXPO: exactness, backward-pass accounting, gates, AdamW, untouched parameters."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+
+from workflow.algos.gates import ZGate
+from workflow.algos.update_rules import GRPOStep, GXPO, SFPO, geometric_scale
+
+
+class Counter:
+    """Wraps a closure and counts its calls (= backward passes)."""
+
+    def __init__(self, fn):
+        self.fn, self.calls = fn, 0
+
+    def __call__(self):
+        self.calls += 1
+        return self.fn()
+
+
+def quadratic(lam: torch.Tensor, target: torch.Tensor, param: torch.nn.Parameter, opt):
+    def closure():
+        opt.zero_grad(set_to_none=True)
+        loss = 0.5 * (lam * (param - target) ** 2).sum()
+        loss.backward()
+        return loss
+    return closure
+
+
+# ------------------------------------------------------------------------------------------------ exactness
+@pytest.mark.parametrize("K", [2, 3, 5, 10])
+@pytest.mark.parametrize("ratio_source", ["grad", "displacement"])
+def test_gxpo_step_lands_on_the_k_plus_1_th_gradient_descent_iterate(K, ratio_source):
+    torch.manual_seed(K)
+    eta = 0.1
+    # eta*lam in (0, 1.6): retention r = 1 - eta*lam in (-0.6, 1); the coordinates with r < 0 oscillate
+    lam = torch.cat([torch.rand(40, dtype=torch.float64) * 9.5 + 0.1, torch.rand(20, dtype=torch.float64) * 6 + 10])
+    assert (1 - eta * lam < 0).sum() == 20
+    target = torch.randn(60, dtype=torch.float64)
+    theta0 = target + torch.randn(60, dtype=torch.float64)
+
+    gd = theta0.clone()
+    for _ in range(K + 1):
+        gd -= eta * lam * (gd - target)
+
+    p = torch.nn.Parameter(theta0.clone())
+    opt = torch.optim.SGD([p], lr=eta)
+    rule = GXPO(K=K, alpha=1.0, eps=1e-300, clamp="none", ratio_source=ratio_source, max_grad_norm=None)
+    closure = Counter(quadratic(lam, target, p, opt))
+    stats = rule.step([p], opt, closure)
+    assert closure.calls == stats.backward_passes == 3
+    assert torch.max(torch.abs(p.detach() - gd)) <= 1e-10
+    assert stats.diagnostics["gxpo_inactive_frac"] == 0.0
+
+
+def test_geometric_scale_limits_and_closed_form():
+    r = torch.tensor([-0.7, -0.2, 0.0, 0.3, 0.9, 0.999999, 1.0, -1.0], dtype=torch.float64)
+    for K in (2, 3, 4, 5, 10):
+        s = geometric_scale(r.clone(), K)
+        closed = (1 - r[:6] ** K) / (1 - r[:6] ** 2)
+        assert torch.allclose(s[:6], closed, rtol=1e-9)
+        assert s[6] == K / 2  # r -> 1
+        if K % 2 == 0:
+            assert s[7] == K / 2  # r -> -1, even K: finite polynomial
+        else:
+            assert math.isinf(s[7])  # odd K genuinely diverges at r = -1 (the clamp handles it)
+
+
+def test_gxpo_default_clamp_and_inactive_coordinates_keep_observed_displacement():
+    eta = 0.1
+    lam = torch.tensor([1.0, 19.9, 0.0], dtype=torch.float64)  # r = 0.9; r = -0.99 (s blows up for K=5); g = 0
+    target = torch.zeros(3, dtype=torch.float64)
+    p = torch.nn.Parameter(torch.tensor([1.0, 1.0, 1.0], dtype=torch.float64))
+    opt = torch.optim.SGD([p], lr=eta)
+    stats = GXPO(K=5, alpha=1.0, max_grad_norm=None).step([p], opt, quadratic(lam, target, p, opt))
+    assert all(math.isfinite(v) for v in p.detach().tolist())
+    assert stats.diagnostics["gxpo_inactive_frac"] == pytest.approx(1 / 3)
+    assert p.detach()[2] == 1.0  # zero gradient: displacement 0, nothing moves
+
+
+# ------------------------------------------------------------------------------------------------- SFPO
+def mlp_problem(seed=0, dtype=torch.float64):
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3)).to(dtype)
+    x, y = torch.randn(32, 6, dtype=dtype), torch.randn(32, 3, dtype=dtype)
+    return model, x, y
+
+
+def mlp_closure(model, opt, x, y, scale=lambda: 1.0):
+    def closure():
+        opt.zero_grad(set_to_none=True)
+        loss = ((model(x) - y) ** 2).mean() * scale()
+        loss.backward()
+        return loss
+    return closure
+
+
+def run_rule(rule, steps=3, opt_cls=torch.optim.AdamW, seed=0, **opt_kw):
+    model, x, y = mlp_problem(seed)
+    opt = opt_cls(model.parameters(), lr=1e-2, **opt_kw)
+    closure = Counter(mlp_closure(model, opt, x, y))
+    stats = [rule.step(list(model.parameters()), opt, closure) for _ in range(steps)]
+    return model, stats, closure.calls
+
+
+def test_sfpo_alpha_0_is_bit_identical_to_grpo_and_alpha_1_is_k_plus_1_plain_steps():
+    grpo, _, _ = run_rule(GRPOStep(max_grad_norm=0.5))
+    sfpo0, stats0, calls0 = run_rule(SFPO(K=3, alpha=0.0, max_grad_norm=0.5))
+    for a, b in zip(grpo.parameters(), sfpo0.parameters()):
+        assert torch.equal(a, b)
+    assert calls0 == 3 and all(s.backward_passes == 1 for s in stats0)
+
+    plain, _, _ = run_rule(GRPOStep(max_grad_norm=0.5), steps=3 * 4)
+    sfpo1, stats1, calls1 = run_rule(SFPO(K=3, alpha=1.0, max_grad_norm=0.5), steps=3)
+    for a, b in zip(plain.parameters(), sfpo1.parameters()):
+        assert torch.equal(a, b)
+    assert calls1 == 3 * 4 and all(s.backward_passes == 4 and s.optimizer_steps == 4 for s in stats1)
+
+
+def test_sfpo_repositions_between_theta0_and_thetaK():
+    model, x, y = mlp_problem()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    theta0 = [p.detach().clone() for p in model.parameters()]
+    seen = []
+    base = mlp_closure(model, opt, x, y)
+
+    def closure():  # record the point each backward pass is taken at
+        seen.append([p.detach().clone() for p in model.parameters()])
+        return base()
+
+    SFPO(K=3, alpha=0.25, max_grad_norm=None).step(list(model.parameters()), opt, closure)
+    assert len(seen) == 4
+    slow_start = seen[3]  # the slow step's backward pass is taken at the repositioned point
+    # thetaK = 3 plain SGD steps from theta0, recomputed independently
+    ref, _, _ = mlp_problem()
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.05)
+    ref_closure = mlp_closure(ref, ref_opt, x, y)
+    for _ in range(3):
+        ref_closure()
+        ref_opt.step()
+    for t0, tk, slow in zip(theta0, ref.parameters(), slow_start):
+        assert torch.allclose(slow, t0 + 0.25 * (tk.detach() - t0), atol=1e-12)
+
+
+# --------------------------------------------------------------------------------------- accounting, gates
+@pytest.mark.parametrize("K", [2, 3, 5, 10])
+def test_backward_passes_per_active_step(K):
+    _, stats, calls = run_rule(GXPO(K=K, alpha=0.5), steps=2)
+    assert calls == 6 and [s.backward_passes for s in stats] == [3, 3]
+    _, stats, calls = run_rule(SFPO(K=K, alpha=0.5), steps=2)
+    assert calls == 2 * (K + 1) and [s.backward_passes for s in stats] == [K + 1, K + 1]
+
+
+def spike_sequence(n, at, base=1.0, jitter=0.01, spike=5.0):
+    return [base + jitter * math.sin(i * 1.7) + (spike if i == at else 0.0) for i in range(n)]
+
+
+def test_z_gate_trips_exactly_at_the_spike_and_never_during_warmup():
+    gate = ZGate(window=5, tau=3.0, warmup=5)
+    results = [gate.update(x) for x in spike_sequence(20, at=12)]
+    assert [i for i, r in enumerate(results) if r.tripped_now] == [12]
+    assert all(r.z is None for r in results[:5]) and all(r.z is None for r in results[13:])
+    gate = ZGate(window=5, tau=3.0, warmup=5)
+    assert not any(gate.update(x).tripped_now for x in spike_sequence(20, at=3))  # spike inside warm-up
+    # the z-score uses past values only (computed before insertion)
+    gate = ZGate(window=3, tau=100.0, warmup=3)
+    for x in (1.0, 2.0, 3.0):
+        gate.update(x)
+    assert gate.update(4.0).z == pytest.approx((4.0 - 2.0) / math.sqrt(2 / 3))
+
+
+def test_sfpo_entropy_trigger_switches_to_one_pass_grpo_for_good():
+    model, x, y = mlp_problem()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    closure = Counter(mlp_closure(model, opt, x, y))
+    rule = SFPO(K=3, alpha=0.8, window=4, tau=2.0)
+    entropies = spike_sequence(10, at=6)
+    stats = []
+    for h in entropies:
+        rule.on_rollout({"entropy": h})
+        stats.append(rule.step(list(model.parameters()), opt, closure))
+    assert [s.backward_passes for s in stats] == [4] * 6 + [1] * 4
+    assert [s.gate_tripped for s in stats] == [False] * 6 + [True] + [False] * 3
+    assert [s.alpha for s in stats] == [0.8] * 6 + [0.0] * 4
+    restored = SFPO(K=3, alpha=0.8, window=4, tau=2.0)
+    restored.load_state_dict(rule.state_dict())  # the checkpointed rule stays tripped
+    assert restored.gate.tripped and restored.gate.tripped_at == 6
+
+
+def test_gxpo_gate_on_corrective_gradient_norm_trips_once_then_one_pass():
+    model, x, y = mlp_problem()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    step = {"t": 0, "probe": 0}
+    scales = spike_sequence(12, at=8, jitter=0.001, spike=50.0)
+
+    def scale():  # the loss is scaled per training step, so the corrective-gradient norm spikes at step 8
+        return scales[step["t"]]
+
+    closure = Counter(mlp_closure(model, opt, x, y, scale))
+    rule = GXPO(K=5, alpha=0.5, window=4, warmup=4, tau=3.0, max_grad_norm=None)
+    stats = []
+    for t in range(12):
+        step["t"] = t
+        stats.append(rule.step(list(model.parameters()), opt, closure))
+    assert [s.gate_tripped for s in stats].index(True) == 8 and sum(s.gate_tripped for s in stats) == 1
+    assert [s.backward_passes for s in stats] == [3] * 9 + [1] * 3  # the tripping step itself was active
+    assert all(s.z is None for s in stats[:4])  # warm-up
+
+
+# -------------------------------------------------------------------------------- AdamW + clipping reference
+def reference_gxpo_point(theta0, g0, theta1, g1, theta2, K, alpha, eps):
+    """The paper's reposition, written naively on full tensors."""
+    out = []
+    for t0, a, b, t2 in zip(theta0, g0, g1, theta2):
+        act = a.abs() > eps
+        r = torch.where(act, b / torch.where(act, a, torch.ones_like(a)), torch.zeros_like(a))
+        s = torch.where(act, ((1 - r ** K) / (1 - r ** 2)).clamp(0, K), torch.ones_like(a))
+        out.append(t0 + alpha * s * (t2 - t0))
+    return out
+
+
+def test_gxpo_with_adamw_and_binding_clip_uses_unclipped_gradients():
+    model, x, y = mlp_problem()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01)
+    base = mlp_closure(model, opt, x, y)
+    trace = []
+
+    def closure():
+        trace.append([p.detach().clone() for p in model.parameters()])
+        loss = base()
+        trace[-1] = (trace[-1], [p.grad.detach().clone() for p in model.parameters()])
+        return loss
+
+    stats = GXPO(K=5, alpha=0.7, eps=1e-12, max_grad_norm=0.01).step(list(model.parameters()), opt, closure)
+    assert stats.grad_norm > 0.01  # the clip really bound
+    (theta0, g0), (theta1, g1), (theta_rep, _) = trace
+    # theta2 (after the second clipped AdamW step) is rebuilt independently with a twin model and optimizer
+    twin, _, _ = mlp_problem()
+    twin_opt = torch.optim.AdamW(twin.parameters(), lr=1e-2, weight_decay=0.01)
+    for g in (g0, g1):
+        for p, gi in zip(twin.parameters(), g):
+            p.grad = gi.clone()
+        torch.nn.utils.clip_grad_norm_(list(twin.parameters()), 0.01)
+        twin_opt.step()
+    theta2 = [p.detach() for p in twin.parameters()]
+    expected = reference_gxpo_point(theta0, g0, theta1, g1, theta2, 5, 0.7, 1e-12)
+    for got, exp in zip(theta_rep, expected):
+        assert torch.allclose(got, exp, rtol=1e-9, atol=1e-12)
+    assert stats.diagnostics["gxpo_cos_g0_gcorr"] <= 1.0 and math.isfinite(stats.diagnostics["gxpo_gcorr_norm"])
+
+
+def test_parameters_without_gradients_are_untouched():
+    for rule in (SFPO(K=3, alpha=0.5), GXPO(K=5, alpha=0.5)):
+        model, x, y = mlp_problem()
+        unused = torch.nn.Parameter(torch.randn(7, dtype=torch.float64))
+        before = unused.detach().clone()
+        opt = torch.optim.AdamW([*model.parameters(), unused], lr=1e-2)
+        rule.step([*model.parameters(), unused], opt, mlp_closure(model, opt, x, y))
+        assert unused.grad is None and torch.equal(unused.detach(), before)
+
+
+def test_rules_refuse_invalid_settings():
+    with pytest.raises(ValueError):
+        SFPO(K=0, alpha=0.5)
+    with pytest.raises(ValueError):
+        GXPO(K=1, alpha=0.5)
+    with pytest.raises(ValueError):
+        GXPO(K=3, alpha=1.5)
+    with pytest.raises(ValueError):
+        ZGate(window=1, tau=1.0)
+    model, x, y = mlp_problem()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, maximize=True)
+    with pytest.raises(ValueError, match="maximize"):
+        GXPO(K=3, alpha=0.5).step(list(model.parameters()), opt, mlp_closure(model, opt, x, y))
+
+
+def test_rule_state_round_trips_through_a_copy():
+    rule = GXPO(K=3, alpha=0.5, window=3, warmup=3)
+    _, _, _ = run_rule(rule, steps=4)
+    twin = GXPO(K=3, alpha=0.5, window=3, warmup=3)
+    twin.load_state_dict(copy.deepcopy(rule.state_dict()))
+    assert twin.gate.state_dict() == rule.gate.state_dict()
+
+
+def test_gxpo_gate_ignores_batches_without_learning_signal():
+    p = torch.nn.Parameter(torch.ones(4, dtype=torch.float64))
+    opt = torch.optim.SGD([p], lr=0.1)
+
+    def closure():  # every reward in every group equal: the loss is 0 whatever the parameters
+        opt.zero_grad(set_to_none=True)
+        loss = (p * 0.0).sum()
+        loss.backward()
+        return loss
+
+    rule = GXPO(K=3, alpha=0.5, window=2, warmup=2)
+    for _ in range(3):
+        rule.step([p], opt, closure)
+    assert rule.gate.seen == 0 and torch.equal(p.detach(), torch.ones(4, dtype=torch.float64))
