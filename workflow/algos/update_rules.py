@@ -137,6 +137,21 @@ class _Rule:
 
     def __init__(self, max_grad_norm: float | None = 1.0):
         self.max_grad_norm = max_grad_norm
+        self._buffers: dict[str, list[Tensor]] = {}
+
+    def snapshot(self, name: str, tensors: list[Tensor]) -> list[Tensor]:
+        """A copy of `tensors` in buffers kept from step to step: the memory is the same as fresh clones, but
+        allocating (and on CPU page-faulting) a parameter-sized copy every step costs more than the copy itself."""
+        bufs = self._buffers.get(name)
+        if bufs is None or [(b.shape, b.dtype, b.device) for b in bufs] != [(t.shape, t.dtype, t.device)
+                                                                             for t in tensors]:
+            bufs = self._buffers[name] = [torch.empty_like(t) for t in tensors]
+        torch._foreach_copy_(bufs, tensors)
+        return bufs
+
+    def release_buffers(self) -> None:
+        """Called once a gate has switched the rule to single-pass GRPO for good."""
+        self._buffers.clear()
 
     def on_rollout(self, metrics: dict[str, float]) -> None:
         pass
@@ -182,6 +197,7 @@ class SFPO(_Rule):
     def step(self, params, optimizer, closure) -> StepStats:
         gate, self._pending = self._pending, GateResult(None, False)
         if self.gate.tripped or self.alpha == 0.0:  # the trigger applies from the step at which it fires
+            self.release_buffers()
             stats = self.grpo_step(params, optimizer, closure)
             stats.alpha, stats.z, stats.gate_tripped = 0.0, gate.z, gate.tripped_now
             return stats
@@ -189,14 +205,13 @@ class SFPO(_Rule):
         loss = float(closure().detach())  # fast step 1; gradients tell which parameters take part
         active = _with_grad(params)
         with torch.no_grad():
-            theta0 = [local(p).detach().clone() for p in active]  # the only extra copy: 1x the parameters
+            theta0 = self.snapshot("theta0", [local(p).detach() for p in active])  # the only extra copy: 1x
         norm, _ = clip_and_step(params, optimizer, self.max_grad_norm, group)
         for _ in range(self.K - 1):
             closure()
             clip_and_step(params, optimizer, self.max_grad_norm, group)
         with torch.no_grad():  # theta <- theta0 + alpha (thetaK - theta0) == lerp(thetaK, theta0, 1 - alpha)
             torch._foreach_lerp_([local(p) for p in active], theta0, 1.0 - self.alpha)
-        del theta0
         closure()  # slow step at the repositioned point
         clip_and_step(params, optimizer, self.max_grad_norm, group)
         return StepStats(loss=loss, grad_norm=norm, backward_passes=self.K + 1, optimizer_steps=self.K + 1,
@@ -211,23 +226,29 @@ class SFPO(_Rule):
 
 
 # --------------------------------------------------------------------------------------------------------- GXPO
-def geometric_scale(r: Tensor, K: int) -> Tensor:
-    """s(r) = (1 - r^K) / (1 - r^2) = sum_{j<K} r^j / (1 + r), evaluated without cancellation:
+def geometric_scale(r: Tensor, K: int, out: Tensor | None = None, q: Tensor | None = None) -> Tensor:
+    """s(r) = (1 - r^K) / (1 - r^2) = sum_{j<K} r^j / (1 + r), evaluated without cancellation and without powers.
+    `r` is used as scratch space (overwritten) when K is odd; `out` and `q` are optional workspaces.
 
-    K even: s = sum_{i<K/2} r^(2i)            (a polynomial: exact limits K/2 at r = 1 and at r = -1)
-    K odd:  s = sum_{i<(K-1)/2} r^(2i) + r^(K-1) / (1 + r)   (-> +inf only at r = -1, where it truly diverges)
-    Horner in q = r^2, so K/2 multiply-adds, no powers."""
-    q = r * r
-    m = K // 2 if K % 2 == 0 else (K - 1) // 2
-    s = torch.ones_like(r)
-    for _ in range(m - 1):
-        s.mul_(q).add_(1.0)
+    With q = r^2 and m = floor(K/2), Horner's scheme (one fused multiply-add pass per term):
+      K even: s = 1 + q (1 + q (... (1 + q)))          = sum_{i<m} q^i   (exact limits K/2 at r = 1 and r = -1)
+      K odd:  s = 1 + q (1 + q (... (1 + q / (1 + r)))) = sum_{i<m} q^i + q^m / (1 + r)   (inf only at r = -1)
+    r = 0 gives s = 1 exactly."""
+    m = K // 2
+    q = torch.mul(r, r, out=q) if q is not None else r * r
+    s = out if out is not None else torch.empty_like(r)
     if K % 2:
-        if m == 0:  # K = 1: s = 1 / (1 + r)
-            s.zero_()
-        tail = q.pow_(m) if m > 0 else torch.ones_like(r)  # r^(K-1)
-        s.add_(tail.div_(r.add(1.0)))
+        torch.reciprocal(r.add_(1.0), out=s)
+        iterations = m
+    else:
+        s.fill_(1.0)
+        iterations = m - 1
+    for _ in range(iterations):
+        torch.addcmul(_ONE, s, q, out=s)  # s <- 1 + s * q
     return s
+
+
+_ONE = torch.ones(())
 
 
 class GXPO(_Rule):
@@ -237,9 +258,10 @@ class GXPO(_Rule):
                    (theta1 - theta0) on |theta1 - theta0| > eps (the optimizer-aware variant; +1 parameter copy)
     clamp          'r' or 's' (default 's' in [0, K]) or 'none'; coordinates off the active set keep s = 1 (the
                    observed two-probe displacement).
-    Extra memory: theta0 and g0 (2x the parameters; 3x with ratio_source='displacement'). s is computed into the
-    gradient buffer after the second optimizer step, from the clipped g1 divided by its clip coefficient; this
-    needs an optimizer whose step() leaves .grad untouched (every torch.optim optimizer with maximize=False).
+    Extra memory: theta0 and g0 (2x the parameters; 3x with ratio_source='displacement'). The ratio uses the clipped
+    g1 still in .grad after the second optimizer step, divided by its clip coefficient (one scalar), instead of a
+    third copy; this needs an optimizer whose step() leaves .grad untouched (every torch.optim optimizer with
+    maximize=False).
     """
 
     def __init__(self, K: int, alpha: float, eps: float = 1e-8, window: int = 20, warmup: int = 10,
@@ -262,6 +284,7 @@ class GXPO(_Rule):
 
     def step(self, params, optimizer, closure) -> StepStats:
         if self.gate.tripped or self.alpha == 0.0:
+            self.release_buffers()
             stats = self.grpo_step(params, optimizer, closure)
             stats.alpha = 0.0
             return stats
@@ -272,8 +295,8 @@ class GXPO(_Rule):
         loss = float(closure().detach())  # probe 1 at theta0
         active = _with_grad(params)
         with torch.no_grad():
-            g0 = [local(p.grad).detach().clone() for p in active]  # copied before any in-place clipping
-            theta0 = [local(p).detach().clone() for p in active]
+            g0 = self.snapshot("g0", [local(p.grad).detach() for p in active])  # copied before in-place clipping
+            theta0 = self.snapshot("theta0", [local(p).detach() for p in active])
         norm0, _ = clip_and_step(params, optimizer, self.max_grad_norm, group)
         d0 = None
         if self.ratio_source == "displacement":
@@ -283,23 +306,15 @@ class GXPO(_Rule):
         closure()  # probe 2 at theta1
         _, coef1 = clip_and_step(params, optimizer, self.max_grad_norm, group)
 
-        with torch.no_grad():
-            theta = [local(p) for p in active]
-            scale = [local(p.grad) for p in active]  # reused as the buffer for s (g1 is no longer needed)
-            diag = self._scales_into(scale, g0, theta, theta0, d0, coef1, group)
+        with torch.no_grad():  # s per coordinate and theta <- theta0 + alpha * s * (theta2 - theta0), in place
+            diag = self._extrapolate([local(p) for p in active], [local(p.grad) for p in active], g0, theta0, d0,
+                                     coef1, group)
             del d0
-            # reposition in place: theta <- theta0 + alpha * s * (theta2 - theta0)
-            torch._foreach_sub_(theta, theta0)
-            torch._foreach_mul_(theta, scale)
-            torch._foreach_mul_(theta, self.alpha)
-            torch._foreach_add_(theta, theta0)
-            del theta, theta0, scale
 
         closure()  # corrective gradient at the repositioned point
         with torch.no_grad():
-            dot = sum((chunked_dot(a, local(p.grad)) for a, p in zip(g0, active)), torch.zeros((), dtype=torch.float64))
+            dot = torch.stack([chunked_dot(a, local(p.grad)) for a, p in zip(g0, active)]).sum()
             dot = all_reduce_sum(dot.reshape(1), group)
-        del g0
         norm_c, _ = clip_and_step(params, optimizer, self.max_grad_norm, group)
         # A batch without learning signal (every group's rewards equal, no KL) has a zero gradient everywhere; its
         # norm says nothing about stability and would drag the window's mean to 0, so the gate does not see it.
@@ -309,41 +324,56 @@ class GXPO(_Rule):
         return StepStats(loss=loss, grad_norm=norm0, backward_passes=3, optimizer_steps=3, alpha=self.alpha,
                          z=gate.z, gate_tripped=gate.tripped_now, diagnostics=diag)
 
-    def _scales_into(self, out: list[Tensor], g0: list[Tensor], theta2: list[Tensor], theta0: list[Tensor],
+    def _extrapolate(self, theta: list[Tensor], g1: list[Tensor], g0: list[Tensor], theta0: list[Tensor],
                      d0: list[Tensor] | None, coef1: float, group) -> dict[str, float]:
-        """Overwrite `out` (holding the clipped g1) with the per-coordinate scale s; return the diagnostics."""
+        """Reposition `theta` (holding theta2) in place to theta0 + alpha * s * (theta2 - theta0); return the
+        diagnostics. `g1` holds the clipped second gradient (clip coefficient coef1).
+
+        Works chunk by chunk and repositions each chunk while its s is still in cache: s is never written to
+        memory, so the extrapolation reads theta2, theta0, g0 and g1 once and writes theta once."""
         s_sum = torch.zeros((), dtype=torch.float64)
-        inactive = torch.zeros((), dtype=torch.float64)
+        active_count = torch.zeros((), dtype=torch.float64)
         total = 0
         samples: list[Tensor] = []
-        for i, buf in enumerate(out):
-            n = buf.numel()
+        work = None
+        for i, (th, a, b, t0) in enumerate(zip(theta, g0, g1, theta0)):
+            n = th.numel()
             total += n
-            stride = max(1, n // 256)
+            stride = max(1, n // 256)  # a few hundred ratios per tensor for the quantile diagnostics
+            th, a, b, t0 = th.view(-1), a.view(-1), b.view(-1), t0.view(-1)
+            dd = d0[i].view(-1) if d0 is not None else None
+            if work is None or work[0].dtype != th.dtype or work[0].device != th.device:
+                work = [torch.empty(min(CHUNK, max(t.numel() for t in theta)), dtype=th.dtype, device=th.device)
+                        for _ in range(4)]
             for start in range(0, n, CHUNK):
                 sl = slice(start, min(start + CHUNK, n))
-                o = buf.view(-1)[sl]
-                if d0 is None:  # r = g1 / g0 on |g0| > eps; g1 = clipped g1 / clip coefficient
-                    den = g0[i].view(-1)[sl]
-                    num = o if coef1 == 1.0 else o.div(coef1)
-                else:  # r = (theta2 - theta1) / (theta1 - theta0), theta1 = theta0 + d0
-                    den = d0[i].view(-1)[sl]
-                    num = theta2[i].view(-1)[sl] - theta0[i].view(-1)[sl] - den
-                act = den.abs() > self.eps
-                r = torch.where(act, num / torch.where(act, den, 1.0), 0.0)
+                act, r, q, s = (w[: sl.stop - start] for w in work)
+                if dd is None:  # r = g1 / g0 on |g0| > eps; g1 unclipped = clipped g1 / clip coefficient
+                    den, num = a[sl], b[sl]
+                else:  # r = (theta2 - theta1) / (theta1 - theta0), with theta1 - theta0 = d0
+                    den = dd[sl]
+                    num = torch.sub(th[sl], t0[sl], out=q).sub_(den)
+                # Off the active set r = 0, which gives s = 1 exactly (keep the observed displacement). Float masks,
+                # not boolean ones: on CPU, comparisons into bool tensors and masked_fill are several times slower
+                # than arithmetic. (1 - act) + den is den itself, exactly, on the active set, and never 0 off it.
+                torch.abs(den, out=act).gt_(self.eps)
+                torch.mul(num, act, out=r).div_(torch.sub(_ONE, act, out=s).add_(den))
+                if dd is None and coef1 != 1.0:
+                    r.mul_(1.0 / coef1)
                 if self.clamp == "r":
                     r.clamp_(self.clamp_min, self.clamp_max)
-                ra = r[act]
-                if ra.numel():
-                    samples.append(ra[:: max(1, stride)].float())
-                s = geometric_scale(r, self.K)
+                first = (-start) % stride  # sample every stride-th coordinate of the whole tensor
+                samples.append(r[first::stride][act[first::stride] > 0])
+                active_count += float(act.sum())
+                s = geometric_scale(r, self.K, out=s, q=q)
                 if self.clamp == "s":
                     s.clamp_(self.clamp_min, self.clamp_max)
-                s = torch.where(act & torch.isfinite(s), s, 1.0)
-                o.copy_(s)
-                s_sum += s.sum(dtype=torch.float64)
-                inactive += (~act).sum()
-        sums = all_reduce_sum(torch.stack([s_sum, inactive, torch.tensor(float(total), dtype=torch.float64)]),
+                elif self.clamp == "none":
+                    torch.nan_to_num_(s, nan=1.0, posinf=1.0, neginf=1.0)
+                s_sum += float(s.sum())
+                # theta <- theta0 + alpha * s * (theta2 - theta0), while s is still in cache
+                torch.addcmul(t0[sl], s, torch.sub(th[sl], t0[sl], out=q), value=self.alpha, out=th[sl])
+        sums = all_reduce_sum(torch.stack([s_sum, active_count, torch.tensor(float(total), dtype=torch.float64)]),
                               group)
         sample = torch.cat(samples) if samples else torch.zeros(0)
         if sample.numel() > QUANTILE_SAMPLE:
@@ -355,7 +385,7 @@ class GXPO(_Rule):
         q = (torch.quantile(sample.double(), torch.tensor([0.1, 0.5, 0.9], dtype=torch.float64)).tolist()
              if sample.numel() else [math.nan] * 3)
         return {"gxpo_ratio_p10": q[0], "gxpo_ratio_p50": q[1], "gxpo_ratio_p90": q[2],
-                "gxpo_scale_mean": float(sums[0] / sums[2]), "gxpo_inactive_frac": float(sums[1] / sums[2])}
+                "gxpo_scale_mean": float(sums[0] / sums[2]), "gxpo_inactive_frac": float(1.0 - sums[1] / sums[2])}
 
     def state_dict(self) -> dict:
         return {"gate": self.gate.state_dict()}
