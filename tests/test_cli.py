@@ -36,5 +36,13 @@ def test_status_follows_the_stages(tmp_path, tmp_results):
 
 def test_the_shipped_sweeps_are_valid():
     demo = load_sweep(REPO / "sweeps" / "demo.yaml")
-    assert len(demo.runs) == 4 and len(demo.sft_configs) == 1  # one SFT, two GRPO settings x 2 seeds
-    assert len({r.label for r in demo.runs}) == 2
+    assert len(demo.runs) == 6 and len(demo.sft_configs) == 1  # one SFT, GRPO vs SFPO vs GXPO x 2 seeds
+    assert sorted({r.method for r in demo.runs}) == ["grpo", "gxpo", "sfpo"]
+    sfpo = load_sweep(REPO / "sweeps" / "sfpo_k_alpha.yaml")
+    assert {(r.config.rl.sfpo.K, r.config.rl.sfpo.alpha) for r in sfpo.runs if r.method == "sfpo"} == \
+        {(k, a) for k in (3, 5, 10) for a in (0.1, 0.5, 0.8, 1.0)}
+    gxpo = load_sweep(REPO / "sweeps" / "gxpo_k_alpha_tau.yaml")
+    assert len({(r.config.rl.gxpo.K, r.config.rl.gxpo.alpha, r.config.rl.gxpo.tau) for r in gxpo.runs
+                if r.method == "gxpo"}) == 27
+    for sweep in (sfpo, gxpo):
+        assert sum(r.method == "grpo" for r in sweep.runs) == 3  # one GRPO baseline per seed
