@@ -240,9 +240,12 @@ def geometric_scale(r: Tensor, K: int, out: Tensor | None = None, q: Tensor | No
     if K % 2:
         torch.reciprocal(r.add_(1.0), out=s)
         iterations = m
-    else:
+    elif m >= 2:
+        torch.add(q, 1.0, out=s)
+        iterations = m - 2
+    else:  # K = 2
         s.fill_(1.0)
-        iterations = m - 1
+        iterations = 0
     for _ in range(iterations):
         torch.addcmul(_ONE, s, q, out=s)  # s <- 1 + s * q
     return s
@@ -371,8 +374,8 @@ class GXPO(_Rule):
                 elif self.clamp == "none":
                     torch.nan_to_num_(s, nan=1.0, posinf=1.0, neginf=1.0)
                 s_sum += float(s.sum())
-                # theta <- theta0 + alpha * s * (theta2 - theta0), while s is still in cache
-                torch.addcmul(t0[sl], s, torch.sub(th[sl], t0[sl], out=q), value=self.alpha, out=th[sl])
+                # theta <- theta0 + alpha * s * (theta2 - theta0) = lerp(theta0, theta2, alpha * s), while s is in cache
+                torch.lerp(t0[sl], th[sl], s.mul_(self.alpha), out=th[sl])
         sums = all_reduce_sum(torch.stack([s_sum, active_count, torch.tensor(float(total), dtype=torch.float64)]),
                               group)
         sample = torch.cat(samples) if samples else torch.zeros(0)
