@@ -1,0 +1,190 @@
+"""The benchmark registry: where each dataset lives, how its fields map to ours, which prompt it uses.
+
+Every benchmark is loaded by the same code whether it comes from its Hugging Face id (through the `datasets`
+cache) or from a local .jsonl / .parquet file in the dataset's own field schema (`path:`): records -> `normalize`
+-> `Item`. The tests run that code on small fixture files in each dataset's real schema.
+
+Names say which variant they are where the field disagrees (see shared notes on evaluation): `amc23` is the
+40-problem AMC 2023 subset, `amc83` the full 83-problem AMC12 2022+2023 set; `minerva` is the 272-problem Minerva
+set, not lm-eval's `minerva_math` (= the whole MATH set with a Minerva prompt).
+
+Revisions: `revision=None` reads whatever the cache holds. Pin a commit for a paper run by passing `revision`
+(the eval config's `revision:`), so a dataset update on the Hub never changes your numbers silently.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+Kind = Literal["math", "mc"]
+Group = Literal["math", "ood", "extra"]
+
+
+@dataclass(frozen=True)
+class Item:
+    id: str
+    question: str
+    answer: str  # math: the gold answer (LaTeX); mc: the index of the correct choice, as a string
+    choices: tuple[str, ...] | None = None  # mc only, in the dataset's order (shuffled per sample at eval time)
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    kind: Kind
+    group: Group  # the seeds' tables average over the math group and over the ood group separately
+    hf_id: str | None
+    config: str | None
+    split: str
+    fields: tuple[str, ...]  # the dataset fields we read (named in error messages and docs)
+    normalize: Callable[[dict[str, Any], int], Item]
+    keep: Callable[[dict[str, Any]], bool] = field(default=lambda r: True)
+    template: str = "boxed"
+    note: str = ""
+
+
+class DatasetUnavailable(Exception):
+    """A benchmark whose data is neither in the local cache nor given as a file. The message says how to fix it."""
+
+
+# ---------------------------------------------------------------------------------------------- normalizers
+def _num(x: Any) -> str:
+    """AMC stores answers as floats (142.0); print integers as integers."""
+    if isinstance(x, float) and x.is_integer():
+        return str(int(x))
+    return str(x)
+
+
+def _math(q: str, a: str, id_: str | None = None) -> Callable[[dict, int], Item]:
+    def normalize(r: dict, i: int) -> Item:
+        return Item(id=str(r[id_]) if id_ and r.get(id_) is not None else str(i), question=r[q], answer=_num(r[a]))
+    return normalize
+
+
+def _olympiad(r: dict, i: int) -> Item:
+    answers = [a.strip().strip("$") for a in r["final_answer"]]
+    return Item(id=str(r.get("id", i)), question=r["question"], answer=", ".join(answers))
+
+
+def _gsm8k(r: dict, i: int) -> Item:
+    gold = r["answer"].split("####")[-1].strip().replace(",", "")
+    return Item(id=str(i), question=r["question"], answer=gold)
+
+
+def _arc(r: dict, i: int) -> Item:
+    labels = list(r["choices"]["label"])
+    return Item(id=str(r["id"]), question=r["question"], answer=str(labels.index(r["answerKey"])),
+                choices=tuple(r["choices"]["text"]))
+
+
+def _gpqa(r: dict, i: int) -> Item:
+    choices = (r["Correct Answer"], r["Incorrect Answer 1"], r["Incorrect Answer 2"], r["Incorrect Answer 3"])
+    return Item(id=str(r.get("Record ID") or i), question=r["Question"], answer="0",
+                choices=tuple(c.strip() for c in choices))
+
+
+def _mmlu_pro(r: dict, i: int) -> Item:
+    return Item(id=str(r["question_id"]), question=r["question"], answer=str(int(r["answer_index"])),
+                choices=tuple(r["options"]))
+
+
+REGISTRY: dict[str, Benchmark] = {b.name: b for b in [
+    Benchmark("math500", "math", "math", "HuggingFaceH4/MATH-500", None, "test",
+              ("unique_id", "problem", "answer"), _math("problem", "answer", "unique_id")),
+    Benchmark("aime24", "math", "math", "HuggingFaceH4/aime_2024", None, "train",
+              ("id", "problem", "answer"), _math("problem", "answer", "id")),
+    Benchmark("aime25", "math", "math", "math-ai/aime25", None, "test",
+              ("problem", "answer"), _math("problem", "answer", "id")),
+    Benchmark("amc23", "math", "math", "AI-MO/aimo-validation-amc", None, "train",
+              ("id", "problem", "answer", "url"), _math("problem", "answer", "id"),
+              keep=lambda r: "2023" in r["url"], note="the 40 AMC 2023 problems"),
+    Benchmark("amc83", "math", "extra", "AI-MO/aimo-validation-amc", None, "train",
+              ("id", "problem", "answer", "url"), _math("problem", "answer", "id"),
+              note="all 83 AMC12 2022 + 2023 problems"),
+    Benchmark("minerva", "math", "math", "math-ai/minervamath", None, "test",
+              ("question", "answer"), _math("question", "answer")),
+    Benchmark("olympiadbench", "math", "math", "Hothan/OlympiadBench", "OE_TO_maths_en_COMP", "train",
+              ("id", "question", "final_answer"), _olympiad),
+    Benchmark("gsm8k", "math", "extra", "openai/gsm8k", "main", "test",
+              ("question", "answer"), _gsm8k, note="gold = the number after ####"),
+    Benchmark("arc_c", "mc", "ood", "allenai/ai2_arc", "ARC-Challenge", "test",
+              ("id", "question", "choices", "answerKey"), _arc, template="mc"),
+    Benchmark("gpqa_diamond", "mc", "ood", "Idavidrein/gpqa", "gpqa_diamond", "train",
+              ("Question", "Correct Answer", "Incorrect Answer 1", "Incorrect Answer 2", "Incorrect Answer 3"),
+              _gpqa, template="mc", note="gated on the Hub: accept its terms, then `huggingface-cli login`"),
+    Benchmark("mmlu_pro", "mc", "ood", "TIGER-Lab/MMLU-Pro", None, "test",
+              ("question_id", "question", "options", "answer_index"), _mmlu_pro, template="mc"),
+]}
+
+MATH_SET = tuple(b.name for b in REGISTRY.values() if b.group == "math")
+OOD_SET = tuple(b.name for b in REGISTRY.values() if b.group == "ood")
+
+
+def get(name: str) -> Benchmark:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"unknown benchmark {name!r}; known: {', '.join(REGISTRY)}") from None
+
+
+# ------------------------------------------------------------------------------------------------- loading
+def read_records(path: str | Path) -> list[dict[str, Any]]:
+    path = Path(path)
+    if not path.is_file():
+        raise DatasetUnavailable(f"{path}: file not found")
+    if path.suffix == ".jsonl":
+        with path.open() as f:
+            return [json.loads(line) for line in f if line.strip()]
+    if path.suffix == ".json":
+        data = json.loads(path.read_text())
+        return data if isinstance(data, list) else data["data"]
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+        return pq.read_table(path).to_pylist()
+    raise DatasetUnavailable(f"{path}: unsupported file type (use .jsonl, .json or .parquet)")
+
+
+def _hub_records(b: Benchmark, revision: str | None) -> list[dict[str, Any]]:
+    fetch = (f"python -c \"import datasets; datasets.load_dataset('{b.hf_id}'"
+             + (f", '{b.config}'" if b.config else "") + f", split='{b.split}'"
+             + (f", revision='{revision}'" if revision else "") + ")\"")
+    how = (f"benchmark {b.name}: dataset {b.hf_id}" + (f" ({b.config})" if b.config else "")
+           + f", split {b.split}, is not available here. Either fetch it into the Hugging Face cache on a machine "
+           f"with internet (a login node), with the same HF_HOME as the jobs "
+           f"(now {os.environ.get('HF_HOME', '~/.cache/huggingface')}):\n    {fetch}\n"
+           f"or point the benchmark's `path:` at a local .jsonl/.parquet file with the fields "
+           f"{', '.join(b.fields)}." + (f"\nNote: {b.note}" if b.note else ""))
+    try:
+        import datasets
+    except ImportError:
+        raise DatasetUnavailable(how + "\n(The `datasets` package is not installed: pip install -e '.[eval]'.)") \
+            from None
+    try:
+        ds = datasets.load_dataset(b.hf_id, b.config, split=b.split, revision=revision)
+    except Exception as e:  # noqa: BLE001 - offline, gated, missing: all mean "not available here"
+        raise DatasetUnavailable(f"{how}\n(datasets said: {type(e).__name__}: {str(e).splitlines()[0][:300]})") \
+            from None
+    return list(ds)
+
+
+def load(name: str, path: str | Path | None = None, revision: str | None = None,
+         limit: int | None = None) -> list[Item]:
+    """The benchmark's items, from `path` if given, else from the Hugging Face cache."""
+    b = get(name)
+    records = read_records(path) if path else _hub_records(b, revision)
+    items = []
+    for i, r in enumerate(records):
+        if not b.keep(r):
+            continue
+        try:
+            items.append(b.normalize(r, i))
+        except (KeyError, TypeError, ValueError) as e:
+            raise DatasetUnavailable(f"benchmark {name}: record {i} of {path or b.hf_id} does not have the "
+                                     f"expected fields {', '.join(b.fields)} ({type(e).__name__}: {e})") from None
+    if not items:
+        raise DatasetUnavailable(f"benchmark {name}: no items in {path or b.hf_id}")
+    return items[:limit]
