@@ -64,3 +64,30 @@ def test_extraction_is_linear_on_adversarial_input():
         t0 = time.perf_counter()
         assert extract_boxed(text) is None
         assert time.perf_counter() - t0 < 2.0
+
+
+def test_maj_at_k_votes_by_extracted_answer():
+    from workflow.eval.metrics import maj_at_k
+    answers = [["5", "5", "7", None], ["3", "4", "4", "4"], [None, None, None, None], ["1", "2", "1", "2"]]
+    correct = np.array([[1, 1, 0, 0], [1, 0, 0, 0], [0, 0, 0, 0], [0, 1, 0, 1]], dtype=bool)
+    # problem 0: "5" wins -> right; 1: "4" wins -> wrong; 2: no votes -> wrong; 3: tie 1 vs 2, first seen "1" -> wrong
+    assert maj_at_k(answers, correct, 4) == pytest.approx(1 / 4)
+    assert maj_at_k(answers, correct, 1) == pytest.approx(2 / 4)  # k = 1: each problem's first sample decides
+
+
+def test_bootstrap_interval_covers_the_mean_and_shrinks_with_more_problems():
+    from workflow.eval.metrics import bootstrap_ci
+    rng = np.random.default_rng(1)
+    small = (rng.random(50) < 0.4).astype(float)
+    big = (rng.random(5000) < 0.4).astype(float)
+    lo_s, hi_s = bootstrap_ci(small)
+    lo_b, hi_b = bootstrap_ci(big)
+    assert lo_s <= small.mean() <= hi_s and lo_b <= big.mean() <= hi_b
+    assert (hi_b - lo_b) < (hi_s - lo_s) / 5
+    assert bootstrap_ci(small, seed=3) == bootstrap_ci(small, seed=3)
+
+
+def test_set_average_needs_every_member():
+    from workflow.eval.metrics import set_average
+    assert set_average({"a": 0.2, "b": 0.4}, ("a", "b")) == pytest.approx(0.3)
+    assert set_average({"a": 0.2}, ("a", "b")) is None

@@ -121,13 +121,36 @@ class RLConfig(_Strict):
 
 
 class EvalConfig(_Strict):
-    """Held-out evaluation: k samples per problem at temperature T (0 = greedy)."""
+    """Evaluation: k samples per problem at temperature T (0 = greedy) on each benchmark of the list.
 
-    n_problems: PositiveInt | None = None  # None = every held-out problem
+    Benchmarks are names from workflow/eval/benchmarks.py (math500, aime24, aime25, amc23, amc83, minerva,
+    olympiadbench, gsm8k, arc_c, gpqa_diamond, mmlu_pro) or `arithmetic`, the synthetic held-out set."""
+
+    benchmarks: list[str] = ["arithmetic"]
+    paths: dict[str, str] = {}  # benchmark -> local .jsonl/.parquet in the dataset's own schema (else the HF cache)
+    revisions: dict[str, str] = {}  # benchmark -> pinned dataset revision on the Hub
+    n_problems: PositiveInt | None = None  # None = every problem
     k: PositiveInt = 8
     temperature: NonNegativeFloat = 0.6
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
     max_new_tokens: PositiveInt = 32
+    template: Literal["boxed", "seed003"] = "boxed"  # a tokenizer's own chat template wraps it when there is one
+    backend: Literal["auto", "vllm", "local"] = "auto"
+    tensor_parallel_size: PositiveInt = 1
+    verify_timeout_s: PositiveFloat = 10.0  # per math-verify comparison; a timeout scores wrong
+    bootstrap: PositiveInt = 1000  # resamples for the 95% intervals
     seed: int = 0
+
+    @model_validator(mode="after")
+    def _known_benchmarks(self) -> "EvalConfig":
+        from workflow.eval.benchmarks import REGISTRY  # the registry imports nothing from here
+        known = {"arithmetic", *REGISTRY}
+        unknown = [b for b in [*self.benchmarks, *self.paths, *self.revisions] if b not in known]
+        if unknown:
+            raise ValueError(f"unknown benchmark(s) {unknown}; known: {', '.join(sorted(known))}")
+        if not self.benchmarks or len(set(self.benchmarks)) != len(self.benchmarks):
+            raise ValueError("benchmarks must be a non-empty list without repeats")
+        return self
 
 
 class RunConfig(_Strict):
@@ -138,6 +161,15 @@ class RunConfig(_Strict):
     rl: RLConfig = RLConfig()
     eval: EvalConfig = EvalConfig()
     seed: int = 0  # the RL seed; the SFT seed is sft.seed so RL seeds can share one SFT job
+
+    @model_validator(mode="after")
+    def _local_models_only_know_arithmetic(self) -> "RunConfig":
+        real = [b for b in self.eval.benchmarks if b != "arithmetic"]
+        if self.engine.name == "local" and real:
+            raise ValueError(f"eval.benchmarks {real}: the local engine's tiny character-level models can only "
+                             "answer the synthetic `arithmetic` set; real benchmarks need a model with a real "
+                             "tokenizer (the verl engine)")
+        return self
 
 
 STAGES = ("sft", "rl", "eval")

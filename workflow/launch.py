@@ -23,7 +23,10 @@ from typing import Any
 
 import torch
 
+from workflow.config import EvalConfig
 from workflow.engines import TrainLog, get_engine
+from workflow.eval.backends import LocalBackend, VLLMBackend, resolve_backend
+from workflow.eval.benchmarks import DatasetUnavailable
 from workflow.eval.harness import evaluate
 from workflow.provenance import provenance
 from workflow.results.writer import write_rows
@@ -82,6 +85,13 @@ class _RunsRow:
                                   "wall_s": (now - self.started).total_seconds() if ended else None}])
 
 
+def make_backend(eval_cfg: dict, engine, ckpt: Path):
+    ev = EvalConfig(**eval_cfg)
+    if resolve_backend(ev.backend) == "vllm":
+        return VLLMBackend(ckpt, tensor_parallel_size=ev.tensor_parallel_size, seed=ev.seed)
+    return LocalBackend(engine, ckpt)
+
+
 def run_stage(stage: str, sweep: str, stage_id: str, cfg: dict, *, results_root: Path, init: Path | None = None,
               checkpoint_from: Path | None = None, label: str | None = None) -> Path:
     """Run one stage to completion; returns its DONE.json."""
@@ -102,8 +112,8 @@ def run_stage(stage: str, sweep: str, stage_id: str, cfg: dict, *, results_root:
         elif stage == "eval":
             done = read_done(checkpoint_from)
             ckpt, step = done["checkpoint_path"], done["step"]
-            evaluate(engine, cfg, ckpt, step, results_root=results_root, sweep=sweep, run_id=cfg["run_id"],
-                     eval_id=stage_id)
+            evaluate(make_backend(cfg["eval"], engine, ckpt), cfg, step, results_root=results_root, sweep=sweep,
+                     run_id=cfg["run_id"], eval_id=stage_id)
         else:
             raise ValueError(f"unknown stage {stage!r}")
     except BaseException as e:  # noqa: BLE001 - record why, then let it propagate
@@ -140,7 +150,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not a.id or not a.config:
         p.error(f"{a.stage} needs --id and --config")
-    run_stage(a.stage, a.sweep, a.id, json.loads(a.config), results_root=a.results, init=a.init,
-              checkpoint_from=a.checkpoint_from, label=a.label)
+    try:
+        run_stage(a.stage, a.sweep, a.id, json.loads(a.config), results_root=a.results, init=a.init,
+                  checkpoint_from=a.checkpoint_from, label=a.label)
+    except DatasetUnavailable as e:  # a set-up problem with a clear fix: the message, not a traceback
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     print(f"{a.stage} {a.id} done in {time.monotonic() - t0:.1f}s", file=sys.stderr)
     return 0

@@ -1,44 +1,101 @@
-"""The eval stage: sample k responses per held-out problem, score them, write eval_samples + eval_scores."""
+"""The eval stage: for each benchmark, k samples per problem, scored per sample into eval_samples, aggregated
+into eval_scores (avg@k, unbiased pass@k, maj@k with bootstrap 95% intervals, lengths, truncation, timeouts).
+
+Everything in eval_scores can be recomputed from eval_samples with SQL.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
 from workflow.config import EvalConfig, TaskConfig
-from workflow.engines import Engine
-from workflow.eval.answers import extract_boxed
-from workflow.eval.metrics import scores
+from workflow.eval import benchmarks
+from workflow.eval.backends import GenerationBackend
+from workflow.eval.benchmarks import Item
+from workflow.eval.metrics import benchmark_scores
+from workflow.eval.prompts import render
+from workflow.eval.scoring import MathVerifier, Verdict, format_mc, option_permutation, score_mc
 from workflow.progress import say
 from workflow.results.writer import write_rows
-from workflow.tasks.arithmetic import reward, split
+from workflow.tasks.arithmetic import split
 
-BENCHMARK = "arithmetic"
+ARITHMETIC = "arithmetic"
 
 
-def evaluate(engine: Engine, cfg: dict, ckpt: Path, step: int, *, results_root: Path, sweep: str,
-             run_id: str, eval_id: str) -> dict[int, dict[str, float]]:
-    task, ev = TaskConfig(**cfg["task"]), EvalConfig(**cfg["eval"])
-    problems = split(task).heldout[: ev.n_problems]
-    say(f"[bold cyan]eval {run_id}[/] {len(problems)} problems x {ev.k} samples at T={ev.temperature}")
-    samples = engine.generate(ckpt, [p.prompt for p in problems], n=ev.k, temperature=ev.temperature,
-                              max_new_tokens=ev.max_new_tokens, seed=ev.seed)
-    key = {"run_id": run_id, "eval_id": eval_id, "sweep": sweep, "step": step, "benchmark": BENCHMARK}
+def arithmetic_items(task: TaskConfig) -> list[Item]:
+    return [Item(id=p.id, question=p.prompt, answer=p.answer) for p in split(task).heldout]
+
+
+def exact_boxed(response: str, gold: str) -> Verdict:
+    """The synthetic task's own reward: the last \\boxed{} equals the answer string (what RL trained on)."""
+    from workflow.eval.answers import extract_boxed
+    pred = extract_boxed(response)
+    return Verdict(pred == gold, pred)
+
+
+def run_benchmark(backend: GenerationBackend, name: str, items: list[Item], ev: EvalConfig,
+                  score_math: Callable[[str, str], Verdict], tokenizer=None) -> tuple[list[dict], dict]:
+    """Generate and score one benchmark. Returns per-sample rows and per-k scores (without the run key)."""
+    kind = "math" if name == ARITHMETIC else benchmarks.get(name).kind
+    template = "raw" if name == ARITHMETIC else ev.template
+    if kind == "math":
+        prompts = [render(it.question, template, tokenizer) for it in items]
+        groups = backend.generate(prompts, n=ev.k, temperature=ev.temperature, top_p=ev.top_p,
+                                  max_tokens=ev.max_new_tokens, seed=ev.seed)
+        perms: list[list[list[int] | None]] = [[None] * ev.k for _ in items]
+    else:  # every sample sees its own option order, so each (item, sample) is its own prompt
+        perms = [[option_permutation(len(it.choices), ev.seed, it.id, j) for j in range(ev.k)] for it in items]
+        prompts = [render(format_mc(it.question, it.choices, perm), template, tokenizer)
+                   for it, ps in zip(items, perms) for perm in ps]
+        flat = backend.generate(prompts, n=1, temperature=ev.temperature, top_p=ev.top_p,
+                                max_tokens=ev.max_new_tokens, seed=ev.seed)
+        groups = [[flat[i * ev.k + j][0] for j in range(ev.k)] for i in range(len(items))]
+
     rows = []
-    for p, group in zip(problems, samples):
-        for i, s in enumerate(group):
-            rows.append({**key, "problem_id": p.id, "sample_idx": i, "correct": reward(s.text, p.answer) == 1.0,
-                         "response_len": s.n_tokens, "extracted": extract_boxed(s.text), "truncated": s.truncated,
-                         "response": s.text})
-    correct = np.array([r["correct"] for r in rows]).reshape(len(problems), ev.k)
-    lengths = np.array([r["response_len"] for r in rows], dtype=float)
-    trunc = float(np.mean([r["truncated"] for r in rows]))
-    by_k = scores(correct)
-    score_rows = [{**key, "k": k, **v, "n_problems": len(problems), "n_samples": ev.k,
-                   "mean_len": float(lengths.mean()), "truncated_frac": trunc} for k, v in by_k.items()]
-    name = f"{run_id}_{eval_id}_step{step:06d}"
-    write_rows(results_root, sweep, "eval_samples", name, rows)
-    write_rows(results_root, sweep, "eval_scores", name, score_rows)
-    say(f"[bold cyan]eval {run_id}[/] avg@{ev.k}={by_k[1]['avg_at_k']:.3f} pass@{ev.k}={by_k[ev.k]['pass_at_k']:.3f}")
-    return by_k
+    for it, group, item_perms in zip(items, groups, perms):
+        for j, (s, perm) in enumerate(zip(group, item_perms)):
+            v = score_math(s.text, it.answer) if perm is None else score_mc(s.text, int(it.answer), perm)
+            rows.append({"benchmark": name, "problem_id": it.id, "sample_idx": j, "correct": v.correct,
+                         "response_len": s.n_tokens, "extracted": v.extracted, "truncated": s.truncated,
+                         "response": s.text, "timed_out": v.timed_out,
+                         "shuffle_seed": ev.seed if perm is not None else None})
+    correct = np.array([r["correct"] for r in rows], dtype=bool).reshape(len(items), ev.k)
+    answers = [[r["extracted"] for r in rows[i * ev.k:(i + 1) * ev.k]] for i in range(len(items))]
+    by_k = benchmark_scores(correct, answers, n_boot=ev.bootstrap, seed=ev.seed)
+    common = {"n_problems": len(items), "n_samples": ev.k,
+              "mean_len": float(np.mean([r["response_len"] for r in rows])),
+              "truncated_frac": float(np.mean([r["truncated"] for r in rows])),
+              "timeout_frac": float(np.mean([r["timed_out"] for r in rows]))}
+    return rows, {k: {**v, **common} for k, v in by_k.items()}
+
+
+def load_items(name: str, ev: EvalConfig, task: TaskConfig) -> list[Item]:
+    items = (arithmetic_items(task) if name == ARITHMETIC else
+             benchmarks.load(name, path=ev.paths.get(name), revision=ev.revisions.get(name)))
+    return items[: ev.n_problems]
+
+
+def evaluate(backend: GenerationBackend, cfg: dict, step: int, *, results_root: Path, sweep: str, run_id: str,
+             eval_id: str, tokenizer=None) -> dict[str, dict[int, dict[str, float]]]:
+    task, ev = TaskConfig(**cfg["task"]), EvalConfig(**cfg["eval"])
+    # every dataset is checked before any generation: a missing one fails the job in seconds, not after hours
+    items = {name: load_items(name, ev, task) for name in ev.benchmarks}
+    key = {"run_id": run_id, "eval_id": eval_id, "sweep": sweep, "step": step}
+    results = {}
+    with MathVerifier(timeout_s=ev.verify_timeout_s) as verifier:
+        for name, its in items.items():
+            say(f"[bold cyan]eval {run_id}[/] {name}: {len(its)} problems x {ev.k} samples at T={ev.temperature}")
+            score = exact_boxed if name == ARITHMETIC else verifier.score
+            rows, by_k = run_benchmark(backend, name, its, ev, score, tokenizer)
+            file = f"{run_id}_{eval_id}_step{step:06d}_{name}"
+            write_rows(results_root, sweep, "eval_samples", file, [{**key, **r} for r in rows])
+            write_rows(results_root, sweep, "eval_scores", file,
+                       [{**key, "benchmark": name, "k": k, **v} for k, v in by_k.items()])
+            say(f"[bold cyan]eval {run_id}[/] {name}: avg@{ev.k}={by_k[1]['avg_at_k']:.3f} "
+                f"[{by_k[1]['avg_ci_low']:.3f}, {by_k[1]['avg_ci_high']:.3f}] "
+                f"pass@{ev.k}={by_k[ev.k]['pass_at_k']:.3f}")
+            results[name] = by_k
+    return results

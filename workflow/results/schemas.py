@@ -33,11 +33,15 @@ TRAIN_STEPS = pa.schema([
 EVAL_SAMPLES = pa.schema([
     ("run_id", S), ("eval_id", S), ("sweep", S), ("step", I), ("benchmark", S), ("problem_id", S),
     ("sample_idx", I), ("correct", B), ("response_len", I), ("extracted", S), ("truncated", B), ("response", S),
+    ("timed_out", B),  # math-verify gave up on this comparison (scored wrong)
+    ("shuffle_seed", I),  # multiple choice: options shown in option_permutation(n, shuffle_seed, id, sample_idx)
 ])
 
 EVAL_SCORES = pa.schema([
     ("run_id", S), ("eval_id", S), ("sweep", S), ("step", I), ("benchmark", S), ("k", I),
     ("avg_at_k", F), ("pass_at_k", F), ("n_problems", I), ("n_samples", I), ("mean_len", F), ("truncated_frac", F),
+    ("maj_at_k", F), ("avg_ci_low", F), ("avg_ci_high", F), ("pass_ci_low", F), ("pass_ci_high", F),  # 95% bootstrap
+    ("timeout_frac", F),
 ])
 
 TABLES: dict[str, pa.Schema] = {

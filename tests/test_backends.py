@@ -1,0 +1,58 @@
+"""Generation backends: vLLM exercised up to the LLM call with a stand-in; backend selection."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from workflow.eval.backends import VLLMBackend, resolve_backend, vllm_usable
+
+
+class FakeVLLM:
+    """Records what a real vllm module would receive and answers in vLLM's output structure."""
+
+    def __init__(self):
+        self.llm_kwargs = None
+        self.calls = []
+
+    def SamplingParams(self, **kw):  # noqa: N802 - mirrors vllm's class name
+        return SimpleNamespace(**kw)
+
+    def LLM(self, **kw):  # noqa: N802
+        self.llm_kwargs = kw
+        fake = self
+
+        class _LLM:
+            def generate(self, prompts, params, use_tqdm=True):
+                fake.calls.append((prompts, params))
+                return [SimpleNamespace(outputs=[
+                    SimpleNamespace(text=f"{p} -> \\boxed{{{j}}}", token_ids=list(range(j + 1)),
+                                    finish_reason="length" if j == params.n - 1 else "stop")
+                    for j in range(params.n)]) for p in prompts]
+        return _LLM()
+
+
+def test_vllm_backend_passes_settings_and_maps_outputs():
+    fake = FakeVLLM()
+    backend = VLLMBackend("/ckpt/step_000040", tensor_parallel_size=2, gpu_memory_utilization=0.7,
+                          max_model_len=4096, seed=3, vllm=fake)
+    assert fake.llm_kwargs == {"model": "/ckpt/step_000040", "tensor_parallel_size": 2,
+                               "gpu_memory_utilization": 0.7, "seed": 3, "dtype": "auto", "max_model_len": 4096}
+    out = backend.generate(["a", "b"], n=3, temperature=0.6, top_p=0.95, max_tokens=128, seed=7)
+    (prompts, params), = fake.calls
+    assert prompts == ["a", "b"]
+    assert vars(params) == {"n": 3, "temperature": 0.6, "top_p": 0.95, "max_tokens": 128, "seed": 7}
+    assert [[s.text for s in row] for row in out] == [[f"{p} -> \\boxed{{{j}}}" for j in range(3)] for p in "ab"]
+    assert [s.n_tokens for s in out[0]] == [1, 2, 3]
+    assert [s.truncated for s in out[0]] == [False, False, True]  # finish_reason "length" = hit max_tokens
+
+
+def test_backend_selection_on_this_machine():
+    assert resolve_backend("local") == "local"
+    assert resolve_backend("auto") == ("vllm" if vllm_usable() else "local")
+    if not vllm_usable():
+        with pytest.raises(RuntimeError, match="vllm is not installed or there is no CUDA device"):
+            resolve_backend("vllm")
+    with pytest.raises(ValueError):
+        resolve_backend("sglang")
