@@ -25,11 +25,16 @@ except SweepError as err:
 OUT = f"{RESULTS}/{SWEEP.name}"
 RUNS = SWEEP.by_run_id
 EVAL_OF = {r.eval_id: r for r in SWEEP.runs}
+# one eval job per (run, RL checkpoint step, benchmark group)
+EVAL_DONE = [f"{OUT}/eval/{r.run_id}/{r.eval_id}/step_{step}/{group}/DONE.json"
+             for r in SWEEP.runs for step, group in r.eval_jobs]
 
 wildcard_constraints:
     sft_id="[0-9a-f]{12}",
     run_id="[0-9a-f]{12}",
     eval_id="[0-9a-f]{12}",
+    step="[0-9]+",
+    group="[a-z]+",
 
 include: "rules/sft.smk"
 include: "rules/rl.smk"

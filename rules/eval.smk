@@ -1,13 +1,13 @@
-# Eval: the RL run's final checkpoint on the held-out problems.
+# Eval: one job per (RL checkpoint step, benchmark group) of each run; they start when the RL run is done.
 
 rule eval:
     input: f"{OUT}/rl/{{run_id}}/DONE.json"
-    output: f"{OUT}/eval/{{run_id}}/{{eval_id}}/DONE.json"
+    output: f"{OUT}/eval/{{run_id}}/{{eval_id}}/step_{{step}}/{{group}}/DONE.json"
     params:
         cfg=lambda wc: canonical_json(EVAL_OF[wc.eval_id].stage_config("eval")),
         label=lambda wc: EVAL_OF[wc.eval_id].label,
     threads: SWEEP.spec.resources.eval.threads
     shell:
         "{PYTHON:q} {STAGE:q} eval --sweep {SWEEP.name} --id {wildcards.eval_id} "
-        "--checkpoint-from {input:q} --label {params.label:q} --results {RESULTS:q} --threads {threads} "
-        "--config {params.cfg:q}"
+        "--checkpoint-from {input:q} --step {wildcards.step} --group {wildcards.group} "
+        "--label {params.label:q} --results {RESULTS:q} --threads {threads} --config {params.cfg:q}"

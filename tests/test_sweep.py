@@ -129,6 +129,9 @@ def test_stable_id_is_sha256_of_canonical_json():
     ("grid: {rl.sfpo.window: [1]}\n", "rl.sfpo.window: Input should be greater than or equal to 2"),
     ("grid: {rl.update: [ppo]}\n", "rl.update: Input should be 'grpo', 'sfpo' or 'gxpo'"),
     ("grid: {rl.gxpo.ratio_source: [hessian]}\n", "rl.gxpo.ratio_source: Input should be 'grad' or 'displacement'"),
+    ("grid: {eval.every: [3]}\n", "eval.every (3) must be a multiple of rl.checkpoint_every (2)"),
+    ("grid: {eval.benchmarks: [[math5000]]}\n", "unknown benchmark(s) ['math5000']"),
+    ("grid: {eval.benchmarks: [[math500]]}\n", "the local engine's tiny character-level models can only answer"),
     # varying an SFPO knob over GRPO runs makes identical runs: the error says so (use `when:`)
     ("grid: {rl.sfpo.K: [3, 5]}\n", "expand to the same run"),
 ])

@@ -85,3 +85,21 @@ def test_bad_sweep_fails_before_any_job_with_file_key_and_reason(tmp_path):
     assert not (tmp_path / "results").exists()
     missing = snakemake(tmp_path, tmp_path / "nope.yaml")
     assert missing.returncode != 0 and "nope.yaml: sweep file not found" in missing.stderr
+
+
+def test_intermediate_evals_every_n_steps(tmp_path):
+    sweep = write_sweep(tmp_path / "ev.yaml", "ev")
+    sweep.write_text(sweep.read_text().replace("eval: {k: 2, max_new_tokens: 16}",
+                                               "eval: {k: 2, max_new_tokens: 16, every: 2}"))
+    plan = snakemake(tmp_path, sweep, "-n")
+    assert planned_jobs(plan.stdout) == {"sft": 1, "rl": 1, "eval": 2, "aggregate": 1, "all": 1}, plan.stdout[-2000:]
+    res = snakemake(tmp_path, sweep)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = run_cli("--results", str(tmp_path / "results"), "query",
+                  "select distinct step, benchmark from eval_scores order by step", "--format", "json")
+    assert json.loads(out.stdout) == [{"step": 2, "benchmark": "arithmetic"}, {"step": 4, "benchmark": "arithmetic"}]
+    runs = run_cli("--results", str(tmp_path / "results"), "query",
+                   "select eval_step, eval_group, status from runs where stage = 'eval' order by eval_step",
+                   "--format", "json")
+    assert json.loads(runs.stdout) == [{"eval_step": 2, "eval_group": "arithmetic", "status": "completed"},
+                                       {"eval_step": 4, "eval_group": "arithmetic", "status": "completed"}]

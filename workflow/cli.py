@@ -105,8 +105,12 @@ def cmd_status(a) -> int:
         sft = (stage_state(stage_dir(root, sweep.name, "sft", r.sft_id), cfg.sft.steps, recorded, r.sft_id)
                if r.sft_id else "[dim]off[/]")
         rl = stage_state(stage_dir(root, sweep.name, "rl", r.run_id), cfg.rl.steps, recorded, r.run_id)
-        ev = stage_state(stage_dir(root, sweep.name, "eval", r.eval_id, r.run_id), None, recorded, r.eval_id)
-        n_evaluated += "done" in ev
+        jobs = r.eval_jobs
+        n_done = sum((stage_dir(root, sweep.name, "eval", r.eval_id, r.run_id, step, group) / "DONE.json").is_file()
+                     for step, group in jobs)
+        ev = ("[green]done[/]" if n_done == len(jobs) else f"[yellow]{n_done}/{len(jobs)} jobs[/]" if n_done
+              else "[dim]pending[/]")
+        n_evaluated += n_done == len(jobs)
         avg = scores.get(r.run_id)
         t.add_row(r.run_id, r.method, r.label, str(cfg.seed), sft, rl, ev, "" if avg is None else f"{avg:.3f}")
     Console(highlight=False).print(t)

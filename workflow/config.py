@@ -139,12 +139,13 @@ class EvalConfig(_Strict):
     tensor_parallel_size: PositiveInt = 1
     verify_timeout_s: PositiveFloat = 10.0  # per math-verify comparison; a timeout scores wrong
     bootstrap: PositiveInt = 1000  # resamples for the 95% intervals
+    every: PositiveInt | None = None  # also evaluate every N RL steps (a multiple of rl.checkpoint_every)
     seed: int = 0
 
     @model_validator(mode="after")
     def _known_benchmarks(self) -> "EvalConfig":
-        from workflow.eval.benchmarks import REGISTRY  # the registry imports nothing from here
-        known = {"arithmetic", *REGISTRY}
+        from workflow.eval.benchmarks import ARITHMETIC, REGISTRY  # the registry imports nothing from here
+        known = {ARITHMETIC, *REGISTRY}
         unknown = [b for b in [*self.benchmarks, *self.paths, *self.revisions] if b not in known]
         if unknown:
             raise ValueError(f"unknown benchmark(s) {unknown}; known: {', '.join(sorted(known))}")
@@ -169,6 +170,14 @@ class RunConfig(_Strict):
             raise ValueError(f"eval.benchmarks {real}: the local engine's tiny character-level models can only "
                              "answer the synthetic `arithmetic` set; real benchmarks need a model with a real "
                              "tokenizer (the verl engine)")
+        return self
+
+    @model_validator(mode="after")
+    def _evals_read_existing_checkpoints(self) -> "RunConfig":
+        every = self.eval.every
+        if every is not None and every % self.rl.checkpoint_every:
+            raise ValueError(f"eval.every ({every}) must be a multiple of rl.checkpoint_every "
+                             f"({self.rl.checkpoint_every}): evaluations read the RL checkpoints")
         return self
 
 

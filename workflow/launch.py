@@ -23,19 +23,22 @@ from typing import Any
 
 import torch
 
+from workflow.checkpoint import step_dir
 from workflow.config import EvalConfig
 from workflow.engines import TrainLog, get_engine
 from workflow.eval.backends import LocalBackend, VLLMBackend, resolve_backend
 from workflow.eval.benchmarks import DatasetUnavailable
 from workflow.eval.harness import evaluate
+from workflow.eval.plan import eval_groups
 from workflow.provenance import provenance
 from workflow.results.writer import write_rows
 from workflow.sweep.identity import canonical_json, stable_id
 
 
-def stage_dir(results_root: Path, sweep: str, stage: str, stage_id: str, run_id: str | None = None) -> Path:
+def stage_dir(results_root: Path, sweep: str, stage: str, stage_id: str, run_id: str | None = None,
+              step: int | None = None, group: str | None = None) -> Path:
     if stage == "eval":
-        return results_root / sweep / "eval" / str(run_id) / stage_id
+        return results_root / sweep / "eval" / str(run_id) / stage_id / f"step_{step}" / str(group)
     return results_root / sweep / stage / stage_id
 
 
@@ -67,15 +70,19 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 class _RunsRow:
     """The stage's row in `runs`, rewritten in place (atomically) as its status changes."""
 
-    def __init__(self, results_root: Path, sweep: str, stage: str, stage_id: str, cfg: dict, label: str | None):
+    def __init__(self, results_root: Path, sweep: str, stage: str, stage_id: str, cfg: dict, label: str | None,
+                 job: dict[str, Any] | None = None):
         parent = cfg.get("sft_id") if stage == "rl" else cfg.get("run_id")
         method = cfg["rl"]["update"] if stage == "rl" else stage
-        self.where = (results_root, sweep, "runs", f"{stage}_{stage_id}")
+        job = job or {}  # what tells apart the jobs of one stage id (an eval's step and benchmark group)
+        suffix = "".join(f"_{v}" for v in job.values())
+        self.where = (results_root, sweep, "runs", f"{stage}_{stage_id}{suffix}")
         self.started = dt.datetime.now(dt.timezone.utc)
         self.row = {"run_id": stage_id, "sweep": sweep, "stage": stage, "parent_id": parent, "method": method,
                     "label": label, "seed": cfg.get("seed", cfg.get("sft", {}).get("seed")),
                     "started_at": self.started, "config": canonical_json(cfg),
-                    **provenance(), **{k: v for k, v in flatten(cfg).items() if k not in ("sft_id", "run_id", "seed")}}
+                    **provenance(), **{k: v for k, v in flatten(cfg).items() if k not in ("sft_id", "run_id", "seed")},
+                    **job}
 
     def write(self, status: str, error: str | None = None) -> None:
         now = dt.datetime.now(dt.timezone.utc)
@@ -93,15 +100,25 @@ def make_backend(eval_cfg: dict, engine, ckpt: Path):
 
 
 def run_stage(stage: str, sweep: str, stage_id: str, cfg: dict, *, results_root: Path, init: Path | None = None,
-              checkpoint_from: Path | None = None, label: str | None = None) -> Path:
-    """Run one stage to completion; returns its DONE.json."""
+              checkpoint_from: Path | None = None, label: str | None = None, step: int | None = None,
+              group: str | None = None) -> Path:
+    """Run one stage to completion; returns its DONE.json. An eval job evaluates the RL checkpoint at `step` on
+    the benchmarks of `group` (default: the final checkpoint, every benchmark)."""
     if stable_id(cfg) != stage_id:  # the id IS the hash of the config: a mismatch means a stale or hand-made call
         raise ValueError(f"{stage} id {stage_id} does not match its config (hash {stable_id(cfg)})")
-    out_dir = stage_dir(results_root, sweep, stage, stage_id, cfg.get("run_id"))
+    job = {}
+    if stage == "eval":
+        step = step if step is not None else read_done(checkpoint_from)["step"]
+        groups = eval_groups(EvalConfig(**cfg["eval"]))
+        group = group or "all"
+        if group != "all" and group not in groups:
+            raise ValueError(f"eval group {group!r} has no benchmarks in this run (groups: {', '.join(groups)})")
+        job = {"eval_step": step, "eval_group": group}
+    out_dir = stage_dir(results_root, sweep, stage, stage_id, cfg.get("run_id"), step, group)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "config.json").write_text(json.dumps(cfg, indent=1, sort_keys=True))
     engine = get_engine(cfg["engine"]["name"])
-    runs = _RunsRow(results_root, sweep, stage, stage_id, cfg, label)
+    runs = _RunsRow(results_root, sweep, stage, stage_id, cfg, label, job)
     runs.write("running")
     try:
         if stage == "sft":
@@ -110,10 +127,11 @@ def run_stage(stage: str, sweep: str, stage_id: str, cfg: dict, *, results_root:
             init_ckpt = read_done(init)["checkpoint_path"] if init else None
             ckpt, step = engine.rl(cfg, init_ckpt, out_dir, TrainLog(results_root, sweep, "rl", stage_id)), None
         elif stage == "eval":
-            done = read_done(checkpoint_from)
-            ckpt, step = done["checkpoint_path"], done["step"]
+            ckpt = step_dir(Path(checkpoint_from).parent / "checkpoints", step)
+            if not (ckpt / "meta.json").is_file():
+                raise FileNotFoundError(f"no RL checkpoint at step {step}: {ckpt}")
             evaluate(make_backend(cfg["eval"], engine, ckpt), cfg, step, results_root=results_root, sweep=sweep,
-                     run_id=cfg["run_id"], eval_id=stage_id)
+                     run_id=cfg["run_id"], eval_id=stage_id, names=None if group == "all" else groups[group])
         else:
             raise ValueError(f"unknown stage {stage!r}")
     except BaseException as e:  # noqa: BLE001 - record why, then let it propagate
@@ -137,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", help="the stage config as JSON")
     p.add_argument("--init", type=Path, help="DONE.json of the SFT stage to start RL from")
     p.add_argument("--checkpoint-from", type=Path, help="DONE.json of the RL stage to evaluate")
+    p.add_argument("--step", type=int, help="eval: the RL checkpoint step (default: the final one)")
+    p.add_argument("--group", help="eval: the benchmark group (default: all benchmarks)")
     p.add_argument("--label")
     p.add_argument("--results", type=Path, default=Path(os.environ.get("RLSWEEP_RESULTS", "results")))
     p.add_argument("--threads", type=int, default=1)
@@ -152,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"{a.stage} needs --id and --config")
     try:
         run_stage(a.stage, a.sweep, a.id, json.loads(a.config), results_root=a.results, init=a.init,
-                  checkpoint_from=a.checkpoint_from, label=a.label)
+                  checkpoint_from=a.checkpoint_from, label=a.label, step=a.step, group=a.group)
     except DatasetUnavailable as e:  # a set-up problem with a clear fix: the message, not a traceback
         print(f"error: {e}", file=sys.stderr)
         return 1

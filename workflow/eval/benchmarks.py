@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal
 
+ARITHMETIC = "arithmetic"  # the synthetic held-out set of the local engine's task (not a dataset: no entry here)
+
 Kind = Literal["math", "mc"]
 Group = Literal["math", "ood", "extra"]
 

@@ -14,16 +14,13 @@ import numpy as np
 from workflow.config import EvalConfig, TaskConfig
 from workflow.eval import benchmarks
 from workflow.eval.backends import GenerationBackend
-from workflow.eval.benchmarks import Item
+from workflow.eval.benchmarks import ARITHMETIC, Item
 from workflow.eval.metrics import benchmark_scores
 from workflow.eval.prompts import render
 from workflow.eval.scoring import MathVerifier, Verdict, format_mc, option_permutation, score_mc
 from workflow.progress import say
 from workflow.results.writer import write_rows
 from workflow.tasks.arithmetic import split
-
-ARITHMETIC = "arithmetic"
-
 
 def arithmetic_items(task: TaskConfig) -> list[Item]:
     return [Item(id=p.id, question=p.prompt, answer=p.answer) for p in split(task).heldout]
@@ -79,10 +76,11 @@ def load_items(name: str, ev: EvalConfig, task: TaskConfig) -> list[Item]:
 
 
 def evaluate(backend: GenerationBackend, cfg: dict, step: int, *, results_root: Path, sweep: str, run_id: str,
-             eval_id: str, tokenizer=None) -> dict[str, dict[int, dict[str, float]]]:
+             eval_id: str, names: list[str] | None = None,
+             tokenizer=None) -> dict[str, dict[int, dict[str, float]]]:
     task, ev = TaskConfig(**cfg["task"]), EvalConfig(**cfg["eval"])
     # every dataset is checked before any generation: a missing one fails the job in seconds, not after hours
-    items = {name: load_items(name, ev, task) for name in ev.benchmarks}
+    items = {name: load_items(name, ev, task) for name in (names or ev.benchmarks)}
     key = {"run_id": run_id, "eval_id": eval_id, "sweep": sweep, "step": step}
     results = {}
     with MathVerifier(timeout_s=ev.verify_timeout_s) as verifier:

@@ -43,6 +43,12 @@ class Run:
     def stage_config(self, stage: str) -> dict[str, Any]:
         return stage_config(self.config, stage, sft_id=self.sft_id, run_id=self.run_id)
 
+    @property
+    def eval_jobs(self) -> list[tuple[int, str]]:
+        """(RL step, benchmark group) of each of this run's eval jobs."""
+        from workflow.eval.plan import eval_jobs
+        return eval_jobs(self.config)
+
 
 def stage_config(cfg: RunConfig, stage: str, *, sft_id: str | None = None, run_id: str | None = None) -> dict:
     """The part of a run's config that decides a stage's result; a stage's id is the hash of exactly this."""
