@@ -94,3 +94,17 @@ def test_query_cli_formats_and_errors(two_sweeps):
     assert table.returncode == 0 and "r3" in table.stdout and "3 rows" in table.stderr
     bad = run_cli("--results", str(two_sweeps), "query", "SELECT nope FROM eval_scores")
     assert bad.returncode == 2 and "error:" in bad.stderr and "nope" in bad.stderr
+
+
+def test_summary_reports_set_averages_only_when_a_set_is_complete(tmp_path):
+    from workflow.eval.benchmarks import MATH_SET
+    from workflow.results.summary import write_summary
+    write_rows(tmp_path, "s", "runs", "rl_r1", [dict(run_id="r1", sweep="s", stage="rl", method="grpo", label="x")])
+    rows = [dict(run_id="r1", sweep="s", step=5, benchmark=b, k=1, avg_at_k=0.1 * (i + 1), pass_at_k=0.5,
+                 n_samples=1, mean_len=3.0) for i, b in enumerate(MATH_SET)]
+    rows.append(dict(run_id="r1", sweep="s", step=5, benchmark="arc_c", k=1, avg_at_k=0.9, pass_at_k=0.9,
+                     n_samples=1, mean_len=3.0))
+    write_rows(tmp_path, "s", "eval_scores", "r1", rows)
+    text = write_summary(tmp_path, "s", tmp_path / "summary.md").read_text()
+    expected = sum(0.1 * (i + 1) for i in range(len(MATH_SET))) / len(MATH_SET)
+    assert f"| grpo | x | {expected:.3f} | — |" in text  # OOD set incomplete (only arc_c): no average

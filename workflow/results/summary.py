@@ -12,6 +12,8 @@ import pyarrow as pa
 from rich.console import Console
 from rich.table import Table
 
+from workflow.eval.benchmarks import MATH_SET, OOD_SET
+from workflow.eval.metrics import set_average
 from workflow.results.catalog import query
 
 _PER_SETTING = """
@@ -38,6 +40,23 @@ def summarize(results_root: str | Path, sweep: str) -> pa.Table:
     return query(_PER_SETTING, results_root, sweep)
 
 
+def _set_averages(rows: list[dict]) -> list[str]:
+    """The seeds' "Avg" columns: per setting, the unweighted mean avg@k over the math set and over the OOD set
+    (only when every benchmark of the set was evaluated)."""
+    by_setting: dict[tuple[str, str], dict[str, float]] = {}
+    for r in rows:
+        by_setting.setdefault((r["method"], r["label"] or ""), {})[r["benchmark"]] = r["avg_at_k"]
+    out = []
+    for (method, label), scores in sorted(by_setting.items()):
+        cells = [set_average(scores, MATH_SET), set_average(scores, OOD_SET)]
+        if any(c is not None for c in cells):
+            out.append(f"| {method} | {label} | " + " | ".join("—" if c is None else f"{c:.3f}" for c in cells) + " |")
+    if not out:
+        return []
+    return ["", f"Set averages of avg@k (math: {', '.join(MATH_SET)}; OOD: {', '.join(OOD_SET)}):", "",
+            "| method | setting | Avg math | Avg OOD |", "|---|---|---|---|", *out]
+
+
 def write_summary(results_root: str | Path, sweep: str, out: str | Path) -> Path:
     rows = summarize(results_root, sweep).to_pylist()
     lines = [f"# Sweep `{sweep}`", "",
@@ -55,6 +74,7 @@ def write_summary(results_root: str | Path, sweep: str, out: str | Path) -> Path
                  f"{r['pass_at_k']:.3f} ± {r['pass_at_k_std']:.3f}", f"{r['mean_len']:.1f}"]
         lines.append("| " + " | ".join(cells) + " |")
         table.add_row(*cells)
+    lines += _set_averages(rows)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.tmp"
