@@ -8,8 +8,9 @@ Names say which variant they are where the field disagrees (see shared notes on 
 40-problem AMC 2023 subset, `amc83` the full 83-problem AMC12 2022+2023 set; `minerva` is the 272-problem Minerva
 set, not lm-eval's `minerva_math` (= the whole MATH set with a Minerva prompt).
 
-Revisions: `revision=None` reads whatever the cache holds. Pin a commit for a paper run by passing `revision`
-(the eval config's `revision:`), so a dataset update on the Hub never changes your numbers silently.
+Revisions: an entry's `revision` pins the Hub commit; entries without one (all, so far: the build machines cannot
+reach the Hub to look them up) read whatever the cache holds. A sweep pins its own with `eval.revisions`, so a
+dataset update on the Hub never changes its numbers silently.
 """
 
 from __future__ import annotations
@@ -47,6 +48,9 @@ class Benchmark:
     keep: Callable[[dict[str, Any]], bool] = field(default=lambda r: True)
     template: str = "boxed"
     note: str = ""
+    # The Hub commit the numbers were validated on. None until someone with Hub access has checked one: then
+    # load() reads whatever the cache holds, and a sweep pins its own with eval.revisions.
+    revision: str | None = None
 
 
 class DatasetUnavailable(Exception):
@@ -177,7 +181,7 @@ def load(name: str, path: str | Path | None = None, revision: str | None = None,
          limit: int | None = None) -> list[Item]:
     """The benchmark's items, from `path` if given, else from the Hugging Face cache."""
     b = get(name)
-    records = read_records(path) if path else _hub_records(b, revision)
+    records = read_records(path) if path else _hub_records(b, revision or b.revision)
     items = []
     for i, r in enumerate(records):
         if not b.keep(r):
