@@ -50,7 +50,8 @@ def _set_averages(rows: list[dict]) -> list[str]:
     for (method, label), scores in sorted(by_setting.items()):
         cells = [set_average(scores, MATH_SET), set_average(scores, OOD_SET)]
         if any(c is not None for c in cells):
-            out.append(f"| {method} | {label} | " + " | ".join("—" if c is None else f"{c:.3f}" for c in cells) + " |")
+            shown = " | ".join("—" if c is None else f"{c:.3f}" for c in cells)
+            out.append(f"| {method} | {label} | {shown} |")
     if not out:
         return []
     return ["", f"Set averages of avg@k (math: {', '.join(MATH_SET)}; OOD: {', '.join(OOD_SET)}):", "",
