@@ -41,9 +41,10 @@ def test_adversarial_outputs_finish_in_bounded_time_and_score_wrong():
 
 
 def test_a_hung_comparison_is_abandoned_recorded_and_the_worker_restarts():
-    with MathVerifier(timeout_s=0.5) as v:
+    with MathVerifier(timeout_s=30.0) as v:
         v.equivalent("1", "1")  # warm the worker up (imports)
-        # a comparison that cannot finish in 0.5 s: a huge power tower for sympy to evaluate
+        # a power tower takes sympy far longer than 5 ms to parse and compare (seconds here)
+        v.timeout_s = 0.005
         ok, timed_out = v.equivalent("2", "2^{2^{2^{2^{2^{2^{2}}}}}}")
         assert (ok, timed_out) == (False, True)
         v.timeout_s = 30.0
