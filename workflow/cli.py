@@ -72,13 +72,13 @@ def _cell(v) -> str:
 
 
 # ----------------------------------------------------------------------------------------------------- status
-def stage_state(out_dir: Path, total_steps: int | None, status_by_id: dict[str, str], stage_id: str) -> str:
+def stage_state(out_dir: Path, total_steps: int, status_by_id: dict[str, str], stage_id: str) -> str:
     if (out_dir / "DONE.json").is_file():
         return "[green]done[/]"
     recorded = status_by_id.get(stage_id)
     if recorded in ("failed", "interrupted"):
         return f"[red]{recorded}[/]"
-    found = latest_checkpoint(out_dir / "checkpoints") if total_steps else None
+    found = latest_checkpoint(out_dir / "checkpoints")
     progress = f"step {found[0]}/{total_steps}" if found else None
     if recorded == "running":
         return f"[yellow]running{' ' + progress if progress else ''}[/]"

@@ -13,6 +13,7 @@ import numpy as np
 
 from workflow.config import EvalConfig, TaskConfig
 from workflow.eval import benchmarks
+from workflow.eval.answers import extract_boxed
 from workflow.eval.backends import GenerationBackend
 from workflow.eval.benchmarks import ARITHMETIC, Item
 from workflow.eval.metrics import benchmark_scores
@@ -28,7 +29,6 @@ def arithmetic_items(task: TaskConfig) -> list[Item]:
 
 def exact_boxed(response: str, gold: str) -> Verdict:
     """The synthetic task's own reward: the last \\boxed{} equals the answer string (what RL trained on)."""
-    from workflow.eval.answers import extract_boxed
     pred = extract_boxed(response)
     return Verdict(pred == gold, pred)
 
