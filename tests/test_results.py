@@ -108,3 +108,10 @@ def test_summary_reports_set_averages_only_when_a_set_is_complete(tmp_path):
     text = write_summary(tmp_path, "s", tmp_path / "summary.md").read_text()
     expected = sum(0.1 * (i + 1) for i in range(len(MATH_SET))) / len(MATH_SET)
     assert f"| grpo | x | {expected:.3f} | — |" in text  # OOD set incomplete (only arc_c): no average
+
+
+def test_results_option_works_before_and_after_the_subcommand(two_sweeps):
+    sql = "SELECT count(*) AS n FROM eval_scores"
+    before = run_cli("--results", str(two_sweeps), "query", sql, "--format", "json")
+    after = run_cli("query", sql, "--format", "json", "--results", str(two_sweeps))
+    assert json.loads(before.stdout) == json.loads(after.stdout) == [{"n": 3}]
