@@ -152,3 +152,25 @@ def test_rule_knobs_vary_only_where_the_rule_applies(tmp_path):
         by_rule.setdefault(r.method, []).append(r)
     assert {k: len(v) for k, v in by_rule.items()} == {"grpo": 1, "sfpo": 2, "gxpo": 3}
     assert len(sweep.sft_configs) == 1
+
+
+@pytest.mark.parametrize("body, expected", [
+    ("resources: {rl: {time: 25h}}\n", "resources.rl.time: Value error, '25h' is not a time limit"),
+    ("resources: {sft: {mem: lots}}\n", "resources.sft.mem: Value error, 'lots' is not a memory size"),
+    ("resources: {eval: {sbatch_extra: [gres=gpu:1]}}\n", "must be a long flag"),
+    ("resources: {rl: {gpus_per_node: -1}}\n", "resources.rl.gpus_per_node: Input should be greater than or equal"),
+    ("resources: {train: {threads: 2}}\n", "resources.train: unknown key"),
+])
+def test_resources_are_validated_before_anything_runs(tmp_path, body, expected):
+    msg = errors_of(write_sweep(tmp_path / "r.yaml", "r", body))
+    assert expected in msg, msg
+
+
+def test_resources_do_not_change_run_ids_and_convert_for_schedulers(tmp_path):
+    a = load_sweep(write_sweep(tmp_path / "a.yaml", "a", ""))
+    b = load_sweep(write_sweep(tmp_path / "b.yaml", "a", "resources: {rl: {threads: 4, time: '1-02:30:00', "
+                                                          "mem: 64G, partition: gpu}}\n"))
+    assert [r.run_id for r in a.runs] == [r.run_id for r in b.runs]
+    rl = b.spec.resources.rl
+    assert (rl.time_minutes, rl.mem_gb, rl.threads) == (24 * 60 + 150, 64, 4)
+    assert a.spec.resources.sft.gpus_per_node == 1 and a.spec.resources.sft.time == "12:00:00"

@@ -47,14 +47,68 @@ class ConditionalAxis(_Strict):
     when: dict[str, Any] = Field(default_factory=dict)
 
 
+_TIME = re.compile(r"^(?:(\d+)-)?(\d{1,3}):([0-5]\d):([0-5]\d)$")  # [D-]HH:MM:SS, as sbatch --time takes it
+_MEM = re.compile(r"^(\d+)([KMGT]?)$")
+
+
 class StageResources(_Strict):
-    threads: PositiveInt = 1
+    """How one stage's jobs run. Locally only `threads` matters (torch threads); on SLURM every field becomes a
+    job option. Never part of a run's identity."""
+
+    threads: PositiveInt = 1  # torch threads; also the default cpus per task
+    gpus_per_node: int = Field(0, ge=0)
+    nodes: PositiveInt = 1
+    cpus_per_task: PositiveInt | None = None  # None = threads
+    mem: str | None = None  # per node, sbatch style: 64G, 500M
+    time: str = "04:00:00"  # [D-]HH:MM:SS
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    exclusive: bool = False
+    sbatch_extra: list[str] = Field(default_factory=list)  # further sbatch flags, e.g. ["--reservation=abc"]
+
+    @field_validator("time")
+    @classmethod
+    def _time(cls, v: str) -> str:
+        if not _TIME.match(v):
+            raise ValueError(f"{v!r} is not a time limit of the form [D-]HH:MM:SS")
+        return v
+
+    @field_validator("mem")
+    @classmethod
+    def _mem(cls, v: str | None) -> str | None:
+        if v is not None and not _MEM.match(v):
+            raise ValueError(f"{v!r} is not a memory size like 64G, 500M or 1024 (MB)")
+        return v
+
+    @field_validator("sbatch_extra")
+    @classmethod
+    def _flags(cls, v: list[str]) -> list[str]:
+        bad = [f for f in v if not f.startswith("--")]
+        if bad:
+            raise ValueError(f"{bad}: each extra sbatch option must be a long flag (--name=value)")
+        return v
+
+    @property
+    def time_minutes(self) -> int:
+        d, h, m, s = _TIME.match(self.time).groups()
+        return int(d or 0) * 1440 + int(h) * 60 + int(m) + (1 if int(s) else 0)
+
+    @property
+    def mem_gb(self) -> float | None:
+        if self.mem is None:
+            return None
+        n, unit = _MEM.match(self.mem).groups()
+        return int(n) * {"K": 2**-20, "": 2**-10, "M": 2**-10, "G": 1, "T": 1024}[unit]
 
 
 class Resources(_Strict):
-    sft: StageResources = StageResources(threads=2)
-    rl: StageResources = StageResources(threads=1)
-    eval: StageResources = StageResources(threads=1)
+    """Per-stage defaults for a GPU cluster; a local run uses only the threads."""
+
+    sft: StageResources = StageResources(threads=2, gpus_per_node=1, time="12:00:00")
+    rl: StageResources = StageResources(threads=1, gpus_per_node=1, time="24:00:00")
+    eval: StageResources = StageResources(threads=1, gpus_per_node=1, time="04:00:00")
 
 
 class SweepSpec(_Strict):
