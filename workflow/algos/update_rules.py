@@ -161,11 +161,15 @@ class _Rule:
         norm, _ = clip_and_step(params, optimizer, self.max_grad_norm, process_group(params))
         return StepStats(loss=float(loss.detach()), grad_norm=norm, backward_passes=1, optimizer_steps=1)
 
+    # Rules with a gate (SFPO, GXPO) checkpoint it, so a restarted stage keeps its window and stays tripped.
+    gate: ZGate | None = None
+
     def state_dict(self) -> dict:
-        return {}
+        return {"gate": self.gate.state_dict()} if self.gate is not None else {}
 
     def load_state_dict(self, state: dict) -> None:
-        pass
+        if self.gate is not None and "gate" in state:
+            self.gate.load_state_dict(state["gate"])
 
 
 class GRPOStep(_Rule):
@@ -216,13 +220,6 @@ class SFPO(_Rule):
         clip_and_step(params, optimizer, self.max_grad_norm, group)
         return StepStats(loss=loss, grad_norm=norm, backward_passes=self.K + 1, optimizer_steps=self.K + 1,
                          alpha=self.alpha, z=gate.z)
-
-    def state_dict(self) -> dict:
-        return {"gate": self.gate.state_dict()}
-
-    def load_state_dict(self, state: dict) -> None:
-        if "gate" in state:
-            self.gate.load_state_dict(state["gate"])
 
 
 # --------------------------------------------------------------------------------------------------------- GXPO
@@ -389,13 +386,6 @@ class GXPO(_Rule):
              if sample.numel() else [math.nan] * 3)
         return {"gxpo_ratio_p10": q[0], "gxpo_ratio_p50": q[1], "gxpo_ratio_p90": q[2],
                 "gxpo_scale_mean": float(sums[0] / sums[2]), "gxpo_inactive_frac": float(1.0 - sums[1] / sums[2])}
-
-    def state_dict(self) -> dict:
-        return {"gate": self.gate.state_dict()}
-
-    def load_state_dict(self, state: dict) -> None:
-        if "gate" in state:
-            self.gate.load_state_dict(state["gate"])
 
 
 def make_update_rule(rl_cfg) -> _Rule:
