@@ -1,5 +1,9 @@
 # Aggregate: the sweep's summary table (mean ± std over seeds), from SQL over its Parquet tables.
 
+# DuckDB over the sweep's tables takes seconds: on a cluster it runs where Snakemake runs instead of queueing.
+localrules: aggregate
+
+
 rule aggregate:
     input: EVAL_DONE
     output: f"{OUT}/summary.md"

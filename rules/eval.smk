@@ -7,6 +7,7 @@ rule eval:
         cfg=lambda wc: canonical_json(EVAL_OF[wc.eval_id].stage_config("eval")),
         label=lambda wc: EVAL_OF[wc.eval_id].label,
     threads: SWEEP.spec.resources.eval.threads
+    resources: **SWEEP.spec.resources.eval.snakemake_resources()
     shell:
         "{PYTHON:q} {STAGE:q} eval --sweep {SWEEP.name} --id {wildcards.eval_id} "
         "--checkpoint-from {input:q} --step {wildcards.step} --group {wildcards.group} "

@@ -13,6 +13,7 @@ rule rl:
         init=lambda wc, input: f"--init {input[0]}" if input else "",
         label=lambda wc: RUNS[wc.run_id].label,
     threads: SWEEP.spec.resources.rl.threads
+    resources: **SWEEP.spec.resources.rl.snakemake_resources()
     shell:
         "{PYTHON:q} {STAGE:q} rl --sweep {SWEEP.name} --id {wildcards.run_id} {params.init} "
         "--label {params.label:q} --results {RESULTS:q} --threads {threads} --config {params.cfg:q}"

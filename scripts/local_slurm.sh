@@ -11,6 +11,7 @@
 #   RLSWEEP_SLURM_ACCOUNTING=slurmdbd      slurmdbd + MariaDB (unix socket only) so `sacct` works; `none` skips both
 #   RLSWEEP_SLURM_CPUS=<n>                 CPUs the node advertises (default nproc; more = oversubscribe)
 #   RLSWEEP_SLURM_GPUS=2                   fake GPUs (char devices aliasing /dev/null) so --gres=gpu:N schedules
+#   RLSWEEP_SLURM_MAX_ARRAY_SIZE=1001      MaxArraySize (tests lower it to see arrays split)
 #
 # Everything listens on 127.0.0.1 only (CommunicationParameters=NoInAddrAny), so `hostname` must resolve to 127.x.
 set -euo pipefail
@@ -18,6 +19,7 @@ set -euo pipefail
 DIR=${RLSWEEP_SLURM_DIR:-/tmp/rlsweep-slurm}
 ACCOUNTING=${RLSWEEP_SLURM_ACCOUNTING:-slurmdbd}
 GPUS=${RLSWEEP_SLURM_GPUS:-2}
+MAX_ARRAY_SIZE=${RLSWEEP_SLURM_MAX_ARRAY_SIZE:-1001}
 CLUSTER=rlsweep
 NODE=$(hostname -s)
 
@@ -91,6 +93,7 @@ DefMemPerCPU=1000
 SchedulerType=sched/backfill
 SchedulerParameters=batch_sched_delay=0,sched_min_interval=0
 MinJobAge=300
+MaxArraySize=$MAX_ARRAY_SIZE
 KillWait=5
 ReturnToService=2
 MpiDefault=none

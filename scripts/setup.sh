@@ -35,5 +35,8 @@ else
 fi
 
 echo "setup: installing rlsweep$EXTRAS (editable)"
-"${PIP[@]}" install --quiet -e ".$EXTRAS"
+# compat mode = a plain path entry for the checkout: Snakemake discovers executor plugins with
+# pkgutil.iter_modules(), which does not see setuptools' default (finder-based) editable installs, and
+# `--executor rlsweep-slurm` (profiles/slurm) must find snakemake_executor_plugin_rlsweep_slurm/.
+"${PIP[@]}" install --quiet -e ".$EXTRAS" --config-settings editable_mode=compat
 "$VENV/bin/python" -c 'import torch, workflow; print(f"setup: ok (torch {torch.__version__}, rlsweep {workflow.__version__})")'

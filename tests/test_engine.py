@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -157,3 +158,58 @@ def test_rl_stage_with_sfpo_and_gxpo_records_accounting_and_diagnostics(sft_done
     state = torch.load(ckpt / "trainer_state.pt", weights_only=False)
     assert state["scheduler"]["last_epoch"] == 4
     assert "gate" in state["rule"]  # the gate's window survives a restart
+
+
+def test_rl_preempted_by_signal_checkpoints_that_step_then_resumes_exactly(sft_done, tmp_path):
+    """SLURM's warning signal (USR2, what submitit uses) mid-run: the stage checkpoints the step it is in, off the
+    checkpoint interval, exits 75 and is recorded as preempted; a second copy of the run meanwhile is refused by the
+    run lock; the re-run resumes from the signal's checkpoint to the same weights as an uninterrupted run."""
+    sft, cfg = sft_done
+    rcfg = stage_config(cfg, "rl", sft_id=json.loads(sft.read_text())["id"])
+    run_id = stable_id(rcfg)
+    ref_done = run_stage("rl", "pre", run_id, rcfg, results_root=tmp_path / "ref", init=sft)
+
+    root = tmp_path / "preempted"
+    cmd = [sys.executable, "scripts/stage.py", "rl", "--sweep", "pre", "--id", run_id, "--init", str(sft),
+           "--results", str(root), "--config", json.dumps(rcfg)]
+    run_dir = root / "pre" / "rl" / run_id
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while not (run_dir / "checkpoints" / "step_000003").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "stage ended before its first checkpoint"
+        time.sleep(0.01)
+
+    twin = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert twin.returncode == 1
+    assert f"rl {run_id} is already running: pid {proc.pid} on" in twin.stderr and "RUNNING.lock" in twin.stderr
+
+    os.kill(proc.pid, signal.SIGUSR2)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 75, out
+    stopped = int(re.search(r"after checkpointing step (\d+)", out).group(1))
+    assert 3 < stopped < RL["steps"]
+    assert (run_dir / "checkpoints" / f"step_{stopped:06d}").is_dir()  # this step, whatever the interval says
+    assert not (run_dir / "RUNNING.lock").exists()
+    assert query("SELECT status FROM runs WHERE stage = 'rl'", root).column("status").to_pylist() == ["preempted"]
+
+    second = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stderr
+    assert f"resuming from checkpoint at step {stopped}/{RL['steps']}" in second.stderr
+    ref_w, got_w = _final_weights(ref_done), _final_weights(run_dir / "DONE.json")
+    assert all(torch.equal(ref_w[k], got_w[k]) for k in ref_w)
+    steps = query("SELECT step FROM train_steps WHERE stage = 'rl' ORDER BY step", root).column("step").to_pylist()
+    assert steps == list(range(1, RL["steps"] + 1))
+    assert query("SELECT status FROM runs WHERE stage = 'rl'", root).column("status").to_pylist() == ["completed"]
+
+
+def test_resume_discards_rows_flushed_after_the_checkpoint_it_resumes_from(tmp_path):
+    """An attempt that flushed steps 4-6 and died before saving step 6's checkpoint: the resumed run recomputes
+    them, so the old file must go (a preemption may flush them again under another range, e.g. 4-5)."""
+    from workflow.engines.base import TrainLog
+    log = TrainLog(tmp_path, "s", "rl", "abc")
+    for first, last in ((1, 3), (4, 6)):
+        for step in range(first, last + 1):
+            log.record(step=step, loss=0.0)
+        log.flush()
+    log.discard_after(3)
+    assert query("SELECT step FROM train_steps ORDER BY step", tmp_path).column("step").to_pylist() == [1, 2, 3]

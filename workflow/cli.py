@@ -4,6 +4,8 @@
     rlsweep status SWEEP.yaml            each run's stage states (pending / step n/N / running / failed / done)
     rlsweep query "SQL" [--sweep NAME] [--format table|csv|json]
                                          read-only DuckDB over the views runs, train_steps, eval_samples, eval_scores
+    rlsweep profile install [--partition P] [--account A] [--qos Q] [--name slurm]
+                                         install profiles/slurm as your Snakemake profile: `snakemake --profile slurm`
 """
 
 from __future__ import annotations
@@ -130,6 +132,31 @@ def cmd_validate(a) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------------------------------- profile
+PROFILE_SOURCE = Path(__file__).resolve().parent.parent / "profiles" / "slurm" / "config.yaml"
+
+
+def profile_home() -> Path:
+    """Where `snakemake --profile NAME` looks after the current directory (Snakemake uses the XDG config dir)."""
+    return Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "snakemake"
+
+
+def cmd_profile_install(a) -> int:
+    text = PROFILE_SOURCE.read_text()
+    settings = {"partition": a.partition, "account": a.account, "qos": a.qos}
+    filled = [f"rlsweep-slurm-{k}: {v}" for k, v in settings.items() if v]
+    if filled:
+        text += "# this cluster's defaults (a stage's own resources in the sweep win)\n" + "\n".join(filled) + "\n"
+    target = profile_home() / a.name / "config.yaml"
+    if target.exists() and target.read_text() != text and not a.force:
+        _err.print(f"error: {target} exists and differs; not overwriting it (use --force to replace it)")
+        return 2
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text)
+    _err.print(f"installed {target}\nrun a sweep on SLURM with: snakemake --profile {a.name} --config sweep=SWEEP.yaml")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="rlsweep", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--results", help="results directory (default: $RLSWEEP_RESULTS or ./results)")
@@ -148,6 +175,15 @@ def main(argv: list[str] | None = None) -> int:
     v = sub.add_parser("validate", help="expand and validate a sweep file without running anything")
     v.add_argument("sweep_file")
     v.set_defaults(fn=cmd_validate)
+    pr = sub.add_parser("profile", help="manage the Snakemake profile for SLURM")
+    prs = pr.add_subparsers(dest="action", required=True)
+    pi = prs.add_parser("install", help="write profiles/slurm as a user profile with your cluster's names")
+    pi.add_argument("--partition", help="default partition (a stage's `resources.<stage>.partition` wins)")
+    pi.add_argument("--account", help="default account")
+    pi.add_argument("--qos", help="default QOS")
+    pi.add_argument("--name", default="slurm", help="profile name (default: slurm -> `snakemake --profile slurm`)")
+    pi.add_argument("--force", action="store_true", help="replace an existing, different profile of that name")
+    pi.set_defaults(fn=cmd_profile_install)
     a = p.parse_args(argv)
     try:
         return a.fn(a)

@@ -16,6 +16,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import Any
 
 import torch
 
+from workflow import preemption
 from workflow.checkpoint import step_dir
 from workflow.config import EvalConfig
 from workflow.engines import TrainLog, get_engine
@@ -30,8 +32,10 @@ from workflow.eval.backends import LocalBackend, VLLMBackend, resolve_backend
 from workflow.eval.benchmarks import DatasetUnavailable
 from workflow.eval.harness import evaluate
 from workflow.eval.plan import eval_groups
+from workflow.preemption import EXIT_PREEMPTED, Preempted
 from workflow.provenance import provenance
 from workflow.results.writer import write_rows
+from workflow.runlock import RunLocked, run_lock
 from workflow.sweep.identity import canonical_json, stable_id
 
 
@@ -116,6 +120,14 @@ def run_stage(stage: str, sweep: str, stage_id: str, cfg: dict, *, results_root:
         job = {"eval_step": step, "eval_group": group}
     out_dir = stage_dir(results_root, sweep, stage, stage_id, cfg.get("run_id"), step, group)
     out_dir.mkdir(parents=True, exist_ok=True)
+    with run_lock(out_dir, f"{stage} {stage_id}" + "".join(f" {k}={v}" for k, v in job.items())):
+        return _run_locked(stage, sweep, stage_id, cfg, out_dir, results_root=results_root, init=init,
+                           checkpoint_from=checkpoint_from, label=label, step=step, group=group, job=job)
+
+
+def _run_locked(stage: str, sweep: str, stage_id: str, cfg: dict, out_dir: Path, *, results_root: Path,
+                init: Path | None, checkpoint_from: Path | None, label: str | None, step: int | None,
+                group: str | None, job: dict) -> Path:
     (out_dir / "config.json").write_text(json.dumps(cfg, indent=1, sort_keys=True))
     engine = get_engine(cfg["engine"]["name"])
     runs = _RunsRow(results_root, sweep, stage, stage_id, cfg, label, job)
@@ -131,11 +143,13 @@ def run_stage(stage: str, sweep: str, stage_id: str, cfg: dict, *, results_root:
             if not (ckpt / "meta.json").is_file():
                 raise FileNotFoundError(f"no RL checkpoint at step {step}: {ckpt}")
             evaluate(make_backend(cfg["eval"], engine, ckpt), cfg, step, results_root=results_root, sweep=sweep,
-                     run_id=cfg["run_id"], eval_id=stage_id, names=None if group == "all" else groups[group])
+                     run_id=cfg["run_id"], eval_id=stage_id, names=None if group == "all" else eval_groups(EvalConfig(**cfg["eval"]))[group])
         else:
             raise ValueError(f"unknown stage {stage!r}")
     except BaseException as e:  # noqa: BLE001 - record why, then let it propagate
-        runs.write("interrupted" if isinstance(e, KeyboardInterrupt) else "failed", f"{type(e).__name__}: {e}")
+        status = ("preempted" if isinstance(e, Preempted) else
+                  "interrupted" if isinstance(e, (KeyboardInterrupt, Terminated)) else "failed")
+        runs.write(status, f"{type(e).__name__}: {e}")
         raise
     if step is None:
         step = json.loads((Path(ckpt) / "meta.json").read_text())["step"]
@@ -145,6 +159,14 @@ def run_stage(stage: str, sweep: str, stage_id: str, cfg: dict, *, results_root:
                                   "finished_at": dt.datetime.now(dt.timezone.utc).isoformat()})
     runs.write("completed")
     return done_path
+
+
+class Terminated(Exception):
+    """SIGTERM arrived (scancel, a hard requeue, a node going down): unwind so the runs row says so."""
+
+
+def _terminated(signum, frame) -> None:
+    raise Terminated()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -170,11 +192,19 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not a.id or not a.config:
         p.error(f"{a.stage} needs --id and --config")
+    preemption.install()  # checkpoint and stop at the next step boundary on SLURM's warning signal
+    signal.signal(signal.SIGTERM, _terminated)  # scancel / hard requeue: record "interrupted", then go
     try:
         run_stage(a.stage, a.sweep, a.id, json.loads(a.config), results_root=a.results, init=a.init,
                   checkpoint_from=a.checkpoint_from, label=a.label, step=a.step, group=a.group)
-    except DatasetUnavailable as e:  # a set-up problem with a clear fix: the message, not a traceback
+    except (DatasetUnavailable, RunLocked) as e:  # a set-up problem with a clear fix: the message, not a traceback
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except Preempted as e:
+        print(f"{a.stage} {a.id}: {e}; it resumes from there when run again", file=sys.stderr)
+        return EXIT_PREEMPTED
+    except Terminated:
+        print(f"{a.stage} {a.id}: terminated (SIGTERM); it resumes from its newest checkpoint", file=sys.stderr)
+        return 128 + signal.SIGTERM
     print(f"{a.stage} {a.id} done in {time.monotonic() - t0:.1f}s", file=sys.stderr)
     return 0

@@ -39,5 +39,6 @@ def provenance() -> dict:
         "slurm_array_index": _int_env("SLURM_ARRAY_TASK_ID"),
         "slurm_node": os.environ.get("SLURMD_NODENAME"),
         "slurm_partition": os.environ.get("SLURM_JOB_PARTITION"),
-        "requeue_count": _int_env("SLURM_RESTART_COUNT"),
+        # SLURM sets SLURM_RESTART_COUNT only once a job has been requeued; under SLURM its absence means 0
+        "requeue_count": _int_env("SLURM_RESTART_COUNT") or (0 if os.environ.get("SLURM_JOB_ID") else None),
     }

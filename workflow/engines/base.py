@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from workflow.results.writer import write_rows
+from workflow.results.writer import table_dir, write_rows
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,16 @@ class TrainLog:
 
     def record(self, **row: Any) -> None:
         self.pending.append({"run_id": self.run_id, "sweep": self.sweep, "stage": self.stage, **row})
+
+    def discard_after(self, step: int) -> None:
+        """On resume from the checkpoint at `step`: delete this run's files that start after it. An earlier
+        attempt may have flushed steps and died before saving the checkpoint that follows them; the resumed run
+        recomputes those steps and may flush them under another range (a preemption checkpoints off the
+        interval), so without this they would appear twice."""
+        for f in table_dir(self.results_root, self.sweep, "train_steps").glob(f"{self.stage}_{self.run_id}_*.parquet"):
+            first = int(f.stem.rsplit("_", 1)[1].split("-")[0])
+            if first > step:
+                f.unlink()
 
     def flush(self) -> None:
         if not self.pending:

@@ -16,6 +16,7 @@ import torch
 from transformers import Qwen2ForCausalLM
 from transformers.utils import logging as hf_logging
 
+from workflow import preemption
 from workflow.algos.losses import (clipped_policy_loss, group_advantages, kl_k3, sft_loss, token_entropy,
                                    token_logprobs, token_weights)
 from workflow.algos.schedules import constant, warmup_cosine
@@ -92,6 +93,7 @@ class _Trainer:
         if found is None:
             return 0
         step, path = found
+        self.log.discard_after(step)  # rows of steps that the resumed run recomputes (see TrainLog)
         self.model.load_state_dict(load_model(path).state_dict())
         state = load_trainer_state(path)
         self.opt.load_state_dict(state["optimizer"])
@@ -102,12 +104,17 @@ class _Trainer:
         return step
 
     def maybe_checkpoint(self) -> None:
-        if self.step % self.every == 0 or self.step == self.total:
+        """Checkpoint on the interval and at the end; when the cluster asked us to stop (preemption, time
+        limit), checkpoint this step whatever the interval and raise Preempted so the requeued job resumes here."""
+        stop = preemption.requested() and self.step < self.total
+        if self.step % self.every == 0 or self.step == self.total or stop:
             self.log.flush()
             state = {"optimizer": self.opt.state_dict(), "scheduler": self.sched.state_dict(),
                      "rule": self.rule.state_dict() if self.rule is not None else {}}
             save_checkpoint(self.ckpt_root, self.step, self.model, state,
                             {"run_id": self.log.run_id, "stage": self.log.stage, "total_steps": self.total})
+        if stop:
+            raise preemption.Preempted(self.step)
 
     def final(self) -> Path:
         found = latest_checkpoint(self.ckpt_root)

@@ -20,11 +20,12 @@ Every problem is reported as `<file>: <key path>: <reason>` before any job start
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator, model_validator
 
 
 class SweepError(Exception):
@@ -95,6 +96,23 @@ class StageResources(_Strict):
         d, h, m, s = _TIME.match(self.time).groups()
         return int(d or 0) * 1440 + int(h) * 60 + int(m) + (1 if int(s) else 0)
 
+    def snakemake_resources(self) -> dict[str, int | str]:
+        """The rule's `resources:` (what the SLURM executor turns into sbatch options, see workflow/slurm/params.py);
+        unset options are left out so the cluster's defaults apply."""
+        res: dict[str, int | str] = {"runtime": self.time_minutes, "nodes": self.nodes,
+                                     "gpus_per_node": self.gpus_per_node,
+                                     "cpus_per_task": self.cpus_per_task or self.threads,
+                                     "exclusive": int(self.exclusive)}
+        if self.mem is not None:
+            res["mem_mb"] = int(self.mem_gb * 1024)
+        for key, value in (("slurm_partition", self.partition), ("slurm_account", self.account),
+                           ("qos", self.qos), ("constraint", self.constraint)):
+            if value:
+                res[key] = value
+        if self.sbatch_extra:
+            res["slurm_extra"] = " ".join(shlex.quote(f) for f in self.sbatch_extra)
+        return res
+
     @property
     def mem_gb(self) -> float | None:
         if self.mem is None:
@@ -103,12 +121,28 @@ class StageResources(_Strict):
         return int(n) * {"K": 2**-20, "": 2**-10, "M": 2**-10, "G": 1, "T": 1024}[unit]
 
 
-class Resources(_Strict):
-    """Per-stage defaults for a GPU cluster; a local run uses only the threads."""
+_STAGE_DEFAULTS = {  # a GPU cluster's sane defaults per stage; a local run uses only the threads
+    "sft": {"threads": 2, "gpus_per_node": 1, "time": "12:00:00"},
+    "rl": {"threads": 1, "gpus_per_node": 1, "time": "24:00:00"},
+    "eval": {"threads": 1, "gpus_per_node": 1, "time": "04:00:00"},
+}
 
-    sft: StageResources = StageResources(threads=2, gpus_per_node=1, time="12:00:00")
-    rl: StageResources = StageResources(threads=1, gpus_per_node=1, time="24:00:00")
-    eval: StageResources = StageResources(threads=1, gpus_per_node=1, time="04:00:00")
+
+class Resources(_Strict):
+    """Per-stage job resources. A stage block in the sweep changes only the keys it names: `rl: {time: 02:00:00}`
+    keeps the RL stage's default GPU."""
+
+    sft: StageResources = StageResources(**_STAGE_DEFAULTS["sft"])
+    rl: StageResources = StageResources(**_STAGE_DEFAULTS["rl"])
+    eval: StageResources = StageResources(**_STAGE_DEFAULTS["eval"])
+
+    @model_validator(mode="before")
+    @classmethod
+    def _over_stage_defaults(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            return {k: {**_STAGE_DEFAULTS[k], **v} if k in _STAGE_DEFAULTS and isinstance(v, dict) else v
+                    for k, v in data.items()}
+        return data
 
 
 class SweepSpec(_Strict):

@@ -1,0 +1,204 @@
+"""Against a real SLURM (scripts/local_slurm.sh: one node on loopback, fake GPUs, slurmdbd): sweeps run through
+`snakemake --profile profiles/slurm`, a running RL job survives a preemption signal and a hard requeue with every
+step recorded once and the weights of an uninterrupted run, and a job that fails for good is reported with its
+log while the rest of the DAG goes on.
+
+The cluster: an answering `sinfo` is used as it is; otherwise, as root, the fixture starts the project's local
+cluster (MaxArraySize 3, so arrays split) and stops it afterwards. Without either the tests skip, unless
+RLSWEEP_REQUIRE_SLURM=1 (CI), where that is a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from conftest import REPO, run_cli, write_sweep
+from workflow.launch import run_stage
+from workflow.slurm import cluster
+from workflow.sweep import load_sweep
+
+pytestmark = pytest.mark.slurm
+
+
+def _answers() -> bool:
+    try:
+        return subprocess.run(["sinfo", "-h"], capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    started = False
+    if not _answers():
+        why = None if os.geteuid() == 0 and shutil.which("apt-get") else "needs root and apt-get to start one"
+        if why is None:
+            out = subprocess.run([str(REPO / "scripts" / "local_slurm.sh"), "start"], capture_output=True,
+                                 text=True, env={**os.environ, "RLSWEEP_SLURM_MAX_ARRAY_SIZE": "3"}, timeout=600)
+            why = None if out.returncode == 0 else f"local_slurm.sh start failed:\n{out.stdout}\n{out.stderr}"
+            started = out.returncode == 0
+        if why:
+            if os.environ.get("RLSWEEP_REQUIRE_SLURM") == "1":
+                pytest.fail(f"no SLURM cluster: {why}")
+            pytest.skip(f"no SLURM cluster: {why}")
+    cluster.max_array_size.cache_clear()
+    yield
+    if started:
+        subprocess.run([str(REPO / "scripts" / "local_slurm.sh"), "stop"], capture_output=True, timeout=120)
+
+
+def snakemake_slurm(workdir: Path, sweep: Path, *extra: str, background: bool = False):
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--profile",
+           str(REPO / "profiles" / "slurm"), "-d", str(workdir), "--config", f"sweep={sweep}",
+           "--seconds-between-status-checks", "2", *extra]
+    if background:
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+
+
+def runs_rows(results: Path, where: str = "true") -> list[dict]:
+    out = run_cli("--results", str(results), "query", f"select * from runs where {where} order by stage",
+                  "--format", "json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def sacct_field(job_id: str, field: str) -> str:
+    return cluster.run(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", field]).strip()
+
+
+CPU_JOBS = """
+resources:
+  sft: {gpus_per_node: 0, time: "00:10:00"}
+  rl: {gpus_per_node: 1, time: "00:10:00"}
+  eval: {gpus_per_node: 0, time: "00:10:00"}
+"""
+
+
+def test_sweep_runs_through_the_slurm_profile_with_provenance_and_arrays(slurm, tmp_path):
+    # 4 RL checkpoints evaluated -> 4 eval jobs ready at once -> job arrays no larger than MaxArraySize
+    sweep = write_sweep(tmp_path / "sl.yaml", "sl", CPU_JOBS)
+    sweep.write_text(sweep.read_text().replace("eval: {k: 2, max_new_tokens: 16}",
+                                               "eval: {k: 2, max_new_tokens: 16, every: 1}")
+                     .replace("checkpoint_every: 2}", "checkpoint_every: 1}"))
+    res = snakemake_slurm(tmp_path, sweep)
+    assert res.returncode == 0, res.stderr[-4000:]
+    assert (tmp_path / "results" / "sl" / "summary.md").is_file()
+
+    rows = runs_rows(tmp_path / "results")
+    assert sorted(r["stage"] for r in rows) == ["eval"] * 4 + ["rl", "sft"]
+    for r in rows:  # every stage ran as a SLURM job and says where
+        assert r["status"] == "completed" and r["slurm_job_id"] and r["slurm_node"] and r["slurm_partition"]
+        assert r["requeue_count"] == 0 and r["git_sha"] and r["git_dirty"] is not None
+        assert sacct_field(r["slurm_job_id"] + (f"_{r['slurm_array_index']}" if r["slurm_array_index"] is not None
+                                                else ""), "State") == "COMPLETED"
+    evals = [r for r in rows if r["stage"] == "eval"]
+    size = cluster.max_array_size()
+    assert len({r["slurm_job_id"] for r in evals}) == math.ceil(4 / size)  # one array, or split to MaxArraySize
+    assert sum(r["slurm_array_index"] is not None for r in evals) >= min(4, size)  # (a 1-job rest goes alone)
+    assert all(r["slurm_array_index"] is None or r["slurm_array_index"] < size for r in evals)
+    rl = next(r for r in rows if r["stage"] == "rl")
+    rl_job = rl["slurm_job_id"] + (f"_{rl['slurm_array_index']}" if rl["slurm_array_index"] is not None else "")
+    assert "gres/gpu=1" in sacct_field(rl_job, "AllocTRES")  # the stage's resources reached SLURM
+    assert sacct_field(rl_job, "Timelimit") == "00:10:00"
+
+
+def _wait(predicate, what: str, proc: subprocess.Popen, timeout: float = 240):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if proc.poll() is not None:
+            pytest.fail(f"snakemake ended while waiting for {what}:\n{proc.stdout.read()[-4000:]}")
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+REQUEUE_BASE = """
+base:
+  model: {n_layers: 2, hidden: 64, n_heads: 4}
+  task: {n_heldout: 16, two_step_fraction: 1.0}
+  sft: {steps: 300, batch_size: 64, checkpoint_every: 300}
+  rl: {steps: 60, prompts_per_step: 8, group_size: 8, max_new_tokens: 20, checkpoint_every: 5}
+  eval: {k: 1, max_new_tokens: 16}
+"""
+
+
+def test_running_rl_job_survives_preemption_and_requeue_exactly(slurm, tmp_path):
+    sweep = write_sweep(tmp_path / "rq.yaml", "rq", CPU_JOBS, base=REQUEUE_BASE)
+    run = load_sweep(sweep).runs[0]
+    run_dir = tmp_path / "results" / "rq" / "rl" / run.run_id
+    ckpts = run_dir / "checkpoints"
+    lock = run_dir / "RUNNING.lock"
+
+    def newest() -> int:
+        found = [int(p.name[5:]) for p in ckpts.glob("step_*")] if ckpts.is_dir() else []
+        return max(found, default=0)
+
+    def restarts() -> int:
+        try:
+            return json.loads(lock.read_text())["restart_count"]
+        except (OSError, ValueError, KeyError):
+            return -1
+
+    proc = snakemake_slurm(tmp_path, sweep, background=True)
+    _wait(lambda: newest() >= 5 and restarts() == 0, "the RL job's first checkpoint", proc)
+    job = lambda: json.loads(lock.read_text())["slurm_job_id"]  # noqa: E731
+    job_id = job()
+
+    # 1. preemption / time-limit warning, as SLURM sends it: the stage checkpoints off-interval and is requeued
+    cluster.run(["scancel", "--signal=USR2", job_id])
+    _wait(lambda: restarts() == 1 and newest() % 5 == 0 and newest() > 10, "the requeued job's next checkpoint", proc)
+    # 2. a hard requeue (node failure, admin): killed, requeued, resumes from its last periodic checkpoint
+    assert newest() < 60, "the run finished before the hard requeue; the test proved nothing"
+    cluster.run(["scontrol", "requeue", job_id])
+    out, _ = proc.communicate(timeout=400)
+    assert proc.returncode == 0, out[-4000:]
+
+    log = next((tmp_path / ".snakemake" / "slurm").glob(f"{job_id}/{job_id}_0_log.out")).read_text()
+    stopped = int(re.search(r"after checkpointing step (\d+)", log).group(1))
+    assert "requeued run #1" in log and "requeued run #2" in log
+    assert (ckpts / f"step_{stopped:06d}").is_dir()
+
+    rl = runs_rows(tmp_path / "results", "stage = 'rl'")
+    assert [(r["status"], r["requeue_count"], r["slurm_job_id"]) for r in rl] == [("completed", 2, job_id)]
+    steps = run_cli("--results", str(tmp_path / "results"), "query",
+                    "select step from train_steps where stage = 'rl' order by step", "--format", "json")
+    assert [r["step"] for r in json.loads(steps.stdout)] == list(range(1, 61))  # each step exactly once
+
+    # the same run uninterrupted, from the same SFT checkpoint, in this process
+    torch.set_num_threads(1)
+    sft_done = tmp_path / "results" / "rq" / "sft" / run.sft_id / "DONE.json"
+    ref = run_stage("rl", "rq", run.run_id, run.stage_config("rl"), results_root=tmp_path / "ref", init=sft_done)
+
+    def weights(done: Path) -> dict[str, torch.Tensor]:
+        return load_file(done.parent / json.loads(done.read_text())["checkpoint"] / "model.safetensors")
+    got, want = weights(run_dir / "DONE.json"), weights(ref)
+    init = weights(sft_done)
+    assert any(not torch.equal(want[k], init[k]) for k in want), "RL did not change the weights"
+    assert all(torch.equal(want[k], got[k]) for k in want)
+
+
+def test_a_job_that_fails_for_good_is_reported_with_its_log_and_the_rest_goes_on(slurm, tmp_path):
+    # eval.backend vllm passes validation on the login node, but this compute node has no GPU/vLLM: the job fails
+    sweep = write_sweep(tmp_path / "bad.yaml", "bad", CPU_JOBS + "grid:\n  eval.backend: [local, vllm]\n")
+    res = snakemake_slurm(tmp_path, sweep)
+    assert res.returncode != 0
+    m = re.search(r"SLURM job (\S+) failed: state FAILED[^\n]*\. Log: (\S+)", res.stderr)
+    assert m, res.stderr[-4000:]
+    assert "eval.backend is vllm, but vllm is not installed" in Path(m.group(2)).read_text()
+    rows = runs_rows(tmp_path / "results")
+    status = sorted((r["stage"], r["status"]) for r in rows)
+    # SFT, RL and the local-backend eval completed; only the vLLM eval failed (and the summary that needs it)
+    assert status == [("eval", "completed"), ("eval", "failed"), ("rl", "completed"), ("sft", "completed")]
+    assert not (tmp_path / "results" / "bad" / "summary.md").exists()

@@ -1,0 +1,205 @@
+"""The SLURM path up to the cluster boundary, on any machine: what gets submitted (sbatch lines), how answers of
+squeue/sacct are read, retries on a busy controller, array splitting, the run lock, and the job wrapper's
+preemption handling (signal forwarding, requeue cap)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from submitit.slurm.slurm import _make_sbatch_string
+
+from workflow.runlock import LOCK_NAME, RunLocked, run_lock
+from workflow.slurm import cluster
+from workflow.slurm.job import RequeueLimitReached, SnakemakeJob
+from workflow.slurm.params import sbatch_parameters
+from workflow.sweep.spec import Resources, StageResources
+
+
+# --------------------------------------------------------------------------------------------- what is submitted
+def sbatch_lines(resources, **kw) -> set[str]:
+    params = sbatch_parameters(resources, job_name="rlsweep-rl-abc", threads=2, **kw)
+    text = _make_sbatch_string(command="python -m x", folder="/tmp/logs/%j", **params)
+    return {line for line in text.splitlines() if line.startswith("#SBATCH")}
+
+
+def test_stage_resources_become_sbatch_options():
+    res = StageResources(threads=4, gpus_per_node=2, nodes=1, mem="64G", time="1-02:00:00", partition="gpu",
+                         account="lab", qos="high", constraint="a100", exclusive=True,
+                         sbatch_extra=["--reservation=abc", "--requeue"]).snakemake_resources()
+    lines = sbatch_lines(res, partition="fallback", signal_delay_s=120)
+    for want in ("--gpus-per-node=2", "--cpus-per-task=4", "--mem=65536M", "--time=1560", "--partition=gpu",
+                 "--account=lab", "--qos=high", "--constraint=a100", "--exclusive", "--reservation=abc",
+                 "--requeue", "--nodes=1", "--job-name=rlsweep-rl-abc", "--signal=USR2@120"):
+        assert f"#SBATCH {want}" in lines, (want, sorted(lines))
+    assert not any("wckey" in line for line in lines)  # clusters that enforce wckeys refuse submitit's default
+
+
+def test_profile_defaults_fill_what_a_stage_leaves_unset_and_signal_leaves_time_to_train():
+    lines = sbatch_lines(StageResources(time="00:10:00").snakemake_resources(), partition="gpu", account="lab",
+                         qos="normal", signal_delay_s=300)
+    assert {"#SBATCH --partition=gpu", "#SBATCH --account=lab", "#SBATCH --qos=normal"} <= lines
+    assert "#SBATCH --signal=USR2@120" in lines  # at most a fifth of a 10-minute limit before the end
+    assert not any("gpus" in line for line in lines)
+
+
+def test_a_stage_block_changes_only_the_keys_it_names():
+    r = Resources.model_validate({"rl": {"time": "02:00:00"}})
+    assert r.rl.time == "02:00:00" and r.rl.gpus_per_node == 1  # the RL default GPU is kept
+    assert r.sft.time == "12:00:00" and r.sft.threads == 2
+
+
+def test_arrays_are_split_to_max_array_size():
+    assert [len(c) for c in cluster.chunks(7, 3)] == [3, 3, 1]
+    assert [list(c) for c in cluster.chunks(2, 1001)] == [[0, 1]]
+    with pytest.raises(ValueError):
+        cluster.chunks(3, 0)
+
+
+# ------------------------------------------------------------------------------------------- reading states
+def test_squeue_and_sacct_answers_are_read_per_job_and_array_task():
+    sq = cluster.parse_squeue("12|RUNNING|node1|None\n13_0|PENDING||BeginTime\n13_1|COMPLETED|node2|None\n")
+    assert sq["12"].active and sq["13_0"].active and sq["13_0"].reason == "BeginTime"
+    assert sq["13_1"].succeeded and not sq["13_1"].active
+    sa = cluster.parse_sacct("14|CANCELLED by 0|0:15|node1\n14.batch|CANCELLED|0:15|node1\n15_2|TIMEOUT|0:0|n\n")
+    assert sa["14"].state == "CANCELLED" and "14.batch" not in sa
+    assert sa["15_2"].state == "TIMEOUT" and not sa["15_2"].active and not sa["15_2"].succeeded
+
+
+@pytest.fixture
+def fake_slurm_cmd(tmp_path):
+    """A stand-in SLURM command that fails `n` times with `message`, then answers: a real subprocess."""
+    def make(n: int, message: str) -> list[str]:
+        counter = tmp_path / "calls"
+        counter.write_text("0")
+        script = tmp_path / "fake_squeue"
+        script.write_text(f"#!/bin/sh\nc=$(cat {counter}); echo $((c + 1)) > {counter}\n"
+                          f"[ $c -lt {n} ] && {{ echo '{message}' >&2; exit 1; }}\necho '12|RUNNING|n|None'\n")
+        script.chmod(0o755)
+        return [str(script)]
+    make.calls = lambda: int((tmp_path / "calls").read_text())
+    return make
+
+
+def test_a_busy_controller_is_retried_with_backoff(fake_slurm_cmd):
+    cmd = fake_slurm_cmd(2, "squeue: error: Socket timed out on send/recv operation")
+    slept = []
+    assert cluster.run(cmd, retries=4, sleep=slept.append).strip() == "12|RUNNING|n|None"
+    assert fake_slurm_cmd.calls() == 3 and slept == [1.0, 2.0]
+
+
+def test_a_real_error_is_not_retried_and_a_long_outage_gives_up(fake_slurm_cmd):
+    cmd = fake_slurm_cmd(5, "sbatch: error: invalid partition specified: nope")
+    with pytest.raises(cluster.SlurmError, match="invalid partition") as e:
+        cluster.run(cmd, retries=4, sleep=lambda s: None)
+    assert not e.value.transient and fake_slurm_cmd.calls() == 1
+    cmd = fake_slurm_cmd(9, "slurm_load_jobs error: Unable to contact slurm controller (connect failure)")
+    with pytest.raises(cluster.SlurmError) as e:
+        cluster.run(cmd, retries=2, sleep=lambda s: None)
+    assert e.value.transient and fake_slurm_cmd.calls() == 3
+
+
+# ------------------------------------------------------------------------------------------------- run lock
+def test_run_lock_refuses_a_live_owner_and_names_it(tmp_path):
+    with run_lock(tmp_path, "rl abc") as owner:
+        assert json.loads((tmp_path / LOCK_NAME).read_text())["pid"] == os.getpid()
+        with pytest.raises(RunLocked, match=rf"rl abc is already running: pid {os.getpid()} on .*{LOCK_NAME}"):
+            with run_lock(tmp_path, "rl abc"):
+                pass
+        assert owner["pid"] == os.getpid()
+    assert not (tmp_path / LOCK_NAME).exists()  # released
+
+
+def test_run_lock_takes_over_from_a_dead_process(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (tmp_path / LOCK_NAME).write_text(json.dumps({"host": os.uname().nodename, "pid": dead.pid, "pid_start": "1"}))
+    with run_lock(tmp_path, "rl abc") as mine:
+        assert json.loads((tmp_path / LOCK_NAME).read_text()) == mine
+
+
+def test_run_lock_takes_over_from_the_previous_incarnation_of_a_requeued_job(tmp_path, monkeypatch):
+    monkeypatch.setenv("SLURM_JOB_ID", "123")
+    monkeypatch.delenv("SLURM_ARRAY_JOB_ID", raising=False)
+    (tmp_path / LOCK_NAME).write_text(json.dumps({"host": "other", "pid": 1, "slurm_job_id": "123",
+                                                  "restart_count": 0}))
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "0")  # same incarnation: not ours to take
+    with pytest.raises(RunLocked, match="SLURM job 123"):
+        with run_lock(tmp_path, "rl abc"):
+            pass
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")  # we are its requeue: the old one was killed
+    with run_lock(tmp_path, "rl abc") as mine:
+        assert mine["slurm_job_id"] == "123" and mine["restart_count"] == 1
+
+
+def test_run_lock_from_another_host_without_slurm_is_kept(tmp_path):
+    (tmp_path / LOCK_NAME).write_text(json.dumps({"host": "elsewhere", "pid": 1}))
+    with pytest.raises(RunLocked, match="delete the lock file"):
+        with run_lock(tmp_path, "sft x"):
+            pass
+
+
+# ---------------------------------------------------------------------------------------------- job wrapper
+STAGE_STANDIN = """
+import signal, sys, time
+def stop(s, f):
+    open(sys.argv[1], "w").write("checkpointed")
+    sys.exit(75)
+signal.signal(signal.SIGUSR2, stop)
+open(sys.argv[1] + ".ready", "w").close()
+time.sleep(60)
+"""
+
+
+def test_wrapper_forwards_the_signal_past_the_shell_and_waits_for_the_checkpoint(tmp_path, monkeypatch):
+    """The shell (and Snakemake) between the wrapper and the stage ignore the signal; the stage gets it, saves,
+    and exits before checkpoint() hands back the submission that submitit requeues."""
+    monkeypatch.delenv("SLURM_RESTART_COUNT", raising=False)
+    marker = tmp_path / "marker"
+    (tmp_path / "stage.py").write_text(STAGE_STANDIN)
+    job = SnakemakeJob(f"{sys.executable} {tmp_path / 'stage.py'} {marker}; rc=$?; echo shell-survived > "
+                       f"{tmp_path}/sh; exit $rc", max_requeues=3, grace_s=30)
+    errors = []
+
+    def run():
+        try:
+            job()
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+    t = threading.Thread(target=run)
+    t.start()
+    deadline = time.monotonic() + 30
+    while not Path(f"{marker}.ready").exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    resubmission = job.checkpoint()
+    assert marker.read_text() == "checkpointed"
+    assert resubmission.function is job
+    t.join(30)
+    assert (tmp_path / "sh").read_text().strip() == "shell-survived"  # the shell ignored USR2
+    assert "exited with code 75" in str(errors[0])  # the non-zero exit fails this incarnation only
+    assert "_child" not in job.__getstate__()
+
+
+def test_wrapper_caps_requeues(monkeypatch):
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "4")
+    with pytest.raises(RequeueLimitReached, match="requeued 4 times, more than max_requeues=3"):
+        SnakemakeJob("true", max_requeues=3)()
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "3")
+    with pytest.raises(RequeueLimitReached, match="after 3 requeues"):
+        SnakemakeJob("true", max_requeues=3).checkpoint()
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "2")
+    assert SnakemakeJob("true", max_requeues=3).checkpoint() is not None
+
+
+def test_preempt_signal_matches_submitits():
+    from submitit.core.job_environment import JobEnvironment
+    from workflow.preemption import PREEMPT_SIGNAL
+    assert PREEMPT_SIGNAL == getattr(signal, "SIG" + JobEnvironment.USR_SIG)

@@ -1,0 +1,113 @@
+"""One run, one process: a lock file in the stage's directory that names its owner.
+
+Two copies of one training run would write the same checkpoints and table files. That happens on clusters: two
+`snakemake` invocations over the same results (one with --nolock, or one per login node), a job that SLURM
+requeued while a stale copy still runs, or a user starting a stage by hand. The lock is created with O_EXCL (atomic
+on local and NFS v3+ file systems) and holds the owner's SLURM job id, restart count, host and pid, so a refusal
+says who holds it. A lock left by a dead owner is taken over:
+- same SLURM job, lower restart count: the previous incarnation of a requeued job (it was killed before requeue);
+- another SLURM job that squeue no longer lists as active;
+- same host, no SLURM job, process gone (or its pid reused by another process).
+An owner on another host without a SLURM job cannot be checked from here: the message says how to clear it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import socket
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from workflow.slurm import cluster
+
+LOCK_NAME = "RUNNING.lock"
+
+
+class RunLocked(RuntimeError):
+    pass
+
+
+def _proc_start(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (field 22 of /proc/<pid>/stat): tells a reused pid."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def me() -> dict[str, Any]:
+    restart = os.environ.get("SLURM_RESTART_COUNT", "0")
+    return {"host": socket.gethostname(), "pid": os.getpid(), "pid_start": _proc_start(os.getpid()),
+            "slurm_job_id": os.environ.get("SLURM_ARRAY_JOB_ID") and
+            f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ.get('SLURM_ARRAY_TASK_ID')}" or
+            os.environ.get("SLURM_JOB_ID"),
+            "restart_count": int(restart) if restart.isdigit() else 0,
+            "since": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+
+
+def owner_is_gone(owner: dict[str, Any], mine: dict[str, Any]) -> bool:
+    job = owner.get("slurm_job_id")
+    if job:
+        if job == mine.get("slurm_job_id"):
+            return owner.get("restart_count", 0) < mine["restart_count"]
+        try:
+            state = cluster.job_states([job], retries=1).get(job)
+        except cluster.SlurmError:
+            return False  # cannot tell: keep the lock (safe), the message says how to clear it
+        return state is None or not state.active
+    if owner.get("host") == mine["host"]:
+        pid = owner.get("pid")
+        return not isinstance(pid, int) or _proc_start(pid) is None or _proc_start(pid) != owner.get("pid_start")
+    return False
+
+
+def describe(owner: dict[str, Any]) -> str:
+    who = f"SLURM job {owner['slurm_job_id']} (restart {owner.get('restart_count', 0)}) " if owner.get(
+        "slurm_job_id") else ""
+    return f"{who}pid {owner.get('pid')} on {owner.get('host')} since {owner.get('since')}"
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {}  # being written right now, or garbage: treated as held by an unknown owner
+
+
+@contextmanager
+def run_lock(directory: Path, what: str) -> Iterator[dict[str, Any]]:
+    """Hold `directory/RUNNING.lock` for the duration of the block, or raise RunLocked naming the owner."""
+    path = Path(directory) / LOCK_NAME
+    mine = me()
+    for _ in range(3):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            owner = _read(path)
+            if owner is None:
+                continue  # released in the meantime
+            if owner and owner_is_gone(owner, mine):
+                # rename first: of two processes taking over the same stale lock only one rename succeeds
+                try:
+                    os.replace(path, path.with_name(f".{LOCK_NAME}.stale-{os.getpid()}"))
+                except FileNotFoundError:
+                    continue
+                path.with_name(f".{LOCK_NAME}.stale-{os.getpid()}").unlink(missing_ok=True)
+                continue
+            raise RunLocked(f"{what} is already running: {describe(owner) if owner else 'owner unknown'} holds "
+                            f"{path}. If that job or process is gone, delete the lock file and run again.") from None
+        with os.fdopen(fd, "w") as f:
+            json.dump(mine, f)
+        break
+    else:
+        raise RunLocked(f"{what}: could not take {path} (it keeps changing hands)")
+    try:
+        yield mine
+    finally:
+        if _read(path) == mine:
+            path.unlink(missing_ok=True)

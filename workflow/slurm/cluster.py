@@ -1,0 +1,145 @@
+"""Talking to the SLURM controller: retried commands, batched job states, cluster limits.
+
+Busy controllers answer "Socket timed out" or "Slurm temporarily unable to accept job" now and then; users of other
+tools rerun whole workflows because one sbatch or squeue failed. Here a transient error is retried with backoff and
+a status poll that still fails just reports "unknown" for this round (the caller keeps the jobs and asks again
+later) instead of failing jobs that are fine.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+
+# Error texts of a controller that is busy, restarting or briefly unreachable: retry, never fail a job for them.
+_TRANSIENT = re.compile(
+    r"socket timed out|temporarily unable|try again|unable to contact slurm controller|connection refused|"
+    r"resource temporarily unavailable|slurm_receive_msg|communications connection failure|zero bytes were "
+    r"transmitted|controller is busy|Transport endpoint is not connected|Unable to establish|Slurm backup controller",
+    re.I)
+
+# Jobs in these states are still on their way (a requeued job is PENDING again with the same id).
+ACTIVE = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "REQUEUE_FED", "RESIZING",
+                    "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT", "RESV_DEL_HOLD", "POWER_UP_NODE"})
+SUCCEEDED = "COMPLETED"
+
+
+class SlurmError(RuntimeError):
+    """A SLURM command failed; `transient` says whether asking again later may succeed."""
+
+    def __init__(self, cmd: list[str], message: str, transient: bool):
+        self.cmd, self.transient = cmd, transient
+        super().__init__(f"`{' '.join(cmd[:2])} ...` failed: {message.strip()}")
+
+
+def is_transient(message: str) -> bool:
+    return bool(_TRANSIENT.search(message))
+
+
+def run(cmd: list[str], *, retries: int = 4, backoff_s: float = 1.0, timeout_s: float = 60.0,
+        sleep=time.sleep) -> str:
+    """Run a SLURM command; retry transient failures (and timeouts) with exponential backoff."""
+    for attempt in range(retries + 1):
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            message, transient = f"no answer in {timeout_s:.0f}s", True
+        except FileNotFoundError:
+            raise SlurmError(cmd, f"{cmd[0]} not found: is this a SLURM login node?", transient=False) from None
+        else:
+            if out.returncode == 0:
+                return out.stdout
+            message = out.stderr or out.stdout or f"exit code {out.returncode}"
+            transient = is_transient(message)
+        if not transient or attempt == retries:
+            raise SlurmError(cmd, message, transient)
+        sleep(backoff_s * 2 ** attempt)
+    raise AssertionError("unreachable")
+
+
+@dataclass(frozen=True)
+class JobState:
+    state: str  # SLURM's state name, e.g. RUNNING, COMPLETED, TIMEOUT, NODE_FAIL
+    exit_code: str | None = None  # "1:0" (code:signal), from sacct
+    node: str | None = None
+    reason: str | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE
+
+    @property
+    def succeeded(self) -> bool:
+        return self.state == SUCCEEDED
+
+
+def parse_squeue(text: str) -> dict[str, JobState]:
+    """`squeue -h -r -o '%i|%T|%N|%r'`: one line per job or array task, ids like 123 or 123_4."""
+    states = {}
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) >= 2 and parts[0]:
+            reason = parts[3] if len(parts) > 3 and parts[3] not in ("", "None") else None
+            states[parts[0]] = JobState(parts[1], node=(parts[2] or None) if len(parts) > 2 else None,
+                                        reason=reason)
+    return states
+
+
+def parse_sacct(text: str) -> dict[str, JobState]:
+    """`sacct -X -n -P -o JobID,State,ExitCode,NodeList`: allocations only; 'CANCELLED by 0' -> CANCELLED."""
+    states = {}
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) >= 2 and parts[0] and "." not in parts[0]:
+            states[parts[0]] = JobState(parts[1].split()[0] if parts[1] else "UNKNOWN",
+                                        exit_code=parts[2] if len(parts) > 2 else None,
+                                        node=parts[3] if len(parts) > 3 else None)
+    return states
+
+
+def job_states(job_ids: list[str], *, retries: int = 2) -> dict[str, JobState]:
+    """The state of each job: one squeue call for all of them, then one sacct call for those squeue no longer
+    lists (finished longer than MinJobAge ago). Ids neither knows are absent from the result. Raises SlurmError
+    when the controller does not answer (after retries)."""
+    if not job_ids:
+        return {}
+    wanted = set(job_ids)
+    # all of this user's jobs in one call, array tasks one per line (-r); asking by id fails as a whole when one
+    # id has been purged, so filter here instead
+    states = {k: v for k, v in parse_squeue(run(["squeue", "-h", "-r", "--me", "-t", "all", "-o", "%i|%T|%N|%r"],
+                                                retries=retries)).items() if k in wanted}
+    missing = sorted(wanted - set(states))
+    if missing:
+        try:
+            acct = parse_sacct(run(["sacct", "-X", "-n", "-P", "-o", "JobID,State,ExitCode,NodeList",
+                                    "-j", ",".join(missing)], retries=retries))
+            states.update({k: v for k, v in acct.items() if k in wanted})
+        except SlurmError as e:
+            if e.transient:
+                raise
+            # accounting disabled ("Slurm accounting storage is disabled"): the caller falls back to the result
+            # files submitit writes at the end of each job
+    return states
+
+
+@lru_cache(maxsize=1)
+def max_array_size() -> int:
+    """The cluster's MaxArraySize: array indices must be below it (SLURM's default is 1001)."""
+    out = run(["scontrol", "show", "config"])
+    m = re.search(r"^MaxArraySize\s*=\s*(\d+)", out, re.M)
+    return int(m.group(1)) if m else 1001
+
+
+def chunks(n: int, size: int) -> list[range]:
+    """Split n array tasks into arrays of at most `size` tasks (indices 0..size-1 each)."""
+    if size < 1:
+        raise ValueError(f"array size must be >= 1, got {size}")
+    return [range(i, min(i + size, n)) for i in range(0, n, size)]
+
+
+def cancel(job_ids: list[str]) -> None:
+    if job_ids:
+        run(["scancel", *job_ids], retries=2)

@@ -1,0 +1,209 @@
+"""The Snakemake executor plugin `rlsweep-slurm`: every rule job becomes a SLURM job submitted through submitit.
+
+Why a plugin and not rules that call submitit themselves: Snakemake stays the only scheduler (it knows the DAG,
+`--jobs`, retries, `--keep-going`, what is done), and a rule that submitted and waited on its own SLURM job would
+hold a Snakemake job slot while the cluster queues it, and hide its resources from Snakemake.
+
+What it adds over a plain sbatch executor:
+- requeue on preemption / time limit through submitit's Checkpointable (job.py), capped by `max_requeues`;
+- ready jobs of one rule with identical resources go out as job arrays, split to the cluster's MaxArraySize;
+- job states come from ONE squeue call per poll for all jobs (+ one sacct call for the ones squeue forgot), a
+  failing poll backs off instead of failing jobs, and sbatch is retried on a busy controller;
+- a requeued job is still the same job to Snakemake (it is PENDING again under the same id), so it is never
+  submitted twice; a job that fails for good is reported with its SLURM state and log path.
+"""
+
+# no `from __future__ import annotations`: Snakemake reads ExecutorSettings' field types at run time to build
+# its command-line flags
+import pickle
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Generator, List, Optional
+
+import submitit
+from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
+from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor
+from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
+from snakemake_interface_executor_plugins.settings import CommonSettings, ExecutorSettingsBase
+
+from workflow.slurm import cluster
+from workflow.slurm.job import SnakemakeJob
+from workflow.slurm.params import sbatch_parameters
+
+
+@dataclass
+class ExecutorSettings(ExecutorSettingsBase):
+    partition: Optional[str] = field(default=None, metadata={
+        "help": "Partition for jobs whose stage resources name none (else the cluster's default)."})
+    account: Optional[str] = field(default=None, metadata={
+        "help": "Account for jobs whose stage resources name none."})
+    qos: Optional[str] = field(default=None, metadata={"help": "QOS for jobs whose stage resources name none."})
+    max_requeues: int = field(default=3, metadata={
+        "help": "How often one job may be requeued (preemption, time limit, node failure) before it counts as "
+                "failed."})
+    signal_delay_s: int = field(default=120, metadata={
+        "help": "Seconds before the time limit at which SLURM asks the job to checkpoint (at most a fifth of the "
+                "limit)."})
+    logdir: str = field(default=".snakemake/slurm", metadata={
+        "help": "Where job scripts, submitit pickles and job logs go (on the shared file system)."})
+    array_min: int = field(default=2, metadata={
+        "help": "Ready jobs of one rule with the same resources go out as one job array when there are at least "
+                "this many (0 = never use arrays)."})
+    max_array_size: int = field(default=0, metadata={
+        "help": "Largest array to submit (0 = the cluster's MaxArraySize)."})
+    max_poll_interval_s: int = field(default=300, metadata={
+        "help": "Upper bound of the status-poll interval while the controller does not answer."})
+    vanish_after_s: int = field(default=120, metadata={
+        "help": "A job that neither squeue nor sacct knows and that left no result this long after submission "
+                "counts as failed."})
+
+
+common_settings = CommonSettings(
+    non_local_exec=True,
+    implies_no_shared_fs=False,
+    job_deploy_sources=False,
+    pass_default_storage_provider_args=True,
+    pass_default_resources_args=True,
+    pass_envvar_declarations_to_cmd=True,
+    auto_deploy_default_storage_provider=False,
+    init_seconds_before_status_checks=1,
+)
+
+
+def _job_label(job: JobExecutorInterface) -> str:
+    wc = "_".join(str(v) for _, v in job.wildcards.items()) if not job.is_group() else ""
+    return f"rlsweep-{job.name}" + (f"-{wc}" if wc else "")
+
+
+class Executor(RemoteExecutor):
+    def __post_init__(self) -> None:
+        self.settings: ExecutorSettings = self.workflow.executor_settings or ExecutorSettings()
+        self.logdir = Path(self.settings.logdir).resolve()
+        self.logdir.mkdir(parents=True, exist_ok=True)
+        self._base_interval = self.workflow.remote_execution_settings.seconds_between_status_checks
+        self._unanswered_since: float | None = None
+
+    # ------------------------------------------------------------------------------------------- submission
+    def run_jobs(self, jobs: List[JobExecutorInterface]) -> None:
+        groups: dict[tuple, list[JobExecutorInterface]] = defaultdict(list)
+        for job in jobs:
+            groups[(job.name, repr(sorted(self._params(job, array_size=0).items())))].append(job)
+        for group in groups.values():
+            for job in group:
+                self.run_job_pre(job)
+            if self.settings.array_min and len(group) >= self.settings.array_min and not group[0].is_group():
+                self._submit_arrays(group)
+            else:
+                for job in group:
+                    self._submit([job], self._params(job))
+
+    def run_job(self, job: JobExecutorInterface) -> None:
+        self._submit([job], self._params(job))
+
+    def _params(self, job: JobExecutorInterface, array_size: int | None = None) -> dict:
+        """sbatch options of a single job (array_size None) or of an array of that size (0: for grouping)."""
+        return sbatch_parameters(job.resources, job_name=_job_label(job) if array_size is None else
+                                 f"rlsweep-{job.name}", threads=job.threads,
+                                 partition=self.settings.partition, account=self.settings.account,
+                                 qos=self.settings.qos, signal_delay_s=self.settings.signal_delay_s,
+                                 array_parallelism=array_size)
+
+    def _submit_arrays(self, group: list[JobExecutorInterface]) -> None:
+        size = self.settings.max_array_size or cluster.max_array_size()
+        for part in cluster.chunks(len(group), size):
+            jobs = [group[i] for i in part]
+            self._submit(jobs, self._params(jobs[0], array_size=len(jobs)))
+
+    def _submit(self, jobs: list[JobExecutorInterface], params: dict) -> None:
+        ex = submitit.SlurmExecutor(folder=self.logdir / "%j", max_num_timeout=self.settings.max_requeues)
+        ex.update_parameters(**params)
+        calls = [SnakemakeJob(self.format_job_exec(job), self.settings.max_requeues,
+                              grace_s=max(5, params["signal_delay_s"] - 5)) for job in jobs]
+        delay = 1.0
+        for attempt in range(6):
+            try:
+                if len(calls) == 1:
+                    submitted = [ex.submit(calls[0])]
+                else:
+                    with ex.batch():
+                        pending = [ex.submit(c) for c in calls]
+                    submitted = pending
+                break
+            except submitit.core.utils.FailedJobError as e:
+                if not cluster.is_transient(str(e)) or attempt == 5:
+                    for job in jobs:
+                        self.report_job_error(SubmittedJobInfo(job), msg=f"sbatch refused the job: {e}")
+                    return
+                self.logger.warning(f"sbatch: controller busy ({str(e).strip()[:200]}); retrying in {delay:.0f}s")
+                time.sleep(delay)
+                delay = min(delay * 2, 60)
+        for job, sj in zip(jobs, submitted):
+            log = Path(str(sj.paths.stdout))
+            self.logger.info(f"Job {job.jobid} ({_job_label(job)}) submitted as SLURM job {sj.job_id}; log: {log}")
+            self.report_job_submission(SubmittedJobInfo(job, external_jobid=sj.job_id,
+                                                        aux={"log": log, "result": Path(str(sj.paths.result_pickle)),
+                                                             "submitted_at": time.time()}))
+
+    # ------------------------------------------------------------------------------------------------ status
+    async def check_active_jobs(self, active_jobs: List[SubmittedJobInfo]) -> Generator[SubmittedJobInfo, None, None]:
+        if not active_jobs:
+            return
+        async with self.status_rate_limiter:
+            try:
+                states = cluster.job_states([j.external_jobid for j in active_jobs])
+            except cluster.SlurmError as e:
+                # the controller did not answer: keep every job, ask again later, less often
+                now = time.time()
+                self._unanswered_since = self._unanswered_since or now
+                self.next_seconds_between_status_checks = min(self.settings.max_poll_interval_s,
+                                                              2 * self.next_seconds_between_status_checks)
+                self.logger.warning(f"SLURM status unknown for {now - self._unanswered_since:.0f}s ({e}); next "
+                                    f"check in {self.next_seconds_between_status_checks}s")
+                for j in active_jobs:
+                    yield j
+                return
+        self._unanswered_since = None
+        self.next_seconds_between_status_checks = self._base_interval
+        for j in active_jobs:
+            state = states.get(j.external_jobid)
+            if state is None:
+                state = self._state_from_result(j)
+            if state is None or state.active:
+                yield j
+            elif state.succeeded:
+                self.report_job_success(j)
+            else:
+                self._report_failure(j, state)
+
+    def _state_from_result(self, j: SubmittedJobInfo) -> cluster.JobState | None:
+        """squeue and sacct do not know the job (accounting off, or purged): submitit's result file decides."""
+        result: Path = j.aux["result"]
+        if result.exists():
+            try:
+                outcome, value = pickle.loads(result.read_bytes())
+            except Exception:  # noqa: BLE001 - half-written: look again next time
+                return None
+            return cluster.JobState("COMPLETED" if outcome == "success" else "FAILED")
+        if time.time() - j.aux["submitted_at"] > self.settings.vanish_after_s:
+            return cluster.JobState("VANISHED", reason="neither squeue nor sacct knows the job and it left no result")
+        return None
+
+    def _report_failure(self, j: SubmittedJobInfo, state: cluster.JobState) -> None:
+        why = {"TIMEOUT": "hit its time limit", "NODE_FAIL": "lost its node", "OUT_OF_MEMORY": "ran out of memory",
+               "CANCELLED": "was cancelled", "PREEMPTED": "was preempted and not requeued",
+               "BOOT_FAIL": "could not boot its node", "DEADLINE": "missed its deadline"}.get(state.state, "failed")
+        detail = f" (exit {state.exit_code})" if state.exit_code and state.exit_code != "0:0" else ""
+        log = j.aux["log"]
+        self.report_job_error(j, msg=f"SLURM job {j.external_jobid} {why}: state {state.state}{detail}"
+                                     f"{'; ' + state.reason if state.reason else ''}. Log: {log}\n",
+                              aux_logs=[str(log)])
+
+    # ------------------------------------------------------------------------------------------------ cancel
+    def cancel_jobs(self, active_jobs: List[SubmittedJobInfo]) -> None:
+        ids = [j.external_jobid for j in active_jobs if j.external_jobid]
+        try:
+            cluster.cancel(ids)
+        except cluster.SlurmError as e:
+            self.logger.error(f"could not cancel SLURM jobs {' '.join(ids)}: {e}")

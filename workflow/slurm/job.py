@@ -1,0 +1,96 @@
+"""What runs inside each SLURM job: the `python -m snakemake ...` command Snakemake built for one rule job,
+wrapped in a submitit `Checkpointable` so that preemption and time limits requeue the job instead of losing it.
+
+How a preemption or time limit plays out (SLURM sends submitit's signal, USR2 by default, `signal_delay_s`
+before the end, or `scancel --signal=USR2` by hand):
+1. SLURM signals every process of the job step. The command runs with that signal ignored, so Snakemake and the
+   shells in between survive it; only our stage process (workflow/launch.py) handles it: it finishes the
+   current training step, writes a checkpoint and exits.
+2. submitit's handler in this process calls `checkpoint()`, which forwards the signal (in case it only reached
+   us), waits for the stage to exit, and hands back this same callable: submitit then runs `scontrol requeue`.
+3. The requeued job (same SLURM job id, SLURM_RESTART_COUNT + 1) runs the same command; the stage resumes from
+   its newest checkpoint. A hard kill (node failure, `scontrol requeue`) loses at most the steps since the last
+   periodic checkpoint.
+The number of requeues of any kind is capped by `max_requeues`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from submitit.helpers import Checkpointable
+
+from workflow.preemption import PREEMPT_SIGNAL
+
+
+class RequeueLimitReached(RuntimeError):
+    pass
+
+
+class JobCommandFailed(RuntimeError):
+    pass
+
+
+def _ignore_preempt_signal() -> None:  # runs in the child between fork and exec
+    signal.signal(PREEMPT_SIGNAL, signal.SIG_IGN)
+
+
+def restart_count() -> int:
+    v = os.environ.get("SLURM_RESTART_COUNT", "0")
+    return int(v) if v.isdigit() else 0
+
+
+class SnakemakeJob(Checkpointable):
+    def __init__(self, command: str, max_requeues: int, grace_s: float = 60.0):
+        self.command = command
+        self.max_requeues = max_requeues
+        self.grace_s = grace_s  # how long the stage may take to checkpoint after the signal
+        self._child: subprocess.Popen | None = None
+
+    def __call__(self) -> int:
+        restarts = restart_count()
+        if restarts > self.max_requeues:
+            raise RequeueLimitReached(f"this job was requeued {restarts} times, more than max_requeues="
+                                      f"{self.max_requeues}; its checkpoints are kept: run snakemake again to go on")
+        if restarts:
+            print(f"rlsweep: requeued run #{restarts} of this job; the stage resumes from its newest checkpoint",
+                  file=sys.stderr, flush=True)
+        # own process group: the signal can be forwarded to the whole command without reaching this process
+        self._child = subprocess.Popen(["/bin/sh", "-c", self.command], preexec_fn=_ignore_preempt_signal,
+                                       start_new_session=True)
+        rc = self._child.wait()
+        if rc != 0:
+            raise JobCommandFailed(f"the job's command exited with code {rc} (its output is above in this log)")
+        return rc
+
+    def checkpoint(self, *args, **kwargs):
+        """Called by submitit's signal handler: let the stage save, then ask for a requeue (or refuse one)."""
+        child = self._child
+        if child is not None and child.poll() is None:
+            try:
+                os.killpg(child.pid, PREEMPT_SIGNAL)
+            except ProcessLookupError:
+                pass
+            t0 = time.monotonic()
+            try:
+                child.wait(timeout=self.grace_s)
+                print(f"rlsweep: stage stopped {time.monotonic() - t0:.1f}s after the signal (exit code "
+                      f"{child.returncode})", file=sys.stderr, flush=True)
+            except subprocess.TimeoutExpired:
+                print(f"rlsweep: stage still running {self.grace_s:.0f}s after the signal; requeueing anyway (it "
+                      "resumes from its last periodic checkpoint)", file=sys.stderr, flush=True)
+        if restart_count() >= self.max_requeues:
+            raise RequeueLimitReached(f"preempted or timed out after {restart_count()} requeues (max_requeues="
+                                      f"{self.max_requeues}); its checkpoints are kept: run snakemake again to go on")
+        return super().checkpoint(*args, **kwargs)
+
+    def __getstate__(self):  # the child process handle is never pickled into the requeued submission
+        return {k: v for k, v in self.__dict__.items() if k != "_child"}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._child = None
