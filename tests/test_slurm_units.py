@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -203,3 +204,28 @@ def test_preempt_signal_matches_submitits():
     from submitit.core.job_environment import JobEnvironment
     from workflow.preemption import PREEMPT_SIGNAL
     assert PREEMPT_SIGNAL == getattr(signal, "SIG" + JobEnvironment.USR_SIG)
+
+
+# --------------------------------------------------------------------------------------------------- profile
+def test_profile_install_makes_snakemake_profile_slurm_work_from_anywhere(tmp_path):
+    from conftest import REPO, run_cli, write_sweep
+    env = {"XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+    out = run_cli("profile", "install", "--partition", "gpu", "--account", "lab", "--qos", "normal", env=env)
+    assert out.returncode == 0, out.stderr
+    installed = (tmp_path / "xdg" / "snakemake" / "slurm" / "config.yaml").read_text()
+    assert "executor: rlsweep-slurm" in installed
+    assert {"rlsweep-slurm-partition: gpu", "rlsweep-slurm-account: lab", "rlsweep-slurm-qos: normal"} <= set(
+        installed.splitlines())
+    # a different existing profile is never overwritten without --force
+    again = run_cli("profile", "install", "--partition", "other", env=env)
+    assert again.returncode == 2 and "not overwriting" in again.stderr
+    assert (tmp_path / "xdg" / "snakemake" / "slurm" / "config.yaml").read_text() == installed
+    # Snakemake finds the profile by name and our executor plugin by module name (a dry run plans, submits nothing)
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    sweep = write_sweep(work / "s.yaml", "s")
+    plan = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--profile", "slurm",
+                           "--config", f"sweep={sweep}", "-n"], cwd=work, capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=300)
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    assert re.search(r"^rl\s+1$", plan.stdout, re.M)
