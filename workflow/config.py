@@ -8,7 +8,7 @@ which is what its id is hashed from.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
 
@@ -17,10 +17,26 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class EngineConfig(_Strict):
-    """Which engine trains and samples. `local` is pure torch on CPU or one GPU; `verl` arrives in a later issue."""
+class VerlSettings(_Strict):
+    """How a run uses verl (engine.name = verl); only then part of the run ids. See workflow/engines/verl_config.py
+    for how the rest of the run config maps onto verl's."""
 
-    name: Literal["local"] = "local"
+    n_gpus_per_node: PositiveInt = 1
+    nnodes: PositiveInt = 1
+    strategy: Literal["fsdp2", "fsdp"] = "fsdp2"
+    rollout_tp: PositiveInt = 1  # vLLM tensor-parallel size of the rollout engine
+    gpu_memory_utilization: float = Field(0.6, gt=0.0, le=1.0)  # vLLM's share of GPU memory
+    max_prompt_length: PositiveInt = 1024
+    overrides: dict[str, Any] = {}  # raw verl config keys (dotted, e.g. actor_rollout_ref.actor.ppo_epochs: 2)
+
+
+class EngineConfig(_Strict):
+    """Which engine trains and samples. `local`: pure torch on CPU or one GPU, tiny random-init models. `verl`:
+    verl 0.9 (Ray, FSDP2, vLLM rollouts) on GPU nodes; its config translation and checks are in place, its
+    training loop is not yet (issue 6)."""
+
+    name: Literal["local", "verl"] = "local"
+    verl: VerlSettings = VerlSettings()  # read only when name = verl
 
 
 class ModelConfig(_Strict):

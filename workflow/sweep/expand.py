@@ -53,7 +53,8 @@ class Run:
 def stage_config(cfg: RunConfig, stage: str, *, sft_id: str | None = None, run_id: str | None = None) -> dict:
     """The part of a run's config that decides a stage's result; a stage's id is the hash of exactly this."""
     d = cfg.model_dump(mode="json")
-    common = {"engine": d["engine"], "task": d["task"]}
+    engine = d["engine"] if d["engine"]["name"] == "verl" else {"name": d["engine"]["name"]}  # as sfpo/gxpo below
+    common = {"engine": engine, "task": d["task"]}
     if stage == "sft":
         return {**common, "model": d["model"], "sft": d["sft"]}
     if stage == "rl":
@@ -117,9 +118,13 @@ def expand(spec: SweepSpec, path: str | Path = "<sweep>") -> list[Run]:
             try:
                 cfg = RunConfig.model_validate(_apply(spec.base, assignment))
             except ValidationError as e:
-                where = "grid point {" + ", ".join(f"{k}: {_fmt(v)}" for k, v in assignment.items()) + "}"
-                problems += [f"{where}: {line}" for line in format_validation_error(e)]
+                problems += [f"{_where(assignment)}: {line}" for line in format_validation_error(e)]
                 continue
+            if cfg.engine.name == "verl":  # verl's own checks on the translated config, once per distinct run
+                problem = _verl_problem(cfg)
+                if problem:
+                    problems.append(f"{_where(assignment)}: {problem}")
+                    continue
             run = _make_run(cfg, assignment)
             key = (run.run_id, run.eval_id)
             if key in seen:
@@ -131,6 +136,19 @@ def expand(spec: SweepSpec, path: str | Path = "<sweep>") -> list[Run]:
     if problems:
         raise SweepError(path, problems)
     return runs
+
+
+def _where(assignment: dict[str, Any]) -> str:
+    return "grid point {" + ", ".join(f"{k}: {_fmt(v)}" for k, v in assignment.items()) + "}"
+
+
+def _verl_problem(cfg: RunConfig) -> str | None:
+    from workflow.engines.verl_config import VerlConfigError, validate
+    try:
+        validate(cfg)
+    except VerlConfigError as e:
+        return str(e)
+    return None
 
 
 def _make_run(cfg: RunConfig, assignment: dict[str, Any]) -> Run:

@@ -1,0 +1,239 @@
+"""Our run config -> verl 0.9's own configuration, checked by verl's own code before any job starts.
+
+`translate(cfg, ...)` gives Hydra overrides of verl's `ppo_trainer.yaml` (dotted key -> value); `compose(...)`
+applies them to verl's composed default config in struct mode (a key verl does not have is an error, not a silent
+addition) and `validate(...)` runs verl's own checks: `verl.utils.config.validate_config` and the `_target_`
+dataclasses (FSDPActorConfig, RolloutConfig, AlgoConfig, optimizer) with their __post_init__ checks. Anything our
+schema cannot express goes through `engine.verl.overrides` (raw dotted verl keys) and is checked the same way.
+
+What is only known when the job runs (the SFT checkpoint to start from, the data files the data-prep rule writes,
+the output directory) is filled in by the engine; validation uses placeholders, which verl's checks do not read.
+verl is an optional extra (`pip install -e '.[verl]'`); nothing here imports it at module level.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import os
+from functools import lru_cache
+from typing import Any
+
+from workflow.config import RunConfig
+
+# our aggregation -> (verl loss_agg_mode, needs loss_scale_factor = max response length). Ours: token-sum divides
+# by the constant n_seqs * max_len (Dr.GRPO); verl's seq-mean-token-sum-norm = sum / n_seqs / loss_scale_factor.
+LOSS_AGG = {"token-mean": ("token-mean", False), "seq-mean-token-mean": ("seq-mean-token-mean", False),
+            "token-sum": ("seq-mean-token-sum-norm", True)}
+
+PLACEHOLDER = "<set by the job>"
+
+
+class VerlConfigError(ValueError):
+    """A run config verl rejects; `key` is the dotted key to blame (ours, or engine.verl.overrides.<verl key>)."""
+
+    def __init__(self, key: str, reason: str):
+        self.key, self.reason = key, reason
+        super().__init__(f"{key}: {reason}")
+
+
+def translate(cfg: RunConfig, *, model_path: str = PLACEHOLDER, train_files: str = PLACEHOLDER,
+              val_files: str = PLACEHOLDER, out_dir: str = PLACEHOLDER) -> dict[str, Any]:
+    """Dotted verl keys -> values for one RL run (the raw overrides last, so they win)."""
+    rl, v = cfg.rl, cfg.engine.verl
+    agg, scaled = LOSS_AGG[rl.loss_agg]
+    n_gpus = v.n_gpus_per_node * v.nnodes
+    micro = rl.micro_batch_size or max(1, rl.prompts_per_step * rl.group_size // n_gpus)
+    actor = "actor_rollout_ref.actor"
+    out = {
+        "algorithm.adv_estimator": "grpo",
+        "algorithm.norm_adv_by_std_in_grpo": rl.std_norm,
+        "algorithm.use_kl_in_reward": False,
+        "actor_rollout_ref.model.path": model_path,
+        "data.train_files": train_files,
+        "data.val_files": val_files,
+        "data.train_batch_size": rl.prompts_per_step,
+        "data.max_prompt_length": v.max_prompt_length,
+        "data.max_response_length": rl.max_new_tokens,
+        "data.seed": cfg.seed,
+        # one optimizer step per rollout batch (on-policy GRPO); our update rule decides how many it really takes
+        f"{actor}.ppo_mini_batch_size": rl.prompts_per_step,
+        f"{actor}.ppo_micro_batch_size_per_gpu": micro,
+        f"{actor}.ppo_epochs": 1,
+        f"{actor}.strategy": v.strategy,
+        f"{actor}.optim.lr": rl.lr,
+        f"{actor}.optim.weight_decay": rl.weight_decay,
+        f"{actor}.optim.clip_grad": rl.max_grad_norm if rl.max_grad_norm is not None else 1.0e9,
+        f"{actor}.optim.lr_scheduler_type": "constant",
+        f"{actor}.clip_ratio_low": rl.clip_low,
+        f"{actor}.clip_ratio_high": rl.clip_high,
+        f"{actor}.loss_agg_mode": agg,
+        f"{actor}.use_kl_loss": rl.kl_coef > 0,
+        f"{actor}.kl_loss_coef": rl.kl_coef,
+        f"{actor}.kl_loss_type": "low_var_kl",  # the k3 estimator, as the local engine
+        f"{actor}.entropy_coeff": 0.0,
+        f"{actor}.fsdp_config.seed": cfg.seed,
+        "actor_rollout_ref.rollout.name": "vllm",
+        "actor_rollout_ref.rollout.n": rl.group_size,
+        "actor_rollout_ref.rollout.temperature": rl.temperature,
+        "actor_rollout_ref.rollout.tensor_model_parallel_size": v.rollout_tp,
+        "actor_rollout_ref.rollout.gpu_memory_utilization": v.gpu_memory_utilization,
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": micro,
+        "actor_rollout_ref.rollout.seed": cfg.seed,
+        "trainer.total_training_steps": rl.steps,
+        "trainer.save_freq": rl.checkpoint_every,
+        "trainer.test_freq": -1,  # our eval stage evaluates the checkpoints
+        "trainer.n_gpus_per_node": v.n_gpus_per_node,
+        "trainer.nnodes": v.nnodes,
+        "trainer.default_local_dir": out_dir,
+        "trainer.logger": ["console"],
+        "trainer.val_before_train": False,
+    }
+    if scaled:
+        out[f"{actor}.loss_scale_factor"] = rl.max_new_tokens
+    if rl.kl_coef > 0:
+        out["actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"] = micro
+    out.update(v.overrides)
+    return out
+
+
+@lru_cache(maxsize=1)
+def _default_config():
+    """verl's composed ppo_trainer.yaml (3-4 s: Hydra + verl imports), once per process."""
+    try:
+        import verl
+        from hydra import compose as hydra_compose, initialize_config_dir
+    except ImportError:
+        raise VerlConfigError("engine.name", "verl is not installed: pip install -e '.[verl]'") from None
+    with initialize_config_dir(config_dir=os.path.join(os.path.dirname(verl.__file__), "trainer", "config"),
+                               version_base=None):
+        return hydra_compose(config_name="ppo_trainer")
+
+
+def _blame(verl_key: str, ours: dict[str, str], raw: set[str]) -> str:
+    if verl_key in raw:
+        return f"engine.verl.overrides.{verl_key}"
+    return ours.get(verl_key, verl_key)
+
+
+def compose(overrides: dict[str, Any], raw: set[str] = frozenset()):
+    """verl's default config with these overrides; an unknown key names itself (as ours or as a raw override)."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+    config = copy.deepcopy(_default_config())
+    OmegaConf.set_struct(config, True)
+    for key, value in overrides.items():
+        parent, _, leaf = key.rpartition(".")
+        node = OmegaConf.select(config, parent, default=None) if parent else config
+        if not hasattr(node, "keys") or leaf not in node.keys():  # keys(): a mandatory ??? value counts too
+            hint = ""
+            if hasattr(node, "keys"):
+                import difflib
+                close = difflib.get_close_matches(leaf, [str(k) for k in node.keys()], n=1)
+                hint = f"; did you mean '{parent + '.' if parent else ''}{close[0]}'?" if close else ""
+            where = f"engine.verl.overrides.{key}" if key in raw else key
+            raise VerlConfigError(where, f"verl's config has no key '{key}'{hint}")
+        expected = _field_type(node, leaf)
+        if expected is not None and not _is_kind(value, expected):
+            raise VerlConfigError(f"engine.verl.overrides.{key}" if key in raw else key,
+                                  f"verl's {node.get('_target_', 'config').rsplit('.', 1)[-1]}.{leaf} is "
+                                  f"{expected.__name__}, got {value!r}")
+        try:
+            OmegaConf.update(config, key, value, merge=False)
+        except OmegaConfBaseException as e:
+            raise VerlConfigError(f"engine.verl.overrides.{key}" if key in raw else key,
+                                  f"verl refuses {value!r}: {e}") from None
+    return config
+
+
+def _field_type(node, leaf: str) -> type | None:
+    """The scalar type verl's dataclass declares for `leaf` of this section (its `_target_`), if any. verl's
+    YAML is untyped and Hydra does not check field types, so a string where an int belongs would pass unseen."""
+    import dataclasses
+    import importlib
+    import typing
+    target = node.get("_target_") if hasattr(node, "get") else None
+    if not isinstance(target, str):
+        return None
+    module, _, name = target.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+        hints = typing.get_type_hints(cls)
+    except Exception:  # noqa: BLE001 - an optional check; verl's own validation still runs
+        return None
+    if not dataclasses.is_dataclass(cls) or leaf not in hints:
+        return None
+    hint = hints[leaf]
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if typing.get_origin(hint) in (typing.Union, getattr(__import__("types"), "UnionType", None)) and len(args) == 1:
+        hint = args[0]  # Optional[int] -> int
+    return hint if hint in (bool, int, float, str) else None
+
+
+def _is_kind(value: Any, expected: type) -> bool:
+    if value is None:
+        return True
+    if expected is bool:
+        return isinstance(value, bool)
+    if expected is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if expected is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, str)
+
+
+# which of our keys each translated verl key comes from, so that verl's complaints name the key the user wrote
+OURS = {
+    "actor_rollout_ref.actor.ppo_mini_batch_size": "rl.prompts_per_step",
+    "data.train_batch_size": "rl.prompts_per_step",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": "rl.micro_batch_size",
+    "actor_rollout_ref.rollout.n": "rl.group_size",
+    "trainer.n_gpus_per_node": "engine.verl.n_gpus_per_node",
+    "trainer.nnodes": "engine.verl.nnodes",
+    "actor_rollout_ref.rollout.tensor_model_parallel_size": "engine.verl.rollout_tp",
+}
+
+
+def validate(cfg: RunConfig) -> None:
+    """Translate and run verl's own checks; raise VerlConfigError naming the key to fix."""
+    overrides = translate(cfg)
+    raw = set(cfg.engine.verl.overrides)
+    config = compose(overrides, raw)
+    from verl.utils.config import omega_conf_to_dataclass, validate_config
+    sections = {"actor_rollout_ref.actor": config.actor_rollout_ref.actor,
+                "actor_rollout_ref.rollout": config.actor_rollout_ref.rollout,
+                "algorithm": config.algorithm,
+                "actor_rollout_ref.actor.optim": config.actor_rollout_ref.actor.optim}
+    for name, section in sections.items():
+        try:
+            omega_conf_to_dataclass(section)
+        except Exception as e:  # noqa: BLE001 - verl raises assertion, value and instantiation errors alike
+            raise VerlConfigError(_section_blame(name, raw), f"verl rejects it: {_root_cause(e)}") from None
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # verl prints a success line per call
+            validate_config(config, use_reference_policy=cfg.rl.kl_coef > 0, use_critic=False)
+    except Exception as e:  # noqa: BLE001
+        message = _root_cause(e)
+        if message.startswith("real_train_batch_size"):
+            key, message = "rl.prompts_per_step", ("rl.prompts_per_step x rl.group_size must split evenly over the "
+                                                  f"run's GPUs (engine.verl.n_gpus_per_node x nnodes): {message}")
+        else:  # a raw override named in the message first, then the key of ours it was translated from
+            key = next((f"engine.verl.overrides.{k}" for k in raw if k.rsplit(".", 1)[1] in message),
+                       next((ours for verl_key, ours in OURS.items() if verl_key.rsplit(".", 1)[1] in message),
+                            "engine.verl"))
+        raise VerlConfigError(key, f"verl rejects it: {message}") from None
+    n_gpus = cfg.engine.verl.n_gpus_per_node * cfg.engine.verl.nnodes
+    if cfg.engine.verl.rollout_tp > n_gpus or n_gpus % cfg.engine.verl.rollout_tp:
+        raise VerlConfigError("engine.verl.rollout_tp", f"must divide the {n_gpus} GPUs of the run")
+
+
+def _section_blame(section: str, raw: set[str]) -> str:
+    mine = [k for k in raw if k.startswith(section + ".")]
+    return f"engine.verl.overrides.{mine[0]}" if len(mine) == 1 else section
+
+
+def _root_cause(e: BaseException) -> str:
+    while e.__cause__ is not None:
+        e = e.__cause__
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
