@@ -1,0 +1,109 @@
+"""Our update rules on verl 0.9's own engine (FSDPEngineWithLMHead, FSDP2, tiny random Qwen2, CPU, 1 and 2 gloo
+ranks; the CPU shims are tests/verl_cpu.py): GRPOStep is verl's own training step, SFPO with alpha = 0 is GRPO, an
+active GXPO step takes exactly 3 backward passes, and verl's SFT loss is micro-batch invariant.
+Each world size runs tests/verl_engine_worker.py once per rank; the tests read what the ranks saved."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("verl")
+
+HERE = Path(__file__).resolve().parent
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory) -> dict[int, list[dict]]:
+    root = tmp_path_factory.mktemp("verl_engine")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+           "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    model = root / "model"
+    subprocess.run([sys.executable, "-c", f"import verl_cpu, pathlib; verl_cpu.write_tiny_model(pathlib.Path({str(model)!r}))"],
+                   env=env, check=True, capture_output=True, timeout=300)
+    out = {}
+    for world in (1, 2):
+        d = root / f"world{world}"
+        d.mkdir()
+        port = str(_free_port())
+        procs = [subprocess.Popen([sys.executable, str(HERE / "verl_engine_worker.py"), str(r), str(world), str(model),
+                                   str(d), port], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                 for r in range(world)]
+        for p in procs:
+            _, err = p.communicate(timeout=600)
+            assert p.returncode == 0, err[-4000:]
+        out[world] = [torch.load(d / f"rank{r}.pt", weights_only=False) for r in range(world)]
+    return out
+
+
+WORLDS = [1, 2]
+
+
+def same(a: dict, b: dict) -> bool:
+    return all(torch.equal(a[k], b[k]) for k in a)
+
+
+def max_diff(a: dict, b: dict) -> float:
+    return max(float((a[k] - b[k]).abs().max()) for k in a)
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_grpo_step_is_verls_own_training_step(ranks, world):
+    r = ranks[world][0]
+    assert max_diff(r["verl"]["params"], r["grpo"]["params"]) == 0.0  # bit for bit, 2 steps, clip not binding
+    assert max_diff(r["grpo"]["params"], r["sfpo"]["params"]) > 1e-3  # the comparison can see a difference
+    for ours, theirs in zip(r["grpo"]["stats"], r["verl"]["stats"]):
+        assert ours["grad_norm"] == pytest.approx(theirs["grad_norm"], rel=1e-6)
+    # with a binding clip: our clip_and_step vs verl's clip_grad_norm_ (same formula, norm summed in another order)
+    assert all(s["grad_norm"] > 0.05 for s in r["verl_clip"]["stats"])
+    assert max_diff(r["verl_clip"]["params"], r["grpo_clip"]["params"]) < 1e-6
+    assert r["grpo"]["backward_calls"] == r["verl"]["backward_calls"] == 2
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_sfpo_with_alpha_zero_is_grpo(ranks, world):
+    r = ranks[world][0]
+    assert same(r["sfpo_alpha0"]["params"], r["grpo"]["params"])
+    assert [s["backward_passes"] for s in r["sfpo_alpha0"]["stats"]] == [1, 1]
+    assert [s["backward_passes"] for s in r["sfpo"]["stats"]] == [4, 4] and r["sfpo"]["backward_calls"] == 8
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_an_active_gxpo_step_takes_exactly_three_backward_passes(ranks, world):
+    r = ranks[world][0]
+    assert [s["backward_passes"] for s in r["gxpo"]["stats"]] == [3, 3]
+    assert r["gxpo"]["backward_calls"] == 6  # counted at verl's forward_backward_batch, not by the rule itself
+    assert not any(s["gate_tripped"] for s in r["gxpo"]["stats"])
+    assert max_diff(r["gxpo"]["params"], r["grpo"]["params"]) > 1e-3
+
+
+def test_two_ranks_agree_with_each_other_and_with_one(ranks):
+    r0, r1 = ranks[2]
+    for name in ("verl", "grpo", "sfpo", "gxpo"):
+        assert same(r0[name]["params"], r1[name]["params"])  # gathered parameters: one model on both ranks
+        assert r0[name]["stats"] == r1[name]["stats"]  # same scalars, so the same gate decisions
+        # sharded over 2 ranks = the same global token-mean step as 1 rank, up to float summation order
+        assert max_diff(ranks[1][0][name]["params"], r0[name]["params"]) < 1e-4
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_verls_sft_loss_is_micro_batch_invariant(ranks, world):
+    grads = ranks[world][0]["sft_micro"]
+    sizes = sorted(grads)
+    assert len(sizes) == 3
+    scale = max(float(g.abs().max()) for g in grads[sizes[0]].values())
+    assert scale > 1e-2
+    for m in sizes[1:]:
+        assert max_diff(grads[sizes[0]], grads[m]) < 1e-6 * max(1.0, scale)

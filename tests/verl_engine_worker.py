@@ -1,0 +1,84 @@
+"""One rank of tests/test_verl_engine.py: scenarios on verl's own FSDPEngineWithLMHead (FSDP2, gloo, CPU).
+
+    python verl_engine_worker.py RANK WORLD MODEL_DIR OUT_DIR PORT
+
+Every scenario starts from the same model directory, trains STEPS steps on the same global batches (this rank
+takes its rows), and the rank writes the gathered parameters and step stats to OUT_DIR/rank<r>.pt."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+rank, world, model_dir, out_dir, port = sys.argv[1:6]
+os.environ.update(RANK=rank, WORLD_SIZE=world, LOCAL_RANK=rank, LOCAL_WORLD_SIZE=world, MASTER_ADDR="127.0.0.1",
+                  MASTER_PORT=port)
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+torch.set_num_threads(1)
+import verl_cpu  # noqa: E402
+
+verl_cpu.use_cpu_platform()
+dist.init_process_group("gloo")
+
+from workflow.algos.update_rules import GRPOStep, GXPO, SFPO  # noqa: E402
+from workflow.engines.verl_rule import rule_train_batch  # noqa: E402
+
+STEPS = 2
+RANK, WORLD = int(rank), int(world)
+ROWS = slice(RANK * 8 // WORLD, (RANK + 1) * 8 // WORLD)
+
+
+def run(name: str, rule=None, clip_grad: float = 1.0e9, micro: int = 2) -> dict:
+    engine = verl_cpu.build_engine(Path(model_dir), clip_grad=clip_grad)
+    loss_fn = verl_cpu.ppo_loss_fn()
+    calls = {"backward": 0}
+    forward_backward = engine.forward_backward_batch
+
+    def counting(data, loss_function, forward_only=False):
+        calls["backward"] += not forward_only
+        return forward_backward(data, loss_function, forward_only=forward_only)
+    engine.forward_backward_batch = counting
+    stats = []
+    for step in range(STEPS):
+        data = verl_cpu.grpo_batch(seed=step, rows=ROWS, micro=micro)
+        with engine.train_mode():
+            if rule is None:  # verl's own step
+                out = engine.train_batch(data, loss_function=loss_fn)
+                stats.append({"grad_norm": float(out["metrics"]["grad_norm"]), "backward_passes": 1})
+            else:
+                _, st = rule_train_batch(engine, data, loss_fn, rule)
+                stats.append(st.as_row())
+            engine.lr_scheduler_step()
+    return {"params": verl_cpu.full_params(engine), "stats": stats, "backward_calls": calls["backward"]}
+
+
+def sft_grads(micro: int) -> dict:
+    """verl's SFT loss on the engine: gradients of one batch split into micro-batches of `micro` rows."""
+    from functools import partial
+    from verl.workers.utils.losses import sft_loss
+    engine = verl_cpu.build_engine(Path(model_dir))
+    data = verl_cpu.sft_batch(seed=7, rows=ROWS, micro=micro)
+    from verl.workers.config import FSDPActorConfig
+    cfg = FSDPActorConfig(strategy="fsdp2", rollout_n=1, ppo_mini_batch_size=8, ppo_micro_batch_size_per_gpu=micro)
+    with engine.train_mode():  # (leaving train mode drops the gradients)
+        engine.optimizer_zero_grad()
+        engine.forward_backward_batch(data, partial(sft_loss, config=cfg), forward_only=False)
+        return {n: p.grad.full_tensor().clone() for n, p in engine.module.named_parameters()}
+
+
+results = {
+    "verl": run("verl"),
+    "grpo": run("grpo", GRPOStep(max_grad_norm=1.0e9)),
+    "verl_clip": run("verl_clip", clip_grad=0.05),
+    "grpo_clip": run("grpo_clip", GRPOStep(max_grad_norm=0.05), clip_grad=0.05),
+    "sfpo_alpha0": run("sfpo_alpha0", SFPO(K=3, alpha=0.0, max_grad_norm=1.0e9)),
+    "sfpo": run("sfpo", SFPO(K=3, alpha=0.8, max_grad_norm=1.0e9)),
+    "gxpo": run("gxpo", GXPO(K=5, alpha=0.5, warmup=10, window=20, max_grad_norm=1.0e9)),
+    "sft_micro": {m: sft_grads(m) for m in (1, 2, 8 // WORLD)},
+}
+torch.save(results, Path(out_dir) / f"rank{rank}.pt")
+dist.destroy_process_group()
