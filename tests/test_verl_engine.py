@@ -107,3 +107,22 @@ def test_verls_sft_loss_is_micro_batch_invariant(ranks, world):
     assert scale > 1e-2
     for m in sizes[1:]:
         assert max_diff(grads[sizes[0]], grads[m]) < 1e-6 * max(1.0, scale)
+
+
+# ------------------------------------------------------------------------- our TrainingWorker (what Ray runs)
+@pytest.mark.parametrize("world", WORLDS)
+def test_rule_training_worker_follows_the_drivers_spec(ranks, world):
+    """RuleTrainingWorker through verl's train_mini_batch (the update_actor path): no spec or a GRPO spec is
+    verl's own worker bit for bit; GXPO takes 3 passes per step, SFPO K + 1, a disabled GXPO is GRPO; the LR
+    scheduler steps once per training step whatever the passes; our StepStats come back in verl's metrics."""
+    r = ranks[world][0]
+    verl = r["worker_verl"]
+    assert same(r["worker_nospec"]["params"], verl["params"]) and same(r["worker_grpo"]["params"], verl["params"])
+    assert same(r["worker_gxpo_off"]["params"], verl["params"])
+    assert max_diff(r["worker_gxpo"]["params"], verl["params"]) > 1e-4
+    assert (r["worker_gxpo"]["backward_calls"], r["worker_sfpo"]["backward_calls"]) == (6, 8)
+    assert {r[k]["lr_steps"] for k in ("worker_verl", "worker_grpo", "worker_gxpo", "worker_sfpo")} == {2}
+    gx = r["worker_gxpo"]["metrics"][0]
+    assert gx["rlsweep/backward_passes"] == [3.0] and gx["rlsweep/alpha"] == [0.5]
+    assert gx["rlsweep/gxpo_gcorr_norm"][0] > 0 and gx["grad_norm"] == [pytest.approx(gx["rlsweep/grad_norm"][0])]
+    assert r["worker_sfpo"]["metrics"][0]["rlsweep/backward_passes"] == [4.0]

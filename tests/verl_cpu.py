@@ -6,6 +6,7 @@ cuda/npu) with FSDP2, fp32 and sdpa attention, and GRPO batches in verl's padded
 from __future__ import annotations
 
 import contextlib
+import os
 from functools import partial
 from pathlib import Path
 
@@ -14,10 +15,25 @@ from verl.plugin.platform.platform_base import PlatformBase
 from verl.plugin.platform.platform_manager import PlatformRegistry, set_platform
 
 
+class _CPUDeviceModule:
+    """torch.cpu plus the memory queries verl asks a device module (torch.cuda-like) for: no device memory here."""
+
+    def __getattr__(self, name):
+        if hasattr(torch.cpu, name):
+            return getattr(torch.cpu, name)
+        if name == "get_device_name":
+            return lambda *a, **k: "CPU"
+        if name == "mem_get_info":
+            return lambda *a, **k: (0, 0)
+        if "memory" in name or name.startswith("reset_"):
+            return lambda *a, **k: 0
+        raise AttributeError(name)
+
+
 class PlatformCPU(PlatformBase):
     device_name = property(lambda self: "cpu")
     vendor_name = property(lambda self: "cpu")
-    device_module = property(lambda self: torch.cpu)
+    device_module = property(lambda self: _CPUDeviceModule())
 
     def is_available(self): return True
     def is_platform_available(self, use_smi_check=False): return True
@@ -44,6 +60,8 @@ class PlatformCPU(PlatformBase):
 def use_cpu_platform() -> None:
     PlatformRegistry.register(platform="cpu")(PlatformCPU)
     set_platform(PlatformCPU())
+    # verl's engine registry knows FSDPEngineWithLMHead for cuda/npu only; its own override picks it on the CPU
+    os.environ["VERL_ENGINE_DEVICE"] = "cuda"
 
 
 VOCAB = list("0123456789+-*/=()?:QA \\{}boxed.\n")

@@ -70,7 +70,59 @@ def sft_grads(micro: int) -> dict:
         return {n: p.grad.full_tensor().clone() for n, p in engine.module.named_parameters()}
 
 
+def worker_run(spec: dict | None, ours: bool = True) -> dict:
+    """verl's TrainingWorker (or our RuleTrainingWorker) end to end through train_mini_batch, as the trainer's
+    update_actor call reaches it: one mini-batch per step, LR scheduler inside, our spec in the non-tensor data."""
+    from verl.trainer.config import CheckpointConfig
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.config import FSDPEngineConfig, FSDPOptimizerConfig, HFModelConfig
+    from verl.workers.engine_workers import TrainingWorker, TrainingWorkerConfig
+    from workflow.engines.verl_update import UPDATE_KEY
+    from workflow.engines.verl_worker import RuleTrainingWorker
+    cls = RuleTrainingWorker if ours else TrainingWorker
+    worker = cls(config=TrainingWorkerConfig(
+        model_type="language_model",
+        model_config=HFModelConfig(path=str(model_dir), override_config={"attn_implementation": "sdpa"}),
+        engine_config=FSDPEngineConfig(strategy="fsdp2", model_dtype="fp32", dtype="float32", use_torch_compile=False,
+                                       mixed_precision={"param_dtype": "fp32", "reduce_dtype": "fp32",
+                                                        "buffer_dtype": "fp32"}, micro_batch_size_per_gpu=2),
+        optimizer_config=FSDPOptimizerConfig(lr=1e-2, clip_grad=1.0e9, total_training_steps=100, weight_decay=0.0,
+                                             lr_warmup_steps=2),
+        checkpoint_config=CheckpointConfig()))
+    worker.reset()
+    worker.set_loss_fn(verl_cpu.ppo_loss_fn())
+    calls = {"backward": 0}
+    forward_backward = worker.engine.forward_backward_batch
+
+    def counting(data, loss_function, forward_only=False):
+        calls["backward"] += not forward_only
+        return forward_backward(data, loss_function, forward_only=forward_only)
+    worker.engine.forward_backward_batch = counting
+    metrics = []
+    for step in range(STEPS):
+        data = verl_cpu.grpo_batch(seed=step, rows=ROWS)
+        tu.assign_non_tensor(data, mini_batch_size=8, epochs=1, seed=0, dataloader_kwargs={"shuffle": False})
+        if spec is not None:
+            tu.assign_non_tensor(data, **{UPDATE_KEY: spec})
+        out = worker.train_mini_batch(data)
+        metrics.append({k: v for k, v in tu.get(out, "metrics").items() if isinstance(v, (int, float, list))}
+                       if out is not None else {})
+    return {"params": verl_cpu.full_params(worker.engine), "metrics": metrics, "backward_calls": calls["backward"],
+            "lr_steps": worker.engine.lr_scheduler.last_epoch}
+
+
+GXPO_SPEC = {"update": "gxpo", "max_grad_norm": 1.0e9, "K": 5, "alpha": 0.5, "eps": 1e-8, "window": 20, "warmup": 10,
+             "tau": 2.0, "ratio_source": "grad", "clamp": "s", "clamp_min": None, "clamp_max": None, "enabled": True}
+SFPO_SPEC = {"update": "sfpo", "max_grad_norm": 1.0e9, "K": 3, "alpha": 0.8, "window": 30, "tau": 1.0,
+             "enabled": True}
+
 results = {
+    "worker_verl": worker_run(None, ours=False),
+    "worker_nospec": worker_run(None),
+    "worker_grpo": worker_run({"update": "grpo", "max_grad_norm": 1.0e9, "enabled": False}),
+    "worker_gxpo": worker_run(GXPO_SPEC),
+    "worker_gxpo_off": worker_run({**GXPO_SPEC, "enabled": False}),
+    "worker_sfpo": worker_run(SFPO_SPEC),
     "verl": run("verl"),
     "grpo": run("grpo", GRPOStep(max_grad_norm=1.0e9)),
     "verl_clip": run("verl_clip", clip_grad=0.05),

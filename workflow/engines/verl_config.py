@@ -21,6 +21,7 @@ from functools import lru_cache
 from typing import Any
 
 from workflow.config import RunConfig
+from workflow.engines.verl_update import rule_settings
 
 # our aggregation -> (verl loss_agg_mode, needs loss_scale_factor = max response length). Ours: token-sum divides
 # by the constant n_seqs * max_len (Dr.GRPO); verl's seq-mean-token-sum-norm = sum / n_seqs / loss_scale_factor.
@@ -90,6 +91,11 @@ def translate(cfg: RunConfig, *, model_path: str = PLACEHOLDER, train_files: str
         "trainer.logger": ["console"],
         "trainer.val_before_train": False,
     }
+    # our update rules inside verl: the registered trainer decides the gates and hands the workers their spec
+    out["trainer.v1.trainer_mode"] = "rlsweep"
+    out["trainer.v1.rlsweep"] = rule_settings(rl)
+    if rl.update == "sfpo":  # its trigger watches the rollout policy's entropy
+        out[f"{actor}.calculate_entropy"] = True
     if scaled:
         out[f"{actor}.loss_scale_factor"] = rl.max_new_tokens
     if rl.kl_coef > 0:
@@ -119,10 +125,12 @@ def _blame(verl_key: str, ours: dict[str, str], raw: set[str]) -> str:
 
 def compose(overrides: dict[str, Any], raw: set[str] = frozenset()):
     """verl's default config with these overrides; an unknown key names itself (as ours or as a raw override)."""
-    from omegaconf import OmegaConf
+    from omegaconf import OmegaConf, open_dict
     from omegaconf.errors import OmegaConfBaseException
     config = copy.deepcopy(_default_config())
     OmegaConf.set_struct(config, True)
+    with open_dict(config.trainer.v1):  # our trainer's own section (trainer_mode: rlsweep reads it)
+        config.trainer.v1.rlsweep = None
     for key, value in overrides.items():
         parent, _, leaf = key.rpartition(".")
         node = OmegaConf.select(config, parent, default=None) if parent else config

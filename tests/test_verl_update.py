@@ -1,0 +1,68 @@
+"""The gates of a verl run are decided once, on the driver, and handed to the workers as a spec; the workers'
+rules never trip by themselves. Also the trainer's _update_actor around verl's, with a stand-in for the Ray
+worker group (the hardware boundary)."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+
+from workflow.config import RLConfig, RunConfig
+from workflow.engines.verl_update import DriverGates, rule_settings, worker_rule
+
+
+def test_sfpo_trigger_is_decided_on_the_driver_from_the_rollout_entropy():
+    gates = DriverGates(rule_settings(RLConfig(update="sfpo", sfpo={"window": 3, "tau": 1.0})))
+    specs = [gates.before_update(entropy=h) for h in (1.0, 1.01, 0.99, 1.0, 9.0, 1.0)]
+    assert [s["enabled"] for s in specs] == [True, True, True, True, False, False]  # off from the spike on, for good
+    assert specs[0]["K"] == 3 and specs[0]["alpha"] == 0.8 and specs[0]["update"] == "sfpo"
+
+
+def test_gxpo_gate_is_fed_the_corrective_norm_the_workers_report():
+    gates = DriverGates(rule_settings(RLConfig(update="gxpo", gxpo={"window": 3, "warmup": 3, "tau": 2.0})))
+    enabled = []
+    for norm in (1.0, 1.1, 0.9, 1.0, 0.0, 50.0, 1.0):
+        enabled.append(gates.before_update()["enabled"])
+        gates.after_update({"actor/rlsweep/gxpo_gcorr_norm": norm})
+    assert enabled == [True] * 6 + [False]  # the 50.0 trips it (the 0.0, no learning signal, is not counted)
+    state = gates.state_dict()
+    again = DriverGates(rule_settings(RLConfig(update="gxpo", gxpo={"window": 3, "warmup": 3, "tau": 2.0})))
+    again.load_state_dict(state)  # a resumed driver stays tripped
+    assert again.before_update()["enabled"] is False
+
+
+def test_grpo_spec_is_never_enabled_and_worker_rules_never_trip_themselves():
+    assert DriverGates(rule_settings(RLConfig())).before_update(entropy=5.0)["enabled"] is False
+    rule = worker_rule(rule_settings(RLConfig(update="gxpo", gxpo={"window": 2, "warmup": 2})))
+    for x in (1.0, 1.0, 1.0, 1e9):
+        rule.gate.update(x)
+    assert not rule.gate.tripped and rule.gate.tau == math.inf
+
+
+def test_trainer_update_actor_hands_the_spec_over_and_feeds_the_gate_back():
+    pytest.importorskip("verl")
+    pytest.importorskip("transfer_queue")
+    from workflow.engines.verl_config import compose, translate
+    from workflow.engines.verl_update import UPDATE_KEY
+    from workflow.engines.verl_worker import RlsweepTrainer
+    cfg = RunConfig.model_validate({"engine": {"name": "verl"}, "rl": {
+        "update": "gxpo", "prompts_per_step": 8, "group_size": 4, "gxpo": {"window": 3, "warmup": 3, "tau": 2.0}}})
+    trainer = object.__new__(RlsweepTrainer)  # no Ray: everything but the worker group, which a stand-in plays
+    trainer.config = compose(translate(cfg), set())
+    assert trainer.config.trainer.v1.trainer_mode == "rlsweep"
+    handed = []
+    norms = iter([1.0, 1.1, 0.9, 1.0, 40.0, 1.0])
+
+    def update_actor(batch):
+        handed.append(dict(batch.extra_info[UPDATE_KEY]))
+        return {"metrics": {"mfu": [0.1], "pg_loss": [0.5], "rlsweep/gxpo_gcorr_norm": [next(norms)]}}
+    trainer.actor_rollout_wg = SimpleNamespace(update_actor=update_actor)
+    tripped = []
+    for _ in range(6):
+        metrics: dict = {}
+        trainer._update_actor(SimpleNamespace(extra_info={}), metrics)
+        tripped.append(metrics["rlsweep/gate_tripped"])
+    assert [h["enabled"] for h in handed] == [True] * 5 + [False]
+    assert tripped == [0.0] * 4 + [1.0, 0.0] and handed[0]["K"] == 5 and handed[0]["update"] == "gxpo"

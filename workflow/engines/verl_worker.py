@@ -1,0 +1,91 @@
+"""rlsweep inside verl 0.9's Ray processes: the worker that runs our update rules and the trainer that decides
+their gates. verl loads this module in every process through VERL_USE_EXTERNAL_MODULES (set by the verl engine);
+no verl file is forked or edited.
+
+- RuleTrainingWorker: verl's TrainingWorker whose engine step (`engine.train_batch`, called once per mini-batch by
+  TrainingWorker.train_batch, which also steps the LR scheduler once) is replaced by our rule around verl's own
+  forward_backward_batch / optimizer (verl_rule.rule_train_batch), following the driver's spec in the batch.
+  Batches without a spec (SFT, critic) take verl's own step.
+- RuleActorRolloutRefWorker: verl's ActorRolloutRefWorker with `actor_worker_cls = RuleTrainingWorker`.
+- RlsweepTrainer (`trainer.v1.trainer_mode: rlsweep`): verl's sync PPO trainer that puts the worker class in its
+  resource pool and, around verl's `_update_actor`, asks DriverGates for the spec and feeds back the metrics.
+"""
+
+from __future__ import annotations
+
+import ray
+from verl.trainer.ppo.v1 import register_trainer
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl.utils import tensordict_utils as tu
+from verl.utils.metric.utils import AggregationType, Metric
+from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
+
+from workflow.engines.verl_rule import rule_train_batch
+from workflow.engines.verl_update import METRIC_PREFIX, UPDATE_KEY, DriverGates, worker_rule
+from workflow.algos.update_rules import GRPOStep
+
+
+class RuleTrainingWorker(TrainingWorker):
+    def reset(self):
+        super().reset()  # builds the engine (engine.initialize())
+        self._install_rule_step()
+
+    def _install_rule_step(self) -> None:
+        engine = self.engine
+        if getattr(engine, "_rlsweep_verl_step", None) is not None:
+            return
+        engine._rlsweep_verl_step = verl_step = engine.train_batch
+        self._rlsweep_rules: dict[str, object] = {}
+
+        def train_batch(data, loss_function):
+            spec = tu.get_non_tensor_data(data=data, key=UPDATE_KEY, default=None)
+            if spec is None:
+                return verl_step(data, loss_function)
+            rule = self._rule_for(spec)
+            outputs, stats = rule_train_batch(engine, data, loss_function, rule)
+            if engine.is_mp_src_rank_with_outputs():
+                outputs["metrics"]["grad_norm"] = stats.grad_norm
+                for k, v in stats.as_row().items():  # the same on every rank; verl averages Metrics over ranks
+                    if isinstance(v, (int, float)) and not isinstance(v, bool):
+                        outputs["metrics"][METRIC_PREFIX + k] = Metric(AggregationType.MEAN, float(v))
+            return outputs
+
+        engine.train_batch = train_batch
+
+    def _rule_for(self, spec: dict):
+        if not spec.get("enabled", False):
+            for rule in self._rlsweep_rules.values():  # tripped for good: free the snapshot buffers
+                rule.release_buffers()
+            return GRPOStep(max_grad_norm=spec.get("max_grad_norm"))
+        key = repr(sorted((k, v) for k, v in spec.items() if k != "enabled"))
+        if key not in self._rlsweep_rules:
+            self._rlsweep_rules[key] = worker_rule(spec)
+        return self._rlsweep_rules[key]
+
+
+class RuleActorRolloutRefWorker(ActorRolloutRefWorker):
+    actor_worker_cls = RuleTrainingWorker
+
+
+@register_trainer("rlsweep")
+class RlsweepTrainer(PPOTrainerSync):
+    def _init_resource_pool_mgr(self):
+        super()._init_resource_pool_mgr()
+        ours = ray.remote(RuleActorRolloutRefWorker)
+        for role, cls in list(self.role_worker_mapping.items()):
+            if getattr(cls, "__ray_actor_class__", None) is ActorRolloutRefWorker:
+                self.role_worker_mapping[role] = ours
+
+    def _update_actor(self, batch, metrics: dict):
+        gates = self.__dict__.get("_rlsweep_gates")
+        if gates is None:
+            gates = self._rlsweep_gates = DriverGates(dict(self.config.trainer.v1.rlsweep))
+        spec = gates.before_update(entropy=metrics.get("actor/entropy"))
+        batch.extra_info[UPDATE_KEY] = spec
+        batch = super()._update_actor(batch, metrics)
+        gates.after_update(metrics)
+        metrics[f"{METRIC_PREFIX}enabled"] = float(spec["enabled"])
+        if gates.last_z is not None:
+            metrics[f"{METRIC_PREFIX}gate_z"] = gates.last_z
+        metrics[f"{METRIC_PREFIX}gate_tripped"] = float(gates.tripped_now)
+        return batch
