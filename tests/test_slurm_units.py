@@ -229,3 +229,61 @@ def test_profile_install_makes_snakemake_profile_slurm_work_from_anywhere(tmp_pa
                           env={**os.environ, **env}, timeout=300)
     assert plan.returncode == 0, plan.stderr[-3000:]
     assert re.search(r"^rl\s+1$", plan.stdout, re.M)
+
+
+def test_a_multi_node_job_runs_once_on_its_first_node():
+    lines = sbatch_lines(StageResources(nodes=4, gpus_per_node=8).snakemake_resources())
+    params = sbatch_parameters(StageResources(nodes=4).snakemake_resources(), job_name="j", threads=1)
+    text = _make_sbatch_string(command="python -m x", folder="/tmp/logs/%j", **params)
+    assert "#SBATCH --nodes=4" in lines and "#SBATCH --ntasks-per-node=1" in lines
+    assert "srun" not in text  # the stage starts its own per-node processes (Ray workers)
+    single = _make_sbatch_string(command="python -m x", folder="/tmp/logs/%j",
+                                 **sbatch_parameters(StageResources().snakemake_resources(), job_name="j", threads=1))
+    assert "srun" in single
+
+
+def test_ray_start_commands_for_an_allocation():
+    from workflow.slurm.ray_cluster import allocation_nodes, start_commands
+    nodes = allocation_nodes({"SLURM_JOB_NODELIST": "gpu[01-03],big7"})
+    assert nodes == ["gpu01", "gpu02", "gpu03", "big7"]
+    cmds = start_commands(nodes, head_address="10.0.0.1", port=6380, gpus_per_node=8)
+    assert cmds[0][0] == "gpu01" and cmds[0][1][:3] == ["ray", "start", "--head"]
+    assert "--port=6380" in cmds[0][1] and "--num-gpus=8" in cmds[0][1]
+    for node, argv in cmds[1:]:
+        assert argv[:5] == ["srun", "--nodes=1", "--ntasks=1", "--overlap", f"--nodelist={node}"]
+        assert "--address=10.0.0.1:6380" in argv
+    assert [n for n, _ in cmds] == nodes
+    assert allocation_nodes({}) == [os.uname().nodename]
+
+
+def test_the_head_command_really_starts_a_ray_cluster_that_a_driver_joins(tmp_path):
+    """The generated head command, run here (one node; the GPU count is the only thing a GPU node changes)."""
+    pytest.importorskip("ray")
+    import shutil
+    import socket
+    from workflow.slurm.ray_cluster import start_commands
+    ray_bin = shutil.which("ray") or str(Path(sys.executable).parent / "ray")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    import tempfile
+    temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's unix socket paths must fit in 107 bytes
+    (node, argv), = start_commands(["localhost"], head_address="127.0.0.1", port=port, cpus_per_node=1,
+                                   temp_dir=temp)
+    head = subprocess.Popen([ray_bin, *argv[1:]], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        probe = ("import ray, time\n"
+                 "for _ in range(120):\n"
+                 "    try:\n"
+                 f"        ray.init(address='127.0.0.1:{port}'); break\n"
+                 "    except Exception: time.sleep(0.5)\n"
+                 "print(int(ray.cluster_resources()['CPU']), len(ray.nodes()))\n")
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=180)
+        assert out.stdout.split()[-2:] == ["1", "1"], out.stderr[-2000:]
+    finally:
+        head.terminate()  # a --block head stops its Ray processes when it is terminated
+        try:
+            head.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            head.kill()
+        shutil.rmtree(temp, ignore_errors=True)

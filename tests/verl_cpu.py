@@ -75,8 +75,10 @@ def write_tiny_model(path: Path, seed: int = 0) -> Path:
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
     tok.decoder = decoders.Fuse()
-    PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>",
-                            unk_token="<unk>").save_pretrained(path)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
+    # a chat template (the prompt as is), so verl's RLHFDataset can apply one as it does for real models
+    fast.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    fast.save_pretrained(path)
     cfg = Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
                       num_key_value_heads=2, max_position_embeddings=128, tie_word_embeddings=False, pad_token_id=0,
                       eos_token_id=1, bos_token_id=1)

@@ -21,6 +21,7 @@ from functools import lru_cache
 from typing import Any
 
 from workflow.config import RunConfig
+from workflow.engines.verl_data import REWARD_FN
 from workflow.engines.verl_update import rule_settings
 
 # our aggregation -> (verl loss_agg_mode, needs loss_scale_factor = max response length). Ours: token-sum divides
@@ -91,6 +92,12 @@ def translate(cfg: RunConfig, *, model_path: str = PLACEHOLDER, train_files: str
         "trainer.logger": ["console"],
         "trainer.val_before_train": False,
     }
+    out["reward.custom_reward_function.path"], out["reward.custom_reward_function.name"] = REWARD_FN
+    out[f"{actor}.shuffle"] = False  # the data-prep rule wrote each step's problems in order
+    out["data.shuffle"] = False
+    # every Ray process (on every node) imports our worker and trainer through verl's external-modules hook
+    out["ray_kwargs.ray_init.runtime_env.env_vars"] = {"VERL_USE_EXTERNAL_MODULES": "workflow.engines.verl_worker",
+                                                       "TOKENIZERS_PARALLELISM": "false"}
     # our update rules inside verl: the registered trainer decides the gates and hands the workers their spec
     out["trainer.v1.trainer_mode"] = "rlsweep"
     out["trainer.v1.rlsweep"] = rule_settings(rl)
@@ -131,6 +138,8 @@ def compose(overrides: dict[str, Any], raw: set[str] = frozenset()):
     OmegaConf.set_struct(config, True)
     with open_dict(config.trainer.v1):  # our trainer's own section (trainer_mode: rlsweep reads it)
         config.trainer.v1.rlsweep = None
+    with open_dict(config.ray_kwargs.ray_init.runtime_env):  # merged over verl's own runtime env by run_ppo
+        config.ray_kwargs.ray_init.runtime_env.env_vars = None
     for key, value in overrides.items():
         parent, _, leaf = key.rpartition(".")
         node = OmegaConf.select(config, parent, default=None) if parent else config

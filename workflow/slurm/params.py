@@ -46,6 +46,10 @@ def sbatch_parameters(resources: Mapping[str, Any], *, job_name: str, threads: i
         params["mem"] = f"{int(resources['mem_mb'])}M"
     if resources.get("gpus_per_node"):
         params["gpus_per_node"] = int(resources["gpus_per_node"])
+    if int(resources.get("nodes") or 1) > 1:
+        # one process for the whole allocation, on its first node: the stage itself starts what runs on the other
+        # nodes (a Ray cluster for verl, workflow/slurm/ray_cluster.py); srun would start it once per node
+        params.update(use_srun=False, ntasks_per_node=1)
     if resources.get("exclusive"):
         params["exclusive"] = True
     extra = resources.get("slurm_extra")

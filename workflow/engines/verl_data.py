@@ -1,0 +1,62 @@
+"""The data a verl RL run reads: our task's problems as verl's RLHF parquet, and the reward verl calls.
+
+verl's RLHFDataset reads rows `{data_source, prompt: [chat messages], ability, reward_model: {style, ground_truth},
+extra_info}` and its reward loop calls `reward.custom_reward_function` = `compute_score(data_source, solution_str,
+ground_truth, extra_info)` for every response. Training problems are drawn exactly as the local engine draws them
+(step t's batch from the generator seeded by (seed, t, 1)), one row per prompt, `rl.steps x rl.prompts_per_step`
+rows in order, so verl (with shuffle off) sees the same problems in the same steps.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from workflow.config import RunConfig, TaskConfig
+from workflow.eval.answers import extract_boxed
+from workflow.results.writer import write_atomic
+from workflow.tasks.arithmetic import sample_train, split
+
+DATA_SOURCE = "rlsweep/arithmetic"
+REWARD_FN = ("pkg://workflow.engines.verl_data", "compute_score")  # reward.custom_reward_function (path, name)
+
+
+def _row(prompt: str, answer: str, split_name: str, index: int, step: int | None) -> dict:
+    return {"data_source": DATA_SOURCE, "prompt": [{"role": "user", "content": prompt}], "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": answer},
+            "extra_info": {"split": split_name, "index": index, "step": step}}
+
+
+def rl_rows(cfg: RunConfig) -> list[dict]:
+    rl, rows = cfg.rl, []
+    for step in range(rl.steps):
+        for p in sample_train(cfg.task, np.random.default_rng([cfg.seed, step, 1]), rl.prompts_per_step):
+            rows.append(_row(p.prompt, p.answer, "train", len(rows), step))
+    return rows
+
+
+def heldout_rows(task: TaskConfig) -> list[dict]:
+    return [_row(p.prompt, p.answer, "test", i, None) for i, p in enumerate(split(task).heldout)]
+
+
+def write_rl_data(cfg: RunConfig, out_dir: Path) -> tuple[Path, Path]:
+    """train.parquet and val.parquet in verl's format under out_dir (atomic writes; rewritten identically)."""
+    out_dir = Path(out_dir)
+    train = write_atomic(pa.Table.from_pylist(rl_rows(cfg)), out_dir / "train.parquet")
+    val = write_atomic(pa.Table.from_pylist(heldout_rows(cfg.task)), out_dir / "val.parquet")
+    return train, val
+
+
+def read_rows(path: Path) -> list[dict]:
+    return pq.read_table(path).to_pylist()
+
+
+def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info: dict | None = None,
+                  **_: object) -> float:
+    """verl's reward hook: the exact \\boxed{} match the local engine rewards with."""
+    if data_source != DATA_SOURCE:
+        raise ValueError(f"no reward for data source {data_source!r} (this run's data is {DATA_SOURCE!r})")
+    return 1.0 if extract_boxed(solution_str) == str(ground_truth) else 0.0

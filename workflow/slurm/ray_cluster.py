@@ -1,0 +1,46 @@
+"""A Ray cluster across the nodes of one SLURM allocation, for engines that need one (verl).
+
+A multi-node stage job runs once, on the allocation's first node (the executor submits it without srun, see
+params.py); from there `start_commands` gives the `ray start` command of every node: the head on the first node
+(this one), a worker on each other node, started through `srun --nodes=1 --ntasks=1 -w NODE` so SLURM places and
+cleans them up with the job. `RAY_ADDRESS` then points the driver (verl's run_ppo) at the head.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import socket
+
+from submitit.slurm.slurm import _parse_node_list
+
+
+def allocation_nodes(env: dict | None = None) -> list[str]:
+    """The hostnames of this SLURM allocation (SLURM_JOB_NODELIST, e.g. 'gpu[01-03],gpu07'); else this host."""
+    env = os.environ if env is None else env
+    nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+    return _parse_node_list(nodelist) if nodelist else [socket.gethostname()]
+
+
+def start_commands(nodes: list[str], *, head_address: str, port: int = 6379, gpus_per_node: int = 0,
+                   cpus_per_node: int | None = None, temp_dir: str | None = None) -> list[tuple[str, list[str]]]:
+    """(node, argv) for every node: `ray start --head` on nodes[0], `ray start --address=head` on the others,
+    each under `srun` on its own node except the head (which runs where this job runs). --block keeps each
+    process in the foreground so SLURM owns it."""
+    if not nodes:
+        raise ValueError("no nodes to start Ray on")
+    common = [f"--num-gpus={gpus_per_node}", "--block", "--disable-usage-stats"]
+    if cpus_per_node is not None:
+        common.append(f"--num-cpus={cpus_per_node}")
+    if temp_dir:
+        common.append(f"--temp-dir={temp_dir}")
+    out = [(nodes[0], ["ray", "start", "--head", f"--node-ip-address={head_address}", f"--port={port}",
+                       "--include-dashboard=false", *common])]
+    for node in nodes[1:]:
+        out.append((node, ["srun", "--nodes=1", "--ntasks=1", "--overlap", f"--nodelist={node}",
+                           "ray", "start", f"--address={head_address}:{port}", *common]))
+    return out
+
+
+def describe(commands: list[tuple[str, list[str]]]) -> str:
+    return "\n".join(f"{node}: {shlex.join(argv)}" for node, argv in commands)
