@@ -66,3 +66,36 @@ def test_trainer_update_actor_hands_the_spec_over_and_feeds_the_gate_back():
         tripped.append(metrics["rlsweep/gate_tripped"])
     assert [h["enabled"] for h in handed] == [True] * 5 + [False]
     assert tripped == [0.0] * 4 + [1.0, 0.0] and handed[0]["K"] == 5 and handed[0]["update"] == "gxpo"
+
+
+def test_verl_step_metrics_land_in_train_steps(tmp_path, monkeypatch):
+    pytest.importorskip("verl")
+    pytest.importorskip("transfer_queue")
+    from omegaconf import OmegaConf, open_dict
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+    from workflow.engines.verl_config import compose, translate
+    from workflow.engines.verl_worker import RlsweepTrainer
+    from workflow.results.catalog import query
+    cfg = RunConfig.model_validate({"engine": {"name": "verl"}, "rl": {
+        "update": "gxpo", "steps": 3, "checkpoint_every": 2, "prompts_per_step": 8, "group_size": 4}})
+    trainer = object.__new__(RlsweepTrainer)
+    trainer.config = compose(translate(cfg), set())
+    with open_dict(trainer.config):
+        trainer.config.trainer.v1.rlsweep.log = {"results_root": str(tmp_path), "sweep": "v", "run_id": "abc"}
+    monkeypatch.setattr(PPOTrainer, "_compute_metrics", lambda self, *a, **k: None)  # verl's part reads the TQ
+    for step in (1, 2, 3):
+        metrics = {"critic/score/mean": 0.25 * step, "actor/entropy": [0.5, 0.7], "actor/pg_clipfrac": 0.1,
+                   "actor/lr": 1e-6, "response_length/mean": 100.0, "timing_s/step": 3.0, "perf/total_num_tokens": 4096,
+                   "actor/rlsweep/backward_passes": 3.0, "actor/rlsweep/optimizer_steps": 3.0,
+                   "actor/rlsweep/loss": -0.1, "actor/rlsweep/grad_norm": 0.4, "actor/rlsweep/alpha": 0.5,
+                   "actor/rlsweep/gxpo_gcorr_norm": 0.3, "rlsweep/gate_tripped": 0.0}
+        trainer._compute_metrics(None, metrics, {}, global_steps=step, epoch=0)
+        if step == 1:  # flushed at the save interval (2) and at the end, not before
+            assert not list(tmp_path.rglob("*.parquet"))
+    rows = query("SELECT * FROM train_steps ORDER BY step", tmp_path).to_pylist()
+    assert [r["step"] for r in rows] == [1, 2, 3] and [r["reward"] for r in rows] == [0.25, 0.5, 0.75]
+    r = rows[0]
+    assert (r["entropy"], r["backward_passes"], r["optimizer_steps"], r["rollouts"], r["tokens"]) == (0.6, 3, 3, 32, 4096)
+    assert (r["run_id"], r["stage"], r["alpha"], r["gxpo_gcorr_norm"], r["gate_tripped"]) == ("abc", "rl", 0.5, 0.3,
+                                                                                             False)
+    assert r["kl"] is None and OmegaConf.select(trainer.config, "trainer.v1.trainer_mode") == "rlsweep"

@@ -20,6 +20,8 @@ from verl.utils import tensordict_utils as tu
 from verl.utils.metric.utils import AggregationType, Metric
 from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 
+from workflow.engines.base import TrainLog
+from workflow.engines.verl_metrics import train_steps_row
 from workflow.engines.verl_rule import rule_train_batch
 from workflow.engines.verl_update import METRIC_PREFIX, UPDATE_KEY, DriverGates, worker_rule
 from workflow.algos.update_rules import GRPOStep
@@ -89,3 +91,18 @@ class RlsweepTrainer(PPOTrainerSync):
             metrics[f"{METRIC_PREFIX}gate_z"] = gates.last_z
         metrics[f"{METRIC_PREFIX}gate_tripped"] = float(gates.tripped_now)
         return batch
+
+    def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
+        """verl's metrics of the step, then our train_steps row (flushed at each save, as the local engine)."""
+        out = super()._compute_metrics(batch, metrics, timing_raw, global_steps=global_steps, epoch=epoch)
+        log = self.__dict__.get("_rlsweep_log")
+        where = (self.config.trainer.v1.rlsweep or {}).get("log")
+        if log is None and where:  # set by the verl engine's job: where this run's tables go
+            log = self._rlsweep_log = TrainLog(where["results_root"], where["sweep"], "rl", where["run_id"])
+        if log is not None:
+            rollouts = self.config.data.train_batch_size * self.config.actor_rollout_ref.rollout.n
+            log.record(**train_steps_row(metrics, global_steps, rollouts))
+            save_freq, total = self.config.trainer.save_freq, self.config.trainer.total_training_steps
+            if global_steps % save_freq == 0 or global_steps >= total:
+                log.flush()
+        return out

@@ -1,0 +1,61 @@
+"""verl's per-step metrics -> our `train_steps` row, so a verl run lands in the same table as a local one.
+
+Names on the left are verl 0.9's (trainer/ppo/metric_utils.py, the actor's worker metrics prefixed "actor/", our
+StepStats reported by RuleTrainingWorker as "actor/rlsweep/<field>", the driver's gate as "rlsweep/<field>").
+A column verl does not report for a run stays null, as in the local engine.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+# our column <- verl metric
+_FROM_VERL = {
+    "reward": "critic/score/mean",
+    "entropy": "actor/entropy",
+    "kl": "actor/kl_loss",
+    "clip_frac": "actor/pg_clipfrac",
+    "lr": "actor/lr",
+    "response_len": "response_length/mean",
+    "truncated_frac": "response_length/clip_ratio",
+    "wall_s": "timing_s/step",
+    "gen_s": "timing_s/gen",
+    "update_s": "timing_s/update_actor",
+    "tokens": "perf/total_num_tokens",
+}
+_FROM_RULE = ("loss", "grad_norm", "backward_passes", "optimizer_steps", "alpha", "gxpo_ratio_p10", "gxpo_ratio_p50",
+              "gxpo_ratio_p90", "gxpo_scale_mean", "gxpo_inactive_frac", "gxpo_cos_g0_gcorr", "gxpo_gcorr_norm")
+_INTS = {"backward_passes", "optimizer_steps", "tokens", "rollouts"}
+
+
+def _scalar(value: Any) -> float | None:
+    if isinstance(value, (list, tuple)):
+        value = sum(value) / len(value) if value else None
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) or math.isinf(value) else None
+
+
+def train_steps_row(metrics: dict[str, Any], step: int, rollouts: int) -> dict[str, Any]:
+    row: dict[str, Any] = {"step": step, "rollouts": rollouts}
+    for col, key in _FROM_VERL.items():
+        row[col] = _scalar(metrics.get(key))
+    for col in _FROM_RULE:
+        value = _scalar(metrics.get(f"actor/rlsweep/{col}"))
+        if value is None and col in ("loss", "grad_norm"):
+            value = _scalar(metrics.get(f"actor/{'pg_loss' if col == 'loss' else col}"))
+        row[col] = value
+    if row["backward_passes"] is None:  # verl's own step (no rule spec): one pass, one optimizer step
+        row["backward_passes"] = row["optimizer_steps"] = 1
+    row["z"] = _scalar(metrics.get("rlsweep/gate_z"))
+    tripped = metrics.get("rlsweep/gate_tripped")
+    row["gate_tripped"] = bool(tripped) if tripped is not None else None
+    for col in _INTS:
+        if row.get(col) is not None:
+            row[col] = int(round(row[col]))
+    return row
