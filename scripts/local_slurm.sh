@@ -12,6 +12,7 @@
 #   RLSWEEP_SLURM_CPUS=<n>                 CPUs the node advertises (default nproc; more = oversubscribe)
 #   RLSWEEP_SLURM_GPUS=2                   fake GPUs (char devices aliasing /dev/null) so --gres=gpu:N schedules
 #   RLSWEEP_SLURM_MAX_ARRAY_SIZE=1001      MaxArraySize (tests lower it to see arrays split)
+#   RLSWEEP_SLURM_FIX_HOSTS=0               1: map `hostname` to 127.0.1.1 in /etc/hosts if it resolves elsewhere (CI)
 #
 # Everything listens on 127.0.0.1 only (CommunicationParameters=NoInAddrAny), so `hostname` must resolve to 127.x.
 set -euo pipefail
@@ -151,7 +152,15 @@ start() {
   local t0=$SECONDS
   install_packages
   local ip; ip=$(getent ahostsv4 "$NODE" | awk 'NR == 1 {print $1}')
-  case "$ip" in 127.*) ;; *) die "hostname $NODE resolves to '${ip:-nothing}', not 127.x: add '127.0.1.1 $NODE' to /etc/hosts";; esac
+  case "$ip" in
+    127.*) ;;
+    *) if [ "${RLSWEEP_SLURM_FIX_HOSTS:-0}" = 1 ]; then  # throwaway machines (CI) only: never edit a user's hosts
+         say "hostname $NODE resolves to '${ip:-nothing}': adding '127.0.1.1 $NODE' to /etc/hosts"
+         echo "127.0.1.1 $NODE" >> /etc/hosts
+       else
+         die "hostname $NODE resolves to '${ip:-nothing}', not 127.x: add '127.0.1.1 $NODE' to /etc/hosts (or set RLSWEEP_SLURM_FIX_HOSTS=1 on a throwaway machine)"
+       fi;;
+  esac
   mkdir -p "$DIR"/{state,spool,log,run,dev}
 
   [ -s /etc/munge/munge.key ] || { mungekey --create --keyfile=/etc/munge/munge.key
