@@ -126,3 +126,14 @@ def test_rule_training_worker_follows_the_drivers_spec(ranks, world):
     assert gx["rlsweep/backward_passes"] == [3.0] and gx["rlsweep/alpha"] == [0.5]
     assert gx["rlsweep/gxpo_gcorr_norm"][0] > 0 and gx["grad_norm"] == [pytest.approx(gx["rlsweep/grad_norm"][0])]
     assert r["worker_sfpo"]["metrics"][0]["rlsweep/backward_passes"] == [4.0]
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_verl_checkpoints_export_into_our_checkpoint_layout(ranks, world):
+    """verl's sharded checkpoint (1 or 2 ranks) merged by verl's own merger into checkpoints/step_N: a Hugging Face
+    model with the trained parameters (as bf16, the merger's dtype), the tokenizer, and meta.json."""
+    exported = ranks[world][0]["export"]
+    assert exported["paths"][0].endswith("checkpoints/step_000001")
+    assert exported["equal"] and exported["moved"] and exported["n"] == 15
+    assert exported["tokenizer"] == "23"  # the run's tokenizer travels with the weights
+    assert '"engine": "verl"' in exported["meta"] and '"step": 1' in exported["meta"]

@@ -116,7 +116,34 @@ GXPO_SPEC = {"update": "gxpo", "max_grad_norm": 1.0e9, "K": 5, "alpha": 0.5, "ep
 SFPO_SPEC = {"update": "sfpo", "max_grad_norm": 1.0e9, "K": 3, "alpha": 0.8, "window": 30, "tau": 1.0,
              "enabled": True}
 
+def export_run() -> dict:
+    """Train a step, save verl's (sharded) checkpoint, merge it into our layout: the HF model must hold the
+    gathered parameters."""
+    from workflow.engines.verl_export import export_all
+    engine = verl_cpu.build_engine(Path(model_dir))
+    init = verl_cpu.full_params(engine)
+    with engine.train_mode():
+        engine.train_batch(verl_cpu.grpo_batch(seed=0, rows=ROWS), loss_function=verl_cpu.ppo_loss_fn())
+    verl_dir = Path(out_dir) / "verl"
+    engine.save_checkpoint(str(verl_dir / "global_step_1" / "actor"), global_step=1)
+    params = verl_cpu.full_params(engine)
+    dist.barrier()
+    if RANK != 0:
+        return {}
+    exported = export_all(verl_dir, Path(out_dir) / "checkpoints", {"run_id": "abc", "stage": "rl"})
+    from transformers import AutoTokenizer, Qwen2ForCausalLM
+    model = Qwen2ForCausalLM.from_pretrained(exported[0], dtype=torch.float32)
+    merged = dict(model.named_parameters())
+    # verl's merger writes bf16 (whatever the training dtype): equal to the gathered parameters rounded to bf16
+    return {"paths": [str(p) for p in exported],
+            "equal": all(torch.equal(merged[k], params[k].to(torch.bfloat16).float()) for k in params),
+            "moved": any(not torch.equal(merged[k], init[k].to(torch.bfloat16).float()) for k in params),
+            "n": len(params), "tokenizer": AutoTokenizer.from_pretrained(exported[0]).decode([5, 6]),
+            "meta": (exported[0] / "meta.json").read_text()}
+
+
 results = {
+    "export": export_run(),
     "worker_verl": worker_run(None, ours=False),
     "worker_nospec": worker_run(None),
     "worker_grpo": worker_run({"update": "grpo", "max_grad_norm": 1.0e9, "enabled": False}),

@@ -1,0 +1,54 @@
+"""verl's checkpoints -> ours, so the eval stage (and anything else that reads `checkpoints/step_*`) finds a verl
+run's weights where it finds a local run's.
+
+verl saves `<default_local_dir>/global_step_N/actor/` as FSDP shards (`model_world_size_W_rank_R.pt`) plus the
+Hugging Face config and tokenizer (`huggingface/`), and resumes from them itself. Each of our checkpoints is the
+merged Hugging Face model directory (verl's own FSDPModelMerger) + meta.json, written to a temporary sibling and
+renamed into place like every checkpoint here. verl's merger writes bf16 whatever the training dtype.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+from workflow.checkpoint import step_dir
+
+_GLOBAL_STEP = re.compile(r"^global_step_(\d+)$")
+
+
+def verl_checkpoints(verl_dir: Path) -> list[tuple[int, Path]]:
+    """(step, actor dir) of every complete verl checkpoint, oldest first."""
+    found = []
+    if Path(verl_dir).is_dir():
+        for p in Path(verl_dir).iterdir():
+            m = _GLOBAL_STEP.match(p.name)
+            if m and (p / "actor" / "huggingface" / "config.json").is_file():
+                found.append((int(m.group(1)), p / "actor"))
+    return sorted(found)
+
+
+def export_checkpoint(actor_dir: Path, step: int, ckpt_root: Path, meta: dict) -> Path:
+    """Merge one verl actor checkpoint into `ckpt_root/step_N` (kept if it already exists)."""
+    from verl.model_merger.base_model_merger import ModelMergerConfig
+    from verl.model_merger.fsdp_model_merger import FSDPModelMerger
+    final = step_dir(ckpt_root, step)
+    if final.exists():
+        return final
+    ckpt_root.mkdir(parents=True, exist_ok=True)
+    tmp = ckpt_root / f".{final.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    FSDPModelMerger(ModelMergerConfig(operation="merge", backend="fsdp", local_dir=str(actor_dir),
+                                      target_dir=str(tmp),
+                                      hf_model_config_path=str(Path(actor_dir) / "huggingface"))).merge_and_save()
+    (tmp / "meta.json").write_text(json.dumps({**meta, "step": step, "engine": "verl"}, indent=1, sort_keys=True))
+    os.replace(tmp, final)
+    return final
+
+
+def export_all(verl_dir: Path, ckpt_root: Path, meta: dict) -> list[Path]:
+    """Every verl checkpoint not exported yet (the eval stage evaluates every `eval.every` steps)."""
+    return [export_checkpoint(actor, step, ckpt_root, meta) for step, actor in verl_checkpoints(verl_dir)]
