@@ -58,7 +58,7 @@ def test_every_verl_sweep_instantiates_verls_own_config_classes(path):
 
 VERL_BASE = """
 base:
-  engine: {name: verl, verl: {n_gpus_per_node: 2}}
+  engine: {name: verl, verl: {n_gpus_per_node: 2, model_path: Qwen/Qwen2.5-Math-1.5B}}
   sft: {enabled: false}
   rl: {prompts_per_step: 16, group_size: 4}
 """
@@ -93,6 +93,15 @@ def test_snakemake_stops_on_a_bad_verl_key_before_any_job(tmp_path):
                           "--cores", "1", "--config", f"sweep={sweep}"], capture_output=True, text=True, timeout=300)
     assert res.returncode != 0 and "engine.verl.overrides.trainer.nosuch: verl's config has no key" in res.stderr
     assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("base, message", [
+    (VERL_BASE.replace("sft: {enabled: false}", "sft: {steps: 10}"), "base: Value error, sft.enabled: SFT on the verl engine"),
+    (VERL_BASE.replace(", model_path: Qwen/Qwen2.5-Math-1.5B", ""), "base: Value error, engine.verl.model_path: required"),
+])
+def test_a_verl_run_needs_a_model_to_start_from(tmp_path, base, message):
+    with pytest.raises(SweepError, match=message):
+        load_sweep(write_sweep(tmp_path / "v.yaml", "v", base=base))
 
 
 def test_local_run_ids_do_not_see_verl_settings(tmp_path):

@@ -15,7 +15,8 @@ from workflow.engines.verl_config import compose, translate  # noqa: E402
 from workflow.engines.verl_data import compute_score, read_rows, write_rl_data  # noqa: E402
 from workflow.tasks.arithmetic import sample_train  # noqa: E402
 
-CFG = RunConfig.model_validate({"engine": {"name": "verl", "verl": {"max_prompt_length": 64}}, "seed": 3,
+CFG = RunConfig.model_validate({"engine": {"name": "verl", "verl": {"max_prompt_length": 64, "model_path": "m"}},
+                                "sft": {"enabled": False}, "seed": 3,
                                 "task": {"n_heldout": 16},
                                 "rl": {"steps": 3, "prompts_per_step": 4, "group_size": 2, "max_new_tokens": 16}})
 

@@ -26,8 +26,13 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def ranks(tmp_path_factory) -> dict[int, list[dict]]:
-    root = tmp_path_factory.mktemp("verl_engine")
+def verl_root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("verl_engine")
+
+
+@pytest.fixture(scope="module")
+def ranks(verl_root) -> dict[int, list[dict]]:
+    root = verl_root
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
            "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     model = root / "model"
@@ -137,3 +142,50 @@ def test_verl_checkpoints_export_into_our_checkpoint_layout(ranks, world):
     assert exported["equal"] and exported["moved"] and exported["n"] == 15
     assert exported["tokenizer"] == "23"  # the run's tokenizer travels with the weights
     assert '"engine": "verl"' in exported["meta"] and '"step": 1' in exported["meta"]
+
+
+# ------------------------------------------------------------------------------------- the RL stage on verl
+def test_verl_rl_stage_runs_up_to_run_ppo_and_exports_what_verl_saved(ranks, verl_root, tmp_path, monkeypatch):
+    """VerlEngine.rl on CPU with a stand-in for verl's run_ppo (the GPU part): the config it hands over is this
+    run's (data written, model, checkpoint dir, our trainer, where our tables go); what verl saves is exported
+    into our checkpoint layout and the final one is the stage's result."""
+    import shutil
+    from omegaconf import OmegaConf
+    from workflow.engines import TrainLog, get_engine
+    from workflow.engines.verl import VerlEngine
+    from workflow.sweep import stage_config
+    from workflow.config import RunConfig
+    cfg = RunConfig.model_validate({"engine": {"name": "verl", "verl": {"model_path": str(verl_root / "model")}},
+                                    "sft": {"enabled": False}, "task": {"n_heldout": 16},
+                                    "rl": {"steps": 4, "checkpoint_every": 2, "prompts_per_step": 8, "group_size": 4}})
+    stage = stage_config(cfg, "rl", sft_id=None)
+    seen = {}
+
+    def fake_run_ppo(config):
+        seen.update(OmegaConf.to_container(config, resolve=False))
+        for step in (2, 4):  # what verl's save_freq would leave: reuse a real (1-rank) verl checkpoint
+            shutil.copytree(verl_root / "world1" / "verl" / "global_step_1",
+                            Path(config.trainer.default_local_dir) / f"global_step_{step}")
+    assert isinstance(get_engine("verl"), VerlEngine)
+    out = tmp_path / "rl" / "abc"
+    final = VerlEngine(launch=fake_run_ppo).rl(stage, None, out, TrainLog(tmp_path, "v", "rl", "abc"))
+    assert final == out / "checkpoints" / "step_000004"
+    assert (out / "checkpoints" / "step_000002" / "model.safetensors").is_file()
+    data, trainer = seen["data"], seen["trainer"]
+    assert Path(data["train_files"]).is_file() and Path(data["val_files"]).is_file()
+    assert seen["actor_rollout_ref"]["model"]["path"] == str(verl_root / "model")
+    assert trainer["default_local_dir"] == str(out / "verl") and trainer["v1"]["trainer_mode"] == "rlsweep"
+    assert trainer["v1"]["rlsweep"]["log"] == {"results_root": str(tmp_path), "sweep": "v", "run_id": "abc"}
+    assert seen["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]["VERL_USE_EXTERNAL_MODULES"] == \
+        "workflow.engines.verl_worker"
+
+    def no_final(config):
+        pass
+    with pytest.raises(RuntimeError, match="verl ended without a checkpoint at step 4"):
+        VerlEngine(launch=no_final).rl(stage, None, tmp_path / "rl" / "other", TrainLog(tmp_path, "v", "rl", "x"))
+    two = RunConfig.model_validate({**cfg.model_dump(), "engine": {"name": "verl", "verl": {
+        "model_path": "m", "nnodes": 2}}})
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "gpu01")
+    with pytest.raises(RuntimeError, match="allocation has 1 node"):
+        VerlEngine(launch=no_final).rl(stage_config(two, "rl", sft_id=None), None, tmp_path / "rl" / "two",
+                                       TrainLog(tmp_path, "v", "rl", "y"))

@@ -47,7 +47,7 @@ def test_trainer_update_actor_hands_the_spec_over_and_feeds_the_gate_back():
     from workflow.engines.verl_config import compose, translate
     from workflow.engines.verl_update import UPDATE_KEY
     from workflow.engines.verl_worker import RlsweepTrainer
-    cfg = RunConfig.model_validate({"engine": {"name": "verl"}, "rl": {
+    cfg = RunConfig.model_validate({"engine": {"name": "verl", "verl": {"model_path": "m"}}, "sft": {"enabled": False}, "rl": {
         "update": "gxpo", "prompts_per_step": 8, "group_size": 4, "gxpo": {"window": 3, "warmup": 3, "tau": 2.0}}})
     trainer = object.__new__(RlsweepTrainer)  # no Ray: everything but the worker group, which a stand-in plays
     trainer.config = compose(translate(cfg), set())
@@ -76,7 +76,7 @@ def test_verl_step_metrics_land_in_train_steps(tmp_path, monkeypatch):
     from workflow.engines.verl_config import compose, translate
     from workflow.engines.verl_worker import RlsweepTrainer
     from workflow.results.catalog import query
-    cfg = RunConfig.model_validate({"engine": {"name": "verl"}, "rl": {
+    cfg = RunConfig.model_validate({"engine": {"name": "verl", "verl": {"model_path": "m"}}, "sft": {"enabled": False}, "rl": {
         "update": "gxpo", "steps": 3, "checkpoint_every": 2, "prompts_per_step": 8, "group_size": 4}})
     trainer = object.__new__(RlsweepTrainer)
     trainer.config = compose(translate(cfg), set())

@@ -21,6 +21,7 @@ class VerlSettings(_Strict):
     """How a run uses verl (engine.name = verl); only then part of the run ids. See workflow/engines/verl_config.py
     for how the rest of the run config maps onto verl's."""
 
+    model_path: str | None = None  # the Hugging Face model (id or directory) RL starts from when sft is disabled
     n_gpus_per_node: PositiveInt = 1
     nnodes: PositiveInt = 1
     strategy: Literal["fsdp2", "fsdp"] = "fsdp2"
@@ -178,6 +179,17 @@ class RunConfig(_Strict):
     rl: RLConfig = RLConfig()
     eval: EvalConfig = EvalConfig()
     seed: int = 0  # the RL seed; the SFT seed is sft.seed so RL seeds can share one SFT job
+
+    @model_validator(mode="after")
+    def _verl_starts_from_a_hugging_face_model(self) -> "RunConfig":
+        if self.engine.name == "verl":
+            if self.sft.enabled:
+                raise ValueError("sft.enabled: SFT on the verl engine has not landed yet (issue 6); set "
+                                 "sft.enabled: false and engine.verl.model_path to the model RL starts from")
+            if not self.engine.verl.model_path:
+                raise ValueError("engine.verl.model_path: required with engine verl (a Hugging Face model id or "
+                                 "directory: the policy RL starts from)")
+        return self
 
     @model_validator(mode="after")
     def _local_models_only_know_arithmetic(self) -> "RunConfig":

@@ -11,10 +11,8 @@ def get_engine(name: str) -> Engine:
         from workflow.engines.local import LocalEngine
         return LocalEngine()
     if name == "verl":
-        # config translation + verl's own checks exist (verl_config.py, run when a sweep loads); the TrainingWorker /
-        # trainer that run our update rules inside verl do not yet
-        raise NotImplementedError("engine verl: the sweep's verl configuration is validated, but the verl training "
-                                  "loop has not landed yet (issue 6); use engine.name: local for now")
+        from workflow.engines.verl import VerlEngine
+        return VerlEngine()
     raise ValueError(f"unknown engine {name!r}")
 
 

@@ -1,0 +1,92 @@
+"""The verl engine: one RL stage = one verl 0.9 run (Ray, FSDP2 actor, vLLM rollouts) with our update rules.
+
+    rl(cfg, init_ckpt, out_dir, log):
+      1. data: the task's problems as verl parquet (verl_data.write_rl_data) under out_dir/data
+      2. config: the translated verl config with this run's paths (verl_config), its tables' location for the
+         registered trainer (trainer.v1.rlsweep.log), verl's checkpoints under out_dir/verl (verl resumes from
+         them by itself after a requeue: trainer.resume_mode auto)
+      3. Ray: nnodes > 1 starts the head here and a worker on every other node of the SLURM allocation
+         (slurm/ray_cluster.py); one node lets verl start a local Ray
+      4. verl's run_ppo with its v1 task runner -> our trainer (trainer_mode rlsweep) and workers (verl_worker.py)
+      5. every verl checkpoint exported into out_dir/checkpoints/step_N (verl_export) for the eval stage
+Everything up to step 4 is tested on CPU; step 4 needs GPUs (vLLM) and has not been run yet.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Callable
+
+from workflow.config import RunConfig
+from workflow.engines.base import TrainLog
+from workflow.engines.verl_config import compose, translate
+from workflow.engines.verl_data import write_rl_data
+from workflow.engines.verl_export import export_all
+from workflow.slurm.ray_cluster import allocation_nodes, start_commands
+
+
+def run_ppo(config) -> None:  # pragma: no cover - the GPU boundary (vLLM rollouts)
+    from verl.trainer.main_ppo import TaskRunnerV1
+    from verl.trainer.main_ppo import run_ppo as verl_run_ppo
+    verl_run_ppo(config, TaskRunnerV1)
+
+
+def run_config(stage_cfg: dict) -> RunConfig:
+    """The RunConfig of an RL stage config (the stage config holds everything RL reads)."""
+    return RunConfig.model_validate({k: stage_cfg[k] for k in ("engine", "model", "task", "rl", "seed")} |
+                                    {"sft": {"enabled": False}})
+
+
+class VerlEngine:
+    def __init__(self, launch: Callable = run_ppo):
+        self.launch = launch  # tests hand in a stand-in for the GPU part
+
+    def sft(self, cfg: dict, out_dir: Path, log: TrainLog) -> Path:
+        raise NotImplementedError("SFT on the verl engine has not landed yet (issue 6)")  # validation stops it first
+
+    def rl(self, cfg: dict, init_ckpt: Path | None, out_dir: Path, log: TrainLog) -> Path:
+        from omegaconf import open_dict
+        run = run_config(cfg)
+        out_dir = Path(out_dir)
+        model = str(init_ckpt) if init_ckpt else run.engine.verl.model_path
+        train, val = write_rl_data(run, out_dir / "data")
+        config = compose(translate(run, model_path=model, train_files=str(train), val_files=str(val),
+                                   out_dir=str(out_dir / "verl")), set(run.engine.verl.overrides))
+        with open_dict(config.trainer.v1.rlsweep):
+            config.trainer.v1.rlsweep.log = {"results_root": str(log.results_root), "sweep": log.sweep,
+                                             "run_id": log.run_id}
+        ray = self._start_ray(run)
+        try:
+            self.launch(config)
+        finally:
+            for p in ray:
+                p.terminate()
+        exported = export_all(out_dir / "verl", out_dir / "checkpoints",
+                              {"run_id": log.run_id, "stage": "rl", "total_steps": run.rl.steps})
+        final = [p for p in exported if p.name == f"step_{run.rl.steps:06d}"]
+        if not final:
+            raise RuntimeError(f"verl ended without a checkpoint at step {run.rl.steps} (found: "
+                               f"{[p.name for p in exported]}); see the job log")
+        return final[0]
+
+    @staticmethod
+    def _start_ray(run: RunConfig) -> list[subprocess.Popen]:
+        if run.engine.verl.nnodes == 1:
+            return []
+        nodes = allocation_nodes()
+        if len(nodes) < run.engine.verl.nnodes:
+            raise RuntimeError(f"engine.verl.nnodes is {run.engine.verl.nnodes}, but this job's allocation has "
+                               f"{len(nodes)} node(s) ({', '.join(nodes)}): set resources.rl.nodes to match")
+        head = os.environ.get("RLSWEEP_RAY_HEAD_ADDRESS") or nodes[0]
+        port = int(os.environ.get("RLSWEEP_RAY_PORT", "6379"))
+        procs = [subprocess.Popen(argv) for _, argv in start_commands(
+            nodes[:run.engine.verl.nnodes], head_address=head, port=port,
+            gpus_per_node=run.engine.verl.n_gpus_per_node)]
+        os.environ["RAY_ADDRESS"] = f"{head}:{port}"
+        return procs
+
+    def generate(self, ckpt, prompts, n, temperature, max_new_tokens, seed):
+        raise NotImplementedError("evaluating a verl run's checkpoint needs the vLLM backend (eval.backend: vllm "
+                                  "on a GPU node); the local backend only knows the local engine's tiny models")
