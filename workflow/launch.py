@@ -110,7 +110,7 @@ def run_stage(stage: str, sweep: str, stage_id: str, cfg: dict, *, results_root:
     the benchmarks of `group` (default: the final checkpoint, every benchmark)."""
     if stable_id(cfg) != stage_id:  # the id IS the hash of the config: a mismatch means a stale or hand-made call
         raise ValueError(f"{stage} id {stage_id} does not match its config (hash {stable_id(cfg)})")
-    job = {}
+    job, names = {}, None  # names: the eval job's benchmarks (None = all)
     if stage == "eval":
         step = step if step is not None else read_done(checkpoint_from)["step"]
         groups = eval_groups(EvalConfig(**cfg["eval"]))
@@ -118,16 +118,17 @@ def run_stage(stage: str, sweep: str, stage_id: str, cfg: dict, *, results_root:
         if group != "all" and group not in groups:
             raise ValueError(f"eval group {group!r} has no benchmarks in this run (groups: {', '.join(groups)})")
         job = {"eval_step": step, "eval_group": group}
+        names = None if group == "all" else groups[group]
     out_dir = stage_dir(results_root, sweep, stage, stage_id, cfg.get("run_id"), step, group)
     out_dir.mkdir(parents=True, exist_ok=True)
     with run_lock(out_dir, f"{stage} {stage_id}" + "".join(f" {k}={v}" for k, v in job.items())):
         return _run_locked(stage, sweep, stage_id, cfg, out_dir, results_root=results_root, init=init,
-                           checkpoint_from=checkpoint_from, label=label, step=step, group=group, job=job)
+                           checkpoint_from=checkpoint_from, label=label, step=step, job=job, names=names)
 
 
 def _run_locked(stage: str, sweep: str, stage_id: str, cfg: dict, out_dir: Path, *, results_root: Path,
                 init: Path | None, checkpoint_from: Path | None, label: str | None, step: int | None,
-                group: str | None, job: dict) -> Path:
+                job: dict, names: list[str] | None) -> Path:
     (out_dir / "config.json").write_text(json.dumps(cfg, indent=1, sort_keys=True))
     engine = get_engine(cfg["engine"]["name"])
     runs = _RunsRow(results_root, sweep, stage, stage_id, cfg, label, job)
@@ -143,7 +144,7 @@ def _run_locked(stage: str, sweep: str, stage_id: str, cfg: dict, out_dir: Path,
             if not (ckpt / "meta.json").is_file():
                 raise FileNotFoundError(f"no RL checkpoint at step {step}: {ckpt}")
             evaluate(make_backend(cfg["eval"], engine, ckpt), cfg, step, results_root=results_root, sweep=sweep,
-                     run_id=cfg["run_id"], eval_id=stage_id, names=None if group == "all" else eval_groups(EvalConfig(**cfg["eval"]))[group])
+                     run_id=cfg["run_id"], eval_id=stage_id, names=names)
         else:
             raise ValueError(f"unknown stage {stage!r}")
     except BaseException as e:  # noqa: BLE001 - record why, then let it propagate

@@ -37,8 +37,3 @@ def install() -> None:
 
 def requested() -> bool:
     return _requested
-
-
-def reset() -> None:
-    global _requested
-    _requested = False

@@ -29,6 +29,11 @@ def _int_env(name: str) -> int | None:
     return int(v) if v and v.isdigit() else None
 
 
+def slurm_restart_count() -> int:
+    """How often SLURM has requeued this job (SLURM_RESTART_COUNT; SLURM sets it only from the first requeue on)."""
+    return _int_env("SLURM_RESTART_COUNT") or 0
+
+
 def provenance() -> dict:
     sha, dirty = git_state()
     return {
@@ -39,6 +44,5 @@ def provenance() -> dict:
         "slurm_array_index": _int_env("SLURM_ARRAY_TASK_ID"),
         "slurm_node": os.environ.get("SLURMD_NODENAME"),
         "slurm_partition": os.environ.get("SLURM_JOB_PARTITION"),
-        # SLURM sets SLURM_RESTART_COUNT only once a job has been requeued; under SLURM its absence means 0
-        "requeue_count": _int_env("SLURM_RESTART_COUNT") or (0 if os.environ.get("SLURM_JOB_ID") else None),
+        "requeue_count": slurm_restart_count() if os.environ.get("SLURM_JOB_ID") else None,
     }

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
+from workflow.provenance import slurm_restart_count
 from workflow.slurm import cluster
 
 LOCK_NAME = "RUNNING.lock"
@@ -39,12 +40,11 @@ def _proc_start(pid: int) -> str | None:
 
 
 def me() -> dict[str, Any]:
-    restart = os.environ.get("SLURM_RESTART_COUNT", "0")
     return {"host": socket.gethostname(), "pid": os.getpid(), "pid_start": _proc_start(os.getpid()),
             "slurm_job_id": os.environ.get("SLURM_ARRAY_JOB_ID") and
             f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ.get('SLURM_ARRAY_TASK_ID')}" or
             os.environ.get("SLURM_JOB_ID"),
-            "restart_count": int(restart) if restart.isdigit() else 0,
+            "restart_count": slurm_restart_count(),
             "since": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import difflib
 import io
 import os
 from functools import lru_cache
@@ -124,10 +125,9 @@ def _default_config():
         return hydra_compose(config_name="ppo_trainer")
 
 
-def _blame(verl_key: str, ours: dict[str, str], raw: set[str]) -> str:
-    if verl_key in raw:
-        return f"engine.verl.overrides.{verl_key}"
-    return ours.get(verl_key, verl_key)
+def _key(verl_key: str, raw: set[str]) -> str:
+    """The key to name in an error: the user's raw override as they wrote it, else verl's key."""
+    return f"engine.verl.overrides.{verl_key}" if verl_key in raw else verl_key
 
 
 def compose(overrides: dict[str, Any], raw: set[str] = frozenset()):
@@ -146,20 +146,18 @@ def compose(overrides: dict[str, Any], raw: set[str] = frozenset()):
         if not hasattr(node, "keys") or leaf not in node.keys():  # keys(): a mandatory ??? value counts too
             hint = ""
             if hasattr(node, "keys"):
-                import difflib
                 close = difflib.get_close_matches(leaf, [str(k) for k in node.keys()], n=1)
                 hint = f"; did you mean '{parent + '.' if parent else ''}{close[0]}'?" if close else ""
-            where = f"engine.verl.overrides.{key}" if key in raw else key
-            raise VerlConfigError(where, f"verl's config has no key '{key}'{hint}")
+            raise VerlConfigError(_key(key, raw), f"verl's config has no key '{key}'{hint}")
         expected = _field_type(node, leaf)
         if expected is not None and not _is_kind(value, expected):
-            raise VerlConfigError(f"engine.verl.overrides.{key}" if key in raw else key,
+            raise VerlConfigError(_key(key, raw),
                                   f"verl's {node.get('_target_', 'config').rsplit('.', 1)[-1]}.{leaf} is "
                                   f"{expected.__name__}, got {value!r}")
         try:
             OmegaConf.update(config, key, value, merge=False)
         except OmegaConfBaseException as e:
-            raise VerlConfigError(f"engine.verl.overrides.{key}" if key in raw else key,
+            raise VerlConfigError(_key(key, raw),
                                   f"verl refuses {value!r}: {e}") from None
     return config
 

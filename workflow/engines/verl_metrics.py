@@ -38,7 +38,7 @@ def _scalar(value: Any) -> float | None:
         value = float(value)
     except (TypeError, ValueError):
         return None
-    return value if math.isfinite(value) or math.isinf(value) else None
+    return None if math.isnan(value) else value
 
 
 def train_steps_row(metrics: dict[str, Any], step: int, rollouts: int) -> dict[str, Any]:

@@ -44,7 +44,7 @@ class DriverGates:
     def before_update(self, entropy: float | None = None) -> dict[str, Any]:
         """The spec of the next update (call once per training step, before it)."""
         self.tripped_now = False
-        if self.settings["update"] == "sfpo" and entropy is not None and math.isfinite(entropy) is not None:
+        if self.settings["update"] == "sfpo" and entropy is not None:  # a NaN entropy trips the gate, as it should
             result = self.gate.update(float(entropy))
             self.last_z, self.tripped_now = result.z, result.tripped_now
         enabled = self.settings["update"] != "grpo" and not (self.gate is not None and self.gate.tripped)

@@ -39,25 +39,37 @@ def is_transient(message: str) -> bool:
     return bool(_TRANSIENT.search(message))
 
 
+def retry_transient(attempt_once, *, retries: int = 4, backoff_s: float = 1.0, sleep=time.sleep, on_retry=None):
+    """Call `attempt_once()` until it returns; a transient SlurmError is retried after backoff_s * 2^i seconds
+    (`on_retry(error, delay)` hears of it), any other error and the last transient one propagate."""
+    for attempt in range(retries + 1):
+        try:
+            return attempt_once()
+        except SlurmError as e:
+            if not e.transient or attempt == retries:
+                raise
+            delay = backoff_s * 2 ** attempt
+            if on_retry is not None:
+                on_retry(e, delay)
+            sleep(delay)
+    raise AssertionError("unreachable")
+
+
 def run(cmd: list[str], *, retries: int = 4, backoff_s: float = 1.0, timeout_s: float = 60.0,
         sleep=time.sleep) -> str:
     """Run a SLURM command; retry transient failures (and timeouts) with exponential backoff."""
-    for attempt in range(retries + 1):
+    def once() -> str:
         try:
             out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            message, transient = f"no answer in {timeout_s:.0f}s", True
+            raise SlurmError(cmd, f"no answer in {timeout_s:.0f}s", transient=True) from None
         except FileNotFoundError:
             raise SlurmError(cmd, f"{cmd[0]} not found: is this a SLURM login node?", transient=False) from None
-        else:
-            if out.returncode == 0:
-                return out.stdout
-            message = out.stderr or out.stdout or f"exit code {out.returncode}"
-            transient = is_transient(message)
-        if not transient or attempt == retries:
-            raise SlurmError(cmd, message, transient)
-        sleep(backoff_s * 2 ** attempt)
-    raise AssertionError("unreachable")
+        if out.returncode == 0:
+            return out.stdout
+        message = out.stderr or out.stdout or f"exit code {out.returncode}"
+        raise SlurmError(cmd, message, is_transient(message))
+    return retry_transient(once, retries=retries, backoff_s=backoff_s, sleep=sleep)
 
 
 @dataclass(frozen=True)

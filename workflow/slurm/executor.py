@@ -121,24 +121,24 @@ class Executor(RemoteExecutor):
         ex.update_parameters(**params)
         calls = [SnakemakeJob(self.format_job_exec(job), self.settings.max_requeues,
                               grace_s=max(5, params["signal_delay_s"] - 5)) for job in jobs]
-        delay = 1.0
-        for attempt in range(6):
+
+        def submit_once() -> list:
             try:
                 if len(calls) == 1:
-                    submitted = [ex.submit(calls[0])]
-                else:
-                    with ex.batch():
-                        pending = [ex.submit(c) for c in calls]
-                    submitted = pending
-                break
+                    return [ex.submit(calls[0])]
+                with ex.batch():  # the jobs become real (array tasks) when the block ends
+                    return [ex.submit(c) for c in calls]
             except submitit.core.utils.FailedJobError as e:
-                if not cluster.is_transient(str(e)) or attempt == 5:
-                    for job in jobs:
-                        self.report_job_error(SubmittedJobInfo(job), msg=f"sbatch refused the job: {e}")
-                    return
-                self.logger.warning(f"sbatch: controller busy ({str(e).strip()[:200]}); retrying in {delay:.0f}s")
-                time.sleep(delay)
-                delay = min(delay * 2, 60)
+                raise cluster.SlurmError(["sbatch"], str(e), cluster.is_transient(str(e))) from None
+
+        def busy(e: cluster.SlurmError, delay: float) -> None:
+            self.logger.warning(f"sbatch: controller busy ({str(e)[:200]}); retrying in {delay:.0f}s")
+        try:
+            submitted = cluster.retry_transient(submit_once, retries=5, on_retry=busy)
+        except cluster.SlurmError as e:
+            for job in jobs:
+                self.report_job_error(SubmittedJobInfo(job), msg=f"sbatch refused the job: {e}")
+            return
         for job, sj in zip(jobs, submitted):
             log = Path(str(sj.paths.stdout))
             self.logger.info(f"Job {job.jobid} ({_job_label(job)}) submitted as SLURM job {sj.job_id}; log: {log}")

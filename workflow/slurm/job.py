@@ -25,6 +25,7 @@ import time
 from submitit.helpers import Checkpointable
 
 from workflow.preemption import PREEMPT_SIGNAL
+from workflow.provenance import slurm_restart_count
 
 
 class RequeueLimitReached(RuntimeError):
@@ -39,11 +40,6 @@ def _ignore_preempt_signal() -> None:  # runs in the child between fork and exec
     signal.signal(PREEMPT_SIGNAL, signal.SIG_IGN)
 
 
-def restart_count() -> int:
-    v = os.environ.get("SLURM_RESTART_COUNT", "0")
-    return int(v) if v.isdigit() else 0
-
-
 class SnakemakeJob(Checkpointable):
     def __init__(self, command: str, max_requeues: int, grace_s: float = 60.0):
         self.command = command
@@ -52,7 +48,7 @@ class SnakemakeJob(Checkpointable):
         self._child: subprocess.Popen | None = None
 
     def __call__(self) -> int:
-        restarts = restart_count()
+        restarts = slurm_restart_count()
         if restarts > self.max_requeues:
             raise RequeueLimitReached(f"this job was requeued {restarts} times, more than max_requeues="
                                       f"{self.max_requeues}; its checkpoints are kept: run snakemake again to go on")
@@ -83,8 +79,8 @@ class SnakemakeJob(Checkpointable):
             except subprocess.TimeoutExpired:
                 print(f"rlsweep: stage still running {self.grace_s:.0f}s after the signal; requeueing anyway (it "
                       "resumes from its last periodic checkpoint)", file=sys.stderr, flush=True)
-        if restart_count() >= self.max_requeues:
-            raise RequeueLimitReached(f"preempted or timed out after {restart_count()} requeues (max_requeues="
+        if slurm_restart_count() >= self.max_requeues:
+            raise RequeueLimitReached(f"preempted or timed out after {slurm_restart_count()} requeues (max_requeues="
                                       f"{self.max_requeues}); its checkpoints are kept: run snakemake again to go on")
         return super().checkpoint(*args, **kwargs)
 
