@@ -179,11 +179,15 @@ def test_rl_preempted_by_signal_checkpoints_that_step_then_resumes_exactly(sft_d
         assert proc.poll() is None and time.monotonic() < deadline, "stage ended before its first checkpoint"
         time.sleep(0.01)
 
+    # frozen (SIGSTOP) while its twin starts: alive and holding the lock however slowly the twin's Python starts,
+    # and the USR2 sent before SIGCONT stops it at its very next step boundary
+    os.kill(proc.pid, signal.SIGSTOP)
     twin = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert twin.returncode == 1
     assert f"rl {run_id} is already running: pid {proc.pid} on" in twin.stderr and "RUNNING.lock" in twin.stderr
 
     os.kill(proc.pid, signal.SIGUSR2)
+    os.kill(proc.pid, signal.SIGCONT)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 75, out
     stopped = int(re.search(r"after checkpointing step (\d+)", out).group(1))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -96,8 +95,10 @@ def test_snakemake_stops_on_a_bad_verl_key_before_any_job(tmp_path):
 
 
 @pytest.mark.parametrize("base, message", [
-    (VERL_BASE.replace("sft: {enabled: false}", "sft: {steps: 10}"), "base: Value error, sft.enabled: SFT on the verl engine"),
-    (VERL_BASE.replace(", model_path: Qwen/Qwen2.5-Math-1.5B", ""), "base: Value error, engine.verl.model_path: required"),
+    (VERL_BASE.replace("sft: {enabled: false}", "sft: {steps: 10}"),
+     "base: Value error, sft.enabled: SFT on the verl engine"),
+    (VERL_BASE.replace(", model_path: Qwen/Qwen2.5-Math-1.5B", ""),
+     "base: Value error, engine.verl.model_path: required"),
 ])
 def test_a_verl_run_needs_a_model_to_start_from(tmp_path, base, message):
     with pytest.raises(SweepError, match=message):

@@ -36,7 +36,8 @@ def ranks(verl_root) -> dict[int, list[dict]]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
            "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     model = root / "model"
-    subprocess.run([sys.executable, "-c", f"import verl_cpu, pathlib; verl_cpu.write_tiny_model(pathlib.Path({str(model)!r}))"],
+    write = f"import verl_cpu, pathlib; verl_cpu.write_tiny_model(pathlib.Path({str(model)!r}))"
+    subprocess.run([sys.executable, "-c", write],
                    env=env, check=True, capture_output=True, timeout=300)
     out = {}
     for world in (1, 2):
