@@ -94,15 +94,56 @@ def test_snakemake_stops_on_a_bad_verl_key_before_any_job(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
-@pytest.mark.parametrize("base, message", [
-    (VERL_BASE.replace("sft: {enabled: false}", "sft: {steps: 10}"),
-     "base: Value error, sft.enabled: SFT on the verl engine"),
-    (VERL_BASE.replace(", model_path: Qwen/Qwen2.5-Math-1.5B", ""),
-     "base: Value error, engine.verl.model_path: required"),
+def test_a_verl_run_needs_a_model_to_start_from(tmp_path):
+    with pytest.raises(SweepError, match="base: Value error, engine.verl.model_path: required"):
+        load_sweep(write_sweep(tmp_path / "v.yaml", "v", base=VERL_BASE.replace(
+            ", model_path: Qwen/Qwen2.5-Math-1.5B", "")))
+
+
+VERL_SFT_BASE = VERL_BASE.replace("sft: {enabled: false}", "sft: {steps: 10, batch_size: 8, micro_batch_size: 2}")
+
+
+def test_sft_on_verl_translates_into_verls_sft_trainer_config(tmp_path):
+    from verl.utils.config import omega_conf_to_dataclass
+    from verl.workers.config import FSDPEngineConfig, FSDPOptimizerConfig
+    from workflow.engines.verl_config import SFT, translate_sft
+    sweep = load_sweep(write_sweep(tmp_path / "v.yaml", "v", "grid:\n  engine.verl.sft_overrides: "
+                                   "[{engine.mixed_precision: {param_dtype: fp32}}]\n", base=VERL_SFT_BASE))
+    cfg = sweep.runs[0].config
+    config = compose(translate_sft(cfg, train_files="t.parquet", out_dir="o"), set(cfg.engine.verl.sft_overrides), SFT)
+    optim, engine = omega_conf_to_dataclass(config.optim), omega_conf_to_dataclass(config.engine)
+    assert isinstance(optim, FSDPOptimizerConfig) and isinstance(engine, FSDPEngineConfig)
+    assert (optim.lr, optim.lr_scheduler_type, optim.clip_grad) == (cfg.sft.lr, "cosine", cfg.sft.max_grad_norm)
+    assert (optim.lr_warmup_steps_ratio, optim.min_lr_ratio) == (cfg.sft.warmup_ratio, cfg.sft.min_lr_ratio)
+    assert engine.strategy == "fsdp2" and engine.mixed_precision == {"param_dtype": "fp32"}  # declared, not in YAML
+    assert (config.data.train_batch_size, config.data.micro_batch_size_per_gpu) == (8, 2)
+    assert config.trainer.total_training_steps == 10 and config.model.path == "Qwen/Qwen2.5-Math-1.5B"
+
+
+@pytest.mark.parametrize("body, message", [
+    ("  engine.verl.sft_overrides: [{optim.lrr: 0.1}]\n",
+     "engine.verl.sft_overrides.optim.lrr: verl's config has no key 'optim.lrr'; did you mean 'optim.lr'?"),
+    ("  engine.verl.sft_overrides: [{optim.weight_decay: lots}]\n",
+     "engine.verl.sft_overrides.optim.weight_decay: verl's FSDPOptimizerConfig.weight_decay is float, got 'lots'"),
+    ("  engine.verl.sft_overrides: [{engine.strategy: megatron}]\n",
+     "engine.verl.sft_overrides.engine.strategy: verl rejects it"),
+    ("  sft.batch_size: [9]\n", "sft.batch_size: 9 must split evenly over the run's 2 GPUs"),
+    ("  sft.micro_batch_size: [3]\n", "sft.micro_batch_size: 3 must divide the 4 examples each GPU gets"),
 ])
-def test_a_verl_run_needs_a_model_to_start_from(tmp_path, base, message):
-    with pytest.raises(SweepError, match=message):
-        load_sweep(write_sweep(tmp_path / "v.yaml", "v", base=base))
+def test_a_wrong_sft_key_or_value_fails_before_any_job_naming_it(tmp_path, body, message):
+    sweep = write_sweep(tmp_path / "v.yaml", "v", "grid:\n" + body, base=VERL_SFT_BASE)
+    with pytest.raises(SweepError) as e:
+        load_sweep(sweep)
+    assert message in str(e.value), str(e.value)
+
+
+def test_sft_and_rl_ids_see_only_their_own_verl_settings(tmp_path):
+    sweep = load_sweep(write_sweep(tmp_path / "v.yaml", "v", "grid:\n  engine.verl.overrides: [{}, "
+                                   "{actor_rollout_ref.actor.ppo_epochs: 2}]\n  engine.verl.sft_overrides: [{}, "
+                                   "{optim.betas: [0.9, 0.95]}]\n", base=VERL_SFT_BASE))
+    by = {(bool(r.config.engine.verl.overrides), bool(r.config.engine.verl.sft_overrides)): r for r in sweep.runs}
+    assert by[False, False].sft_id == by[True, False].sft_id != by[False, True].sft_id  # RL keys: same SFT job
+    assert len({r.run_id for r in sweep.runs}) == 4
 
 
 def test_local_run_ids_do_not_see_verl_settings(tmp_path):

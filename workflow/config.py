@@ -21,7 +21,7 @@ class VerlSettings(_Strict):
     """How a run uses verl (engine.name = verl); only then part of the run ids. See workflow/engines/verl_config.py
     for how the rest of the run config maps onto verl's."""
 
-    model_path: str | None = None  # the Hugging Face model (id or directory) RL starts from when sft is disabled
+    model_path: str | None = None  # the Hugging Face model (id or directory) SFT starts from, or RL when sft is off
     n_gpus_per_node: PositiveInt = 1
     nnodes: PositiveInt = 1
     strategy: Literal["fsdp2", "fsdp"] = "fsdp2"
@@ -29,12 +29,21 @@ class VerlSettings(_Strict):
     gpu_memory_utilization: float = Field(0.6, gt=0.0, le=1.0)  # vLLM's share of GPU memory
     max_prompt_length: PositiveInt = 1024
     overrides: dict[str, Any] = {}  # raw verl config keys (dotted, e.g. actor_rollout_ref.actor.ppo_epochs: 2)
+    sft_overrides: dict[str, Any] = {}  # raw keys of verl's SFT trainer config (sft_trainer_engine.yaml)
+
+
+# which VerlSettings fields decide each stage's result: an SFT job is not redone when only RL's settings change
+VERL_STAGE_FIELDS = {
+    "sft": ("model_path", "n_gpus_per_node", "nnodes", "strategy", "sft_overrides"),
+    "rl": ("model_path", "n_gpus_per_node", "nnodes", "strategy", "rollout_tp", "gpu_memory_utilization",
+           "max_prompt_length", "overrides"),
+}
 
 
 class EngineConfig(_Strict):
     """Which engine trains and samples. `local`: pure torch on CPU or one GPU, tiny random-init models. `verl`:
-    verl 0.9 (Ray, FSDP2, vLLM rollouts) on GPU nodes; its config translation and checks are in place, its
-    training loop is not yet (issue 6)."""
+    verl 0.9 on GPU nodes: SFT with verl's SFT trainer (torchrun, FSDP), RL with verl's PPO trainer (Ray, FSDP2,
+    vLLM rollouts) running our update rules."""
 
     name: Literal["local", "verl"] = "local"
     verl: VerlSettings = VerlSettings()  # read only when name = verl
@@ -182,13 +191,9 @@ class RunConfig(_Strict):
 
     @model_validator(mode="after")
     def _verl_starts_from_a_hugging_face_model(self) -> "RunConfig":
-        if self.engine.name == "verl":
-            if self.sft.enabled:
-                raise ValueError("sft.enabled: SFT on the verl engine has not landed yet (issue 6); set "
-                                 "sft.enabled: false and engine.verl.model_path to the model RL starts from")
-            if not self.engine.verl.model_path:
-                raise ValueError("engine.verl.model_path: required with engine verl (a Hugging Face model id or "
-                                 "directory: the policy RL starts from)")
+        if self.engine.name == "verl" and not self.engine.verl.model_path:
+            raise ValueError("engine.verl.model_path: required with engine verl (a Hugging Face model id or "
+                             "directory: the model SFT starts from, or RL when sft.enabled is false)")
         return self
 
     @model_validator(mode="after")

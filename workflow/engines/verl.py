@@ -1,4 +1,12 @@
-"""The verl engine: one RL stage = one verl 0.9 run (Ray, FSDP2 actor, vLLM rollouts) with our update rules.
+"""The verl engine: one SFT stage = one run of verl's SFT trainer (torchrun, FSDP), one RL stage = one verl 0.9
+PPO run (Ray, FSDP2 actor, vLLM rollouts) with our update rules.
+
+    sft(cfg, out_dir, log):
+      1. data: the task's worked solutions as verl's multi-turn SFT parquet (verl_data.write_sft_data)
+      2. config: verl's sft_trainer_engine config for this run (verl_config.translate_sft), saved to out_dir
+      3. torchrun (srun'd over the allocation's nodes when nnodes > 1) runs verl_sft.py on every GPU
+      4. verl's checkpoints exported into out_dir/checkpoints/step_N, the final one is the stage's result
+    Tested on CPU end to end (real torchrun, 1 and 2 gloo ranks) with the tests' CPU platform.
 
     rl(cfg, init_ckpt, out_dir, log):
       1. data: the task's problems as verl parquet (verl_data.write_rl_data) under out_dir/data
@@ -9,11 +17,12 @@
          (slurm/ray_cluster.py); one node lets verl start a local Ray
       4. verl's run_ppo with its v1 task runner -> our trainer (trainer_mode rlsweep) and workers (verl_worker.py)
       5. every verl checkpoint exported into out_dir/checkpoints/step_N (verl_export) for the eval stage
-Everything up to step 4 is tested on CPU; step 4 needs GPUs (vLLM) and has not been run yet.
+RL: everything up to step 4 is tested on CPU; step 4 needs GPUs (vLLM) and has not been run yet.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -21,8 +30,9 @@ from typing import Callable
 
 from workflow.config import RunConfig
 from workflow.engines.base import TrainLog
-from workflow.engines.verl_config import compose, translate
-from workflow.engines.verl_data import write_rl_data
+from workflow.engines import verl_sft
+from workflow.engines.verl_config import SFT, compose, translate, translate_sft
+from workflow.engines.verl_data import write_rl_data, write_sft_data
 from workflow.engines.verl_export import export_all
 from workflow.slurm.ray_cluster import allocation_nodes, start_commands
 
@@ -33,18 +43,47 @@ def run_ppo(config) -> None:  # pragma: no cover - the GPU boundary (vLLM rollou
     verl_run_ppo(config, TaskRunnerV1)
 
 
+def run_sft(argv: list[str], env: dict[str, str]) -> None:
+    """Run verl's SFT trainer (the torchrun command) and fail with its exit status."""
+    done = subprocess.run(argv, env=env)
+    if done.returncode:
+        raise RuntimeError(f"verl's SFT trainer exited with status {done.returncode} (its output is in the job "
+                           f"log above): {' '.join(argv)}")
+
+
 def run_config(stage_cfg: dict) -> RunConfig:
-    """The RunConfig of an RL stage config (the stage config holds everything RL reads)."""
+    """The RunConfig of an SFT or RL stage config (the stage config holds everything that stage reads)."""
+    if "sft" in stage_cfg:
+        return RunConfig.model_validate({k: stage_cfg[k] for k in ("engine", "model", "task", "sft")})
     return RunConfig.model_validate({k: stage_cfg[k] for k in ("engine", "model", "task", "rl", "seed")} |
                                     {"sft": {"enabled": False}})
 
 
 class VerlEngine:
-    def __init__(self, launch: Callable = run_ppo):
+    def __init__(self, launch: Callable = run_ppo, launch_sft: Callable = run_sft):
         self.launch = launch  # tests hand in a stand-in for the GPU part
+        self.launch_sft = launch_sft
 
     def sft(self, cfg: dict, out_dir: Path, log: TrainLog) -> Path:
-        raise NotImplementedError("SFT on the verl engine has not landed yet (issue 6)")  # validation stops it first
+        from omegaconf import OmegaConf
+        run = run_config(cfg)
+        v, out_dir = run.engine.verl, Path(out_dir)
+        data = write_sft_data(run, out_dir / "data")
+        config = compose(translate_sft(run, train_files=str(data), out_dir=str(out_dir / "verl")),
+                         set(v.sft_overrides), SFT)
+        config_path, log_path = out_dir / "verl_sft.yaml", out_dir / "verl_sft_log.json"
+        OmegaConf.save(config, config_path, resolve=True)
+        log_path.write_text(json.dumps({"results_root": str(log.results_root), "sweep": log.sweep,
+                                        "run_id": log.run_id}))
+        nodes = allocation_nodes()[:v.nnodes] if v.nnodes > 1 else None
+        if nodes is not None and len(nodes) < v.nnodes:
+            raise RuntimeError(f"engine.verl.nnodes is {v.nnodes}, but this job's allocation has {len(nodes)} "
+                               f"node(s) ({', '.join(nodes)}): set resources.sft.nodes to match")
+        argv = verl_sft.command(config_path, log_path, n_gpus_per_node=v.n_gpus_per_node, nodes=nodes,
+                                port=int(os.environ.get("RLSWEEP_TORCH_PORT", "29500")),
+                                job_id=os.environ.get("SLURM_JOB_ID", log.run_id))
+        self.launch_sft(argv, dict(os.environ))
+        return self._export(out_dir, log, run.sft.steps, "sft", model_dir="")
 
     def rl(self, cfg: dict, init_ckpt: Path | None, out_dir: Path, log: TrainLog) -> Path:
         from omegaconf import open_dict
@@ -63,11 +102,16 @@ class VerlEngine:
         finally:
             for p in ray:
                 p.terminate()
+        return self._export(out_dir, log, run.rl.steps, "rl", model_dir="actor")
+
+    @staticmethod
+    def _export(out_dir: Path, log: TrainLog, steps: int, stage: str, model_dir: str) -> Path:
+        """verl's checkpoints -> ours; the one at the last step is the stage's result."""
         exported = export_all(out_dir / "verl", out_dir / "checkpoints",
-                              {"run_id": log.run_id, "stage": "rl", "total_steps": run.rl.steps})
-        final = [p for p in exported if p.name == f"step_{run.rl.steps:06d}"]
+                              {"run_id": log.run_id, "stage": stage, "total_steps": steps}, model_dir)
+        final = [p for p in exported if p.name == f"step_{steps:06d}"]
         if not final:
-            raise RuntimeError(f"verl ended without a checkpoint at step {run.rl.steps} (found: "
+            raise RuntimeError(f"verl ended without a checkpoint at step {steps} (found: "
                                f"{[p.name for p in exported]}); see the job log")
         return final[0]
 

@@ -5,6 +5,8 @@ applies them to verl's composed default config in struct mode (a key verl does n
 addition) and `validate(...)` runs verl's own checks: `verl.utils.config.validate_config` and the `_target_`
 dataclasses (FSDPActorConfig, RolloutConfig, AlgoConfig, optimizer) with their __post_init__ checks. Anything our
 schema cannot express goes through `engine.verl.overrides` (raw dotted verl keys) and is checked the same way.
+SFT on verl (sft.enabled with engine verl) is `translate_sft` -> verl's `sft_trainer_engine.yaml`, raw keys in
+`engine.verl.sft_overrides`, checked by `validate_sft` (its dataclasses) in the same pass.
 
 What is only known when the job runs (the SFT checkpoint to start from, the data files the data-prep rule writes,
 the output directory) is filled in by the engine; validation uses placeholders, which verl's checks do not read.
@@ -112,9 +114,84 @@ def translate(cfg: RunConfig, *, model_path: str = PLACEHOLDER, train_files: str
     return out
 
 
-@lru_cache(maxsize=1)
-def _default_config():
-    """verl's composed ppo_trainer.yaml (3-4 s: Hydra + verl imports), once per process."""
+def translate_sft(cfg: RunConfig, *, model_path: str | None = None, train_files: str = PLACEHOLDER,
+                  out_dir: str = PLACEHOLDER) -> dict[str, Any]:
+    """Dotted keys of verl's `sft_trainer_engine.yaml` for one SFT stage (raw sft_overrides last). The loss is
+    verl's sft_loss: the global token mean over every assistant token of the batch, across micro-batches and
+    ranks (tested micro-batch invariant in tests/test_verl_engine.py)."""
+    sft, v = cfg.sft, cfg.engine.verl
+    n_gpus = v.n_gpus_per_node * v.nnodes
+    out = {
+        "model.path": model_path or v.model_path,
+        "data.train_files": train_files,
+        "data.val_files": None,  # the eval stage evaluates the checkpoints
+        "data.train_batch_size": sft.batch_size,
+        "data.micro_batch_size_per_gpu": sft.micro_batch_size or max(1, sft.batch_size // n_gpus),
+        "data.use_dynamic_bsz": False,  # fixed micro-batches, as the local engine (the loss is invariant anyway)
+        "optim.lr": sft.lr,
+        "optim.lr_scheduler_type": sft.schedule,
+        "optim.lr_warmup_steps_ratio": sft.warmup_ratio,
+        "optim.min_lr_ratio": sft.min_lr_ratio,
+        "optim.weight_decay": sft.weight_decay,
+        "optim.clip_grad": sft.max_grad_norm if sft.max_grad_norm is not None else 1.0e9,
+        "engine.strategy": v.strategy,
+        "engine.seed": sft.seed,
+        "trainer.total_training_steps": sft.steps,
+        "trainer.total_epochs": 1,  # the data holds exactly steps x batch_size examples
+        "trainer.save_freq": sft.checkpoint_every,
+        "trainer.test_freq": -1,
+        "trainer.seed": sft.seed,
+        "trainer.n_gpus_per_node": v.n_gpus_per_node,
+        "trainer.nnodes": v.nnodes,
+        "trainer.default_local_dir": out_dir,
+        "trainer.logger": ["console"],
+        "trainer.resume_mode": "auto",  # a requeued job resumes from verl's own checkpoints
+    }
+    out.update(v.sft_overrides)
+    return out
+
+
+def validate_sft(cfg: RunConfig) -> None:
+    """Compose verl's SFT config for this run and instantiate the dataclasses its SFT trainer builds."""
+    from verl.utils.config import omega_conf_to_dataclass
+    raw = set(cfg.engine.verl.sft_overrides)
+    config = compose(translate_sft(cfg), raw, SFT)
+    for section in ("model", "engine", "optim", "checkpoint"):
+        try:
+            if section == "model":  # HFModelConfig loads the model's config and tokenizer: only its fields here
+                _check_fields(config.model)
+            else:
+                omega_conf_to_dataclass(config[section])
+        except Exception as e:  # noqa: BLE001 - verl raises assertion, value and instantiation errors alike
+            mine = [k for k in raw if k.startswith(section + ".")]
+            key = f"{RAW_PREFIX[SFT]}.{mine[0]}" if len(mine) == 1 else f"engine.verl.sft_overrides.{section}"
+            raise VerlConfigError(key, f"verl rejects it: {_root_cause(e)}") from None
+    micro, batch = config.data.micro_batch_size_per_gpu, config.data.train_batch_size
+    n_gpus = cfg.engine.verl.n_gpus_per_node * cfg.engine.verl.nnodes
+    if batch % n_gpus:
+        raise VerlConfigError("sft.batch_size", f"{batch} must split evenly over the run's {n_gpus} GPUs "
+                                                "(engine.verl.n_gpus_per_node x nnodes)")
+    if (batch // n_gpus) % micro:
+        raise VerlConfigError("sft.micro_batch_size", f"{micro} must divide the {batch // n_gpus} examples each "
+                                                      "GPU gets per step")
+
+
+def _check_fields(section) -> None:
+    cls = _target_class(section)
+    if cls is not None:
+        unknown = [k for k in section.keys() if k != "_target_" and k not in _declared_fields(section)]
+        if unknown:
+            raise ValueError(f"{cls.__name__} has no field(s) {unknown}")
+
+
+# the two verl configs we compose: PPO (the RL stage) and the engine-based SFT trainer; raw overrides of each
+PPO, SFT = "ppo_trainer", "sft_trainer_engine"
+RAW_PREFIX = {PPO: "engine.verl.overrides", SFT: "engine.verl.sft_overrides"}
+
+
+@lru_cache(maxsize=2)
+def _default_config(name: str = PPO):
+    """verl's composed config `name` (3-4 s: Hydra + verl imports), once per process."""
     try:
         import verl
         from hydra import compose as hydra_compose, initialize_config_dir
@@ -122,62 +199,84 @@ def _default_config():
         raise VerlConfigError("engine.name", "verl is not installed: pip install -e '.[verl]'") from None
     with initialize_config_dir(config_dir=os.path.join(os.path.dirname(verl.__file__), "trainer", "config"),
                                version_base=None):
-        return hydra_compose(config_name="ppo_trainer")
+        return hydra_compose(config_name=name)
 
 
-def _key(verl_key: str, raw: set[str]) -> str:
+def _key(verl_key: str, raw: set[str], name: str = PPO) -> str:
     """The key to name in an error: the user's raw override as they wrote it, else verl's key."""
-    return f"engine.verl.overrides.{verl_key}" if verl_key in raw else verl_key
+    return f"{RAW_PREFIX[name]}.{verl_key}" if verl_key in raw else verl_key
 
 
-def compose(overrides: dict[str, Any], raw: set[str] = frozenset()):
-    """verl's default config with these overrides; an unknown key names itself (as ours or as a raw override)."""
+def compose(overrides: dict[str, Any], raw: set[str] = frozenset(), name: str = PPO):
+    """verl's default config `name` with these overrides; an unknown key names itself (as ours or as a raw
+    override). A key verl's dataclass declares but its YAML leaves out (e.g. engine.mixed_precision, which verl's
+    own docs set with Hydra's `+`) is added; any other new key is an error."""
     from omegaconf import OmegaConf, open_dict
     from omegaconf.errors import OmegaConfBaseException
-    config = copy.deepcopy(_default_config())
+    config = copy.deepcopy(_default_config(name))
     OmegaConf.set_struct(config, True)
-    with open_dict(config.trainer.v1):  # our trainer's own section (trainer_mode: rlsweep reads it)
-        config.trainer.v1.rlsweep = None
-    with open_dict(config.ray_kwargs.ray_init.runtime_env):  # merged over verl's own runtime env by run_ppo
-        config.ray_kwargs.ray_init.runtime_env.env_vars = None
+    if name == PPO:
+        with open_dict(config.trainer.v1):  # our trainer's own section (trainer_mode: rlsweep reads it)
+            config.trainer.v1.rlsweep = None
+        with open_dict(config.ray_kwargs.ray_init.runtime_env):  # merged over verl's own runtime env by run_ppo
+            config.ray_kwargs.ray_init.runtime_env.env_vars = None
     for key, value in overrides.items():
         parent, _, leaf = key.rpartition(".")
         node = OmegaConf.select(config, parent, default=None) if parent else config
+        declared = _declared_fields(node)
+        if hasattr(node, "keys") and leaf not in node.keys() and leaf in declared:
+            with open_dict(node):
+                node[leaf] = None
         if not hasattr(node, "keys") or leaf not in node.keys():  # keys(): a mandatory ??? value counts too
             hint = ""
             if hasattr(node, "keys"):
                 close = difflib.get_close_matches(leaf, [str(k) for k in node.keys()], n=1)
                 hint = f"; did you mean '{parent + '.' if parent else ''}{close[0]}'?" if close else ""
-            raise VerlConfigError(_key(key, raw), f"verl's config has no key '{key}'{hint}")
+            raise VerlConfigError(_key(key, raw, name), f"verl's config has no key '{key}'{hint}")
         expected = _field_type(node, leaf)
         if expected is not None and not _is_kind(value, expected):
-            raise VerlConfigError(_key(key, raw),
+            raise VerlConfigError(_key(key, raw, name),
                                   f"verl's {node.get('_target_', 'config').rsplit('.', 1)[-1]}.{leaf} is "
                                   f"{expected.__name__}, got {value!r}")
         try:
             OmegaConf.update(config, key, value, merge=False)
         except OmegaConfBaseException as e:
-            raise VerlConfigError(_key(key, raw),
+            raise VerlConfigError(_key(key, raw, name),
                                   f"verl refuses {value!r}: {e}") from None
     return config
 
 
-def _field_type(node, leaf: str) -> type | None:
-    """The scalar type verl's dataclass declares for `leaf` of this section (its `_target_`), if any. verl's
-    YAML is untyped and Hydra does not check field types, so a string where an int belongs would pass unseen."""
+def _target_class(node):
+    """The dataclass a config section instantiates (its `_target_`), or None."""
     import dataclasses
     import importlib
-    import typing
     target = node.get("_target_") if hasattr(node, "get") else None
     if not isinstance(target, str):
         return None
     module, _, name = target.rpartition(".")
     try:
         cls = getattr(importlib.import_module(module), name)
-        hints = typing.get_type_hints(cls)
     except Exception:  # noqa: BLE001 - an optional check; verl's own validation still runs
         return None
-    if not dataclasses.is_dataclass(cls) or leaf not in hints:
+    return cls if dataclasses.is_dataclass(cls) else None
+
+
+def _declared_fields(node) -> set[str]:
+    import dataclasses
+    cls = _target_class(node)
+    return {f.name for f in dataclasses.fields(cls)} if cls is not None else set()
+
+
+def _field_type(node, leaf: str) -> type | None:
+    """The scalar type verl's dataclass declares for `leaf` of this section (its `_target_`), if any. verl's
+    YAML is untyped and Hydra does not check field types, so a string where an int belongs would pass unseen."""
+    import typing
+    cls = _target_class(node)
+    try:
+        hints = typing.get_type_hints(cls) if cls is not None else {}
+    except Exception:  # noqa: BLE001 - an optional check; verl's own validation still runs
+        return None
+    if leaf not in hints:
         return None
     hint = hints[leaf]
     args = [a for a in typing.get_args(hint) if a is not type(None)]
@@ -211,7 +310,8 @@ OURS = {
 
 
 def validate(cfg: RunConfig) -> None:
-    """Translate and run verl's own checks; raise VerlConfigError naming the key to fix."""
+    """Translate and run verl's own checks (the RL config, and the SFT config when SFT is on); raise
+    VerlConfigError naming the key to fix."""
     overrides = translate(cfg)
     raw = set(cfg.engine.verl.overrides)
     config = compose(overrides, raw)
@@ -241,6 +341,8 @@ def validate(cfg: RunConfig) -> None:
     n_gpus = cfg.engine.verl.n_gpus_per_node * cfg.engine.verl.nnodes
     if cfg.engine.verl.rollout_tp > n_gpus or n_gpus % cfg.engine.verl.rollout_tp:
         raise VerlConfigError("engine.verl.rollout_tp", f"must divide the {n_gpus} GPUs of the run")
+    if cfg.sft.enabled:
+        validate_sft(cfg)
 
 
 def _section_blame(section: str, raw: set[str]) -> str:

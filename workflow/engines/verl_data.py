@@ -1,10 +1,13 @@
-"""The data a verl RL run reads: our task's problems as verl's RLHF parquet, and the reward verl calls.
+"""The data a verl run reads: our task's problems as verl's RLHF parquet, and the reward verl calls; for SFT,
+the worked solutions as verl's multi-turn SFT parquet.
 
 verl's RLHFDataset reads rows `{data_source, prompt: [chat messages], ability, reward_model: {style, ground_truth},
 extra_info}` and its reward loop calls `reward.custom_reward_function` = `compute_score(data_source, solution_str,
 ground_truth, extra_info)` for every response. Training problems are drawn exactly as the local engine draws them
 (step t's batch from the generator seeded by (seed, t, 1)), one row per prompt, `rl.steps x rl.prompts_per_step`
-rows in order, so verl (with shuffle off) sees the same problems in the same steps.
+rows in order, so verl (with shuffle off) sees the same problems in the same steps. SFT rows are
+`{messages: [user prompt, assistant solution]}` (verl's MultiTurnSFTDataset puts the loss on the assistant turn),
+step t's batch from the generator seeded by (sft.seed, t) as the local engine's SFT draws it.
 """
 
 from __future__ import annotations
@@ -48,6 +51,20 @@ def write_rl_data(cfg: RunConfig, out_dir: Path) -> tuple[Path, Path]:
     train = write_atomic(pa.Table.from_pylist(rl_rows(cfg)), out_dir / "train.parquet")
     val = write_atomic(pa.Table.from_pylist(heldout_rows(cfg.task)), out_dir / "val.parquet")
     return train, val
+
+
+def sft_rows(cfg: RunConfig) -> list[dict]:
+    sft, rows = cfg.sft, []
+    for step in range(sft.steps):
+        for p in sample_train(cfg.task, np.random.default_rng([sft.seed, step]), sft.batch_size):
+            rows.append({"messages": [{"role": "user", "content": p.prompt},
+                                      {"role": "assistant", "content": p.solution}]})
+    return rows
+
+
+def write_sft_data(cfg: RunConfig, out_dir: Path) -> Path:
+    """sft.parquet in verl's multi-turn SFT format under out_dir (sft.steps x sft.batch_size examples)."""
+    return write_atomic(pa.Table.from_pylist(sft_rows(cfg)), Path(out_dir) / "sft.parquet")
 
 
 def read_rows(path: Path) -> list[dict]:

@@ -1,7 +1,7 @@
 """verl's checkpoints -> ours, so the eval stage (and anything else that reads `checkpoints/step_*`) finds a verl
 run's weights where it finds a local run's.
 
-verl saves `<default_local_dir>/global_step_N/actor/` as FSDP shards (`model_world_size_W_rank_R.pt`) plus the
+verl's PPO trainer saves `<default_local_dir>/global_step_N/actor/` (its SFT trainer `global_step_N/`) as FSDP shards (`model_world_size_W_rank_R.pt`) plus the
 Hugging Face config and tokenizer (`huggingface/`), and resumes from them itself. Each of our checkpoints is the
 merged Hugging Face model directory (verl's own FSDPModelMerger) + meta.json, written to a temporary sibling and
 renamed into place like every checkpoint here. verl's merger writes bf16 whatever the training dtype.
@@ -20,14 +20,15 @@ from workflow.checkpoint import step_dir
 _GLOBAL_STEP = re.compile(r"^global_step_(\d+)$")
 
 
-def verl_checkpoints(verl_dir: Path) -> list[tuple[int, Path]]:
-    """(step, actor dir) of every complete verl checkpoint, oldest first."""
+def verl_checkpoints(verl_dir: Path, model_dir: str = "actor") -> list[tuple[int, Path]]:
+    """(step, model dir) of every complete verl checkpoint, oldest first; `model_dir` is where the shards are
+    inside global_step_N ("actor" for PPO, "" for SFT)."""
     found = []
     if Path(verl_dir).is_dir():
         for p in Path(verl_dir).iterdir():
             m = _GLOBAL_STEP.match(p.name)
-            if m and (p / "actor" / "huggingface" / "config.json").is_file():
-                found.append((int(m.group(1)), p / "actor"))
+            if m and (p / model_dir / "huggingface" / "config.json").is_file():
+                found.append((int(m.group(1)), p / model_dir))
     return sorted(found)
 
 
@@ -49,6 +50,6 @@ def export_checkpoint(actor_dir: Path, step: int, ckpt_root: Path, meta: dict) -
     return final
 
 
-def export_all(verl_dir: Path, ckpt_root: Path, meta: dict) -> list[Path]:
+def export_all(verl_dir: Path, ckpt_root: Path, meta: dict, model_dir: str = "actor") -> list[Path]:
     """Every verl checkpoint not exported yet (the eval stage evaluates every `eval.every` steps)."""
-    return [export_checkpoint(actor, step, ckpt_root, meta) for step, actor in verl_checkpoints(verl_dir)]
+    return [export_checkpoint(d, step, ckpt_root, meta) for step, d in verl_checkpoints(verl_dir, model_dir)]

@@ -29,7 +29,7 @@ _FROM_RULE = ("loss", "grad_norm", "backward_passes", "optimizer_steps", "alpha"
 _INTS = {"backward_passes", "optimizer_steps", "tokens", "rollouts"}
 
 
-def _scalar(value: Any) -> float | None:
+def scalar(value: Any) -> float | None:
     if isinstance(value, (list, tuple)):
         value = sum(value) / len(value) if value else None
     if value is None or isinstance(value, bool):
@@ -44,15 +44,15 @@ def _scalar(value: Any) -> float | None:
 def train_steps_row(metrics: dict[str, Any], step: int, rollouts: int) -> dict[str, Any]:
     row: dict[str, Any] = {"step": step, "rollouts": rollouts}
     for col, key in _FROM_VERL.items():
-        row[col] = _scalar(metrics.get(key))
+        row[col] = scalar(metrics.get(key))
     for col in _FROM_RULE:
-        value = _scalar(metrics.get(f"actor/rlsweep/{col}"))
+        value = scalar(metrics.get(f"actor/rlsweep/{col}"))
         if value is None and col in ("loss", "grad_norm"):
-            value = _scalar(metrics.get(f"actor/{'pg_loss' if col == 'loss' else col}"))
+            value = scalar(metrics.get(f"actor/{'pg_loss' if col == 'loss' else col}"))
         row[col] = value
     if row["backward_passes"] is None:  # verl's own step (no rule spec): one pass, one optimizer step
         row["backward_passes"] = row["optimizer_steps"] = 1
-    row["z"] = _scalar(metrics.get("rlsweep/gate_z"))
+    row["z"] = scalar(metrics.get("rlsweep/gate_z"))
     tripped = metrics.get("rlsweep/gate_tripped")
     row["gate_tripped"] = bool(tripped) if tripped is not None else None
     for col in _INTS:

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from workflow.config import RunConfig
+from workflow.config import VERL_STAGE_FIELDS, RunConfig
 from workflow.sweep.identity import canonical_json, stable_id
 from workflow.sweep.spec import ConditionalAxis, SweepError, SweepSpec, format_validation_error, read_spec
 
@@ -53,7 +53,11 @@ class Run:
 def stage_config(cfg: RunConfig, stage: str, *, sft_id: str | None = None, run_id: str | None = None) -> dict:
     """The part of a run's config that decides a stage's result; a stage's id is the hash of exactly this."""
     d = cfg.model_dump(mode="json")
-    engine = d["engine"] if d["engine"]["name"] == "verl" else {"name": d["engine"]["name"]}  # as sfpo/gxpo below
+    engine = {"name": d["engine"]["name"]}  # engine.verl only for verl runs, as sfpo/gxpo below
+    if engine["name"] == "verl" and stage in VERL_STAGE_FIELDS:
+        engine["verl"] = {k: d["engine"]["verl"][k] for k in VERL_STAGE_FIELDS[stage]}
+    elif engine["name"] == "verl":
+        engine = d["engine"]
     common = {"engine": engine, "task": d["task"]}
     if stage == "sft":
         return {**common, "model": d["model"], "sft": d["sft"]}
