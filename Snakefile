@@ -2,6 +2,7 @@
 #
 #   snakemake                                   # sweeps/demo.yaml, local, all cores (profiles/default)
 #   snakemake --config sweep=sweeps/other.yaml  # another sweep
+#   snakemake --config sweep=sweeps/optuna_sfpo_gxpo.yaml   # an Optuna study (rules/study.smk)
 #
 # Targets are DONE.json files whose directories are named by run ids (hashes of each stage's resolved config),
 # so a finished run is never re-run and changing one hyperparameter re-runs only the runs whose ids it changes.
@@ -23,6 +24,9 @@ except SweepError as err:
     raise WorkflowError(f"invalid sweep\n{err}") from None
 
 OUT = f"{RESULTS}/{SWEEP.name}"
+if SWEEP.spec.optuna is not None:  # the trials the study driver has started so far are runs like any other
+    from workflow.study.trials import recorded_runs
+    SWEEP.add_runs(recorded_runs(SWEEP.spec, RESULTS, SWEEP.name))
 RUNS = SWEEP.by_run_id
 EVAL_OF = {r.eval_id: r for r in SWEEP.runs}
 # one eval job per (run, RL checkpoint step, benchmark group)
@@ -40,7 +44,8 @@ include: "rules/sft.smk"
 include: "rules/rl.smk"
 include: "rules/eval.smk"
 include: "rules/aggregate.smk"
+include: "rules/study.smk"
 
 rule all:
     default_target: True
-    input: f"{OUT}/summary.md"
+    input: STUDY_DONE if SWEEP.spec.optuna is not None else f"{OUT}/summary.md"

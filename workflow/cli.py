@@ -1,7 +1,8 @@
 """`rlsweep`: inspect sweeps and query results.
 
     rlsweep validate SWEEP.yaml          expand + validate a sweep, list its runs (nothing runs)
-    rlsweep status SWEEP.yaml            each run's stage states (pending / step n/N / running / failed / done)
+    rlsweep status SWEEP.yaml            each run's stage states (pending / step n/N / running / failed / done);
+                                         for an Optuna sweep also its study: trials by state, best value, params
     rlsweep query "SQL" [--sweep NAME] [--format table|csv|json]
                                          read-only DuckDB over the views runs, train_steps, eval_samples, eval_scores
     rlsweep profile install [--partition P] [--account A] [--qos Q] [--name slurm]
@@ -90,6 +91,9 @@ def stage_state(out_dir: Path, total_steps: int, status_by_id: dict[str, str], s
 def cmd_status(a) -> int:
     sweep = load_sweep(a.sweep_file)
     root = _results_root(a)
+    if sweep.spec.optuna is not None:  # the trials started so far are the sweep's runs
+        from workflow.study.trials import recorded_runs
+        sweep.add_runs(recorded_runs(sweep.spec, root, sweep.name))
     try:
         recorded = {r["run_id"]: r["status"] for r in
                     query("SELECT run_id, status FROM runs", root, sweep.name).to_pylist()}
@@ -117,18 +121,45 @@ def cmd_status(a) -> int:
         t.add_row(r.run_id, r.method, r.label, str(cfg.seed), sft, rl, ev, "" if avg is None else f"{avg:.3f}")
     Console(highlight=False).print(t)
     _err.print(f"[dim]{n_evaluated}/{len(sweep.runs)} runs evaluated; results under {root / sweep.name}[/]")
+    if sweep.spec.optuna is not None:
+        from workflow.study.status import study_report
+        table, line = study_report(sweep.spec.optuna, root, sweep.name)
+        if table is not None:
+            Console(highlight=False).print(table)
+        _err.print(line)
     return 0
 
 
 # --------------------------------------------------------------------------------------------------- validate
 def cmd_validate(a) -> int:
     sweep = load_sweep(a.sweep_file)
+    if sweep.spec.optuna is not None:
+        return _validate_study(sweep)
     t = Table(title=f"{sweep.name}: {len(sweep.runs)} runs, {len(sweep.sft_configs)} SFT jobs")
     for col in ("run_id", "sft_id", "eval_id", "method", "setting", "seed"):
         t.add_column(col)
     for r in sweep.runs:
         t.add_row(r.run_id, r.sft_id or "-", r.eval_id, r.method, r.label, str(r.config.seed))
     Console(highlight=False).print(t)
+    return 0
+
+
+def _validate_study(sweep) -> int:
+    from workflow.study.factory import journal_path, study_name
+    opt = sweep.spec.optuna
+    t = Table(title=f"{sweep.name}: Optuna study {study_name(opt, sweep.name)}, search space (sampled in this order)")
+    for col in ("key", "type", "range / choices", "when"):
+        t.add_column(col)
+    for key, p in opt.space.items():
+        rng = (", ".join(map(str, p.choices)) if p.type == "categorical" else
+               f"[{p.low}, {p.high}]" + (" log" if p.log else "") + (f" step {p.step}" if p.step else ""))
+        t.add_row(key, p.type, rng, " ".join(f"{k}={v}" for k, v in p.when.items()))
+    Console(highlight=False).print(t)
+    storage = journal_path(opt, _results_root(argparse.Namespace(results=None)), sweep.name) or opt.storage
+    objective = opt.objective if isinstance(opt.objective, str) else "sql"
+    _err.print(f"{opt.n_trials} trials, {opt.in_flight} at once; {', '.join(opt.study_directions)} {objective}; "
+               f"sampler {opt.sampler.name}, pruner {opt.pruner.name}; {len(sweep.spec.seeds)} run(s) per trial; "
+               f"storage {storage}. Trials become runs as the study asks for them.")
     return 0
 
 

@@ -33,8 +33,9 @@ from workflow.eval.benchmarks import DatasetUnavailable
 from workflow.eval.harness import evaluate
 from workflow.eval.plan import eval_groups
 from workflow.preemption import EXIT_PREEMPTED, Preempted
+from workflow.study import pruning
 from workflow.provenance import provenance
-from workflow.results.writer import write_rows
+from workflow.results.writer import write_json_atomic, write_rows
 from workflow.runlock import RunLocked, run_lock
 from workflow.sweep.identity import canonical_json, stable_id
 
@@ -51,12 +52,6 @@ def read_done(path: str | Path) -> dict[str, Any]:
     done = json.loads(path.read_text())
     done["checkpoint_path"] = path.parent / done["checkpoint"]
     return done
-
-
-def write_json_atomic(path: Path, obj: Any) -> None:
-    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
-    tmp.write_text(json.dumps(obj, indent=1, sort_keys=True))
-    os.replace(tmp, path)
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -121,9 +116,21 @@ def run_stage(stage: str, sweep: str, stage_id: str, cfg: dict, *, results_root:
         names = None if group == "all" else groups[group]
     out_dir = stage_dir(results_root, sweep, stage, stage_id, cfg.get("run_id"), step, group)
     out_dir.mkdir(parents=True, exist_ok=True)
-    with run_lock(out_dir, f"{stage} {stage_id}" + "".join(f" {k}={v}" for k, v in job.items())):
-        return _run_locked(stage, sweep, stage_id, cfg, out_dir, results_root=results_root, init=init,
-                           checkpoint_from=checkpoint_from, label=label, step=step, job=job, names=names)
+    what = f"{stage} {stage_id}" + "".join(f" {k}={v}" for k, v in job.items())
+    # Optuna trials run as concurrent snakemake invocations that may need the same stage (one SFT job for every
+    # trial): the driver sets RLSWEEP_WAIT_FOR_TWIN, and the second job waits for the first and uses its result
+    wait = bool(os.environ.get("RLSWEEP_WAIT_FOR_TWIN"))
+    while True:
+        if wait and (out_dir / "DONE.json").is_file():
+            return out_dir / "DONE.json"
+        try:
+            with run_lock(out_dir, what):
+                return _run_locked(stage, sweep, stage_id, cfg, out_dir, results_root=results_root, init=init,
+                                   checkpoint_from=checkpoint_from, label=label, step=step, job=job, names=names)
+        except RunLocked:
+            if not wait:
+                raise
+            time.sleep(2.0)
 
 
 def _run_locked(stage: str, sweep: str, stage_id: str, cfg: dict, out_dir: Path, *, results_root: Path,
@@ -138,7 +145,11 @@ def _run_locked(stage: str, sweep: str, stage_id: str, cfg: dict, out_dir: Path,
             ckpt, step = engine.sft(cfg, out_dir, TrainLog(results_root, sweep, "sft", stage_id)), None
         elif stage == "rl":
             init_ckpt = read_done(init)["checkpoint_path"] if init else None
-            ckpt, step = engine.rl(cfg, init_ckpt, out_dir, TrainLog(results_root, sweep, "rl", stage_id)), None
+            log = TrainLog(results_root, sweep, "rl", stage_id)
+            report = pruning.reporter_for(results_root, sweep, stage_id, out_dir)  # an Optuna trial's run
+            ckpt = (engine.rl(cfg, init_ckpt, out_dir, log, on_checkpoint=report) if report is not None
+                    else engine.rl(cfg, init_ckpt, out_dir, log))
+            step = None
         elif stage == "eval":
             ckpt = step_dir(Path(checkpoint_from).parent / "checkpoints", step)
             if not (ckpt / "meta.json").is_file():
@@ -148,7 +159,7 @@ def _run_locked(stage: str, sweep: str, stage_id: str, cfg: dict, out_dir: Path,
         else:
             raise ValueError(f"unknown stage {stage!r}")
     except BaseException as e:  # noqa: BLE001 - record why, then let it propagate
-        status = ("preempted" if isinstance(e, Preempted) else
+        status = ("preempted" if isinstance(e, Preempted) else "pruned" if isinstance(e, pruning.Pruned) else
                   "interrupted" if isinstance(e, (KeyboardInterrupt, Terminated)) else "failed")
         runs.write(status, f"{type(e).__name__}: {e}")
         raise
@@ -204,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     except Preempted as e:
         print(f"{a.stage} {a.id}: {e}; it resumes from there when run again", file=sys.stderr)
         return EXIT_PREEMPTED
+    except pruning.Pruned as e:
+        print(f"{a.stage} {a.id}: {e}", file=sys.stderr)
+        return pruning.EXIT_PRUNED
     except Terminated:
         print(f"{a.stage} {a.id}: terminated (SIGTERM); it resumes from its newest checkpoint", file=sys.stderr)
         return 128 + signal.SIGTERM

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from workflow.results.writer import table_dir, write_rows
 
@@ -54,8 +54,10 @@ class Engine(Protocol):
     def sft(self, cfg: dict, out_dir: Path, log: TrainLog) -> Path:
         """Train from scratch on the SFT data; return the final checkpoint directory."""
 
-    def rl(self, cfg: dict, init_ckpt: Path | None, out_dir: Path, log: TrainLog) -> Path:
-        """RL from `init_ckpt` (None = fresh random init); return the final checkpoint directory."""
+    def rl(self, cfg: dict, init_ckpt: Path | None, out_dir: Path, log: TrainLog,
+           on_checkpoint: Callable[[int], None] | None = None) -> Path:
+        """RL from `init_ckpt` (None = fresh random init); return the final checkpoint directory.
+        `on_checkpoint(step)` is called after each interval checkpoint and may raise to stop the run (pruning)."""
 
     def generate(self, ckpt: Path, prompts: list[str], n: int, temperature: float, max_new_tokens: int,
                  seed: int) -> list[list[Sample]]:

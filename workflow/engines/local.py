@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -103,11 +104,13 @@ class _Trainer:
         say(f"[yellow]{self.log.stage} {self.log.run_id}: resuming from checkpoint at step {step}/{self.total}[/]")
         return step
 
-    def maybe_checkpoint(self) -> None:
+    def maybe_checkpoint(self, on_checkpoint: Callable[[int], None] | None = None) -> None:
         """Checkpoint on the interval and at the end; when the cluster asked us to stop (preemption, time
-        limit), checkpoint this step whatever the interval and raise Preempted so the requeued job resumes here."""
+        limit), checkpoint this step whatever the interval and raise Preempted so the requeued job resumes here.
+        `on_checkpoint(step)` runs after each interval checkpoint (an Optuna trial's intermediate evals)."""
         stop = preemption.requested() and self.step < self.total
-        if self.step % self.every == 0 or self.step == self.total or stop:
+        on_interval = self.step % self.every == 0 or self.step == self.total
+        if on_interval or stop:
             self.log.flush()
             state = {"optimizer": self.opt.state_dict(), "scheduler": self.sched.state_dict(),
                      "rule": self.rule.state_dict() if self.rule is not None else {}}
@@ -115,6 +118,8 @@ class _Trainer:
                             {"run_id": self.log.run_id, "stage": self.log.stage, "total_steps": self.total})
         if stop:
             raise preemption.Preempted(self.step)
+        if on_interval and on_checkpoint is not None:
+            on_checkpoint(self.step)
 
     def final(self) -> Path:
         found = latest_checkpoint(self.ckpt_root)
@@ -153,7 +158,8 @@ class LocalEngine:
         return tr.final()
 
     # -------------------------------------------------------------------------------------------------- RL
-    def rl(self, cfg: dict, init_ckpt: Path | None, out_dir: Path, log: TrainLog) -> Path:
+    def rl(self, cfg: dict, init_ckpt: Path | None, out_dir: Path, log: TrainLog,
+           on_checkpoint: Callable[[int], None] | None = None) -> Path:
         model_cfg, task, rl = ModelConfig(**cfg["model"]), TaskConfig(**cfg["task"]), RLConfig(**cfg["rl"])
         seed = cfg["seed"]
         init = load_model(init_ckpt) if init_ckpt else build_model(model_cfg, TOKENIZER.vocab_size, seed)
@@ -166,7 +172,7 @@ class LocalEngine:
             tr.step += 1
             log.record(step=tr.step, **row)
             progress.update(tr.step, reward=row["reward"], entropy=row["entropy"])
-            tr.maybe_checkpoint()
+            tr.maybe_checkpoint(on_checkpoint)
         return tr.final()
 
     def _rl_step(self, tr: _Trainer, ref, task: TaskConfig, rl: RLConfig, seed: int) -> dict:

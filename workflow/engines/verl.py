@@ -85,7 +85,10 @@ class VerlEngine:
         self.launch_sft(argv, dict(os.environ))
         return self._export(out_dir, log, run.sft.steps, "sft", model_dir="")
 
-    def rl(self, cfg: dict, init_ckpt: Path | None, out_dir: Path, log: TrainLog) -> Path:
+    def rl(self, cfg: dict, init_ckpt: Path | None, out_dir: Path, log: TrainLog,
+           on_checkpoint: Callable[[int], None] | None = None) -> Path:
+        if on_checkpoint is not None:  # the sweep check rejects pruning with verl first
+            raise NotImplementedError("pruning Optuna trials is not supported on the verl engine yet")
         from omegaconf import open_dict
         run = run_config(cfg)
         out_dir = Path(out_dir)

@@ -8,6 +8,7 @@ stays intact until the new one is complete.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -56,3 +57,11 @@ def write_atomic(data: pa.Table, path: str | Path) -> Path:
 def write_rows(results_root: str | Path, sweep: str, table: str, name: str, rows: list[dict[str, Any]]) -> Path:
     return write_atomic(to_arrow(table, rows, allow_extra=(table == "runs")),
                         table_dir(results_root, sweep, table) / f"{name}.parquet")
+
+
+def write_json_atomic(path: str | Path, obj: Any) -> None:
+    """JSON written to a temporary sibling and renamed into place: readers see the old file or the new one."""
+    path = Path(path)
+    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
+    tmp.write_text(json.dumps(obj, indent=1, sort_keys=True))
+    os.replace(tmp, path)

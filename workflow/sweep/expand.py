@@ -81,9 +81,19 @@ class Sweep:
     sft_configs: dict[str, dict] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.by_run_id = {r.run_id: r for r in self.runs}
-        self.sft_configs = {}
-        for r in self.runs:
+        self.by_run_id, self.sft_configs = {}, {}
+        runs, self.runs = self.runs, []
+        self.add_runs(runs)
+
+    def add_runs(self, runs: list[Run]) -> None:
+        """Add runs not known yet (an Optuna study's trials become runs as they are asked for)."""
+        known = {(r.run_id, r.eval_id) for r in self.runs}
+        for r in runs:
+            if (r.run_id, r.eval_id) in known:  # a repeated proposal of a study: the same run
+                continue
+            known.add((r.run_id, r.eval_id))
+            self.runs.append(r)
+            self.by_run_id[r.run_id] = r
             if r.sft_id is not None:
                 self.sft_configs.setdefault(r.sft_id, r.stage_config("sft"))
 
@@ -103,10 +113,15 @@ def expand(spec: SweepSpec, path: str | Path = "<sweep>") -> list[Run]:
     except ValidationError as e:
         problems += format_validation_error(e, prefix="base")
     for key in _all_dotted_keys(spec):
-        problems += _check_key(key)
+        problems += check_key(key)
     problems += _check_lists(spec)
+    if spec.optuna is not None:
+        from workflow.study.space import check_space  # it imports this module
+        problems += check_space(spec)
     if problems:
         raise SweepError(path, problems)
+    if spec.optuna is not None:
+        return []  # an Optuna sweep's runs are its trials, made when the study asks for them
 
     points = _product(spec)
     points = _apply_conditionals(spec, base, points)
@@ -176,7 +191,7 @@ def _all_dotted_keys(spec: SweepSpec):
             yield f"exclude[{i}].{k}", k
 
 
-def _check_key(where_and_key: tuple[str, str]) -> list[str]:
+def check_key(where_and_key: tuple[str, str]) -> list[str]:
     """A dotted key must name a leaf of RunConfig; say which part is wrong and suggest the closest name."""
     where, key = where_and_key
     if key == "seed":

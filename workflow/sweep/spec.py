@@ -14,6 +14,16 @@ exclude:                         # drop points matching every key of an entry
 seeds: [0, 1]
 resources: {rl: {threads: 1}}    # how to run a stage; never part of a run's identity
 ```
+Instead of grid / zip / exclude, an `optuna:` block searches the run config with an Optuna study (see
+workflow/study/spec.py for the block):
+```yaml
+optuna:
+  objective: {sql: "select ..."}
+  n_trials: 20
+  space:
+    rl.lr: {type: float, low: 1.0e-5, high: 1.0e-3, log: true}
+    rl.sfpo.K: {type: int, low: 1, high: 5, when: {rl.update: sfpo}}
+```
 Every problem is reported as `<file>: <key path>: <reason>` before any job starts.
 """
 
@@ -26,6 +36,8 @@ from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator, model_validator
+
+from workflow.study.spec import OptunaSpec
 
 
 class SweepError(Exception):
@@ -154,6 +166,7 @@ class SweepSpec(_Strict):
     exclude: list[dict[str, Any]] = Field(default_factory=list)
     seeds: list[int] = Field(default_factory=lambda: [0])
     resources: Resources = Resources()
+    optuna: OptunaSpec | None = None  # a study over the run config instead of grid / zip / exclude
 
     @field_validator("name")
     @classmethod

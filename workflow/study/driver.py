@@ -1,0 +1,281 @@
+"""The study driver: ask -> train/eval -> objective -> tell, keeping `in_flight` trials running until the study has
+`n_trials` finished trials. It runs as the Snakemake rule `study` (rules/study.smk), so one `snakemake` command
+drives the whole study.
+
+Why a driver and not one static DAG: Snakemake fixes a DAG's jobs when it plans it (checkpoints re-plan, but a
+checkpoint rule can only wait for fixed upstream jobs, so trial i would have to wait for one fixed earlier trial,
+not for whichever finishes first). Instead every trial is its own nested `snakemake` over the same Snakefile and
+the trial's targets, started the moment a slot frees: no lock-step batches. The nested runs use the outer
+invocation's executor and profile (SLURM included), so trials are ordinary jobs of the same rules, cached by run
+id, with the same tables.
+
+Crash safety and resume. A trial is asked (RUNNING in the Optuna storage), its parameters recorded under
+results/<sweep>/study/trials/, then its runs start. Re-running the same command after the driver died resumes the
+trials a dead driver left RUNNING with their recorded parameters first: their finished stages are cached, an
+interrupted stage resumes from its checkpoint, nothing is asked twice. A trial whose nested run fails (a stage
+failed, or its SLURM job vanished: the executor reports it failed) is told FAIL with the log path and never
+retried; the study asks a new trial instead. Twin stage jobs (two trials needing the same SFT job at once) wait for
+each other through the stage lock (RLSWEEP_WAIT_FOR_TWIN).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+from rich.console import Console
+
+from workflow.results.writer import write_json_atomic
+from workflow.study import pruning
+from workflow.study.factory import make_pruner, make_sampler, make_storage, storage_location, study_name
+from workflow.study.objective import ObjectiveError, objective_sql, trial_value
+from workflow.study.space import suggest
+from workflow.study.trials import TrialError, record_trial, study_dir, trial_runs
+from workflow.sweep import load_sweep
+
+_say = Console(stderr=True, highlight=False).print
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+
+
+@dataclass
+class Running:
+    trial: optuna.Trial
+    number: int
+    params: dict[str, Any]
+    run_ids: list[str]
+    proc: subprocess.Popen
+    log: Path
+
+
+def open_study(spec, results_root: str | Path, sweep: str) -> optuna.Study:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # our lines say what happens, per trial
+    storage = make_storage(spec, results_root, sweep)
+    name = study_name(spec, sweep)
+    # A seeded sampler restarts its random stream with each driver: after a resume it would propose the same
+    # parameters as the study's first trials again (TPE's random start-up trials). Offsetting the seed by the
+    # trials already stored keeps an uninterrupted study reproducible and a resumed one from replaying itself.
+    try:
+        done = len(optuna.load_study(study_name=name, storage=storage).trials)
+    except KeyError:  # a new study
+        done = 0
+    seed = spec.sampler.seed + done if spec.sampler.seed is not None and spec.sampler.name != "grid" else None
+    sampler = make_sampler(spec.model_copy(update={"sampler": spec.sampler.model_copy(update={"seed": seed})})
+                           if seed is not None else spec)
+    return optuna.create_study(study_name=name, storage=storage, sampler=sampler, pruner=make_pruner(spec),
+                               directions=spec.study_directions, load_if_exists=True)
+
+
+class Driver:
+    def __init__(self, sweep_file: str, results_root: str, snakefile: str, cores: int, snakemake_args: list[str],
+                 poll_s: float = 1.0):
+        self.sweep = load_sweep(sweep_file)
+        self.spec = self.sweep.spec.optuna
+        if self.spec is None:
+            raise ValueError(f"{sweep_file}: no optuna block")
+        self.sweep_file, self.results, self.snakefile = sweep_file, results_root, snakefile
+        self.cores, self.snakemake_args, self.poll_s = cores, snakemake_args, poll_s
+        self.study = open_study(self.spec, results_root, self.sweep.name)
+        self.sql = objective_sql(self.spec.objective)
+        self.dir = study_dir(results_root, self.sweep.name)
+        self.running: dict[int, Running] = {}
+
+    # ------------------------------------------------------------------------------------------------ the loop
+    def run(self) -> dict[str, Any]:
+        resumed = [t for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
+        if resumed:
+            _say(f"[yellow]study {self.study.study_name}: resuming {len(resumed)} trial(s) a previous driver left "
+                 f"running: {', '.join(str(t.number) for t in resumed)}[/]")
+        while True:
+            while len(self.running) < self.spec.in_flight and self._finished() + len(self.running) < self.spec.n_trials:
+                if resumed:
+                    frozen = resumed.pop(0)
+                    # a live handle on the stored trial (optuna has no public lookup by number for this)
+                    self._start(optuna.Trial(self.study, frozen._trial_id), dict(frozen.params))
+                else:
+                    self._ask()
+            if not self.running:
+                break
+            time.sleep(self.poll_s)
+            for number, r in list(self.running.items()):
+                if r.proc.poll() is not None:
+                    del self.running[number]
+                    self._tell(r)
+        return self._done()
+
+    def _finished(self) -> int:
+        return len(self.study.get_trials(deepcopy=False, states=FINISHED))
+
+    def _ask(self) -> None:
+        trial = self.study.ask()
+        params = suggest(trial, self.spec, self.sweep.spec.base)
+        self._start(trial, params)
+
+    def _start(self, trial: optuna.Trial, params: dict[str, Any]) -> None:
+        number = trial.number
+        try:
+            runs = trial_runs(self.sweep.spec, params)
+        except TrialError as e:  # a combination the run schema rejects: fail the trial, ask another
+            self._fail(trial, f"invalid run config: {e}")
+            return
+        run_ids = [r.run_id for r in runs]
+        trial.set_user_attr("run_ids", run_ids)
+        record_trial(self.results, self.sweep.name, number, params)  # before the nested run reads the records
+        out = Path(self.results) / self.sweep.name
+        env = {**os.environ, "RLSWEEP_WAIT_FOR_TWIN": "1"}
+        if self.spec.pruner.name != "none":
+            if any(pruning.marker(out / "rl" / run_id).is_file() for run_id in run_ids):
+                self._pruned(trial, "its run was pruned in an earlier trial with the same parameters")
+                return
+            for run in runs:  # what the run's RL stage needs to report intermediate evals to this trial
+                pruning.write_context(self.results, self.sweep.name, run, trial_id=trial._trial_id,
+                                      trial_number=number, sql=self.sql,
+                                      storage=storage_location(self.spec, self.results, self.sweep.name),
+                                      study=self.study.study_name, pruner=self.spec.pruner.model_dump())
+            env[pruning.ENV] = "1"
+        targets = [str(out / "eval" / r.run_id / r.eval_id / f"step_{step}" / group / "DONE.json")
+                   for r in runs for step, group in r.eval_jobs]
+        log = self.dir / "logs" / f"trial_{number:05d}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        argv = [sys.executable, "-m", "snakemake", "-s", self.snakefile, "--nolock", "--cores", str(self.cores),
+                *self.snakemake_args, "--config", f"sweep={self.sweep_file}", f"results={self.results}",
+                "--", *targets]
+        with open(log, "ab") as f:
+            proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, env=env)
+        self.running[number] = Running(trial, number, params, run_ids, proc, log)
+        shown = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items())
+        _say(f"trial {number} started ({len(self.running)} in flight): {shown} -> run(s) {', '.join(run_ids)}")
+
+    def _tell(self, r: Running) -> None:
+        rl_dirs = [Path(self.results) / self.sweep.name / "rl" / run_id for run_id in r.run_ids]
+        if r.proc.returncode != 0 and any(pruning.marker(d).is_file() for d in rl_dirs):
+            self._pruned(r.trial, f"stopped at step {json.loads(pruning.marker(rl_dirs[0]).read_text())['step']}")
+            self._annotate(r, "pruned", None)
+            return
+        if r.proc.returncode != 0:
+            self._fail(r.trial, f"its jobs failed (snakemake exit {r.proc.returncode}); log: {r.log}")
+            self._annotate(r, "fail", None)
+            return
+        try:
+            value = trial_value(self.sql, self.results, self.sweep.name, r.run_ids)
+        except ObjectiveError as e:
+            self._fail(r.trial, str(e))
+            self._annotate(r, "fail", None)
+            return
+        self.study.tell(r.number, value)
+        self._annotate(r, "complete", value)
+        best = self._best()
+        _say(f"[green]trial {r.number} finished: {value:.4g}[/]" + (f" (best {best[1]:.4g}, trial {best[0]})"
+                                                                     if best else ""))
+
+    def _annotate(self, r: Running, state: str, value: float | None) -> None:
+        """The trial's number, state and objective value on its runs' rows in `runs` (RL stage rows), so SQL over
+        `runs` sees trials with their parameters (the flattened hyperparameter columns) and values."""
+        import pyarrow.parquet as pq
+        from workflow.results.writer import table_dir, write_rows
+        for run_id in r.run_ids:
+            path = table_dir(self.results, self.sweep.name, "runs") / f"rl_{run_id}.parquet"
+            if path.is_file():
+                rows = pq.read_table(path).to_pylist()
+                if any(row.get("trial") is not None and row.get("trial_state") == "complete" for row in rows):
+                    continue  # a cached run serving a repeated proposal keeps the trial that trained it
+                write_rows(self.results, self.sweep.name, "runs", path.stem,
+                           [{**row, "study": self.study.study_name, "trial": r.number, "trial_state": state,
+                             "objective": value} for row in rows])
+
+    def _pruned(self, trial: optuna.Trial, why: str) -> None:
+        self.study.tell(trial, state=TrialState.PRUNED)  # its value: the last intermediate value it reported
+        _say(f"[dim]trial {trial.number} pruned: {why}[/]")
+
+    def _fail(self, trial: optuna.Trial, why: str) -> None:
+        trial.set_user_attr("error", why)
+        self.study.tell(trial, state=TrialState.FAIL)
+        _say(f"[red]trial {trial.number} failed: {why}[/]")
+
+    def _best(self) -> tuple[int, float] | None:
+        if len(self.spec.study_directions) > 1:
+            return None
+        try:
+            return self.study.best_trial.number, self.study.best_value
+        except ValueError:  # no completed trial yet
+            return None
+
+    def _done(self) -> dict[str, Any]:
+        trials = self.study.get_trials(deepcopy=False)
+        states = {s.name.lower(): sum(t.state == s for t in trials) for s in TrialState}
+        best = self._best()
+        done = {"study": self.study.study_name, "n_trials": self.spec.n_trials, "states": states,
+                "best_trial": best[0] if best else None, "best_value": best[1] if best else None}
+        _say(f"study {self.study.study_name}: {states['complete']} complete, {states['fail']} failed, "
+             f"{states['pruned']} pruned" + (f"; best {best[1]:.4g} (trial {best[0]})" if best else ""))
+        return done
+
+    def stop(self) -> None:
+        """Stop the nested runs (their stages checkpoint and stop): the next driver resumes these trials."""
+        for r in self.running.values():
+            if r.proc.poll() is None:
+                r.proc.terminate()
+        for r in self.running.values():
+            try:
+                r.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                r.proc.kill()
+
+
+# options of the outer `snakemake` that decide where and how jobs run; every nested trial run gets them too
+_PASSED = {"--profile": True, "--workflow-profile": True, "--executor": True, "-e": True, "--jobs": True,
+           "-j": True, "--latency-wait": True, "--keep-going": False, "-k": False, "--rerun-incomplete": False}
+
+
+def nested_snakemake_args(argv: list[str]) -> str:
+    """The outer invocation's executor / profile / jobs options (shell-quoted) for the nested trial runs."""
+    import shlex
+    out, i = [], 1
+    while i < len(argv):
+        name, eq, value = argv[i].partition("=")
+        if name in _PASSED:
+            out.append(argv[i])
+            if _PASSED[name] and not eq and i + 1 < len(argv):
+                out.append(argv[i + 1])
+                i += 1
+        i += 1
+    return " ".join(shlex.quote(a) for a in out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m workflow.study.driver", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sweep-file", required=True)
+    p.add_argument("--results", default="results")
+    p.add_argument("--snakefile", required=True)
+    p.add_argument("--cores", type=int, default=1, help="cores of each trial's nested snakemake")
+    p.add_argument("--out", type=Path, required=True, help="the DONE file to write when the study is complete")
+    p.add_argument("snakemake_args", nargs=argparse.REMAINDER,
+                   help="after --: options every nested snakemake gets (the outer run's profile / executor)")
+    a = p.parse_args(argv)
+    extra = a.snakemake_args[1:] if a.snakemake_args[:1] == ["--"] else a.snakemake_args
+    driver = Driver(a.sweep_file, a.results, a.snakefile, a.cores, extra)
+
+    def stop(signum, frame):
+        driver.stop()
+        raise SystemExit(128 + signum)
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    done = driver.run()
+    write_json_atomic(a.out, done)
+    from workflow.results.summary import write_summary
+    write_summary(a.results, driver.sweep.name, Path(a.results) / driver.sweep.name / "summary.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

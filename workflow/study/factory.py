@@ -1,0 +1,111 @@
+"""The Optuna objects an `optuna:` block names: sampler, pruner, storage, study name."""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import warnings
+from pathlib import Path
+
+import optuna
+from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+from workflow.study.spec import OptunaSpec
+
+
+class AskTellGridSampler(optuna.samplers.GridSampler):
+    """GridSampler without its stop-when-done. That stop calls `study.stop()`, which raises RuntimeError outside
+    `study.optimize` (optuna issues #4121, #5141), so the ask/tell loop's last `tell` would fail; the sweep stops
+    after n_trials itself, and check_space keeps n_trials within the grid."""
+
+    def after_trial(self, study, trial, state, values) -> None:
+        pass
+
+
+SAMPLERS = {"tpe": optuna.samplers.TPESampler, "cmaes": optuna.samplers.CmaEsSampler,
+            "gp": optuna.samplers.GPSampler, "random": optuna.samplers.RandomSampler,
+            "grid": AskTellGridSampler}
+PRUNERS = {"none": optuna.pruners.NopPruner, "median": optuna.pruners.MedianPruner,
+           "hyperband": optuna.pruners.HyperbandPruner}
+# constructor arguments the block sets itself, so `options:` may not
+_OWNED = {"seed": "sampler.seed", "search_space": "optuna.space"}
+
+JOURNAL_SUFFIXES = (".journal", ".log")
+
+
+def make_sampler(spec: OptunaSpec) -> optuna.samplers.BaseSampler:
+    cls = SAMPLERS[spec.sampler.name]
+    options = dict(spec.sampler.options)
+    if spec.sampler.name == "grid":
+        from workflow.study.space import grid_search_space  # space.py imports this module
+        return cls(grid_search_space(spec), seed=spec.sampler.seed, **options)
+    return cls(seed=spec.sampler.seed, **options)
+
+
+def make_pruner(spec: OptunaSpec) -> optuna.pruners.BasePruner:
+    return PRUNERS[spec.pruner.name](**spec.pruner.options)
+
+
+def study_name(spec: OptunaSpec, sweep_name: str) -> str:
+    return spec.study or sweep_name
+
+
+def journal_path(spec: OptunaSpec, results_root: str | Path, sweep_name: str) -> Path | None:
+    """The journal file the study lives in, or None when `storage` is a database URL."""
+    if spec.storage is None:
+        return Path(results_root) / sweep_name / "optuna.journal"
+    if spec.storage.endswith(JOURNAL_SUFFIXES):
+        return Path(spec.storage).expanduser()  # relative paths: from the working directory, like the sweep file
+    return None
+
+
+def make_storage(spec: OptunaSpec, results_root: str | Path, sweep_name: str) -> optuna.storages.BaseStorage | str:
+    """A journal-file storage (creating its directory), or the URL itself: optuna opens URLs on its own."""
+    path = journal_path(spec, results_root, sweep_name)
+    if path is None:
+        return spec.storage
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return JournalStorage(JournalFileBackend(str(path)))
+
+
+def check_options(spec: OptunaSpec) -> list[str]:
+    """Sampler / pruner options that the constructor would reject, found before any trial runs."""
+    return (_check_block_options("optuna.sampler.options", SAMPLERS[spec.sampler.name], spec.sampler.options,
+                                 None if spec.sampler.name == "grid" else lambda: make_sampler(spec))
+            + _check_block_options("optuna.pruner.options", PRUNERS[spec.pruner.name], spec.pruner.options,
+                                   lambda: make_pruner(spec)))
+
+
+def _check_block_options(where: str, cls: type, options: dict, make) -> list[str]:
+    params = [p for p in inspect.signature(cls).parameters if p not in ("self", "args", "kwargs")]
+    problems = []
+    for name in options:
+        if name in _OWNED and name in params:
+            problems.append(f"{where}.{name}: set by {_OWNED[name]}, not by options")
+        elif name not in params:
+            close = difflib.get_close_matches(name, params, n=1)
+            takes = [p for p in params if p not in _OWNED]
+            hint = (f"; did you mean '{close[0]}'?" if close else
+                    f" (it takes: {', '.join(takes)})" if takes else " (it takes no options)")
+            problems.append(f"{where}.{name}: not an option of {cls.__name__}{hint}")
+    if problems or make is None:  # the grid sampler's only input, its space, is checked with the space
+        return problems
+    # the names are right; let the constructor judge the values
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # deprecation / experimental warnings are not problems of the sweep file
+        try:
+            make()
+        except Exception as e:  # whatever the constructor raises, the cause is an option value
+            problems.append(f"{where}: {type(e).__name__}: {e}")
+    return problems
+
+
+def storage_location(spec: OptunaSpec, results_root: str | Path, sweep_name: str) -> str:
+    """The storage as a string another process can open (open_storage): the journal file's absolute path or the
+    URL."""
+    path = journal_path(spec, results_root, sweep_name)
+    return str(path.resolve()) if path is not None else spec.storage
+
+
+def open_storage(location: str) -> optuna.storages.BaseStorage | str:
+    return location if "://" in location else JournalStorage(JournalFileBackend(location))

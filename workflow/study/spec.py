@@ -1,0 +1,107 @@
+"""The sweep file's `optuna:` block: a study that searches the run config instead of a fixed grid.
+
+```yaml
+optuna:
+  study: my_study                  # default: the sweep name
+  storage: null                    # null: journal file results/<sweep>/optuna.journal; a path ending .journal or
+                                   # .log: a journal file there; else an Optuna storage URL (sqlite:///x.db, ...)
+  direction: maximize              # or `directions: [maximize, minimize]`, not both
+  objective: math_avg_at_k         # a built-in (workflow/study/objective.py) or {sql: "select run_id, ... AS value"}
+  sampler: {name: tpe, seed: 0}    # tpe | cmaes | gp | random | grid; `options:` go to its constructor
+  pruner: {name: none}             # none | median | hyperband; `options:` go to its constructor
+  n_trials: 6
+  in_flight: 2                     # trials running at once
+  space:                           # dotted run-config key -> distribution, sampled in this order
+    rl.update: {type: categorical, choices: [sfpo, gxpo]}
+    rl.sfpo.K: {type: int, low: 1, high: 5, when: {rl.update: sfpo}}
+    rl.lr: {type: float, low: 1.0e-5, high: 1.0e-3, log: true}
+```
+These models only check shapes and types; what a value means against the run config (bounds, `when`, schema) is
+checked by `workflow.study.space.check_space`, so every such problem is reported at once with its key.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+
+
+class _Strict(BaseModel):  # as workflow.sweep.spec's, which imports this module (so this one cannot import it)
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+
+Direction = Literal["maximize", "minimize"]
+
+
+def _number(v: Any) -> Any:
+    """One error per bad bound, not one per member of `int | float`; YAML reads 1e-4 (no dot) as a string."""
+    if isinstance(v, str):
+        for parse in (int, float):
+            try:
+                return parse(v)
+            except ValueError:
+                pass
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError("must be a number")
+    return v
+
+
+Number = Annotated[int | float, BeforeValidator(_number)]
+
+
+class Param(_Strict):
+    """One searched key. int / float use low, high and optionally step or log; categorical uses choices.
+    `when: {key: value or [values]}` samples the key only in trials where every listed key has (one of) the values.
+    """
+
+    type: Literal["int", "float", "categorical"]
+    low: Number | None = None
+    high: Number | None = None
+    step: Number | None = None
+    log: bool = False
+    choices: list[Any] | None = None
+    when: dict[str, Any] = Field(default_factory=dict)
+
+
+class SamplerSpec(_Strict):
+    name: Literal["tpe", "cmaes", "gp", "random", "grid"] = "tpe"
+    seed: int | None = None
+    options: dict[str, Any] = Field(default_factory=dict)  # keyword arguments of the sampler's constructor
+
+
+class PrunerSpec(_Strict):
+    name: Literal["none", "median", "hyperband"] = "none"
+    options: dict[str, Any] = Field(default_factory=dict)  # e.g. n_warmup_steps, min_resource, reduction_factor
+
+
+class SQLObjective(_Strict):
+    sql: str
+
+
+class OptunaSpec(_Strict):
+    study: str | None = Field(None, min_length=1)
+    storage: str | None = None
+    direction: Direction | None = None
+    directions: list[Direction] | None = None
+    objective: str | SQLObjective
+    sampler: SamplerSpec = SamplerSpec()
+    pruner: PrunerSpec = PrunerSpec()
+    n_trials: int  # plain ints: check_space reports a bad count together with every other problem
+    in_flight: int = 1
+    space: dict[str, Param]
+
+    @field_validator("objective", mode="before")
+    @classmethod
+    def _one_error(cls, v: Any) -> Any:  # one clear line, not one per member of the union
+        if not isinstance(v, (str, dict, SQLObjective)):
+            raise ValueError("must be a built-in objective's name or {sql: <query>}")
+        return v
+
+    @property
+    def study_directions(self) -> list[str]:
+        """The study's direction(s); maximize when neither field is given."""
+        if self.directions is not None:
+            return list(self.directions)
+        return [self.direction or "maximize"]
