@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -149,9 +150,11 @@ def test_a_restarted_stage_resumes_from_verls_checkpoint(trained, tmp_path, monk
     (stage / "verl" / "latest_checkpointed_iteration.txt").write_text(str(EVERY))  # verl writes it after a save
     shutil.rmtree(stage / "checkpoints" / f"step_{STEPS:06d}")
     (stage / "DONE.json").unlink()
-    files = {f.name: f.stat().st_ino for f in (root / "s" / "tables" / "train_steps").iterdir()}
+    files = {f.name: f.stat().st_mtime_ns for f in (root / "s" / "tables" / "train_steps").iterdir()}
+    time.sleep(0.01)
     run(root, cfg)
-    after = {f.name: f.stat().st_ino for f in (root / "s" / "tables" / "train_steps").iterdir()}
+    # (mtimes, not inodes: a deleted file's inode number is reused by the next file written)
+    after = {f.name: f.stat().st_mtime_ns for f in (root / "s" / "tables" / "train_steps").iterdir()}
     first, second = (f"sft_{stable_id(cfg)}_{a:06d}-{b:06d}.parquet" for a, b in ((1, 2), (3, 4)))
     assert set(after) == set(files) == {first, second}
     assert after[first] == files[first] and after[second] != files[second]  # steps 1-2 not retrained, 3-4 redone
