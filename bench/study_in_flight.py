@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """Do Optuna trials keep their slots busy, next to lock-step batches of the same trials?
 
-Runs a tiny study whose trials differ in length (the search space includes rl.steps: short and long trials) with
+Runs a tiny study whose trials differ in length (a grid over rl.steps 4 / 600 x rule x lr: short and long trials) with
 `in_flight` slots through `snakemake`, then, from the trials' own start/end times in the study storage, prints:
   - slot utilisation of the run: trial-seconds / (in_flight x study wall time);
   - the wall time lock-step batches of in_flight trials would have taken with the same measured trial durations
     (each batch waits for its slowest trial: what Hydra's Optuna sweeper does), and its ratio to ours;
   - the driver's overhead: the gap between a trial ending and the next one being asked.
 
-    python bench/study_in_flight.py [--trials 8] [--in-flight 2]
+    python bench/study_in_flight.py [--trials 12] [--in-flight 2]
 """
 
 from __future__ import annotations
@@ -33,17 +33,18 @@ BASE = {"model": {"n_layers": 1, "hidden": 32, "n_heads": 2}, "task": {"n_heldou
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--trials", type=int, default=8)
+    p.add_argument("--trials", type=int, default=12)
     p.add_argument("--in-flight", type=int, default=2)
     a = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         sweep = Path(tmp) / "bench_study.yaml"
         sweep.write_text(yaml.safe_dump({"name": "bench_study", "base": BASE, "optuna": {
             "objective": {"sql": "SELECT run_id, avg(entropy) AS value FROM train_steps GROUP BY run_id"},
-            "sampler": {"name": "random", "seed": 0}, "n_trials": a.trials, "in_flight": a.in_flight,
-            "space": {"rl.steps": {"type": "categorical", "choices": [2, 16]},
+            # the grid sampler walks every (length, rule) pair once in shuffled order: short and long trials mixed
+            "sampler": {"name": "grid", "seed": 0}, "n_trials": a.trials, "in_flight": a.in_flight,
+            "space": {"rl.steps": {"type": "categorical", "choices": [4, 600]},
                       "rl.update": {"type": "categorical", "choices": ["grpo", "sfpo", "gxpo"]},
-                      "rl.lr": {"type": "float", "low": 1e-5, "high": 1e-3, "log": True}}}}, sort_keys=False))
+                      "rl.lr": {"type": "categorical", "choices": [1e-4, 3e-4]}}}}, sort_keys=False))
         t0 = time.perf_counter()
         res = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--cores",
                               str(a.in_flight), "--config", f"sweep={sweep}"], cwd=tmp, capture_output=True,
@@ -64,6 +65,7 @@ def main() -> None:
     lockstep = sum(max(durations[i:i + a.in_flight]) for i in range(0, len(durations), a.in_flight))
     gaps = [min((s - e).total_seconds() for e in (e for _, e in spans) if e <= s)
             for s, _ in spans[a.in_flight:] if any(e <= s for _, e in spans)]
+    print("trials (rl.steps: seconds):", " ".join(f"{t.params['rl.steps']}:{d:.1f}" for t, d in zip(trials, durations)))
     print(f"{a.trials} trials, {a.in_flight} in flight; trial durations {min(durations):.1f}-{max(durations):.1f} s "
           f"(median {statistics.median(durations):.1f} s); snakemake total {wall:.1f} s incl. the shared SFT job")
     print(f"  ours:      trials from first ask to last tell {study_wall:.1f} s, slot utilisation "
