@@ -204,6 +204,27 @@ def test_a_job_that_fails_for_good_is_reported_with_its_log_and_the_rest_goes_on
     assert not (tmp_path / "results" / "bad" / "summary.md").exists()
 
 
+def test_an_optuna_studys_trials_run_as_slurm_jobs(slurm, tmp_path):
+    """The study driver runs where snakemake runs; each trial's nested snakemake gets the profile, so the trials'
+    stages are SLURM jobs (two trials at once, sharing one SFT job)."""
+    import optuna
+    from workflow.study.factory import make_storage
+    block = ("optuna:\n  objective: {sql: \"SELECT run_id, avg(entropy) AS value FROM train_steps GROUP BY run_id\"}\n"
+             "  sampler: {name: random, seed: 0}\n  n_trials: 2\n  in_flight: 2\n"
+             "  space:\n    rl.lr: {type: float, low: 1.0e-5, high: 1.0e-3, log: true}\n")
+    sweep = write_sweep(tmp_path / "st.yaml", "st", CPU_JOBS + block)
+    res = snakemake_slurm(tmp_path, sweep)
+    assert res.returncode == 0, res.stderr[-4000:]
+    spec = load_sweep(sweep).spec.optuna
+    trials = optuna.load_study(study_name="st", storage=make_storage(spec, tmp_path / "results", "st")).trials
+    assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 2
+    rows = runs_rows(tmp_path / "results")
+    assert sorted(r["stage"] for r in rows) == ["eval", "eval", "rl", "rl", "sft"]  # one SFT job for both
+    for r in rows:
+        assert r["status"] == "completed" and r["slurm_job_id"], r
+    assert sorted(r["trial"] for r in rows if r["stage"] == "rl") == [0, 1]
+
+
 def test_a_controller_outage_mid_sweep_is_waited_out_not_fatal(slurm, tmp_path):
     """slurmctld goes away for 40 s while jobs are queued and running (a restart, a failover): each SLURM command
     then takes ~9 s to fail, a poll's retries give up after ~30 s; the sweep backs off, carries on when the

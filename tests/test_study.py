@@ -6,6 +6,7 @@ goes on."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import re
 import signal
@@ -210,3 +211,32 @@ def test_validate_shows_the_study_plan_without_running_anything(tmp_path):
     assert all(k in res.stdout for k in ("rl.sfpo.K", "rl.gxpo.tau", "[0.5, 4.0] log", "rl.update=gxpo"))
     assert "24 trials, 2 at once; maximize avg_at_k" in " ".join(res.stderr.split())
     assert not (tmp_path / "results").exists()
+
+
+def test_trials_get_the_outer_runs_executor_profile_and_jobs_not_its_targets():
+    from workflow.study.driver import nested_snakemake_args
+    argv = ["snakemake", "--profile", "profiles/slurm", "-j=5", "--config", "sweep=x.yaml", "--executor",
+            "rlsweep-slurm", "--seconds-between-status-checks", "2", "--dry-run", "results/x/summary.md"]
+    assert nested_snakemake_args(argv) == ("--profile profiles/slurm -j=5 --executor rlsweep-slurm "
+                                           "--seconds-between-status-checks 2")
+
+
+def test_a_multi_objective_study_tells_one_value_per_direction(tmp_path):
+    sql = ("SELECT run_id, avg(entropy) AS entropy, avg(grad_norm) AS grad_norm FROM train_steps "
+           "WHERE stage = 'rl' GROUP BY run_id")
+    block = {"objective": {"sql": sql}, "directions": ["maximize", "minimize"], "sampler": {"name": "random",
+             "seed": 0}, "n_trials": 2, "in_flight": 2, "space": {"rl.lr": {"type": "float", "low": 1e-5,
+                                                                            "high": 1e-2, "log": True}}}
+    sweep = write_sweep(tmp_path / "mo.yaml", "mo", yaml.safe_dump({"optuna": block}, sort_keys=False))
+    res = subprocess.run(snakemake_argv(sweep), cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    expected = {r["run_id"]: [r["entropy"], r["grad_norm"]] for r in query(sql, tmp_path / "results",
+                                                                              "mo").to_pylist()}
+    rows = {r["run_id"]: r for r in query("SELECT * FROM runs WHERE stage = 'rl'", tmp_path / "results",
+                                          "mo").to_pylist()}
+    for t in load(tmp_path, sweep).trials:
+        (run_id,) = t.user_attrs["run_ids"]
+        assert t.state == optuna.trial.TrialState.COMPLETE and t.values == pytest.approx(expected[run_id])
+        assert json.loads(rows[run_id]["objectives"]) == pytest.approx(t.values)
+    status = run_cli("status", str(sweep), "--results", str(tmp_path / "results"))
+    assert status.returncode == 0 and "2/2 complete" in status.stderr

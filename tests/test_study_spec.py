@@ -197,10 +197,13 @@ def test_the_issue_example_loads_and_makes_no_runs_up_front(tmp_path):
 def test_named_objectives_come_from_the_registry(tmp_path):
     bad = optuna_sweep(tmp_path, {"rl.lr": F(1e-5, 1e-3)}, objective="avg_at_kk")
     assert "unknown objective 'avg_at_kk'" in errors_of(bad) and "math_avg_at_k" in errors_of(bad)
-    path = optuna_sweep(tmp_path, {"rl.lr": F(1e-5, 1e-3)}, objective="avg_at_k", directions=["maximize", "minimize"],
+    two = optuna_sweep(tmp_path, {"rl.lr": F(1e-5, 1e-3)}, objective="avg_at_k", directions=["maximize", "minimize"],
+                       name="two")
+    assert "optuna.objective: the built-in 'avg_at_k' gives one value but there are 2 directions" in errors_of(two)
+    path = optuna_sweep(tmp_path, {"rl.lr": F(1e-5, 1e-3)}, objective="avg_at_k", direction="minimize",
                         study="named")
     opt = load_sweep(path).spec.optuna
-    assert opt.objective == "avg_at_k" and opt.study_directions == ["maximize", "minimize"]
+    assert opt.objective == "avg_at_k" and opt.study_directions == ["minimize"]
     assert study_name(opt, "opt") == "named"
 
 

@@ -38,7 +38,7 @@ from rich.console import Console
 from workflow.results.writer import write_json_atomic
 from workflow.study import pruning
 from workflow.study.factory import make_pruner, make_sampler, make_storage, storage_location, study_name
-from workflow.study.objective import ObjectiveError, objective_sql, trial_value
+from workflow.study.objective import ObjectiveError, objective_sql, trial_values
 from workflow.study.space import suggest
 from workflow.study.trials import TrialError, record_trial, study_dir, trial_runs
 from workflow.sweep import load_sweep
@@ -166,20 +166,22 @@ class Driver:
             self._annotate(r, "fail", None)
             return
         try:
-            value = trial_value(self.sql, self.results, self.sweep.name, r.run_ids)
+            values = trial_values(self.sql, self.results, self.sweep.name, r.run_ids,
+                                  len(self.spec.study_directions))
         except ObjectiveError as e:
             self._fail(r.trial, str(e))
             self._annotate(r, "fail", None)
             return
-        self.study.tell(r.number, value)
-        self._annotate(r, "complete", value)
+        self.study.tell(r.number, values)
+        self._annotate(r, "complete", values)
         best = self._best()
-        _say(f"[green]trial {r.number} finished: {value:.4g}[/]" + (f" (best {best[1]:.4g}, trial {best[0]})"
-                                                                     if best else ""))
+        _say(f"[green]trial {r.number} finished: {', '.join(f'{v:.4g}' for v in values)}[/]"
+             + (f" (best {best[1]:.4g}, trial {best[0]})" if best else ""))
 
-    def _annotate(self, r: Running, state: str, value: float | None) -> None:
+    def _annotate(self, r: Running, state: str, values: list[float] | None) -> None:
         """The trial's number, state and objective value on its runs' rows in `runs` (RL stage rows), so SQL over
-        `runs` sees trials with their parameters (the flattened hyperparameter columns) and values."""
+        `runs` sees trials with their parameters (the flattened hyperparameter columns) and values: `objective`
+        (the first value) and, for a multi-objective study, `objectives` (all of them, JSON)."""
         import pyarrow.parquet as pq
         from workflow.results.writer import table_dir, write_rows
         for run_id in r.run_ids:
@@ -190,7 +192,9 @@ class Driver:
                     continue  # a cached run serving a repeated proposal keeps the trial that trained it
                 write_rows(self.results, self.sweep.name, "runs", path.stem,
                            [{**row, "study": self.study.study_name, "trial": r.number, "trial_state": state,
-                             "objective": value} for row in rows])
+                             "objective": values[0] if values else None,
+                             **({"objectives": json.dumps(values)} if values and len(values) > 1 else {})}
+                            for row in rows])
 
     def _pruned(self, trial: optuna.Trial, why: str) -> None:
         self.study.tell(trial, state=TrialState.PRUNED)  # its value: the last intermediate value it reported
@@ -233,7 +237,8 @@ class Driver:
 
 # options of the outer `snakemake` that decide where and how jobs run; every nested trial run gets them too
 _PASSED = {"--profile": True, "--workflow-profile": True, "--executor": True, "-e": True, "--jobs": True,
-           "-j": True, "--latency-wait": True, "--keep-going": False, "-k": False, "--rerun-incomplete": False}
+           "-j": True, "--latency-wait": True, "--seconds-between-status-checks": True, "--keep-going": False,
+           "-k": False, "--rerun-incomplete": False}
 
 
 def nested_snakemake_args(argv: list[str]) -> str:

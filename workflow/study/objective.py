@@ -1,6 +1,7 @@
 """A trial's objective: SQL over the sweep's tables (the views of `rlsweep query`), one value per run.
 
-The query returns rows `(run_id, value)`; the trial's value is the mean over the trial's runs (its seed replicates),
+The query returns rows `(run_id, value)` (a multi-objective study: `run_id` then one value column per direction, in
+the order of `directions`); the trial's value is the mean over the trial's runs (its seed replicates),
 so `seeds: [0, 1, 2]` makes every trial three runs averaged in the objective, and `seeds: [0]` a fixed seed. A
 trial whose runs have no value (NULL or no row) fails with a message naming the run: an objective that silently
 reads nothing would steer the sampler with garbage.
@@ -47,26 +48,37 @@ def objective_sql(objective) -> str:
     return OBJECTIVES[objective] if isinstance(objective, str) else objective.sql
 
 
-def run_values(sql: str, results_root: str | Path, sweep: str) -> dict[str, float]:
+def run_values(sql: str, results_root: str | Path, sweep: str, n_values: int = 1) -> dict[str, list[float]]:
+    """run_id -> its values (the columns after run_id: `value`, or one per direction)."""
     from workflow.results.catalog import QueryError, query
     try:
         table = query(sql, results_root, sweep)
     except QueryError as e:
         raise ObjectiveError(f"the objective's SQL failed: {e}") from None
-    if {"run_id", "value"} - set(table.column_names):
-        raise ObjectiveError(f"the objective's SQL must return columns run_id and value (got "
-                             f"{', '.join(table.column_names)})")
+    names = table.column_names
+    values = [c for c in names if c != "run_id"]
+    if "run_id" not in names or (n_values == 1 and "value" not in names) or (n_values > 1 and len(values) != n_values):
+        want = "run_id and value" if n_values == 1 else f"run_id and {n_values} value columns (one per direction)"
+        raise ObjectiveError(f"the objective's SQL must return {want} (got {', '.join(names)})")
+    if n_values == 1:
+        values = ["value"]
     out: dict[str, list[float]] = {}
-    for row in table.select(["run_id", "value"]).to_pylist():
-        if row["value"] is not None:
-            out.setdefault(row["run_id"], []).append(float(row["value"]))
-    return {k: sum(v) / len(v) for k, v in out.items()}
+    for row in table.to_pylist():
+        vals = [row[c] for c in values]
+        if all(v is not None and math.isfinite(float(v)) for v in vals):
+            out.setdefault(row["run_id"], []).append([float(v) for v in vals])
+    # several rows for one run (an objective that does not group by run): their mean
+    return {k: [sum(col) / len(col) for col in zip(*rows)] for k, rows in out.items()}
+
+
+def trial_values(sql: str, results_root: str | Path, sweep: str, run_ids: list[str], n_values: int = 1) -> list[float]:
+    """The trial's value(s): the mean over its runs; ObjectiveError if a run has none."""
+    values = run_values(sql, results_root, sweep, n_values)
+    missing = [r for r in run_ids if r not in values]
+    if missing:
+        raise ObjectiveError(f"the objective has no value for run(s) {', '.join(missing)}")
+    return [sum(values[r][i] for r in run_ids) / len(run_ids) for i in range(n_values)]
 
 
 def trial_value(sql: str, results_root: str | Path, sweep: str, run_ids: list[str]) -> float:
-    """The mean of the runs' values; ObjectiveError if a run has none."""
-    values = run_values(sql, results_root, sweep)
-    missing = [r for r in run_ids if r not in values or not math.isfinite(values[r])]
-    if missing:
-        raise ObjectiveError(f"the objective has no value for run(s) {', '.join(missing)}")
-    return sum(values[r] for r in run_ids) / len(run_ids)
+    return trial_values(sql, results_root, sweep, run_ids)[0]

@@ -140,6 +140,10 @@ def _check_block(spec: SweepSpec) -> list[str]:
     if isinstance(opt.objective, str) and opt.objective not in OBJECTIVES:
         known = ", ".join(sorted(OBJECTIVES)) or "none are registered yet"
         problems.append(f"optuna.objective: unknown objective {opt.objective!r} ({known}); or give {{sql: ...}}")
+    elif isinstance(opt.objective, str) and len(opt.study_directions) > 1:
+        problems.append(f"optuna.objective: the built-in {opt.objective!r} gives one value but there are "
+                        f"{len(opt.study_directions)} directions; give {{sql: ...}} returning run_id and one value "
+                        "column per direction")
     elif not isinstance(opt.objective, str) and not opt.objective.sql.strip():
         problems.append("optuna.objective.sql: empty query")
     if opt.n_trials < 1:
