@@ -96,7 +96,8 @@ class Driver:
             _say(f"[yellow]study {self.study.study_name}: resuming {len(resumed)} trial(s) a previous driver left "
                  f"running: {', '.join(str(t.number) for t in resumed)}[/]")
         while True:
-            while len(self.running) < self.spec.in_flight and self._finished() + len(self.running) < self.spec.n_trials:
+            while (len(self.running) < self.spec.in_flight
+                   and self._finished() + len(self.running) < self.spec.n_trials):
                 if resumed:
                     frozen = resumed.pop(0)
                     # a live handle on the stored trial (optuna has no public lookup by number for this)

@@ -33,7 +33,8 @@ def study_report(spec, results_root: str | Path, sweep: str) -> tuple[Table | No
         line += f"; best {best.value:.4g} (trial {best.number})"
     storage = journal if journal is not None else spec.storage
     line += f"\n  storage: {storage}  (optuna-dashboard {storage})"
-    t = Table(title=f"study {name} ({', '.join(spec.study_directions)} {spec.objective if isinstance(spec.objective, str) else 'sql'})")
+    objective = spec.objective if isinstance(spec.objective, str) else "sql"
+    t = Table(title=f"study {name} ({', '.join(spec.study_directions)} {objective})")
     for col in ("trial", "state", "value", "params", "runs"):
         t.add_column(col)
     for tr in trials:
