@@ -59,6 +59,15 @@ def run_config(stage_cfg: dict) -> RunConfig:
                                     {"sft": {"enabled": False}})
 
 
+def _allocation(nnodes: int, stage: str) -> list[str]:
+    """The first `nnodes` nodes of this SLURM job's allocation; a clear error when it has fewer."""
+    nodes = allocation_nodes()
+    if len(nodes) < nnodes:
+        raise RuntimeError(f"engine.verl.nnodes is {nnodes}, but this job's allocation has {len(nodes)} node(s) "
+                           f"({', '.join(nodes)}): set resources.{stage}.nodes to match")
+    return nodes[:nnodes]
+
+
 class VerlEngine:
     def __init__(self, launch: Callable = run_ppo, launch_sft: Callable = run_sft):
         self.launch = launch  # tests hand in a stand-in for the GPU part
@@ -75,10 +84,7 @@ class VerlEngine:
         OmegaConf.save(config, config_path, resolve=True)
         log_path.write_text(json.dumps({"results_root": str(log.results_root), "sweep": log.sweep,
                                         "run_id": log.run_id}))
-        nodes = allocation_nodes()[:v.nnodes] if v.nnodes > 1 else None
-        if nodes is not None and len(nodes) < v.nnodes:
-            raise RuntimeError(f"engine.verl.nnodes is {v.nnodes}, but this job's allocation has {len(nodes)} "
-                               f"node(s) ({', '.join(nodes)}): set resources.sft.nodes to match")
+        nodes = _allocation(v.nnodes, "sft") if v.nnodes > 1 else None
         argv = verl_sft.command(config_path, log_path, n_gpus_per_node=v.n_gpus_per_node, nodes=nodes,
                                 port=int(os.environ.get("RLSWEEP_TORCH_PORT", "29500")),
                                 job_id=os.environ.get("SLURM_JOB_ID", log.run_id))
@@ -122,15 +128,11 @@ class VerlEngine:
     def _start_ray(run: RunConfig) -> list[subprocess.Popen]:
         if run.engine.verl.nnodes == 1:
             return []
-        nodes = allocation_nodes()
-        if len(nodes) < run.engine.verl.nnodes:
-            raise RuntimeError(f"engine.verl.nnodes is {run.engine.verl.nnodes}, but this job's allocation has "
-                               f"{len(nodes)} node(s) ({', '.join(nodes)}): set resources.rl.nodes to match")
+        nodes = _allocation(run.engine.verl.nnodes, "rl")
         head = os.environ.get("RLSWEEP_RAY_HEAD_ADDRESS") or nodes[0]
         port = int(os.environ.get("RLSWEEP_RAY_PORT", "6379"))
         procs = [subprocess.Popen(argv) for _, argv in start_commands(
-            nodes[:run.engine.verl.nnodes], head_address=head, port=port,
-            gpus_per_node=run.engine.verl.n_gpus_per_node)]
+            nodes, head_address=head, port=port, gpus_per_node=run.engine.verl.n_gpus_per_node)]
         os.environ["RAY_ADDRESS"] = f"{head}:{port}"
         return procs
 

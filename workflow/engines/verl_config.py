@@ -163,9 +163,8 @@ def validate_sft(cfg: RunConfig) -> None:
             else:
                 omega_conf_to_dataclass(config[section])
         except Exception as e:  # noqa: BLE001 - verl raises assertion, value and instantiation errors alike
-            mine = [k for k in raw if k.startswith(section + ".")]
-            key = f"{RAW_PREFIX[SFT]}.{mine[0]}" if len(mine) == 1 else f"engine.verl.sft_overrides.{section}"
-            raise VerlConfigError(key, f"verl rejects it: {_root_cause(e)}") from None
+            raise VerlConfigError(_section_blame(section, raw, SFT, fallback=f"{RAW_PREFIX[SFT]}.{section}"),
+                                  f"verl rejects it: {_root_cause(e)}") from None
     micro, batch = config.data.micro_batch_size_per_gpu, config.data.train_batch_size
     n_gpus = cfg.engine.verl.n_gpus_per_node * cfg.engine.verl.nnodes
     if batch % n_gpus:
@@ -345,9 +344,10 @@ def validate(cfg: RunConfig) -> None:
         validate_sft(cfg)
 
 
-def _section_blame(section: str, raw: set[str]) -> str:
+def _section_blame(section: str, raw: set[str], name: str = PPO, fallback: str | None = None) -> str:
+    """The key to name for a section verl rejects: the one raw override in it, else `fallback` (the section)."""
     mine = [k for k in raw if k.startswith(section + ".")]
-    return f"engine.verl.overrides.{mine[0]}" if len(mine) == 1 else section
+    return _key(mine[0], raw, name) if len(mine) == 1 else (fallback or section)
 
 
 def _root_cause(e: BaseException) -> str:

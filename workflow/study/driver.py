@@ -40,7 +40,7 @@ from workflow.study import pruning
 from workflow.study.factory import make_pruner, make_sampler, make_storage, storage_location, study_name
 from workflow.study.objective import ObjectiveError, objective_sql, trial_values
 from workflow.study.space import suggest
-from workflow.study.trials import TrialError, record_trial, study_dir, trial_runs
+from workflow.study.trials import TrialError, format_params, record_trial, study_dir, trial_runs
 from workflow.sweep import load_sweep
 
 _say = Console(stderr=True, highlight=False).print
@@ -50,11 +50,13 @@ FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 @dataclass
 class Running:
     trial: optuna.Trial
-    number: int
-    params: dict[str, Any]
     run_ids: list[str]
     proc: subprocess.Popen
     log: Path
+
+    @property
+    def number(self) -> int:
+        return self.trial.number
 
 
 def open_study(spec, results_root: str | Path, sweep: str) -> optuna.Study:
@@ -131,10 +133,9 @@ class Driver:
         run_ids = [r.run_id for r in runs]
         trial.set_user_attr("run_ids", run_ids)
         record_trial(self.results, self.sweep.name, number, params)  # before the nested run reads the records
-        out = Path(self.results) / self.sweep.name
         env = {**os.environ, "RLSWEEP_WAIT_FOR_TWIN": "1"}
         if self.spec.pruner.name != "none":
-            if any(pruning.marker(out / "rl" / run_id).is_file() for run_id in run_ids):
+            if any(pruning.marker(self._rl_dir(run_id)).is_file() for run_id in run_ids):
                 self._pruned(trial, "its run was pruned in an earlier trial with the same parameters")
                 return
             for run in runs:  # what the run's RL stage needs to report intermediate evals to this trial
@@ -143,8 +144,9 @@ class Driver:
                                       storage=storage_location(self.spec, self.results, self.sweep.name),
                                       study=self.study.study_name, pruner=self.spec.pruner.model_dump())
             env[pruning.ENV] = "1"
-        targets = [str(out / "eval" / r.run_id / r.eval_id / f"step_{step}" / group / "DONE.json")
-                   for r in runs for step, group in r.eval_jobs]
+        from workflow.launch import stage_dir  # (torch: not at import, the Snakefile imports this module)
+        targets = [str(stage_dir(Path(self.results), self.sweep.name, "eval", r.eval_id, r.run_id, step, group)
+                       / "DONE.json") for r in runs for step, group in r.eval_jobs]
         log = self.dir / "logs" / f"trial_{number:05d}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         argv = [sys.executable, "-m", "snakemake", "-s", self.snakefile, "--nolock", "--cores", str(self.cores),
@@ -152,12 +154,12 @@ class Driver:
                 "--", *targets]
         with open(log, "ab") as f:
             proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, env=env)
-        self.running[number] = Running(trial, number, params, run_ids, proc, log)
-        shown = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items())
-        _say(f"trial {number} started ({len(self.running)} in flight): {shown} -> run(s) {', '.join(run_ids)}")
+        self.running[number] = Running(trial, run_ids, proc, log)
+        _say(f"trial {number} started ({len(self.running)} in flight): {format_params(params)} -> run(s) "
+             f"{', '.join(run_ids)}")
 
     def _tell(self, r: Running) -> None:
-        rl_dirs = [Path(self.results) / self.sweep.name / "rl" / run_id for run_id in r.run_ids]
+        rl_dirs = [self._rl_dir(run_id) for run_id in r.run_ids]
         if r.proc.returncode != 0 and any(pruning.marker(d).is_file() for d in rl_dirs):
             self._pruned(r.trial, f"stopped at step {json.loads(pruning.marker(rl_dirs[0]).read_text())['step']}")
             self._annotate(r, "pruned", None)
@@ -178,6 +180,10 @@ class Driver:
         best = self._best()
         _say(f"[green]trial {r.number} finished: {', '.join(f'{v:.4g}' for v in values)}[/]"
              + (f" (best {best[1]:.4g}, trial {best[0]})" if best else ""))
+
+    def _rl_dir(self, run_id: str) -> Path:
+        from workflow.launch import stage_dir
+        return stage_dir(Path(self.results), self.sweep.name, "rl", run_id)
 
     def _annotate(self, r: Running, state: str, values: list[float] | None) -> None:
         """The trial's number, state and objective value on its runs' rows in `runs` (RL stage rows), so SQL over

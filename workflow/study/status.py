@@ -8,6 +8,7 @@ from pathlib import Path
 from rich.table import Table
 
 from workflow.study.factory import journal_path, make_storage, study_name
+from workflow.study.trials import format_params
 
 
 def study_report(spec, results_root: str | Path, sweep: str) -> tuple[Table | None, str]:
@@ -41,7 +42,7 @@ def study_report(spec, results_root: str | Path, sweep: str) -> tuple[Table | No
         value = "" if tr.values is None else ", ".join(f"{v:.4g}" for v in tr.values)
         state = tr.state.name.lower()
         style = {"complete": "green", "fail": "red", "running": "yellow", "pruned": "dim"}.get(state, "")
-        params = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in tr.params.items())
+        params = format_params(tr.params)
         mark = " *" if best is not None and tr.number == best.number else ""
         t.add_row(f"{tr.number}{mark}", f"[{style}]{state}[/]" if style else state, value, params,
                   " ".join(tr.user_attrs.get("run_ids", [])) or tr.user_attrs.get("error", ""))

@@ -38,6 +38,11 @@ def trial_runs(spec: SweepSpec, params: dict[str, Any]) -> list[Run]:
     return runs
 
 
+def format_params(params: dict[str, Any]) -> str:
+    """A trial's parameters on one line, floats to 4 significant digits."""
+    return " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items())
+
+
 def study_dir(results_root: str | Path, sweep: str) -> Path:
     return Path(results_root) / sweep / "study"
 
