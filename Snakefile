@@ -11,7 +11,10 @@
 
 import sys
 
-from workflow.sweep import SweepError, load_sweep, canonical_json
+from workflow.layout import done_path, summary_path
+from workflow.sweep.expand import load_sweep
+from workflow.sweep.identity import canonical_json
+from workflow.sweep.spec import SweepError
 
 SWEEP_FILE = config.get("sweep", "sweeps/demo.yaml")
 RESULTS = config.get("results", "results")
@@ -23,15 +26,19 @@ try:
 except SweepError as err:
     raise WorkflowError(f"invalid sweep\n{err}") from None
 
-OUT = f"{RESULTS}/{SWEEP.name}"
 if SWEEP.spec.optuna is not None:  # the trials the study driver has started so far are runs like any other
     from workflow.study.trials import recorded_runs
     SWEEP.add_runs(recorded_runs(SWEEP.spec, RESULTS, SWEEP.name))
 RUNS = SWEEP.by_run_id
 EVAL_OF = {r.eval_id: r for r in SWEEP.runs}
 # one eval job per (run, RL checkpoint step, benchmark group)
-EVAL_DONE = [f"{OUT}/eval/{r.run_id}/{r.eval_id}/step_{step}/{group}/DONE.json"
+EVAL_DONE = [str(done_path(RESULTS, SWEEP.name, "eval", r.eval_id, r.run_id, step, group))
              for r in SWEEP.runs for step, group in r.eval_jobs]
+
+
+def pattern(stage, stage_id, **where):
+    """A stage's DONE.json with wildcards (workflow/layout.py is the one place that knows the layout)."""
+    return str(done_path(RESULTS, SWEEP.name, stage, stage_id, **where))
 
 wildcard_constraints:
     sft_id="[0-9a-f]{12}",
@@ -48,4 +55,4 @@ include: "rules/study.smk"
 
 rule all:
     default_target: True
-    input: STUDY_DONE if SWEEP.spec.optuna is not None else f"{OUT}/summary.md"
+    input: STUDY_DONE if SWEEP.spec.optuna is not None else str(summary_path(RESULTS, SWEEP.name))

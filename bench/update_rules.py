@@ -24,7 +24,10 @@ import time
 
 import torch
 
-from workflow.algos.update_rules import GRPOStep, GXPO, SFPO, local
+from workflow.algos.rules.grpo import GRPOStep
+from workflow.algos.rules.gxpo import GXPO
+from workflow.algos.rules.sfpo import SFPO
+from workflow.algos.sharded import local
 
 
 def make_params(n: int, tensors: int, grads: bool = True) -> list[torch.nn.Parameter]:

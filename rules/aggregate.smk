@@ -6,6 +6,6 @@ localrules: aggregate
 
 rule aggregate:
     input: EVAL_DONE
-    output: f"{OUT}/summary.md"
+    output: str(summary_path(RESULTS, SWEEP.name))
     shell:
         "{PYTHON:q} {STAGE:q} aggregate --sweep {SWEEP.name} --results {RESULTS:q} --out {output:q}"

@@ -1,8 +1,8 @@
 # Eval: one job per (RL checkpoint step, benchmark group) of each run; they start when the RL run is done.
 
 rule eval:
-    input: f"{OUT}/rl/{{run_id}}/DONE.json"
-    output: f"{OUT}/eval/{{run_id}}/{{eval_id}}/step_{{step}}/{{group}}/DONE.json"
+    input: pattern("rl", "{run_id}")
+    output: pattern("eval", "{eval_id}", run_id="{run_id}", step="{step}", group="{group}")
     params:
         cfg=lambda wc: canonical_json(EVAL_OF[wc.eval_id].stage_config("eval")),
         label=lambda wc: EVAL_OF[wc.eval_id].label,

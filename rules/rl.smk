@@ -2,12 +2,12 @@
 
 def _rl_init(wc):
     sft_id = RUNS[wc.run_id].sft_id
-    return [f"{OUT}/sft/{sft_id}/DONE.json"] if sft_id else []
+    return [pattern("sft", sft_id)] if sft_id else []
 
 
 rule rl:
     input: _rl_init
-    output: f"{OUT}/rl/{{run_id}}/DONE.json"
+    output: pattern("rl", "{run_id}")
     params:
         cfg=lambda wc: canonical_json(RUNS[wc.run_id].stage_config("rl")),
         init=lambda wc, input: f"--init {input[0]}" if input else "",

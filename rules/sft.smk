@@ -1,7 +1,7 @@
 # SFT: one job per distinct SFT config; every RL run that shares it depends on the same job.
 
 rule sft:
-    output: f"{OUT}/sft/{{sft_id}}/DONE.json"
+    output: pattern("sft", "{sft_id}")
     params:
         cfg=lambda wc: canonical_json(SWEEP.sft_configs[wc.sft_id]),
     threads: SWEEP.spec.resources.sft.threads

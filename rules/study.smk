@@ -2,7 +2,10 @@
 # nested snakemake over this Snakefile with the trial's targets, `in_flight` at a time, then writes the summary.
 # The done file names n_trials, so raising n_trials in the sweep continues the same study.
 
-STUDY_DONE = (f"{OUT}/study/DONE_n{SWEEP.spec.optuna.n_trials}.json" if SWEEP.spec.optuna is not None else None)
+from workflow.layout import study_dir
+
+STUDY_DONE = (str(study_dir(RESULTS, SWEEP.name) / f"DONE_n{SWEEP.spec.optuna.n_trials}.json")
+              if SWEEP.spec.optuna is not None else None)
 
 if SWEEP.spec.optuna is not None:
     from workflow.study.driver import nested_snakemake_args

@@ -6,7 +6,22 @@ from types import SimpleNamespace
 
 import pytest
 
+from conftest import REPO
+from workflow.config import EvalConfig
 from workflow.eval.backends import VLLMBackend, resolve_backend, vllm_usable
+from workflow.eval.benchmarks import load
+from workflow.eval.harness import run_benchmark
+from workflow.eval.scoring import score_exact
+
+
+class ChatTokenizer:
+    """What vLLM's LLM.get_tokenizer() hands back for a chat model: a tokenizer with a chat template."""
+
+    chat_template = "<chat>"
+
+    def apply_chat_template(self, messages, tokenize, add_generation_prompt):
+        assert not tokenize and add_generation_prompt
+        return "".join(f"<|{m['role']}|>{m['content']}" for m in messages) + "<|assistant|>"
 
 
 class FakeVLLM:
@@ -24,6 +39,9 @@ class FakeVLLM:
         fake = self
 
         class _LLM:
+            def get_tokenizer(self):
+                return ChatTokenizer()
+
             def generate(self, prompts, params, use_tqdm=True):
                 fake.calls.append((prompts, params))
                 return [SimpleNamespace(outputs=[
@@ -46,6 +64,18 @@ def test_vllm_backend_passes_settings_and_maps_outputs():
     assert [[s.text for s in row] for row in out] == [[f"{p} -> \\boxed{{{j}}}" for j in range(3)] for p in "ab"]
     assert [s.n_tokens for s in out[0]] == [1, 2, 3]
     assert [s.truncated for s in out[0]] == [False, False, True]  # finish_reason "length" = hit max_tokens
+
+
+def test_the_checkpoints_chat_template_shapes_every_eval_prompt():
+    """The eval harness takes the tokenizer from the backend: a real model's chat template wraps each prompt."""
+    fake = FakeVLLM()
+    backend = VLLMBackend("/ckpt/step_000040", vllm=fake)
+    items = load("math500", path=REPO / "tests" / "fixtures" / "benchmarks" / "math500.jsonl")
+    run_benchmark(backend, "math500", items, EvalConfig(benchmarks=["math500"], k=2, bootstrap=10), score_exact)
+    (prompts, _), = fake.calls
+    assert len(prompts) == len(items)
+    assert all(p.startswith("<|user|>") and p.endswith("<|assistant|>") and "\\boxed{}" in p for p in prompts)
+    assert items[0].question in prompts[0]
 
 
 def test_backend_selection_on_this_machine():

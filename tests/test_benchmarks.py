@@ -24,7 +24,7 @@ def fixture(name: str):
     return FIXTURES / FIXTURE_OF.get(name, f"{name}.jsonl")
 
 
-@pytest.mark.parametrize("name", sorted(REGISTRY))
+@pytest.mark.parametrize("name", sorted(n for n, b in REGISTRY.items() if not b.synthetic))
 def test_every_benchmark_loads_from_a_file_in_its_real_schema(name):
     items = load(name, path=fixture(name))
     assert items and len({i.id for i in items}) == len(items)
@@ -48,6 +48,24 @@ def test_field_mappings_pick_the_right_gold():
     mmlu = load("mmlu_pro", path=fixture("mmlu_pro"))
     assert [m.choices[int(m.answer)] for m in mmlu] == ["Paris", "11"] and len(mmlu[0].choices) == 10
     assert load("math500", path=fixture("math500"))[0].id == "test/prealgebra/1.json"
+
+
+def test_arithmetic_is_a_registry_entry_generated_from_the_task_and_scored_exactly():
+    from workflow.config import EvalConfig, TaskConfig
+    from workflow.eval.plan import eval_groups
+    from workflow.tasks.arithmetic import split
+    b = REGISTRY["arithmetic"]
+    assert b.synthetic and b.exact_match and b.template == "raw" and b.group == "arithmetic"
+    task = TaskConfig(n_heldout=16)
+    items = load("arithmetic", task=task, limit=10)
+    assert len(items) == 10 and [i.id for i in items] == [p.id for p in split(task).heldout[:10]]
+    assert not {i.id for i in items} & {p.id for p in split(task).train}  # held out, disjoint by construction
+    assert eval_groups(EvalConfig(benchmarks=["arithmetic", "gsm8k"])) == {"arithmetic": ["arithmetic"],
+                                                                        "extra": ["gsm8k"]}
+    with pytest.raises(ValueError, match="generated from the run's task settings"):
+        load("arithmetic")
+    with pytest.raises(ValueError, match="eval.paths.*arithmetic.*generated"):
+        EvalConfig(paths={"arithmetic": "x.jsonl"})
 
 
 def test_parquet_and_json_files_load_like_jsonl(tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from conftest import REPO, run_cli, write_sweep
 from workflow.launch import run_stage
-from workflow.sweep import load_sweep
+from workflow.sweep.expand import load_sweep
 
 
 def test_validate_lists_runs_and_rejects_bad_sweeps(tmp_path):

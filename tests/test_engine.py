@@ -21,7 +21,8 @@ from workflow.engines.local import TOKENIZER
 from workflow.engines.tiny_lm import build_model, sample
 from workflow.launch import run_stage
 from workflow.results.catalog import query
-from workflow.sweep import stable_id, stage_config
+from workflow.stages import stage_config
+from workflow.sweep.identity import stable_id
 
 
 def test_kv_cache_sampling_matches_uncached_greedy_decoding():
@@ -160,6 +161,27 @@ def test_rl_stage_with_sfpo_and_gxpo_records_accounting_and_diagnostics(sft_done
     assert "gate" in state["rule"]  # the gate's window survives a restart
 
 
+def test_a_rule_added_as_one_registered_class_runs_on_the_local_engine(sft_done, tmp_path, monkeypatch):
+    """tests/toy_rule.py is all it takes: the run config accepts its name, the engine builds and steps it."""
+    import importlib
+
+    import toy_rule
+    from workflow.algos import registry
+    monkeypatch.setattr(registry, "_RULES", dict(registry._RULES))  # registered for this test only
+    importlib.reload(toy_rule)
+    sft, cfg = sft_done
+    with pytest.raises(ValueError, match="unknown update rule 'toy_three_steps'; known: grpo, gxpo, sfpo, "
+                                         "toy_two_steps"):
+        RunConfig.model_validate({"rl": {"update": "toy_three_steps"}})
+    cfg = RunConfig.model_validate({**cfg.model_dump(), "rl": {**RL, "steps": 2, "checkpoint_every": 2,
+                                                               "update": "toy_two_steps"}})
+    rcfg = stage_config(cfg, "rl", sft_id=json.loads(sft.read_text())["id"])
+    run_stage("rl", "toy", stable_id(rcfg), rcfg, results_root=tmp_path, init=sft)
+    rows = query("SELECT * FROM train_steps ORDER BY step", tmp_path).to_pylist()
+    assert [(r["backward_passes"], r["optimizer_steps"]) for r in rows] == [(2, 2), (2, 2)]
+    assert query("SELECT method FROM runs", tmp_path).column("method").to_pylist() == ["toy_two_steps"]
+
+
 def test_rl_preempted_by_signal_checkpoints_that_step_then_resumes_exactly(sft_done, tmp_path):
     """SLURM's warning signal (USR2, what submitit uses) mid-run: the stage checkpoints the step it is in, off the
     checkpoint interval, exits 75 and is recorded as preempted; a second copy of the run meanwhile is refused by the
@@ -209,7 +231,7 @@ def test_rl_preempted_by_signal_checkpoints_that_step_then_resumes_exactly(sft_d
 def test_resume_discards_rows_flushed_after_the_checkpoint_it_resumes_from(tmp_path):
     """An attempt that flushed steps 4-6 and died before saving step 6's checkpoint: the resumed run recomputes
     them, so the old file must go (a preemption may flush them again under another range, e.g. 4-5)."""
-    from workflow.engines.base import TrainLog
+    from workflow.results.train_log import TrainLog
     log = TrainLog(tmp_path, "s", "rl", "abc")
     for first, last in ((1, 3), (4, 6)):
         for step in range(first, last + 1):

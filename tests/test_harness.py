@@ -9,7 +9,7 @@ import pytest
 
 from conftest import REPO
 from workflow.config import EvalConfig, TaskConfig
-from workflow.engines.base import Sample
+from workflow.eval.backends import Sample
 from workflow.eval.harness import evaluate, run_benchmark
 from workflow.eval.benchmarks import load
 from workflow.eval.scoring import MathVerifier
@@ -22,6 +22,8 @@ K = 4
 class ScriptedBackend:
     """Answers right on even sample indices and wrong on odd ones, in an equivalent-but-different form for math
     (so math-verify, not string equality, decides), by reading the options it was shown for multiple choice."""
+
+    tokenizer = None  # no chat template: prompts are used as rendered
 
     def __init__(self, gold_by_question: dict[str, str], right_text: dict[str, str]):
         self.gold, self.right_text, self.prompts = gold_by_question, right_text, []
@@ -71,13 +73,12 @@ def test_multiple_choice_shuffles_per_sample_and_scores_through_the_permutation(
 def test_evaluate_writes_tables_that_sql_recomputes(tmp_results):
     arith = TaskConfig(n_heldout=16)
     items = load("gsm8k", path=FIX / "gsm8k.jsonl")
-    cfg = {"task": arith.model_dump(), "eval": {"benchmarks": ["gsm8k", "arc_c"], "k": K, "bootstrap": 100,
-                                                "paths": {"gsm8k": str(FIX / "gsm8k.jsonl"),
-                                                          "arc_c": str(FIX / "arc_c.jsonl")}}}
+    ev = EvalConfig(benchmarks=["gsm8k", "arc_c"], k=K, bootstrap=100,
+                    paths={"gsm8k": str(FIX / "gsm8k.jsonl"), "arc_c": str(FIX / "arc_c.jsonl")})
     arc = load("arc_c", path=FIX / "arc_c.jsonl")
     backend = ScriptedBackend({it.question: it.answer for it in items},
                               {it.question: it.choices[int(it.answer)] for it in arc})
-    evaluate(backend, cfg, 40, results_root=tmp_results, sweep="h", run_id="r1", eval_id="e1")
+    evaluate(backend, arith, ev, 40, results_root=tmp_results, sweep="h", run_id="r1", eval_id="e1")
     recomputed = query("""
         SELECT benchmark, avg(correct::INT) AS avg_at_k FROM eval_samples GROUP BY benchmark ORDER BY benchmark
     """, tmp_results).to_pylist()
@@ -88,12 +89,13 @@ def test_evaluate_writes_tables_that_sql_recomputes(tmp_results):
 
 def test_a_missing_dataset_fails_before_any_generation(tmp_results):
     class NeverCalled:
+        tokenizer = None
+
         def generate(self, *a, **k):
             raise AssertionError("generation started before all datasets were checked")
 
     from workflow.eval.benchmarks import DatasetUnavailable
-    cfg = {"task": TaskConfig().model_dump(),
-           "eval": {"benchmarks": ["gsm8k", "aime24"], "paths": {"gsm8k": str(FIX / "gsm8k.jsonl"),
-                                                                  "aime24": "/nonexistent/aime24.jsonl"}}}
+    ev = EvalConfig(benchmarks=["gsm8k", "aime24"], paths={"gsm8k": str(FIX / "gsm8k.jsonl"),
+                                                            "aime24": "/nonexistent/aime24.jsonl"})
     with pytest.raises(DatasetUnavailable, match="aime24.jsonl: file not found"):
-        evaluate(NeverCalled(), cfg, 1, results_root=tmp_results, sweep="h", run_id="r", eval_id="e")
+        evaluate(NeverCalled(), TaskConfig(), ev, 1, results_root=tmp_results, sweep="h", run_id="r", eval_id="e")

@@ -27,7 +27,7 @@ from safetensors.torch import load_file
 from conftest import REPO, run_cli, write_sweep
 from workflow.launch import run_stage
 from workflow.slurm import cluster
-from workflow.sweep import load_sweep
+from workflow.sweep.expand import load_sweep
 
 pytestmark = pytest.mark.slurm
 

@@ -44,7 +44,7 @@ def snakemake_argv(sweep: Path) -> list[str]:
 
 
 def load(tmp_path: Path, sweep: Path) -> optuna.Study:
-    from workflow.sweep import load_sweep
+    from workflow.sweep.expand import load_sweep
     s = load_sweep(sweep)
     return optuna.load_study(study_name=s.name, storage=make_storage(s.spec.optuna, tmp_path / "results", s.name))
 

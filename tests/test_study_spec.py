@@ -13,8 +13,9 @@ from conftest import TINY_BASE, write_sweep
 from workflow.config import RunConfig
 from workflow.study.factory import journal_path, make_pruner, make_sampler, make_storage, study_name
 from workflow.study.space import grid_search_space, suggest
-from workflow.sweep import SweepError, load_sweep
-from workflow.sweep.expand import _apply
+from workflow.sweep.expand import load_sweep
+from workflow.sweep.spec import SweepError
+from workflow.sweep.keys import apply
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -108,8 +109,8 @@ BAD = [
      "optuna.space.rl.sfpo.K: low 0 is rejected: rl.sfpo.K: Input should be greater than or equal to 1 (got 0)"),
     ({"rl.update": C("sfpo"), "rl.sfpo.alpha": F(0.5, 1.5, when={"rl.update": "sfpo"})}, {},
      "optuna.space.rl.sfpo.alpha: high 1.5 is rejected: rl.sfpo.alpha: Input should be less than or equal to 1"),
-    ({"rl.update": C("grpo", "ppo")}, {}, "optuna.space.rl.update: choice 'ppo' is rejected: rl.update: Input "
-                                         "should be 'grpo', 'sfpo' or 'gxpo'"),
+    ({"rl.update": C("grpo", "ppo")}, {}, "optuna.space.rl.update: choice 'ppo' is rejected: rl.update: Value "
+                                         "error, unknown update rule 'ppo'; known: grpo, gxpo, sfpo"),
     # valid with the base's rl.checkpoint_every (2), not in the trials where the condition holds (5)
     ({"rl.checkpoint_every": C(2, 5), "eval.every": I(4, 8, step=4, when={"rl.checkpoint_every": 5})}, {},
      "optuna.space.eval.every: low 4 is rejected: <top level>: Value error, eval.every (4) must be a multiple of "
@@ -251,7 +252,7 @@ def test_suggest_follows_conditions_bounds_log_and_step(tmp_path):
         else:
             assert 0.5 <= a["rl.gxpo.tau"] <= 4.0
             assert a["rl.gxpo.K"] in (2, 4, 6, 8, 10)
-        cfg = RunConfig.model_validate(_apply(sweep.spec.base, a))
+        cfg = RunConfig.model_validate(apply(sweep.spec.base, a))
         assert cfg.rl.update == rule and cfg.rl.lr == a["rl.lr"]
         # a score that prefers high lr, so TPE moves after its startup trials
         study.tell(trial, math.log10(a["rl.lr"]) + (1 if rule == "sfpo" else 0))

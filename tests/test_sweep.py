@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from conftest import write_sweep
-from workflow.sweep import SweepError, load_sweep, stable_id
+from workflow.sweep.expand import load_sweep
+from workflow.sweep.identity import stable_id
+from workflow.sweep.spec import SweepError
 
 
 def errors_of(path: Path) -> str:
@@ -42,7 +44,7 @@ def errors_of(path: Path) -> str:
     ("grid: {rl.gxpo.alpha: [-0.1]}\n", "rl.gxpo.alpha: Input should be greater than or equal to 0"),
     ("grid: {rl.gxpo.tau: [0]}\n", "rl.gxpo.tau: Input should be greater than 0"),
     ("grid: {rl.sfpo.window: [1]}\n", "rl.sfpo.window: Input should be greater than or equal to 2"),
-    ("grid: {rl.update: [ppo]}\n", "rl.update: Input should be 'grpo', 'sfpo' or 'gxpo'"),
+    ("grid: {rl.update: [ppo]}\n", "rl.update: Value error, unknown update rule 'ppo'; known: grpo, gxpo, sfpo"),
     ("grid: {rl.gxpo.ratio_source: [hessian]}\n", "rl.gxpo.ratio_source: Input should be 'grad' or 'displacement'"),
     ("grid: {eval.every: [3]}\n", "eval.every (3) must be a multiple of rl.checkpoint_every (2)"),
     ("grid: {eval.benchmarks: [[math5000]]}\n", "unknown benchmark(s) ['math5000']"),
@@ -120,7 +122,7 @@ def test_ids_do_not_depend_on_yaml_key_order_number_spelling_or_process(tmp_path
     b.write_text("grid:\n  rl.clip_high: [0.28]\nbase:\n  sft: {steps: 7}\n  rl: {steps: 5, lr: 0.0001}\nname: x\n")
     ids_a = [(r.sft_id, r.run_id, r.eval_id) for r in load_sweep(a).runs]
     assert ids_a == [(r.sft_id, r.run_id, r.eval_id) for r in load_sweep(b).runs]
-    code = ("import json,sys; from workflow.sweep import load_sweep; "
+    code = ("import json,sys; from workflow.sweep.expand import load_sweep; "
             "print(json.dumps([(r.sft_id, r.run_id, r.eval_id) for r in load_sweep(sys.argv[1]).runs]))")
     for seed in ("0", "12345"):
         out = subprocess.run([sys.executable, "-c", code, str(a)], capture_output=True, text=True, check=True,

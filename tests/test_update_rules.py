@@ -9,7 +9,9 @@ import pytest
 import torch
 
 from workflow.algos.gates import ZGate
-from workflow.algos.update_rules import GRPOStep, GXPO, SFPO, geometric_scale
+from workflow.algos.rules.grpo import GRPOStep
+from workflow.algos.rules.gxpo import GXPO, geometric_scale
+from workflow.algos.rules.sfpo import SFPO
 
 
 class Counter:

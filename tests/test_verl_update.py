@@ -4,13 +4,13 @@ worker group (the hardware boundary)."""
 
 from __future__ import annotations
 
-import math
 from types import SimpleNamespace
 
 import pytest
 
 from workflow.config import RLConfig, RunConfig
-from workflow.engines.verl_update import DriverGates, rule_settings, worker_rule
+from workflow.algos.registry import rule_from_settings, rule_settings
+from workflow.engines.verl.gates import DriverGates
 
 
 def verl_run(**rl) -> RunConfig:
@@ -40,18 +40,23 @@ def test_gxpo_gate_is_fed_the_corrective_norm_the_workers_report():
 
 def test_grpo_spec_is_never_enabled_and_worker_rules_never_trip_themselves():
     assert DriverGates(rule_settings(RLConfig())).before_update(entropy=5.0)["enabled"] is False
-    rule = worker_rule(rule_settings(RLConfig(update="gxpo", gxpo={"window": 2, "warmup": 2})))
+    rule = rule_from_settings(rule_settings(RLConfig(update="gxpo", gxpo={"window": 2, "warmup": 2})),
+                              gate_here=False)
+    assert rule.gate is None  # the driver's decision is all it follows
     for x in (1.0, 1.0, 1.0, 1e9):
-        rule.gate.update(x)
-    assert not rule.gate.tripped and rule.gate.tau == math.inf
+        assert rule.feed_gate({"gxpo_gcorr_norm": x}) is None
+    assert rule.enabled
+    rule.set_enabled(False)
+    assert not rule.enabled
 
 
 def test_trainer_update_actor_hands_the_spec_over_and_feeds_the_gate_back():
     pytest.importorskip("verl")
     pytest.importorskip("transfer_queue")
-    from workflow.engines.verl_config import compose, translate
-    from workflow.engines.verl_update import UPDATE_KEY
-    from workflow.engines.verl_worker import RlsweepTrainer
+    from workflow.engines.verl.compose import compose
+    from workflow.engines.verl.translate import translate
+    from workflow.engines.verl.gates import UPDATE_KEY
+    from workflow.engines.verl.worker import RlsweepTrainer
     cfg = verl_run(update="gxpo", prompts_per_step=8, group_size=4, gxpo={"window": 3, "warmup": 3, "tau": 2.0})
     trainer = object.__new__(RlsweepTrainer)  # no Ray: everything but the worker group, which a stand-in plays
     trainer.config = compose(translate(cfg), set())
@@ -77,8 +82,9 @@ def test_verl_step_metrics_land_in_train_steps(tmp_path, monkeypatch):
     pytest.importorskip("transfer_queue")
     from omegaconf import OmegaConf, open_dict
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer
-    from workflow.engines.verl_config import compose, translate
-    from workflow.engines.verl_worker import RlsweepTrainer
+    from workflow.engines.verl.compose import compose
+    from workflow.engines.verl.translate import translate
+    from workflow.engines.verl.worker import RlsweepTrainer
     from workflow.results.catalog import query
     cfg = verl_run(update="gxpo", steps=3, checkpoint_every=2, prompts_per_step=8, group_size=4)
     trainer = object.__new__(RlsweepTrainer)

@@ -24,15 +24,20 @@ import verl_cpu  # noqa: E402
 verl_cpu.use_cpu_platform()
 dist.init_process_group("gloo")
 
-from workflow.algos.update_rules import GRPOStep, GXPO, SFPO  # noqa: E402
-from workflow.engines.verl_rule import rule_train_batch  # noqa: E402
+from workflow.algos.rules.grpo import GRPOStep  # noqa: E402
+from workflow.algos.rules.gxpo import GXPO  # noqa: E402
+from workflow.algos.rules.sfpo import SFPO  # noqa: E402
+from workflow.algos.registry import rule_from_settings  # noqa: E402
+from workflow.engines.verl.rule_step import rule_train_batch  # noqa: E402
+
+import toy_rule  # noqa: E402,F401 - registers the test's own update rule, toy_two_steps
 
 STEPS = 2
 RANK, WORLD = int(rank), int(world)
 ROWS = slice(RANK * 8 // WORLD, (RANK + 1) * 8 // WORLD)
 
 
-def run(name: str, rule=None, clip_grad: float = 1.0e9, micro: int = 2) -> dict:
+def run(name: str, rule=None, clip_grad: float = 1.0e9, micro: int = 2, verl_steps_per_step: int = 1) -> dict:
     engine = verl_cpu.build_engine(Path(model_dir), clip_grad=clip_grad)
     loss_fn = verl_cpu.ppo_loss_fn()
     calls = {"backward": 0}
@@ -46,9 +51,10 @@ def run(name: str, rule=None, clip_grad: float = 1.0e9, micro: int = 2) -> dict:
     for step in range(STEPS):
         data = verl_cpu.grpo_batch(seed=step, rows=ROWS, micro=micro)
         with engine.train_mode():
-            if rule is None:  # verl's own step
-                out = engine.train_batch(data, loss_function=loss_fn)
-                stats.append({"grad_norm": float(out["metrics"]["grad_norm"]), "backward_passes": 1})
+            if rule is None:  # verl's own step (twice on the same batch: what the toy rule should equal)
+                for _ in range(verl_steps_per_step):
+                    out = engine.train_batch(data, loss_function=loss_fn)
+                stats.append({"grad_norm": float(out["metrics"]["grad_norm"]), "backward_passes": verl_steps_per_step})
             else:
                 _, st = rule_train_batch(engine, data, loss_fn, rule)
                 stats.append(st.as_row())
@@ -77,8 +83,8 @@ def worker_run(spec: dict | None, ours: bool = True) -> dict:
     from verl.utils import tensordict_utils as tu
     from verl.workers.config import FSDPEngineConfig, FSDPOptimizerConfig, HFModelConfig
     from verl.workers.engine_workers import TrainingWorker, TrainingWorkerConfig
-    from workflow.engines.verl_update import UPDATE_KEY
-    from workflow.engines.verl_worker import RuleTrainingWorker
+    from workflow.engines.verl.gates import UPDATE_KEY
+    from workflow.engines.verl.worker import RuleTrainingWorker
     cls = RuleTrainingWorker if ours else TrainingWorker
     worker = cls(config=TrainingWorkerConfig(
         model_type="language_model",
@@ -119,7 +125,7 @@ SFPO_SPEC = {"update": "sfpo", "max_grad_norm": 1.0e9, "K": 3, "alpha": 0.8, "wi
 def export_run() -> dict:
     """Train a step, save verl's (sharded) checkpoint, merge it into our layout: the HF model must hold the
     gathered parameters."""
-    from workflow.engines.verl_export import export_all
+    from workflow.engines.verl.export import export_all
     engine = verl_cpu.build_engine(Path(model_dir))
     init = verl_cpu.full_params(engine)
     with engine.train_mode():
@@ -150,6 +156,9 @@ results = {
     "worker_gxpo": worker_run(GXPO_SPEC),
     "worker_gxpo_off": worker_run({**GXPO_SPEC, "enabled": False}),
     "worker_sfpo": worker_run(SFPO_SPEC),
+    "worker_toy": worker_run({"update": "toy_two_steps", "max_grad_norm": 1.0e9, "enabled": True}),
+    "verl_twice": run("verl_twice", verl_steps_per_step=2),
+    "toy": run("toy", rule_from_settings({"update": "toy_two_steps", "max_grad_norm": 1.0e9}, gate_here=False)),
     "verl": run("verl"),
     "grpo": run("grpo", GRPOStep(max_grad_norm=1.0e9)),
     "verl_clip": run("verl_clip", clip_grad=0.05),

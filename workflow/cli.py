@@ -22,10 +22,13 @@ import pyarrow as pa
 from rich.console import Console
 from rich.table import Table
 
-from workflow.checkpoint import latest_checkpoint
-from workflow.launch import stage_dir
+from workflow.layout import CHECKPOINTS, DONE, done_path, latest_checkpoint, stage_dir
 from workflow.results.catalog import QueryError, query
-from workflow.sweep import SweepError, load_sweep
+from workflow.study.factory import journal_path, study_name
+from workflow.study.status import study_report
+from workflow.study.trials import recorded_runs
+from workflow.sweep.expand import load_sweep
+from workflow.sweep.spec import SweepError
 
 _err = Console(stderr=True, highlight=False)
 
@@ -76,12 +79,12 @@ def _cell(v) -> str:
 
 # ----------------------------------------------------------------------------------------------------- status
 def stage_state(out_dir: Path, total_steps: int, status_by_id: dict[str, str], stage_id: str) -> str:
-    if (out_dir / "DONE.json").is_file():
+    if (out_dir / DONE).is_file():
         return "[green]done[/]"
     recorded = status_by_id.get(stage_id)
     if recorded in ("failed", "interrupted"):
         return f"[red]{recorded}[/]"
-    found = latest_checkpoint(out_dir / "checkpoints")
+    found = latest_checkpoint(out_dir / CHECKPOINTS)
     progress = f"step {found[0]}/{total_steps}" if found else None
     if recorded == "running":
         return f"[yellow]running{' ' + progress if progress else ''}[/]"
@@ -92,7 +95,6 @@ def cmd_status(a) -> int:
     sweep = load_sweep(a.sweep_file)
     root = _results_root(a)
     if sweep.spec.optuna is not None:  # the trials started so far are the sweep's runs
-        from workflow.study.trials import recorded_runs
         sweep.add_runs(recorded_runs(sweep.spec, root, sweep.name))
     try:
         recorded = {r["run_id"]: r["status"] for r in
@@ -112,7 +114,7 @@ def cmd_status(a) -> int:
                if r.sft_id else "[dim]off[/]")
         rl = stage_state(stage_dir(root, sweep.name, "rl", r.run_id), cfg.rl.steps, recorded, r.run_id)
         jobs = r.eval_jobs
-        n_done = sum((stage_dir(root, sweep.name, "eval", r.eval_id, r.run_id, step, group) / "DONE.json").is_file()
+        n_done = sum(done_path(root, sweep.name, "eval", r.eval_id, r.run_id, step, group).is_file()
                      for step, group in jobs)
         ev = ("[green]done[/]" if n_done == len(jobs) else f"[yellow]{n_done}/{len(jobs)} jobs[/]" if n_done
               else "[dim]pending[/]")
@@ -122,7 +124,6 @@ def cmd_status(a) -> int:
     Console(highlight=False).print(t)
     _err.print(f"[dim]{n_evaluated}/{len(sweep.runs)} runs evaluated; results under {root / sweep.name}[/]")
     if sweep.spec.optuna is not None:
-        from workflow.study.status import study_report
         table, line = study_report(sweep.spec.optuna, root, sweep.name)
         if table is not None:
             Console(highlight=False).print(table)
@@ -145,7 +146,6 @@ def cmd_validate(a) -> int:
 
 
 def _validate_study(sweep) -> int:
-    from workflow.study.factory import journal_path, study_name
     opt = sweep.spec.optuna
     t = Table(title=f"{sweep.name}: Optuna study {study_name(opt, sweep.name)}, search space (sampled in this order)")
     for col in ("key", "type", "range / choices", "when"):

@@ -2,7 +2,7 @@
 
 A sweep file's `base` block plus one grid point is validated into a `RunConfig`. Every field has a default so a
 sweep only states what it changes; unknown keys are rejected (`extra="forbid"`) so a typo never silently falls
-back to a default. Each stage sees only the part of the config that decides its result (see `workflow.sweep`),
+back to a default. Each stage sees only the part of the config that decides its result (workflow/stages.py),
 which is what its id is hashed from.
 """
 
@@ -10,16 +10,16 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
+from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, field_validator, model_validator
+
+from workflow.algos.registry import update_rule_names
+from workflow.eval.benchmarks import REGISTRY as BENCHMARKS
+from workflow.strict import Strict
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class VerlSettings(_Strict):
-    """How a run uses verl (engine.name = verl); only then part of the run ids. See workflow/engines/verl_config.py
-    for how the rest of the run config maps onto verl's."""
+class VerlSettings(Strict):
+    """How a run uses verl (engine.name = verl); only then part of the run ids. See
+    workflow/engines/verl/translate.py for how the rest of the run config maps onto verl's."""
 
     model_path: str | None = None  # the Hugging Face model (id or directory) SFT starts from, or RL when sft is off
     n_gpus_per_node: PositiveInt = 1
@@ -40,7 +40,7 @@ VERL_STAGE_FIELDS = {
 }
 
 
-class EngineConfig(_Strict):
+class EngineConfig(Strict):
     """Which engine trains and samples. `local`: pure torch on CPU or one GPU, tiny random-init models. `verl`:
     verl 0.9 on GPU nodes: SFT with verl's SFT trainer (torchrun, FSDP), RL with verl's PPO trainer (Ray, FSDP2,
     vLLM rollouts) running our update rules."""
@@ -49,7 +49,7 @@ class EngineConfig(_Strict):
     verl: VerlSettings = VerlSettings()  # read only when name = verl
 
 
-class ModelConfig(_Strict):
+class ModelConfig(Strict):
     """A tiny random-init causal LM built from a transformers config (no weights are downloaded)."""
 
     arch: Literal["qwen2"] = "qwen2"
@@ -66,7 +66,7 @@ class ModelConfig(_Strict):
         return self
 
 
-class TaskConfig(_Strict):
+class TaskConfig(Strict):
     """Synthetic arithmetic with \\boxed{} answers; the train / held-out split depends on `split_seed` only."""
 
     name: Literal["arithmetic"] = "arithmetic"
@@ -75,7 +75,7 @@ class TaskConfig(_Strict):
     two_step_fraction: float = Field(0.5, ge=0.0, le=1.0)
 
 
-class SFTConfig(_Strict):
+class SFTConfig(Strict):
     """Supervised fine-tuning on worked solutions, loss on answer tokens only, global token-mean."""
 
     enabled: bool = True
@@ -92,7 +92,13 @@ class SFTConfig(_Strict):
     checkpoint_every: PositiveInt = 100
 
 
-class SFPOConfig(_Strict):
+class RuleSettings(Strict):
+    """The settings of one update rule: the section `rl.<rule name>` of RLConfig. Only the selected rule's section
+    is part of a run's identity; the rule's class (workflow/algos/rules/) names its section model as `Settings`
+    and takes its fields as keyword arguments."""
+
+
+class SFPOConfig(RuleSettings):
     """Slow-Fast Policy Optimization: K fast steps, reposition by alpha, one slow step; entropy trigger."""
 
     K: int = Field(3, ge=1)
@@ -101,7 +107,7 @@ class SFPOConfig(_Strict):
     tau: PositiveFloat = 1.0  # trigger when the entropy z-score >= tau; then plain GRPO for good
 
 
-class GXPOConfig(_Strict):
+class GXPOConfig(RuleSettings):
     """Gradient Extrapolation Policy Optimization: 2 probes, geometric K-step extrapolation, 1 corrective step."""
 
     K: int = Field(5, ge=2)  # virtual depth; always 3 backward passes
@@ -122,11 +128,11 @@ class GXPOConfig(_Strict):
         return self
 
 
-class RLConfig(_Strict):
+class RLConfig(Strict):
     """GRPO and its common variants (DAPO clip-higher, Dr.GRPO no-std / token-sum), on-policy, with the policy
     update done by an update rule: grpo (one step), sfpo or gxpo (several steps on the same rollout batch)."""
 
-    update: Literal["grpo", "sfpo", "gxpo"] = "grpo"
+    update: str = "grpo"  # a registered update rule (workflow/algos/registry.py): grpo, sfpo, gxpo, ...
     sfpo: SFPOConfig = SFPOConfig()  # read only when update = sfpo (and only then part of the run id)
     gxpo: GXPOConfig = GXPOConfig()  # read only when update = gxpo
     steps: PositiveInt = 40
@@ -145,12 +151,26 @@ class RLConfig(_Strict):
     kl_coef: NonNegativeFloat = 0.0
     checkpoint_every: PositiveInt = 10
 
+    @field_validator("update")
+    @classmethod
+    def _registered_rule(cls, v: str) -> str:
+        known = update_rule_names()
+        if v not in known:
+            raise ValueError(f"unknown update rule {v!r}; known: {', '.join(known)}")
+        return v
 
-class EvalConfig(_Strict):
+    @classmethod
+    def rule_sections(cls) -> tuple[str, ...]:
+        """The names of the rule settings sections (`rl.sfpo`, `rl.gxpo`, ...), each read only by its own rule."""
+        return tuple(name for name, f in cls.model_fields.items()
+                     if isinstance(f.annotation, type) and issubclass(f.annotation, RuleSettings))
+
+
+class EvalConfig(Strict):
     """Evaluation: k samples per problem at temperature T (0 = greedy) on each benchmark of the list.
 
     Benchmarks are names from workflow/eval/benchmarks.py (math500, aime24, aime25, amc23, amc83, minerva,
-    olympiadbench, gsm8k, arc_c, gpqa_diamond, mmlu_pro) or `arithmetic`, the synthetic held-out set."""
+    olympiadbench, gsm8k, arc_c, gpqa_diamond, mmlu_pro, and `arithmetic`, the synthetic held-out set)."""
 
     benchmarks: list[str] = ["arithmetic"]
     paths: dict[str, str] = {}  # benchmark -> local .jsonl/.parquet in the dataset's own schema (else the HF cache)
@@ -170,17 +190,20 @@ class EvalConfig(_Strict):
 
     @model_validator(mode="after")
     def _known_benchmarks(self) -> "EvalConfig":
-        from workflow.eval.benchmarks import ARITHMETIC, REGISTRY  # the registry imports nothing from here
-        known = {ARITHMETIC, *REGISTRY}
-        unknown = [b for b in [*self.benchmarks, *self.paths, *self.revisions] if b not in known]
+        unknown = [b for b in [*self.benchmarks, *self.paths, *self.revisions] if b not in BENCHMARKS]
         if unknown:
-            raise ValueError(f"unknown benchmark(s) {unknown}; known: {', '.join(sorted(known))}")
+            raise ValueError(f"unknown benchmark(s) {unknown}; known: {', '.join(sorted(BENCHMARKS))}")
+        for where, names in (("eval.paths", self.paths), ("eval.revisions", self.revisions)):
+            generated = [b for b in names if BENCHMARKS[b].synthetic]
+            if generated:
+                raise ValueError(f"{where}: {generated} are generated from the run's task settings, not read from a "
+                                 "dataset")
         if not self.benchmarks or len(set(self.benchmarks)) != len(self.benchmarks):
             raise ValueError("benchmarks must be a non-empty list without repeats")
         return self
 
 
-class RunConfig(_Strict):
+class RunConfig(Strict):
     engine: EngineConfig = EngineConfig()
     model: ModelConfig = ModelConfig()
     task: TaskConfig = TaskConfig()
@@ -198,11 +221,18 @@ class RunConfig(_Strict):
 
     @model_validator(mode="after")
     def _local_models_only_know_arithmetic(self) -> "RunConfig":
-        real = [b for b in self.eval.benchmarks if b != "arithmetic"]
+        real = [b for b in self.eval.benchmarks if not BENCHMARKS[b].synthetic]
         if self.engine.name == "local" and real:
             raise ValueError(f"eval.benchmarks {real}: the local engine's tiny character-level models can only "
                              "answer the synthetic `arithmetic` set; real benchmarks need a model with a real "
                              "tokenizer (the verl engine)")
+        return self
+
+    @model_validator(mode="after")
+    def _verl_checkpoints_need_vllm(self) -> "RunConfig":
+        if self.engine.name == "verl" and self.eval.backend == "local":
+            raise ValueError("eval.backend local: the local backend samples the local engine's tiny models only; "
+                             "a verl run's checkpoints are evaluated with vllm (eval.backend: vllm or auto)")
         return self
 
     @model_validator(mode="after")
@@ -213,5 +243,3 @@ class RunConfig(_Strict):
                              f"({self.rl.checkpoint_every}): evaluations read the RL checkpoints")
         return self
 
-
-STAGES = ("sft", "rl", "eval")

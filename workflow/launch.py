@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 import json
 import os
 import signal
@@ -25,26 +26,22 @@ from typing import Any
 import torch
 
 from workflow import preemption
-from workflow.checkpoint import step_dir
-from workflow.config import EvalConfig
-from workflow.engines import TrainLog, get_engine
-from workflow.eval.backends import LocalBackend, VLLMBackend, resolve_backend
+from workflow.atomic import write_json
+from workflow.engines.registry import get_engine
+from workflow.eval.backends import make_backend
 from workflow.eval.benchmarks import DatasetUnavailable
 from workflow.eval.harness import evaluate
 from workflow.eval.plan import eval_groups
+from workflow.layout import CHECKPOINTS, DONE, stage_dir, step_dir, summary_path
 from workflow.preemption import EXIT_PREEMPTED, Preempted
-from workflow.study import pruning
 from workflow.provenance import provenance
-from workflow.results.writer import write_json_atomic, write_rows
+from workflow.results.summary import write_summary
+from workflow.results.train_log import TrainLog
+from workflow.results.writer import write_rows
 from workflow.runlock import RunLocked, run_lock
+from workflow.stages import parse_stage
+from workflow.study import pruning
 from workflow.sweep.identity import canonical_json, stable_id
-
-
-def stage_dir(results_root: Path, sweep: str, stage: str, stage_id: str, run_id: str | None = None,
-              step: int | None = None, group: str | None = None) -> Path:
-    if stage == "eval":
-        return results_root / sweep / "eval" / str(run_id) / stage_id / f"step_{step}" / str(group)
-    return results_root / sweep / stage / stage_id
 
 
 def read_done(path: str | Path) -> dict[str, Any]:
@@ -91,13 +88,6 @@ class _RunsRow:
                                   "wall_s": (now - self.started).total_seconds() if ended else None}])
 
 
-def make_backend(eval_cfg: dict, engine, ckpt: Path):
-    ev = EvalConfig(**eval_cfg)
-    if resolve_backend(ev.backend) == "vllm":
-        return VLLMBackend(ckpt, tensor_parallel_size=ev.tensor_parallel_size, seed=ev.seed)
-    return LocalBackend(engine, ckpt)
-
-
 def run_stage(stage: str, sweep: str, stage_id: str, cfg: dict, *, results_root: Path, init: Path | None = None,
               checkpoint_from: Path | None = None, label: str | None = None, step: int | None = None,
               group: str | None = None) -> Path:
@@ -105,10 +95,11 @@ def run_stage(stage: str, sweep: str, stage_id: str, cfg: dict, *, results_root:
     the benchmarks of `group` (default: the final checkpoint, every benchmark)."""
     if stable_id(cfg) != stage_id:  # the id IS the hash of the config: a mismatch means a stale or hand-made call
         raise ValueError(f"{stage} id {stage_id} does not match its config (hash {stable_id(cfg)})")
+    typed = parse_stage(stage, cfg)  # what the engine and the harness read
     job, names = {}, None  # names: the eval job's benchmarks (None = all)
     if stage == "eval":
         step = step if step is not None else read_done(checkpoint_from)["step"]
-        groups = eval_groups(EvalConfig(**cfg["eval"]))
+        groups = eval_groups(typed.eval)
         group = group or "all"
         if group != "all" and group not in groups:
             raise ValueError(f"eval group {group!r} has no benchmarks in this run (groups: {', '.join(groups)})")
@@ -121,11 +112,11 @@ def run_stage(stage: str, sweep: str, stage_id: str, cfg: dict, *, results_root:
     # trial): the driver sets RLSWEEP_WAIT_FOR_TWIN, and the second job waits for the first and uses its result
     wait = bool(os.environ.get("RLSWEEP_WAIT_FOR_TWIN"))
     while True:
-        if wait and (out_dir / "DONE.json").is_file():
-            return out_dir / "DONE.json"
+        if wait and (out_dir / DONE).is_file():
+            return out_dir / DONE
         try:
             with run_lock(out_dir, what):
-                return _run_locked(stage, sweep, stage_id, cfg, out_dir, results_root=results_root, init=init,
+                return _run_locked(stage, sweep, stage_id, cfg, typed, out_dir, results_root=results_root, init=init,
                                    checkpoint_from=checkpoint_from, label=label, step=step, job=job, names=names)
         except RunLocked:
             if not wait:
@@ -133,31 +124,34 @@ def run_stage(stage: str, sweep: str, stage_id: str, cfg: dict, *, results_root:
             time.sleep(2.0)
 
 
-def _run_locked(stage: str, sweep: str, stage_id: str, cfg: dict, out_dir: Path, *, results_root: Path,
+def _run_locked(stage: str, sweep: str, stage_id: str, cfg: dict, typed, out_dir: Path, *, results_root: Path,
                 init: Path | None, checkpoint_from: Path | None, label: str | None, step: int | None,
                 job: dict, names: list[str] | None) -> Path:
     (out_dir / "config.json").write_text(json.dumps(cfg, indent=1, sort_keys=True))
-    engine = get_engine(cfg["engine"]["name"])
     runs = _RunsRow(results_root, sweep, stage, stage_id, cfg, label, job)
     runs.write("running")
     try:
         if stage == "sft":
-            ckpt, step = engine.sft(cfg, out_dir, TrainLog(results_root, sweep, "sft", stage_id)), None
+            engine = get_engine(typed.engine.name)
+            ckpt, step = engine.sft(typed, out_dir, TrainLog(results_root, sweep, "sft", stage_id)), None
         elif stage == "rl":
+            engine = get_engine(typed.engine.name)
             init_ckpt = read_done(init)["checkpoint_path"] if init else None
             log = TrainLog(results_root, sweep, "rl", stage_id)
-            report = pruning.reporter_for(results_root, sweep, stage_id, out_dir)  # an Optuna trial's run
-            ckpt = (engine.rl(cfg, init_ckpt, out_dir, log, on_checkpoint=report) if report is not None
-                    else engine.rl(cfg, init_ckpt, out_dir, log))
+            # an Optuna trial's run reports intermediate evals, which it runs here as ordinary eval jobs
+            run_eval = functools.partial(_run_eval, results_root=results_root, sweep=sweep, rl_dir=out_dir)
+            report = pruning.reporter_for(results_root, sweep, stage_id, out_dir, run_eval)
+            ckpt = (engine.rl(typed, init_ckpt, out_dir, log, on_checkpoint=report) if report is not None
+                    else engine.rl(typed, init_ckpt, out_dir, log))
             step = None
-        elif stage == "eval":
-            ckpt = step_dir(Path(checkpoint_from).parent / "checkpoints", step)
+        else:
+            ckpt = step_dir(Path(checkpoint_from).parent / CHECKPOINTS, step)
             if not (ckpt / "meta.json").is_file():
                 raise FileNotFoundError(f"no RL checkpoint at step {step}: {ckpt}")
-            evaluate(make_backend(cfg["eval"], engine, ckpt), cfg, step, results_root=results_root, sweep=sweep,
-                     run_id=cfg["run_id"], eval_id=stage_id, names=names)
-        else:
-            raise ValueError(f"unknown stage {stage!r}")
+            ev = typed.eval
+            backend = make_backend(ev.backend, ckpt, tensor_parallel_size=ev.tensor_parallel_size, seed=ev.seed)
+            evaluate(backend, typed.task, ev, step, results_root=results_root, sweep=sweep, run_id=typed.run_id,
+                     eval_id=stage_id, names=names)
     except BaseException as e:  # noqa: BLE001 - record why, then let it propagate
         status = ("preempted" if isinstance(e, Preempted) else "pruned" if isinstance(e, pruning.Pruned) else
                   "interrupted" if isinstance(e, (KeyboardInterrupt, Terminated)) else "failed")
@@ -165,12 +159,19 @@ def _run_locked(stage: str, sweep: str, stage_id: str, cfg: dict, out_dir: Path,
         raise
     if step is None:
         step = json.loads((Path(ckpt) / "meta.json").read_text())["step"]
-    done_path = out_dir / "DONE.json"
-    write_json_atomic(done_path, {"stage": stage, "id": stage_id, "step": step,
+    done_path = out_dir / DONE
+    write_json(done_path, {"stage": stage, "id": stage_id, "step": step,
                                   "checkpoint": os.path.relpath(ckpt, out_dir),
                                   "finished_at": dt.datetime.now(dt.timezone.utc).isoformat()})
     runs.write("completed")
     return done_path
+
+
+def _run_eval(eval_id: str, eval_cfg: dict, label: str, step: int, group: str, *, results_root: Path, sweep: str,
+              rl_dir: Path) -> Path:
+    """One eval job of the RL stage in `rl_dir`, in this process (a pruned trial's intermediate evals)."""
+    return run_stage("eval", sweep, eval_id, eval_cfg, results_root=results_root, checkpoint_from=rl_dir / DONE,
+                     label=label, step=step, group=group)
 
 
 class Terminated(Exception):
@@ -199,8 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(a.threads)
     t0 = time.monotonic()
     if a.stage == "aggregate":
-        from workflow.results.summary import write_summary
-        write_summary(a.results, a.sweep, a.out or a.results / a.sweep / "summary.md")
+        write_summary(a.results, a.sweep, a.out or summary_path(a.results, a.sweep))
         return 0
     if not a.id or not a.config:
         p.error(f"{a.stage} needs --id and --config")

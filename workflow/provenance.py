@@ -34,14 +34,28 @@ def slurm_restart_count() -> int:
     return _int_env("SLURM_RESTART_COUNT") or 0
 
 
+def slurm_job() -> tuple[str | None, int | None]:
+    """(job id, array index) of the SLURM job this runs in: an array task's job id is its array's
+    (SLURM_ARRAY_JOB_ID, as sacct and squeue group them), its index SLURM_ARRAY_TASK_ID; (None, None) off SLURM."""
+    job = os.environ.get("SLURM_ARRAY_JOB_ID") or os.environ.get("SLURM_JOB_ID")
+    return job, _int_env("SLURM_ARRAY_TASK_ID") if os.environ.get("SLURM_ARRAY_JOB_ID") else None
+
+
+def slurm_job_name() -> str | None:
+    """The id squeue and scancel take for this very job: `123` or, for an array task, `123_4`."""
+    job, index = slurm_job()
+    return job if index is None else f"{job}_{index}"
+
+
 def provenance() -> dict:
     sha, dirty = git_state()
+    job, index = slurm_job()
     return {
         "host": socket.gethostname(),
         "git_sha": sha,
         "git_dirty": dirty,
-        "slurm_job_id": os.environ.get("SLURM_ARRAY_JOB_ID") or os.environ.get("SLURM_JOB_ID"),
-        "slurm_array_index": _int_env("SLURM_ARRAY_TASK_ID"),
+        "slurm_job_id": job,
+        "slurm_array_index": index,
         "slurm_node": os.environ.get("SLURMD_NODENAME"),
         "slurm_partition": os.environ.get("SLURM_JOB_PARTITION"),
         "requeue_count": slurm_restart_count() if os.environ.get("SLURM_JOB_ID") else None,

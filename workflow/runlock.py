@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from workflow.provenance import slurm_restart_count
+from workflow.provenance import slurm_job_name, slurm_restart_count
 from workflow.slurm import cluster
 
 LOCK_NAME = "RUNNING.lock"
@@ -41,9 +41,7 @@ def _proc_start(pid: int) -> str | None:
 
 def me() -> dict[str, Any]:
     return {"host": socket.gethostname(), "pid": os.getpid(), "pid_start": _proc_start(os.getpid()),
-            "slurm_job_id": os.environ.get("SLURM_ARRAY_JOB_ID") and
-            f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ.get('SLURM_ARRAY_TASK_ID')}" or
-            os.environ.get("SLURM_JOB_ID"),
+            "slurm_job_id": slurm_job_name(),
             "restart_count": slurm_restart_count(),
             "since": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
 

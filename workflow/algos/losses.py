@@ -2,8 +2,9 @@
 
 Every loss here is `sum(per_token_loss * weight)`, with the per-token weights computed ONCE over the whole batch
 (`token_weights`). A micro-batch contributes the sum over its own tokens, so the accumulated gradient is exactly
-the full-batch gradient for any split. The classic bug this avoids (see papers/sft-then-rl) is averaging
-per-micro-batch means, which over-weights tokens of short micro-batches.
+the full-batch gradient for any split. The classic bug this avoids (Limozin et al., "SFT-then-RL Outperforms
+Mixed-Policy Methods for LLM Reasoning", arXiv:2604.23747) is averaging per-micro-batch means, which over-weights
+tokens of short micro-batches.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
 """The local engine: pure torch, tiny random-init models, synthetic arithmetic. CPU by default, one GPU if present.
+(Its checkpoints are evaluated by the local backend, workflow/eval/backends.py.)
 
 Determinism is what makes resume exact: every random draw of step t (which problems, which samples) comes from
 generators seeded by (seed, t), not from a stream carried across steps, so a stage restarted from its step-k
@@ -14,43 +15,22 @@ from typing import Callable
 
 import numpy as np
 import torch
-from transformers import Qwen2ForCausalLM
-from transformers.utils import logging as hf_logging
 
 from workflow import preemption
 from workflow.algos.losses import (clipped_policy_loss, group_advantages, kl_k3, sft_loss, token_entropy,
                                    token_logprobs, token_weights)
+from workflow.algos.registry import build_update_rule
 from workflow.algos.schedules import constant, warmup_cosine
-from workflow.algos.update_rules import clip_and_step, make_update_rule
-from workflow.checkpoint import (latest_checkpoint, load_trainer_state, remove_stale_temporaries,
-                                 save_checkpoint)
-from workflow.config import ModelConfig, RLConfig, SFTConfig, TaskConfig
-from workflow.engines.base import Sample, TrainLog
-from workflow.engines.tiny_lm import CharTokenizer, build_model, forward_logits, pack, sample
+from workflow.algos.sharded import clip_and_step
+from workflow.checkpoint import load_trainer_state, remove_stale_temporaries, save_checkpoint
+from workflow.config import RLConfig, TaskConfig
+from workflow.engines.tiny_lm import (TOKENIZER, build_model, device, forward_logits, load_model, micro_slices,
+                                      pack, sample, step_seed)
+from workflow.layout import CHECKPOINTS, latest_checkpoint
 from workflow.progress import StepProgress, say
+from workflow.results.train_log import TrainLog
+from workflow.stages import RLStage, SFTStage
 from workflow.tasks.arithmetic import reward, sample_train
-
-hf_logging.disable_progress_bar()  # per-shard bars for a 1 MB model are noise in a sweep's log
-TOKENIZER = CharTokenizer()
-GENERATE_CHUNK = 512  # sequences per sampling call in eval
-
-
-def step_seed(*parts: int) -> int:
-    """A 63-bit seed derived from (seed, step, stream, ...) independent of anything that ran before."""
-    return int(np.random.SeedSequence(list(parts)).generate_state(2, dtype=np.uint64)[0] >> np.uint64(1))
-
-
-def micro_slices(n: int, size: int | None) -> list[slice]:
-    size = size or n
-    return [slice(i, min(i + size, n)) for i in range(0, n, size)]
-
-
-def device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def load_model(ckpt: Path) -> Qwen2ForCausalLM:
-    return Qwen2ForCausalLM.from_pretrained(ckpt, dtype=torch.float32).to(device())
 
 
 def sft_accumulate(model, batch: dict[str, torch.Tensor], micro_batch_size: int | None) -> float:
@@ -83,7 +63,7 @@ class _Trainer:
         self.opt = torch.optim.AdamW(self.params, lr=lr, betas=(0.9, 0.999), weight_decay=weight_decay)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, schedule)
         self.rule = rule
-        self.ckpt_root = out_dir / "checkpoints"
+        self.ckpt_root = out_dir / CHECKPOINTS
         self.log, self.total, self.every = log, total_steps, checkpoint_every
         self.n_params = sum(p.numel() for p in self.params)
         self.step = self._resume()
@@ -133,8 +113,8 @@ class _Trainer:
 
 class LocalEngine:
     # ------------------------------------------------------------------------------------------------- SFT
-    def sft(self, cfg: dict, out_dir: Path, log: TrainLog) -> Path:
-        model_cfg, task, sft = ModelConfig(**cfg["model"]), TaskConfig(**cfg["task"]), SFTConfig(**cfg["sft"])
+    def sft(self, stage: SFTStage, out_dir: Path, log: TrainLog) -> Path:
+        model_cfg, task, sft = stage.model, stage.task, stage.sft
         schedule = (warmup_cosine(sft.steps, sft.warmup_ratio, sft.min_lr_ratio) if sft.schedule == "cosine"
                     else constant())
         tr = _Trainer(build_model(model_cfg, TOKENIZER.vocab_size, sft.seed), sft.lr, sft.weight_decay, schedule,
@@ -158,14 +138,13 @@ class LocalEngine:
         return tr.final()
 
     # -------------------------------------------------------------------------------------------------- RL
-    def rl(self, cfg: dict, init_ckpt: Path | None, out_dir: Path, log: TrainLog,
+    def rl(self, stage: RLStage, init_ckpt: Path | None, out_dir: Path, log: TrainLog,
            on_checkpoint: Callable[[int], None] | None = None) -> Path:
-        model_cfg, task, rl = ModelConfig(**cfg["model"]), TaskConfig(**cfg["task"]), RLConfig(**cfg["rl"])
-        seed = cfg["seed"]
+        model_cfg, task, rl, seed = stage.model, stage.task, stage.rl, stage.seed
         init = load_model(init_ckpt) if init_ckpt else build_model(model_cfg, TOKENIZER.vocab_size, seed)
         ref = copy.deepcopy(init).eval().requires_grad_(False) if rl.kl_coef > 0 else None
         tr = _Trainer(init, rl.lr, rl.weight_decay, constant(), out_dir, log, rl.steps, rl.checkpoint_every,
-                      rule=make_update_rule(rl))
+                      rule=build_update_rule(rl))
         progress = StepProgress(f"rl {log.run_id}", rl.steps, start=tr.step)
         while tr.step < rl.steps:
             row = self._rl_step(tr, ref, task, rl, seed)
@@ -241,15 +220,3 @@ class LocalEngine:
         }
         row.update(stats.as_row())
         return row
-
-    # -------------------------------------------------------------------------------------------- generate
-    def generate(self, ckpt: Path, prompts: list[str], n: int, temperature: float, max_new_tokens: int,
-                 seed: int) -> list[list[Sample]]:
-        model = load_model(ckpt).eval()
-        flat = [TOKENIZER.encode(p) for p in prompts for _ in range(n)]
-        out: list[Sample] = []
-        for i, rows in enumerate(micro_slices(len(flat), GENERATE_CHUNK)):
-            gen = torch.Generator(device=device()).manual_seed(step_seed(seed, i, 3))
-            ids, trunc = sample(model, flat[rows], temperature, max_new_tokens, gen)
-            out += [Sample(TOKENIZER.decode(r), len(r), t) for r, t in zip(ids, trunc)]
-        return [out[j * n:(j + 1) * n] for j in range(len(prompts))]

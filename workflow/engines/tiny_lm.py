@@ -1,14 +1,21 @@
-"""Tiny causal LMs for the local engine: character tokenizer, model from a transformers config, KV-cache sampling.
+"""Tiny causal LMs for the local engine: character tokenizer, model from a transformers config, KV-cache sampling,
+and the per-step seeds that make every random draw reproducible.
 
 Nothing is downloaded: the model is a randomly initialised `Qwen2ForCausalLM` built from `ModelConfig`.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import numpy as np
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
+from transformers.utils import logging as hf_logging
 
 from workflow.config import ModelConfig
+
+hf_logging.disable_progress_bar()  # per-shard bars for a 1 MB model are noise in a sweep's log
 
 
 class CharTokenizer:
@@ -33,6 +40,28 @@ class CharTokenizer:
 
     def decode(self, ids) -> str:
         return "".join(self.itos[i] for i in ids if i > self.EOS)
+
+
+TOKENIZER = CharTokenizer()
+
+
+def step_seed(*parts: int) -> int:
+    """A 63-bit seed derived from (seed, step, stream, ...) independent of anything that ran before: every random
+    draw of step t comes from it, so a stage restarted from its step-k checkpoint replays steps k+1... bit for bit."""
+    return int(np.random.SeedSequence(list(parts)).generate_state(2, dtype=np.uint64)[0] >> np.uint64(1))
+
+
+def micro_slices(n: int, size: int | None) -> list[slice]:
+    size = size or n
+    return [slice(i, min(i + size, n)) for i in range(0, n, size)]
+
+
+def device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def load_model(ckpt: Path) -> Qwen2ForCausalLM:
+    return Qwen2ForCausalLM.from_pretrained(ckpt, dtype=torch.float32).to(device())
 
 
 def build_model(cfg: ModelConfig, vocab_size: int, seed: int) -> Qwen2ForCausalLM:

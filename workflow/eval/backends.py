@@ -1,39 +1,64 @@
-"""Generation backends behind one interface: vLLM (offline LLM.generate) and the local torch engine.
+"""Generation backends behind one interface: vLLM (offline LLM.generate) and the local engine's tiny models.
 
     backend.generate(prompts, n, temperature, top_p, max_tokens, seed) -> [[Sample] * n] * len(prompts)
+    backend.tokenizer          the model's tokenizer when it has a chat template to apply to prompts, else None
 
-`eval.backend: auto` picks vLLM when CUDA is available and vllm is importable, the local engine otherwise.
+`eval.backend: auto` picks vLLM when CUDA is available and vllm is importable, the local backend otherwise.
 """
 
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from workflow.engines.base import Sample
+import torch
+
+from workflow.engines.tiny_lm import TOKENIZER, device, load_model, micro_slices, sample, step_seed
+
+GENERATE_CHUNK = 512  # sequences per sampling call of the local backend
+
+
+@dataclass(frozen=True)
+class Sample:
+    text: str
+    n_tokens: int
+    truncated: bool  # hit max_new_tokens without an end-of-sequence token
 
 
 class GenerationBackend(Protocol):
+    tokenizer: Any
+
     def generate(self, prompts: list[str], n: int, temperature: float, top_p: float, max_tokens: int,
                  seed: int) -> list[list[Sample]]: ...
 
 
 class LocalBackend:
-    """The engine's own sampler (pure softmax / T; top_p must be 1)."""
+    """The local engine's tiny character-level models and their sampler (pure softmax / T; top_p must be 1). Their
+    character tokenizer has no chat template: prompts are used as they are."""
 
-    def __init__(self, engine, ckpt: Path):
-        self.engine, self.ckpt = engine, ckpt
+    tokenizer = None
+
+    def __init__(self, ckpt: Path):
+        self.ckpt = ckpt
 
     def generate(self, prompts, n, temperature, top_p, max_tokens, seed):
         if top_p != 1.0:
             raise ValueError("the local backend samples from the full distribution; set eval.top_p: 1.0")
-        return self.engine.generate(self.ckpt, prompts, n=n, temperature=temperature, max_new_tokens=max_tokens,
-                                    seed=seed)
+        model = load_model(self.ckpt).eval()
+        flat = [TOKENIZER.encode(p) for p in prompts for _ in range(n)]
+        out: list[Sample] = []
+        for i, rows in enumerate(micro_slices(len(flat), GENERATE_CHUNK)):
+            gen = torch.Generator(device=device()).manual_seed(step_seed(seed, i, 3))
+            ids, trunc = sample(model, flat[rows], temperature, max_tokens, gen)
+            out += [Sample(TOKENIZER.decode(r), len(r), t) for r, t in zip(ids, trunc)]
+        return [out[j * n:(j + 1) * n] for j in range(len(prompts))]
 
 
 class VLLMBackend:
-    """Offline vLLM: one `LLM` per checkpoint, n samples per prompt in one `generate` call.
+    """Offline vLLM: one `LLM` per checkpoint, n samples per prompt in one `generate` call; the checkpoint's
+    tokenizer (its chat template) shapes the prompts.
 
     `vllm` can be passed in (a module-like object with LLM and SamplingParams); tests use that to exercise
     everything up to the vLLM call on a CPU machine."""
@@ -48,6 +73,7 @@ class VLLMBackend:
         if max_model_len is not None:
             kwargs["max_model_len"] = max_model_len
         self.llm = vllm.LLM(**kwargs)
+        self.tokenizer = self.llm.get_tokenizer()
 
     def generate(self, prompts, n, temperature, top_p, max_tokens, seed):
         params = self.vllm.SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens,
@@ -68,7 +94,6 @@ class VLLMBackend:
 def vllm_usable() -> bool:
     if importlib.util.find_spec("vllm") is None:
         return False
-    import torch
     return torch.cuda.is_available()
 
 
@@ -82,3 +107,10 @@ def resolve_backend(name: str) -> str:
     if name not in ("vllm", "local"):
         raise ValueError(f"unknown eval backend {name!r}")
     return name
+
+
+def make_backend(name: str, ckpt: Path, *, tensor_parallel_size: int = 1, seed: int = 0) -> GenerationBackend:
+    """The backend `eval.backend` names (auto resolved here) for one checkpoint."""
+    if resolve_backend(name) == "vllm":
+        return VLLMBackend(ckpt, tensor_parallel_size=tensor_parallel_size, seed=seed)
+    return LocalBackend(ckpt)

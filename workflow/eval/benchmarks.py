@@ -8,6 +8,9 @@ Names say which variant they are where the field disagrees (see shared notes on 
 40-problem AMC 2023 subset, `amc83` the full 83-problem AMC12 2022+2023 set; `minerva` is the 272-problem Minerva
 set, not lm-eval's `minerva_math` (= the whole MATH set with a Minerva prompt).
 
+`arithmetic` is the synthetic held-out set of the local engine's task: generated from the run's `task` settings,
+not read from a dataset, and scored by an exact match with the gold (what its RL reward checks).
+
 Revisions: an entry's `revision` pins the Hub commit; entries without one (all, so far: the build machines cannot
 reach the Hub to look them up) read whatever the cache holds. A sweep pins its own with `eval.revisions`, so a
 dataset update on the Hub never changes its numbers silently.
@@ -21,10 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal
 
-ARITHMETIC = "arithmetic"  # the synthetic held-out set of the local engine's task (not a dataset: no entry here)
+from workflow.tasks.arithmetic import split
 
 Kind = Literal["math", "mc"]
-Group = Literal["math", "ood", "extra"]
+Group = Literal["math", "ood", "extra", "arithmetic"]
 
 
 @dataclass(frozen=True)
@@ -44,13 +47,21 @@ class Benchmark:
     config: str | None
     split: str
     fields: tuple[str, ...]  # the dataset fields we read (named in error messages and docs)
-    normalize: Callable[[dict[str, Any], int], Item]
+    normalize: Callable[[dict[str, Any], int], Item] | None
     keep: Callable[[dict[str, Any]], bool] = field(default=lambda r: True)
-    template: str = "boxed"
+    template: str | None = None  # a prompt template of its own (workflow/eval/prompts.py); None: eval.template
     note: str = ""
     # The Hub commit the numbers were validated on. None until someone with Hub access has checked one: then
     # load() reads whatever the cache holds, and a sweep pins its own with eval.revisions.
     revision: str | None = None
+    # synthetic: generated from the run's task settings (`generate(task)`), no dataset; what the local engine's
+    # tiny character-level models can answer
+    generate: Callable[[Any], list[Item]] | None = None
+    exact_match: bool = False  # math scored by the last \boxed{} equal to the gold, not math-verify
+
+    @property
+    def synthetic(self) -> bool:
+        return self.generate is not None
 
 
 class DatasetUnavailable(Exception):
@@ -93,6 +104,10 @@ def _gpqa(r: dict, i: int) -> Item:
                 choices=tuple(c.strip() for c in choices))
 
 
+def _arithmetic(task: Any) -> list[Item]:
+    return [Item(id=p.id, question=p.prompt, answer=p.answer) for p in split(task).heldout]
+
+
 def _mmlu_pro(r: dict, i: int) -> Item:
     return Item(id=str(r["question_id"]), question=r["question"], answer=str(int(r["answer_index"])),
                 choices=tuple(r["options"]))
@@ -118,12 +133,15 @@ REGISTRY: dict[str, Benchmark] = {b.name: b for b in [
     Benchmark("gsm8k", "math", "extra", "openai/gsm8k", "main", "test",
               ("question", "answer"), _gsm8k, note="gold = the number after ####"),
     Benchmark("arc_c", "mc", "ood", "allenai/ai2_arc", "ARC-Challenge", "test",
-              ("id", "question", "choices", "answerKey"), _arc, template="mc"),
+              ("id", "question", "choices", "answerKey"), _arc),
     Benchmark("gpqa_diamond", "mc", "ood", "Idavidrein/gpqa", "gpqa_diamond", "train",
               ("Question", "Correct Answer", "Incorrect Answer 1", "Incorrect Answer 2", "Incorrect Answer 3"),
-              _gpqa, template="mc", note="gated on the Hub: accept its terms, then `huggingface-cli login`"),
+              _gpqa, note="gated on the Hub: accept its terms, then `huggingface-cli login`"),
     Benchmark("mmlu_pro", "mc", "ood", "TIGER-Lab/MMLU-Pro", None, "test",
-              ("question_id", "question", "options", "answer_index"), _mmlu_pro, template="mc"),
+              ("question_id", "question", "options", "answer_index"), _mmlu_pro),
+    Benchmark("arithmetic", "math", "arithmetic", None, None, "heldout", ("prompt", "answer"), None,
+              template="raw", generate=_arithmetic, exact_match=True,
+              note="the synthetic held-out set of the run's task (task.split_seed, task.n_heldout)"),
 ]}
 
 MATH_SET = tuple(b.name for b in REGISTRY.values() if b.group == "math")
@@ -177,10 +195,15 @@ def _hub_records(b: Benchmark, revision: str | None) -> list[dict[str, Any]]:
     return list(ds)
 
 
-def load(name: str, path: str | Path | None = None, revision: str | None = None,
-         limit: int | None = None) -> list[Item]:
-    """The benchmark's items, from `path` if given, else from the Hugging Face cache."""
+def load(name: str, path: str | Path | None = None, revision: str | None = None, limit: int | None = None,
+         task: Any = None) -> list[Item]:
+    """The benchmark's items, from `path` if given, else from the Hugging Face cache; a synthetic benchmark's
+    from the run's task settings `task`."""
     b = get(name)
+    if b.synthetic:
+        if task is None:
+            raise ValueError(f"benchmark {name} is generated from the run's task settings: pass task=")
+        return b.generate(task)[:limit]
     records = read_records(path) if path else _hub_records(b, revision or b.revision)
     items = []
     for i, r in enumerate(records):

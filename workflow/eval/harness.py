@@ -13,32 +13,22 @@ import numpy as np
 
 from workflow.config import EvalConfig, TaskConfig
 from workflow.eval import benchmarks
-from workflow.eval.answers import extract_boxed
 from workflow.eval.backends import GenerationBackend
-from workflow.eval.benchmarks import ARITHMETIC, Item
+from workflow.eval.benchmarks import Item
 from workflow.eval.metrics import benchmark_scores
 from workflow.eval.prompts import render
-from workflow.eval.scoring import MathVerifier, Verdict, format_mc, option_permutation, score_mc
+from workflow.eval.scoring import MathVerifier, Verdict, format_mc, option_permutation, score_exact, score_mc
 from workflow.progress import say
 from workflow.results.writer import write_rows
-from workflow.tasks.arithmetic import split
-
-def arithmetic_items(task: TaskConfig) -> list[Item]:
-    return [Item(id=p.id, question=p.prompt, answer=p.answer) for p in split(task).heldout]
-
-
-def exact_boxed(response: str, gold: str) -> Verdict:
-    """The synthetic task's own reward: the last \\boxed{} equals the answer string (what RL trained on)."""
-    pred = extract_boxed(response)
-    return Verdict(pred == gold, pred)
 
 
 def run_benchmark(backend: GenerationBackend, name: str, items: list[Item], ev: EvalConfig,
-                  score_math: Callable[[str, str], Verdict], tokenizer=None) -> tuple[list[dict], dict]:
-    """Generate and score one benchmark. Returns per-sample rows and per-k scores (without the run key)."""
-    kind = "math" if name == ARITHMETIC else benchmarks.get(name).kind
-    template = "raw" if name == ARITHMETIC else ev.template
-    if kind == "math":
+                  score_math: Callable[[str, str], Verdict]) -> tuple[list[dict], dict]:
+    """Generate and score one benchmark. Returns per-sample rows and per-k scores (without the run key).
+    Prompts go through the backend's tokenizer's chat template when it has one (a real model's)."""
+    b = benchmarks.get(name)
+    template, tokenizer = b.template or ev.template, backend.tokenizer
+    if b.kind == "math":
         prompts = [render(it.question, template, tokenizer) for it in items]
         groups = backend.generate(prompts, n=ev.k, temperature=ev.temperature, top_p=ev.top_p,
                                   max_tokens=ev.max_new_tokens, seed=ev.seed)
@@ -70,15 +60,13 @@ def run_benchmark(backend: GenerationBackend, name: str, items: list[Item], ev: 
 
 
 def load_items(name: str, ev: EvalConfig, task: TaskConfig) -> list[Item]:
-    items = (arithmetic_items(task) if name == ARITHMETIC else
-             benchmarks.load(name, path=ev.paths.get(name), revision=ev.revisions.get(name)))
-    return items[: ev.n_problems]
+    return benchmarks.load(name, path=ev.paths.get(name), revision=ev.revisions.get(name), task=task,
+                           limit=ev.n_problems)
 
 
-def evaluate(backend: GenerationBackend, cfg: dict, step: int, *, results_root: Path, sweep: str, run_id: str,
-             eval_id: str, names: list[str] | None = None,
-             tokenizer=None) -> dict[str, dict[int, dict[str, float]]]:
-    task, ev = TaskConfig(**cfg["task"]), EvalConfig(**cfg["eval"])
+def evaluate(backend: GenerationBackend, task: TaskConfig, ev: EvalConfig, step: int, *, results_root: Path,
+             sweep: str, run_id: str, eval_id: str,
+             names: list[str] | None = None) -> dict[str, dict[int, dict[str, float]]]:
     # every dataset is checked before any generation: a missing one fails the job in seconds, not after hours
     items = {name: load_items(name, ev, task) for name in (names or ev.benchmarks)}
     key = {"run_id": run_id, "eval_id": eval_id, "sweep": sweep, "step": step}
@@ -86,8 +74,8 @@ def evaluate(backend: GenerationBackend, cfg: dict, step: int, *, results_root: 
     with MathVerifier(timeout_s=ev.verify_timeout_s) as verifier:
         for name, its in items.items():
             say(f"[bold cyan]eval {run_id}[/] {name}: {len(its)} problems x {ev.k} samples at T={ev.temperature}")
-            score = exact_boxed if name == ARITHMETIC else verifier.score
-            rows, by_k = run_benchmark(backend, name, its, ev, score, tokenizer)
+            score = score_exact if benchmarks.get(name).exact_match else verifier.score
+            rows, by_k = run_benchmark(backend, name, its, ev, score)
             file = f"{run_id}_{eval_id}_step{step:06d}_{name}"
             write_rows(results_root, sweep, "eval_samples", file, [{**key, **r} for r in rows])
             write_rows(results_root, sweep, "eval_scores", file,

@@ -8,17 +8,13 @@ fast one and a cluster runs them side by side.
 from __future__ import annotations
 
 from workflow.config import EvalConfig, RunConfig
-from workflow.eval.benchmarks import ARITHMETIC, REGISTRY
-
-
-def group_of(benchmark: str) -> str:
-    return ARITHMETIC if benchmark == ARITHMETIC else REGISTRY[benchmark].group
+from workflow.eval.benchmarks import REGISTRY
 
 
 def eval_groups(ev: EvalConfig) -> dict[str, list[str]]:
     groups: dict[str, list[str]] = {}
     for b in ev.benchmarks:
-        groups.setdefault(group_of(b), []).append(b)
+        groups.setdefault(REGISTRY[b].group, []).append(b)
     return groups
 
 

@@ -32,6 +32,13 @@ class Verdict:
 
 
 # ------------------------------------------------------------------------------------------------------- math
+def score_exact(response: str, gold: str) -> Verdict:
+    """The last \\boxed{} equals the gold string exactly: the synthetic task's rule (its RL reward and its
+    held-out benchmark)."""
+    pred = extract_boxed(response)
+    return Verdict(pred == gold, pred)
+
+
 def _verify_worker(conn) -> None:  # pragma: no cover - runs in the child process
     from math_verify import parse, verify
     while True:

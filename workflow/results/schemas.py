@@ -1,6 +1,6 @@
-"""Arrow schemas of the four tables (see DESIGN.md). Counters in train_steps are per step; totals are a SQL
-window sum. Columns a rule does not produce (GXPO diagnostics for GRPO, say) are null, never absent, so every
-query works on every sweep."""
+"""Arrow schemas of the four tables (README.md, "Results and SQL"). Counters in train_steps are per step; totals
+are a SQL window sum. Columns a rule does not produce (GXPO diagnostics for GRPO, say) are null, never absent, so
+every query works on every sweep."""
 
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ import pyarrow as pa
 from rich.console import Console
 from rich.table import Table
 
+from workflow.atomic import write_text
 from workflow.eval.benchmarks import MATH_SET, OOD_SET
 from workflow.eval.metrics import set_average
 from workflow.results.catalog import query
@@ -76,10 +77,6 @@ def write_summary(results_root: str | Path, sweep: str, out: str | Path) -> Path
         lines.append("| " + " | ".join(cells) + " |")
         table.add_row(*cells)
     lines += _set_averages(rows)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp"
-    tmp.write_text("\n".join(lines) + "\n")
-    tmp.replace(out)
+    out = write_text(out, "\n".join(lines) + "\n")
     Console(stderr=True).print(table)
     return out

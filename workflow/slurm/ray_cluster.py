@@ -9,7 +9,6 @@ cleans them up with the job. `RAY_ADDRESS` then points the driver (verl's run_pp
 from __future__ import annotations
 
 import os
-import shlex
 import socket
 
 from submitit.slurm.slurm import _parse_node_list
@@ -40,7 +39,3 @@ def start_commands(nodes: list[str], *, head_address: str, port: int = 6379, gpu
         out.append((node, ["srun", "--nodes=1", "--ntasks=1", "--overlap", f"--nodelist={node}",
                            "ray", "start", f"--address={head_address}:{port}", *common]))
     return out
-
-
-def describe(commands: list[tuple[str, list[str]]]) -> str:
-    return "\n".join(f"{node}: {shlex.join(argv)}" for node, argv in commands)

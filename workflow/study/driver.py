@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -32,16 +33,20 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import pyarrow.parquet as pq
 from optuna.trial import TrialState
 from rich.console import Console
 
-from workflow.results.writer import write_json_atomic
+from workflow.atomic import write_json
+from workflow.layout import done_path, stage_dir, summary_path, table_dir, trial_log
+from workflow.results.summary import write_summary
+from workflow.results.writer import write_rows
 from workflow.study import pruning
 from workflow.study.factory import make_pruner, make_sampler, make_storage, storage_location, study_name
 from workflow.study.objective import ObjectiveError, objective_sql, trial_values
 from workflow.study.space import suggest
-from workflow.study.trials import TrialError, format_params, record_trial, study_dir, trial_runs
-from workflow.sweep import load_sweep
+from workflow.study.trials import TrialError, format_params, record_trial, trial_runs
+from workflow.sweep.expand import load_sweep
 
 _say = Console(stderr=True, highlight=False).print
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
@@ -88,7 +93,6 @@ class Driver:
         self.cores, self.snakemake_args, self.poll_s = cores, snakemake_args, poll_s
         self.study = open_study(self.spec, results_root, self.sweep.name)
         self.sql = objective_sql(self.spec.objective)
-        self.dir = study_dir(results_root, self.sweep.name)
         self.running: dict[int, Running] = {}
 
     # ------------------------------------------------------------------------------------------------ the loop
@@ -144,10 +148,9 @@ class Driver:
                                       storage=storage_location(self.spec, self.results, self.sweep.name),
                                       study=self.study.study_name, pruner=self.spec.pruner.model_dump())
             env[pruning.ENV] = "1"
-        from workflow.launch import stage_dir  # (torch: not at import, the Snakefile imports this module)
-        targets = [str(stage_dir(Path(self.results), self.sweep.name, "eval", r.eval_id, r.run_id, step, group)
-                       / "DONE.json") for r in runs for step, group in r.eval_jobs]
-        log = self.dir / "logs" / f"trial_{number:05d}.log"
+        targets = [str(done_path(self.results, self.sweep.name, "eval", r.eval_id, r.run_id, step, group))
+                   for r in runs for step, group in r.eval_jobs]
+        log = trial_log(self.results, self.sweep.name, number)
         log.parent.mkdir(parents=True, exist_ok=True)
         argv = [sys.executable, "-m", "snakemake", "-s", self.snakefile, "--nolock", "--cores", str(self.cores),
                 *self.snakemake_args, "--config", f"sweep={self.sweep_file}", f"results={self.results}",
@@ -182,15 +185,12 @@ class Driver:
              + (f" (best {best[1]:.4g}, trial {best[0]})" if best else ""))
 
     def _rl_dir(self, run_id: str) -> Path:
-        from workflow.launch import stage_dir
-        return stage_dir(Path(self.results), self.sweep.name, "rl", run_id)
+        return stage_dir(self.results, self.sweep.name, "rl", run_id)
 
     def _annotate(self, r: Running, state: str, values: list[float] | None) -> None:
         """The trial's number, state and objective value on its runs' rows in `runs` (RL stage rows), so SQL over
         `runs` sees trials with their parameters (the flattened hyperparameter columns) and values: `objective`
         (the first value) and, for a multi-objective study, `objectives` (all of them, JSON)."""
-        import pyarrow.parquet as pq
-        from workflow.results.writer import table_dir, write_rows
         for run_id in r.run_ids:
             path = table_dir(self.results, self.sweep.name, "runs") / f"rl_{run_id}.parquet"
             if path.is_file():
@@ -250,7 +250,6 @@ _PASSED = {"--profile": True, "--workflow-profile": True, "--executor": True, "-
 
 def nested_snakemake_args(argv: list[str]) -> str:
     """The outer invocation's executor / profile / jobs options (shell-quoted) for the nested trial runs."""
-    import shlex
     out, i = [], 1
     while i < len(argv):
         name, eq, value = argv[i].partition("=")
@@ -283,9 +282,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     done = driver.run()
-    write_json_atomic(a.out, done)
-    from workflow.results.summary import write_summary
-    write_summary(a.results, driver.sweep.name, Path(a.results) / driver.sweep.name / "summary.md")
+    write_json(a.out, done)
+    write_summary(a.results, driver.sweep.name, summary_path(a.results, driver.sweep.name))
     return 0
 
 

@@ -1,15 +1,18 @@
-"""The Optuna objects an `optuna:` block names: sampler, pruner, storage, study name."""
+"""The Optuna objects an `optuna:` block names: sampler (with the grid sampler's finite lists), pruner, storage,
+study name."""
 
 from __future__ import annotations
 
 import difflib
 import inspect
+import math
 import warnings
 from pathlib import Path
 
 import optuna
 from optuna.storages.journal import JournalFileBackend, JournalStorage
 
+from workflow.layout import default_journal
 from workflow.study.spec import OptunaSpec
 
 
@@ -37,9 +40,25 @@ def make_sampler(spec: OptunaSpec) -> optuna.samplers.BaseSampler:
     cls = SAMPLERS[spec.sampler.name]
     options = dict(spec.sampler.options)
     if spec.sampler.name == "grid":
-        from workflow.study.space import grid_search_space  # space.py imports this module
         return cls(grid_search_space(spec), seed=spec.sampler.seed, **options)
     return cls(seed=spec.sampler.seed, **options)
+
+
+def grid_search_space(spec: OptunaSpec) -> dict[str, list]:
+    """Every value of every key, for optuna's GridSampler (which needs finite lists)."""
+    space: dict[str, list] = {}
+    for key, p in spec.space.items():
+        if p.type == "categorical":
+            space[key] = list(p.choices)
+        elif p.type == "int":
+            space[key] = list(range(int(p.low), int(p.high) + 1, int(p.step or 1)))
+        elif p.step is None:
+            raise ValueError(f"optuna.space.{key}: a float needs `step:` for the grid sampler")
+        else:
+            n = math.floor((p.high - p.low) / p.step + 1e-9) + 1
+            # 12 significant digits: 0.1 + 2 * 0.1 is 0.30000000000000004, the grid should say 0.3
+            space[key] = [float(f"{p.low + i * p.step:.12g}") for i in range(n)]
+    return space
 
 
 def make_pruner(spec: OptunaSpec) -> optuna.pruners.BasePruner:
@@ -53,7 +72,7 @@ def study_name(spec: OptunaSpec, sweep_name: str) -> str:
 def journal_path(spec: OptunaSpec, results_root: str | Path, sweep_name: str) -> Path | None:
     """The journal file the study lives in, or None when `storage` is a database URL."""
     if spec.storage is None:
-        return Path(results_root) / sweep_name / "optuna.journal"
+        return default_journal(results_root, sweep_name)
     if spec.storage.endswith(JOURNAL_SUFFIXES):
         return Path(spec.storage).expanduser()  # relative paths: from the working directory, like the sweep file
     return None

@@ -50,7 +50,7 @@ def objective_sql(objective) -> str:
 
 def run_values(sql: str, results_root: str | Path, sweep: str, n_values: int = 1) -> dict[str, list[float]]:
     """run_id -> its values (the columns after run_id: `value`, or one per direction)."""
-    from workflow.results.catalog import QueryError, query
+    from workflow.results.catalog import QueryError, query  # DuckDB: not for reading a sweep (OBJECTIVES above)
     try:
         table = query(sql, results_root, sweep)
     except QueryError as e:

@@ -1,27 +1,28 @@
-"""The `optuna.space` block against the run config: every problem up front (`check_space`), define-by-run
-sampling in YAML order (`suggest`), and the finite lists the grid sampler walks (`grid_search_space`)."""
+"""The `optuna.space` block against the run config: every problem up front (`check_space`) and define-by-run
+sampling in YAML order (`suggest`). (The grid sampler's finite lists: factory.grid_search_space.)"""
 
 from __future__ import annotations
 
 import math
-import types
-import typing
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
-from workflow.config import RunConfig
-from workflow.study.factory import JOURNAL_SUFFIXES, check_options
+from workflow.config import RLConfig, RunConfig
+from workflow.strict import format_validation_error, value_types
+from workflow.study.factory import JOURNAL_SUFFIXES, check_options, grid_search_space
 from workflow.study.objective import OBJECTIVES
 from workflow.study.spec import OptunaSpec, Param
-from workflow.sweep.expand import _apply, _lookup, _same, _value_matches, check_key
-from workflow.sweep.spec import SweepSpec, format_validation_error
+from workflow.sweep.keys import apply, check_key, leaf_annotation, lookup, options, same, value_matches
+
+if TYPE_CHECKING:  # the sweep's expansion calls check_space with its spec
+    from workflow.sweep.spec import SweepSpec
 
 _SCALAR = (str, int, float, bool, type(None))  # what optuna stores as a categorical choice
-# Settings a run reads only under one value of another key (see workflow.sweep.expand.stage_config): searching
-# them in other trials changes no run, only Optuna's idea of it
-_READ_ONLY_WHEN = {"rl.sfpo.": ("rl.update", "sfpo"), "rl.gxpo.": ("rl.update", "gxpo"),
+# Settings a run reads only under one value of another key (see workflow/stages.py): searching them in other
+# trials changes no run, only Optuna's idea of it
+_READ_ONLY_WHEN = {**{f"rl.{rule}.": ("rl.update", rule) for rule in RLConfig.rule_sections()},
                    "engine.verl.": ("engine.name", "verl")}
 
 
@@ -31,7 +32,7 @@ def suggest(trial: optuna.Trial, spec: OptunaSpec, base: dict[str, Any]) -> dict
     cfg = RunConfig.model_validate(base)
     out: dict[str, Any] = {}
     for key, p in spec.space.items():
-        if all(_value_matches(_lookup(cfg, out, ck), cv) for ck, cv in p.when.items()):
+        if all(value_matches(lookup(cfg, out, ck), cv) for ck, cv in p.when.items()):
             out[key] = _suggest_one(trial, key, p)
     return out
 
@@ -43,23 +44,6 @@ def _suggest_one(trial: optuna.Trial, key: str, p: Param) -> Any:
         return trial.suggest_int(key, int(p.low), int(p.high), step=int(p.step or 1), log=p.log)
     return trial.suggest_float(key, float(p.low), float(p.high), step=None if p.step is None else float(p.step),
                                log=p.log)
-
-
-def grid_search_space(spec: OptunaSpec) -> dict[str, list]:
-    """Every value of every key, for optuna's GridSampler (which needs finite lists)."""
-    space: dict[str, list] = {}
-    for key, p in spec.space.items():
-        if p.type == "categorical":
-            space[key] = list(p.choices)
-        elif p.type == "int":
-            space[key] = list(range(int(p.low), int(p.high) + 1, int(p.step or 1)))
-        elif p.step is None:
-            raise ValueError(f"optuna.space.{key}: a float needs `step:` for the grid sampler")
-        else:
-            n = math.floor((p.high - p.low) / p.step + 1e-9) + 1
-            # 12 significant digits: 0.1 + 2 * 0.1 is 0.30000000000000004, the grid should say 0.3
-            space[key] = [float(f"{p.low + i * p.step:.12g}") for i in range(n)]
-    return space
 
 
 # ------------------------------------------------------------------------------------------------ checks
@@ -76,7 +60,7 @@ def check_space(spec: SweepSpec) -> list[str]:
     varied = {**{k: "grid" for k in spec.grid}, **{k: "zip" for g in spec.zip_groups for k in g}}
     for i, (key, p) in enumerate(opt.space.items()):
         where = f"optuna.space.{key}"
-        bad_key = check_key((where, key))  # also says to use `seeds:` for the seed
+        bad_key = check_key(where, key)  # also says to use `seeds:` for the seed
         if bad_key:
             problems += bad_key
             continue
@@ -204,7 +188,7 @@ def _check_when(where: str, key: str, p: Param, opt: OptunaSpec, index: int, bas
     keys = list(opt.space)
     for ck, cv in p.when.items():
         w = f"{where}.when.{ck}"
-        bad_key = check_key((w, ck))
+        bad_key = check_key(w, ck)
         if bad_key:
             out += bad_key
         elif ck in opt.space and keys.index(ck) >= index:
@@ -212,11 +196,11 @@ def _check_when(where: str, key: str, p: Param, opt: OptunaSpec, index: int, bas
             out.append(f"{w}: {ck} is sampled by {which} of optuna.space; a condition can only read keys listed "
                        "before it")
         elif ck in opt.space:
-            if not any(_can_be(opt, ck, v, base) for v in _options(cv)):
+            if not any(_can_be(opt, ck, v, base) for v in options(cv)):
                 out.append(f"{w}: {ck} never takes the value {cv!r} (see optuna.space.{ck}), so {key} would "
                            "never be sampled")
-        elif base is not None and not _value_matches(_lookup(base, {}, ck), cv):
-            out.append(f"{w}: {ck} is not searched and base gives it {_lookup(base, {}, ck)!r}, not {cv!r}, so "
+        elif base is not None and not value_matches(lookup(base, {}, ck), cv):
+            out.append(f"{w}: {ck} is not searched and base gives it {lookup(base, {}, ck)!r}, not {cv!r}, so "
                        f"{key} would never be sampled")
     return out
 
@@ -227,15 +211,15 @@ def _check_scope(where: str, key: str, p: Param, opt: OptunaSpec, base: RunConfi
         if not key.startswith(prefix):
             continue
         if gate in p.when:
-            values = _options(p.when[gate])
+            values = options(p.when[gate])
         elif gate in opt.space and opt.space[gate].type == "categorical":
             gp = opt.space[gate]
-            values = list(gp.choices or []) + ([_lookup(base, {}, gate)] if gp.when else [])
+            values = list(gp.choices or []) + ([lookup(base, {}, gate)] if gp.when else [])
         elif gate in opt.space:
             values = []  # a gate searched as a number is reported by its own value checks
         else:
-            values = [_lookup(base, {}, gate)]
-        other = [v for v in values if not _same(v, needed)]
+            values = [lookup(base, {}, gate)]
+        other = [v for v in values if not same(v, needed)]
         if other:
             return [f"{where}: the run reads {key} only when {gate} is {needed}, but it would be searched with "
                     f"{gate} = {other[0]!r} too, where it changes nothing; add `when: {{{gate}: {needed}}}`"]
@@ -247,33 +231,29 @@ def _check_values(where: str, key: str, p: Param, opt: OptunaSpec, base: RunConf
     """The run config must accept the key's extreme values (or each choice), in a trial where its `when` holds."""
     if p.type == "float" and _integer_field(key):
         return [f"{where}: {key} takes whole numbers; search it with type int"]
-    witness = {ck: next(v for v in _options(cv) if _holds(opt, ck, v, base)) for ck, cv in p.when.items()}
+    witness = {ck: next(v for v in options(cv) if _holds(opt, ck, v, base)) for ck, cv in p.when.items()}
     probes = [("choice", c) for c in p.choices] if p.type == "categorical" else [("low", p.low), ("high", p.high)]
     out = []
     for label, value in probes:
         try:
-            RunConfig.model_validate(_apply(base_dict, {**witness, key: value}))
+            RunConfig.model_validate(apply(base_dict, {**witness, key: value}))
         except ValidationError as e:
             out += [f"{where}: {label} {value!r} is rejected: {line}" for line in format_validation_error(e)]
     return out
 
 
-def _options(when_value: Any) -> list[Any]:
-    return when_value if isinstance(when_value, list) else [when_value]
-
-
 def _holds(opt: OptunaSpec, key: str, value: Any, base: RunConfig) -> bool:
-    return _can_be(opt, key, value, base) if key in opt.space else _same(_lookup(base, {}, key), value)
+    return _can_be(opt, key, value, base) if key in opt.space else same(lookup(base, {}, key), value)
 
 
 def _can_be(opt: OptunaSpec, key: str, value: Any, base: RunConfig | None) -> bool:
     """Whether the searched `key` can have `value` in some trial: one of its values, or its base value when a
     `when` of its own can leave it unsampled."""
     p = opt.space[key]
-    if p.when and base is not None and _same(_lookup(base, {}, key), value):
+    if p.when and base is not None and same(lookup(base, {}, key), value):
         return True
     if p.type == "categorical":
-        return any(_same(c, value) for c in p.choices or [])
+        return any(same(c, value) for c in p.choices or [])
     try:
         v = float(value)
     except (TypeError, ValueError):
@@ -289,12 +269,6 @@ def _can_be(opt: OptunaSpec, key: str, value: Any, base: RunConfig | None) -> bo
 
 def _integer_field(key: str) -> bool:
     """Whether the run-config leaf at `key` is declared as an int (optionally None), so fractions are refused."""
-    model: type[BaseModel] = RunConfig
-    *parents, leaf = key.split(".")
-    for part in parents:
-        model = model.model_fields[part].annotation
-    ann = model.model_fields[leaf].annotation
-    args = typing.get_args(ann) if typing.get_origin(ann) in (typing.Union, types.UnionType) else (ann,)
-    args = [typing.get_args(a)[0] if typing.get_origin(a) is typing.Annotated else a for a in args]
+    args = value_types(leaf_annotation(key))
     return all(a is int or a is type(None) for a in args) and int in args
 

@@ -24,13 +24,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import BeforeValidator, Field, field_validator
 
-
-class _Strict(BaseModel):  # as workflow.sweep.spec's, which imports this module (so this one cannot import it)
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
+from workflow.strict import Strict
 
 Direction = Literal["maximize", "minimize"]
 
@@ -51,7 +47,7 @@ def _number(v: Any) -> Any:
 Number = Annotated[int | float, BeforeValidator(_number)]
 
 
-class Param(_Strict):
+class Param(Strict):
     """One searched key. int / float use low, high and optionally step or log; categorical uses choices.
     `when: {key: value or [values]}` samples the key only in trials where every listed key has (one of) the values.
     """
@@ -65,22 +61,22 @@ class Param(_Strict):
     when: dict[str, Any] = Field(default_factory=dict)
 
 
-class SamplerSpec(_Strict):
+class SamplerSpec(Strict):
     name: Literal["tpe", "cmaes", "gp", "random", "grid"] = "tpe"
     seed: int | None = None
     options: dict[str, Any] = Field(default_factory=dict)  # keyword arguments of the sampler's constructor
 
 
-class PrunerSpec(_Strict):
+class PrunerSpec(Strict):
     name: Literal["none", "median", "hyperband"] = "none"
     options: dict[str, Any] = Field(default_factory=dict)  # e.g. n_warmup_steps, min_resource, reduction_factor
 
 
-class SQLObjective(_Strict):
+class SQLObjective(Strict):
     sql: str
 
 
-class OptunaSpec(_Strict):
+class OptunaSpec(Strict):
     study: str | None = Field(None, min_length=1)
     storage: str | None = None
     direction: Direction | None = None

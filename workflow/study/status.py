@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import optuna
+from optuna.trial import TrialState
 from rich.table import Table
 
 from workflow.study.factory import journal_path, make_storage, study_name
@@ -13,8 +15,6 @@ from workflow.study.trials import format_params
 
 def study_report(spec, results_root: str | Path, sweep: str) -> tuple[Table | None, str]:
     """(a table of the trials, a one-line summary); no table when the study has not started."""
-    import optuna
-    from optuna.trial import TrialState
     name = study_name(spec, sweep)
     journal = journal_path(spec, results_root, sweep)
     if journal is not None and not journal.is_file():

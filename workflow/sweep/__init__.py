@@ -1,7 +1,2 @@
-"""Sweep YAML -> validated Run records (see spec.py for the file format, expand.py for identity)."""
-
-from workflow.sweep.expand import Run, Sweep, load_sweep, stage_config
-from workflow.sweep.identity import canonical_json, stable_id
-from workflow.sweep.spec import SweepError, SweepSpec
-
-__all__ = ["Run", "Sweep", "SweepError", "SweepSpec", "canonical_json", "load_sweep", "stable_id", "stage_config"]
+"""Sweep YAML -> validated Run records: the file's schema (spec.py), dotted run-config keys (keys.py), expansion
+into runs with their stage ids (expand.py: `load_sweep`, `runs_for`), canonical hashing (identity.py)."""

@@ -1,24 +1,26 @@
 """Sweep expansion: grid x zip (+ conditional axes) - excludes, x seeds -> validated Run records.
 
-Identity is per stage (see `Run.stage_config`): the SFT job is keyed by engine + model + task + sft only, so RL
-runs that differ in RL settings or RL seed share one SFT job; an RL run is keyed by its SFT id + its RL settings
-+ seed; an eval by its RL id + eval settings, so changing eval settings never retrains anything.
+Identity is per stage (workflow/stages.py): the SFT job is keyed by engine + model + task + sft only, so RL runs
+that differ in RL settings or RL seed share one SFT job; an RL run is keyed by its SFT id + its RL settings +
+seed; an eval by its RL id + eval settings, so changing eval settings never retrains anything.
 """
 
 from __future__ import annotations
 
-import copy
-import difflib
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
-from workflow.config import VERL_STAGE_FIELDS, RunConfig
-from workflow.sweep.identity import canonical_json, stable_id
-from workflow.sweep.spec import ConditionalAxis, SweepError, SweepSpec, format_validation_error, read_spec
+from workflow.config import RunConfig
+from workflow.eval.plan import eval_jobs
+from workflow.stages import stage_config
+from workflow.strict import format_validation_error
+from workflow.sweep.identity import stable_id
+from workflow.sweep.keys import apply, check_key, format_point, format_value, lookup, value_matches
+from workflow.sweep.spec import ConditionalAxis, SweepError, SweepSpec, read_spec
 
 
 @dataclass(frozen=True)
@@ -34,7 +36,7 @@ class Run:
     @property
     def label(self) -> str:
         """The point's settings without the seed: runs with the same label are replicates."""
-        return " ".join(f"{k}={_fmt(v)}" for k, v in self.assignment.items() if k != "seed") or "base"
+        return " ".join(f"{k}={format_value(v)}" for k, v in self.assignment.items() if k != "seed") or "base"
 
     @property
     def method(self) -> str:
@@ -46,29 +48,39 @@ class Run:
     @property
     def eval_jobs(self) -> list[tuple[int, str]]:
         """(RL step, benchmark group) of each of this run's eval jobs."""
-        from workflow.eval.plan import eval_jobs
         return eval_jobs(self.config)
 
 
-def stage_config(cfg: RunConfig, stage: str, *, sft_id: str | None = None, run_id: str | None = None) -> dict:
-    """The part of a run's config that decides a stage's result; a stage's id is the hash of exactly this."""
-    d = cfg.model_dump(mode="json")
-    engine = {"name": d["engine"]["name"]}  # engine.verl only for verl runs, as sfpo/gxpo below
-    if engine["name"] == "verl" and stage in VERL_STAGE_FIELDS:
-        engine["verl"] = {k: d["engine"]["verl"][k] for k in VERL_STAGE_FIELDS[stage]}
-    elif engine["name"] == "verl":
-        engine = d["engine"]
-    common = {"engine": engine, "task": d["task"]}
-    if stage == "sft":
-        return {**common, "model": d["model"], "sft": d["sft"]}
-    if stage == "rl":
-        # only the selected update rule's settings belong to the run: a GRPO run is the same run whatever
-        # rl.sfpo.K says, so sweeping rl.sfpo.K over GRPO runs is reported as duplicate runs
-        rl = {k: v for k, v in d["rl"].items() if k not in ("sfpo", "gxpo") or k == d["rl"]["update"]}
-        return {**common, "model": d["model"], "rl": rl, "seed": d["seed"], "sft_id": sft_id}
-    if stage == "eval":
-        return {**common, "eval": d["eval"], "run_id": run_id}
-    raise ValueError(f"unknown stage {stage!r}")
+class PointError(ValueError):
+    """A grid point or trial whose settings do not make valid runs: `problems` are `key: reason` lines for the
+    first `assignment` (the point with its seed) that failed."""
+
+    def __init__(self, problems: list[str], assignment: dict[str, Any]):
+        self.problems, self.assignment = problems, assignment
+        super().__init__("; ".join(problems))
+
+
+def runs_for(spec: SweepSpec, point: dict[str, Any]) -> list[Run]:
+    """The runs of one grid point (or one Optuna trial's parameters): the point applied to the sweep's base, once
+    per seed of `seeds:`, each validated (and checked by verl's own code on the verl engine)."""
+    runs = []
+    for seed in spec.seeds:
+        assignment = {**point, "seed": seed}
+        try:
+            cfg = RunConfig.model_validate(apply(spec.base, assignment))
+        except ValidationError as e:
+            raise PointError(format_validation_error(e), assignment) from None
+        if cfg.engine.name == "verl":  # verl's own checks on the translated config
+            from workflow.engines.verl.compose import VerlConfigError, validate  # (verl runs only)
+            try:
+                validate(cfg)
+            except VerlConfigError as e:
+                raise PointError([str(e)], assignment) from None
+        sft_id = stable_id(stage_config(cfg, "sft")) if cfg.sft.enabled else None
+        run_id = stable_id(stage_config(cfg, "rl", sft_id=sft_id))
+        eval_id = stable_id(stage_config(cfg, "eval", run_id=run_id))
+        runs.append(Run(config=cfg, assignment=assignment, sft_id=sft_id, run_id=run_id, eval_id=eval_id))
+    return runs
 
 
 @dataclass
@@ -112,11 +124,11 @@ def expand(spec: SweepSpec, path: str | Path = "<sweep>") -> list[Run]:
         base = RunConfig.model_validate(spec.base)
     except ValidationError as e:
         problems += format_validation_error(e, prefix="base")
-    for key in _all_dotted_keys(spec):
-        problems += check_key(key)
+    for where, key in _all_dotted_keys(spec):
+        problems += check_key(where, key)
     problems += _check_lists(spec)
     if spec.optuna is not None:
-        from workflow.study.space import check_space  # it imports this module
+        from workflow.study.space import check_space  # Optuna is imported only by sweeps that use it
         problems += check_space(spec)
     if problems:
         raise SweepError(path, problems)
@@ -132,49 +144,22 @@ def expand(spec: SweepSpec, path: str | Path = "<sweep>") -> list[Run]:
     runs: list[Run] = []
     seen: dict[tuple[str, str], dict] = {}
     for point in points:
-        for seed in spec.seeds:
-            assignment = {**point, "seed": seed}
-            try:
-                cfg = RunConfig.model_validate(_apply(spec.base, assignment))
-            except ValidationError as e:
-                problems += [f"{_where(assignment)}: {line}" for line in format_validation_error(e)]
-                continue
-            if cfg.engine.name == "verl":  # verl's own checks on the translated config, once per distinct run
-                problem = _verl_problem(cfg)
-                if problem:
-                    problems.append(f"{_where(assignment)}: {problem}")
-                    continue
-            run = _make_run(cfg, assignment)
+        try:
+            point_runs = runs_for(spec, point)
+        except PointError as e:
+            problems += [f"grid point {format_point(e.assignment)}: {line}" for line in e.problems]
+            continue
+        for run in point_runs:
             key = (run.run_id, run.eval_id)
             if key in seen:
-                problems.append(f"grid points {_fmt_point(seen[key])} and {_fmt_point(assignment)} expand to the "
-                                f"same run {run.run_id}: a value repeats or equals another after validation")
+                problems.append(f"grid points {format_point(seen[key])} and {format_point(run.assignment)} expand "
+                                f"to the same run {run.run_id}: a value repeats or equals another after validation")
                 continue
-            seen[key] = assignment
+            seen[key] = run.assignment
             runs.append(run)
     if problems:
         raise SweepError(path, problems)
     return runs
-
-
-def _where(assignment: dict[str, Any]) -> str:
-    return "grid point {" + ", ".join(f"{k}: {_fmt(v)}" for k, v in assignment.items()) + "}"
-
-
-def _verl_problem(cfg: RunConfig) -> str | None:
-    from workflow.engines.verl_config import VerlConfigError, validate
-    try:
-        validate(cfg)
-    except VerlConfigError as e:
-        return str(e)
-    return None
-
-
-def _make_run(cfg: RunConfig, assignment: dict[str, Any]) -> Run:
-    sft_id = stable_id(stage_config(cfg, "sft")) if cfg.sft.enabled else None
-    run_id = stable_id(stage_config(cfg, "rl", sft_id=sft_id))
-    eval_id = stable_id(stage_config(cfg, "eval", run_id=run_id))
-    return Run(config=cfg, assignment=assignment, sft_id=sft_id, run_id=run_id, eval_id=eval_id)
 
 
 def _all_dotted_keys(spec: SweepSpec):
@@ -189,31 +174,6 @@ def _all_dotted_keys(spec: SweepSpec):
     for i, ex in enumerate(spec.exclude):
         for k in ex:
             yield f"exclude[{i}].{k}", k
-
-
-def check_key(where_and_key: tuple[str, str]) -> list[str]:
-    """A dotted key must name a leaf of RunConfig; say which part is wrong and suggest the closest name."""
-    where, key = where_and_key
-    if key == "seed":
-        return [f"{where}: use the top-level `seeds:` list to vary the seed"]
-    model: type[BaseModel] = RunConfig
-    parts = key.split(".")
-    for i, part in enumerate(parts):
-        fields = model.model_fields
-        if part not in fields:
-            scope = ".".join(parts[:i]) or "the run config"
-            close = difflib.get_close_matches(part, fields, n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else f" (known: {', '.join(fields)})"
-            return [f"{where}: unknown key '{part}' in {scope}{hint}"]
-        ann = fields[part].annotation
-        is_model = isinstance(ann, type) and issubclass(ann, BaseModel)
-        if i < len(parts) - 1 and not is_model:
-            return [f"{where}: '{'.'.join(parts[:i + 1])}' is a value, not a section"]
-        if i == len(parts) - 1 and is_model:
-            return [f"{where}: '{key}' is a section; vary one of its keys ({', '.join(ann.model_fields)})"]
-        if is_model:
-            model = ann
-    return []
 
 
 def _check_lists(spec: SweepSpec) -> list[str]:
@@ -242,7 +202,7 @@ def _product(spec: SweepSpec) -> list[dict[str, Any]]:
         if group:
             keys = list(group)
             axes.append([dict(zip(keys, vals)) for vals in zip(*group.values())])
-    return [_merge(combo) for combo in itertools.product(*axes)]
+    return [{k: v for d in combo for k, v in d.items()} for combo in itertools.product(*axes)]
 
 
 def _apply_conditionals(spec: SweepSpec, base: RunConfig, points: list[dict]) -> list[dict]:
@@ -251,7 +211,7 @@ def _apply_conditionals(spec: SweepSpec, base: RunConfig, points: list[dict]) ->
             continue
         out = []
         for p in points:
-            if all(_value_matches(_lookup(base, p, ck), cv) for ck, cv in axis.when.items()):
+            if all(value_matches(lookup(base, p, ck), cv) for ck, cv in axis.when.items()):
                 out += [{**p, k: v} for v in axis.values]
             else:
                 out.append(p)
@@ -259,54 +219,5 @@ def _apply_conditionals(spec: SweepSpec, base: RunConfig, points: list[dict]) ->
     return points
 
 
-def _lookup(base: RunConfig, point: dict[str, Any], key: str) -> Any:
-    if key in point:
-        return point[key]
-    value: Any = base
-    for part in key.split("."):
-        value = getattr(value, part)
-    return value
-
-
-def _value_matches(actual: Any, wanted: Any) -> bool:
-    options = wanted if isinstance(wanted, list) else [wanted]
-    return any(_same(actual, w) for w in options)
-
-
-def _same(a: Any, b: Any) -> bool:
-    if a == b:
-        return True
-    try:  # YAML reads 1e-4 as a string; compare numbers as numbers
-        return float(a) == float(b)
-    except (TypeError, ValueError):
-        return str(a) == str(b)
-
-
 def _matches(point: dict[str, Any], exclude: dict[str, Any]) -> bool:
-    return all(k in point and _value_matches(point[k], v) for k, v in exclude.items())
-
-
-def _merge(dicts) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for d in dicts:
-        out.update(d)
-    return out
-
-
-def _apply(base: dict[str, Any], assignment: dict[str, Any]) -> dict[str, Any]:
-    cfg = copy.deepcopy(base)
-    for key, value in assignment.items():
-        node = cfg
-        *parents, leaf = key.split(".")
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[leaf] = value
-    return cfg
-
-
-def _fmt(v: Any) -> str:
-    return canonical_json(v) if isinstance(v, (dict, list)) else str(v)
-
-
-def _fmt_point(p: dict[str, Any]) -> str:
-    return "{" + ", ".join(f"{k}: {_fmt(v)}" for k, v in p.items()) + "}"
+    return all(k in point and value_matches(point[k], v) for k, v in exclude.items())

@@ -35,8 +35,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator, model_validator
+from pydantic import Field, PositiveInt, ValidationError, field_validator, model_validator
 
+from workflow.strict import Strict, format_validation_error
 from workflow.study.spec import OptunaSpec
 
 
@@ -49,11 +50,7 @@ class SweepError(Exception):
         super().__init__("\n".join(f"{self.path}: {p}" for p in problems))
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class ConditionalAxis(_Strict):
+class ConditionalAxis(Strict):
     """A grid axis that only multiplies the points where every `when` key has (one of) the given value(s)."""
 
     values: list[Any]
@@ -64,7 +61,7 @@ _TIME = re.compile(r"^(?:(\d+)-)?(\d{1,3}):([0-5]\d):([0-5]\d)$")  # [D-]HH:MM:S
 _MEM = re.compile(r"^(\d+)([KMGT]?)$")
 
 
-class StageResources(_Strict):
+class StageResources(Strict):
     """How one stage's jobs run. Locally only `threads` matters (torch threads); on SLURM every field becomes a
     job option. Never part of a run's identity."""
 
@@ -140,7 +137,7 @@ _STAGE_DEFAULTS = {  # a GPU cluster's sane defaults per stage; a local run uses
 }
 
 
-class Resources(_Strict):
+class Resources(Strict):
     """Per-stage job resources. A stage block in the sweep changes only the keys it names: `rl: {time: 02:00:00}`
     keeps the RL stage's default GPU."""
 
@@ -157,7 +154,7 @@ class Resources(_Strict):
         return data
 
 
-class SweepSpec(_Strict):
+class SweepSpec(Strict):
     name: str
     description: str = ""
     base: dict[str, Any] = Field(default_factory=dict)
@@ -187,22 +184,6 @@ class SweepSpec(_Strict):
     @property
     def zip_groups(self) -> list[dict[str, list[Any]]]:
         return [self.zip_] if isinstance(self.zip_, dict) else list(self.zip_)
-
-
-def format_validation_error(err: ValidationError, prefix: str = "") -> list[str]:
-    """Pydantic errors as `key.path: reason` lines, the key path dotted the way a sweep file writes it."""
-    lines = []
-    for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"] if p not in ("list[any]", "ConditionalAxis"))
-        loc = loc.replace("zip_", "zip")
-        key = ".".join(x for x in (prefix, loc) if x)
-        msg = e["msg"]
-        if e["type"] == "extra_forbidden":
-            msg = "unknown key"
-        elif "input" in e and e["type"] not in ("missing",) and not isinstance(e["input"], (dict, list)):
-            msg = f"{msg} (got {e['input']!r})"
-        lines.append(f"{key or '<top level>'}: {msg}")
-    return lines
 
 
 def read_spec(path: str | Path) -> SweepSpec:

@@ -1,5 +1,5 @@
-"""The data a verl run reads: our task's problems as verl's RLHF parquet, and the reward verl calls; for SFT,
-the worked solutions as verl's multi-turn SFT parquet.
+"""The data a verl run reads: our task's problems as verl's RLHF parquet, and the reward verl calls; for SFT, the
+worked solutions as verl's multi-turn SFT parquet. (`cfg` below: a stage's typed config, workflow/stages.py.)
 
 verl's RLHFDataset reads rows `{data_source, prompt: [chat messages], ability, reward_model: {style, ground_truth},
 extra_info}` and its reward loop calls `reward.custom_reward_function` = `compute_score(data_source, solution_str,
@@ -18,13 +18,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from workflow.config import RunConfig, TaskConfig
-from workflow.eval.answers import extract_boxed
-from workflow.results.writer import write_atomic
-from workflow.tasks.arithmetic import sample_train, split
+from workflow.config import TaskConfig
+from workflow.results.writer import write_parquet
+from workflow.tasks.arithmetic import reward, sample_train, split
 
 DATA_SOURCE = "rlsweep/arithmetic"
-REWARD_FN = ("pkg://workflow.engines.verl_data", "compute_score")  # reward.custom_reward_function (path, name)
 
 
 def _row(prompt: str, answer: str, split_name: str, index: int, step: int | None) -> dict:
@@ -33,7 +31,7 @@ def _row(prompt: str, answer: str, split_name: str, index: int, step: int | None
             "extra_info": {"split": split_name, "index": index, "step": step}}
 
 
-def rl_rows(cfg: RunConfig) -> list[dict]:
+def rl_rows(cfg) -> list[dict]:
     rl, rows = cfg.rl, []
     for step in range(rl.steps):
         for p in sample_train(cfg.task, np.random.default_rng([cfg.seed, step, 1]), rl.prompts_per_step):
@@ -45,15 +43,15 @@ def heldout_rows(task: TaskConfig) -> list[dict]:
     return [_row(p.prompt, p.answer, "test", i, None) for i, p in enumerate(split(task).heldout)]
 
 
-def write_rl_data(cfg: RunConfig, out_dir: Path) -> tuple[Path, Path]:
+def write_rl_data(cfg, out_dir: Path) -> tuple[Path, Path]:
     """train.parquet and val.parquet in verl's format under out_dir (atomic writes; rewritten identically)."""
     out_dir = Path(out_dir)
-    train = write_atomic(pa.Table.from_pylist(rl_rows(cfg)), out_dir / "train.parquet")
-    val = write_atomic(pa.Table.from_pylist(heldout_rows(cfg.task)), out_dir / "val.parquet")
+    train = write_parquet(pa.Table.from_pylist(rl_rows(cfg)), out_dir / "train.parquet")
+    val = write_parquet(pa.Table.from_pylist(heldout_rows(cfg.task)), out_dir / "val.parquet")
     return train, val
 
 
-def sft_rows(cfg: RunConfig) -> list[dict]:
+def sft_rows(cfg) -> list[dict]:
     sft, rows = cfg.sft, []
     for step in range(sft.steps):
         for p in sample_train(cfg.task, np.random.default_rng([sft.seed, step]), sft.batch_size):
@@ -62,9 +60,9 @@ def sft_rows(cfg: RunConfig) -> list[dict]:
     return rows
 
 
-def write_sft_data(cfg: RunConfig, out_dir: Path) -> Path:
+def write_sft_data(cfg, out_dir: Path) -> Path:
     """sft.parquet in verl's multi-turn SFT format under out_dir (sft.steps x sft.batch_size examples)."""
-    return write_atomic(pa.Table.from_pylist(sft_rows(cfg)), Path(out_dir) / "sft.parquet")
+    return write_parquet(pa.Table.from_pylist(sft_rows(cfg)), Path(out_dir) / "sft.parquet")
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -73,7 +71,7 @@ def read_rows(path: Path) -> list[dict]:
 
 def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info: dict | None = None,
                   **_: object) -> float:
-    """verl's reward hook: the exact \\boxed{} match the local engine rewards with."""
+    """verl's reward hook (translate.REWARD_FN): the task's own reward, as the local engine rewards."""
     if data_source != DATA_SOURCE:
         raise ValueError(f"no reward for data source {data_source!r} (this run's data is {DATA_SOURCE!r})")
-    return 1.0 if extract_boxed(solution_str) == str(ground_truth) else 0.0
+    return reward(solution_str, str(ground_truth))

@@ -1,21 +1,21 @@
 """verl's checkpoints -> ours, so the eval stage (and anything else that reads `checkpoints/step_*`) finds a verl
 run's weights where it finds a local run's.
 
-verl's PPO trainer saves `<default_local_dir>/global_step_N/actor/` (its SFT trainer `global_step_N/`) as FSDP shards (`model_world_size_W_rank_R.pt`) plus the
-Hugging Face config and tokenizer (`huggingface/`), and resumes from them itself. Each of our checkpoints is the
+verl's PPO trainer saves `<default_local_dir>/global_step_N/actor/` (its SFT trainer `global_step_N/`) as FSDP
+shards (`model_world_size_W_rank_R.pt`) plus the Hugging Face config and tokenizer (`huggingface/`), and resumes
+from them itself. Each of our checkpoints is the
 merged Hugging Face model directory (verl's own FSDPModelMerger) + meta.json, written to a temporary sibling and
 renamed into place like every checkpoint here. verl's merger writes bf16 whatever the training dtype.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import shutil
 from pathlib import Path
 
-from workflow.checkpoint import step_dir
+from workflow.atomic import replacing
+from workflow.checkpoint import write_meta
+from workflow.layout import step_dir
 
 _GLOBAL_STEP = re.compile(r"^global_step_(\d+)$")
 
@@ -39,14 +39,11 @@ def export_checkpoint(actor_dir: Path, step: int, ckpt_root: Path, meta: dict) -
     final = step_dir(ckpt_root, step)
     if final.exists():
         return final
-    ckpt_root.mkdir(parents=True, exist_ok=True)
-    tmp = ckpt_root / f".{final.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    FSDPModelMerger(ModelMergerConfig(operation="merge", backend="fsdp", local_dir=str(actor_dir),
-                                      target_dir=str(tmp),
-                                      hf_model_config_path=str(Path(actor_dir) / "huggingface"))).merge_and_save()
-    (tmp / "meta.json").write_text(json.dumps({**meta, "step": step, "engine": "verl"}, indent=1, sort_keys=True))
-    os.replace(tmp, final)
+    with replacing(final) as tmp:
+        FSDPModelMerger(ModelMergerConfig(operation="merge", backend="fsdp", local_dir=str(actor_dir),
+                                          target_dir=str(tmp),
+                                          hf_model_config_path=str(Path(actor_dir) / "huggingface"))).merge_and_save()
+        write_meta(tmp, {**meta, "step": step, "engine": "verl"})
     return final
 
 

@@ -1,4 +1,4 @@
-"""Our update rules (workflow/algos/update_rules.py) around verl 0.9's training engine.
+"""Our update rules (workflow/algos/rule.py) around verl 0.9's training engine.
 
 verl's own step is `engine.train_batch`: optimizer_zero_grad -> forward_backward_batch (ppo_loss, a true global
 token-mean over all data-parallel ranks) -> optimizer_step (clip the global grad norm in place, step). Here the
@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import torch
 
-from workflow.algos.update_rules import StepStats, UpdateRule
+from workflow.algos.rule import StepStats, UpdateRule
 
 
 def trainable_params(engine) -> list[torch.Tensor]:

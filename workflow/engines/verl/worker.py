@@ -4,7 +4,7 @@ no verl file is forked or edited.
 
 - RuleTrainingWorker: verl's TrainingWorker whose engine step (`engine.train_batch`, called once per mini-batch by
   TrainingWorker.train_batch, which also steps the LR scheduler once) is replaced by our rule around verl's own
-  forward_backward_batch / optimizer (verl_rule.rule_train_batch), following the driver's spec in the batch.
+  forward_backward_batch / optimizer (rule_step.rule_train_batch), following the driver's spec in the batch.
   Batches without a spec (SFT, critic) take verl's own step.
 - RuleActorRolloutRefWorker: verl's ActorRolloutRefWorker with `actor_worker_cls = RuleTrainingWorker`.
 - RlsweepTrainer (`trainer.v1.trainer_mode: rlsweep`): verl's sync PPO trainer that puts the worker class in its
@@ -20,11 +20,11 @@ from verl.utils import tensordict_utils as tu
 from verl.utils.metric.utils import AggregationType, Metric
 from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 
-from workflow.engines.base import TrainLog
-from workflow.engines.verl_metrics import train_steps_row
-from workflow.engines.verl_rule import rule_train_batch
-from workflow.engines.verl_update import METRIC_PREFIX, UPDATE_KEY, DriverGates, worker_rule
-from workflow.algos.update_rules import GRPOStep
+from workflow.algos.registry import rule_from_settings
+from workflow.engines.verl.gates import METRIC_PREFIX, UPDATE_KEY, DriverGates
+from workflow.engines.verl.metrics import train_steps_row
+from workflow.engines.verl.rule_step import rule_train_batch
+from workflow.results.train_log import TrainLog
 
 
 class RuleTrainingWorker(TrainingWorker):
@@ -55,14 +55,14 @@ class RuleTrainingWorker(TrainingWorker):
         engine.train_batch = train_batch
 
     def _rule_for(self, spec: dict):
-        if not spec.get("enabled", False):
-            for rule in self._rlsweep_rules.values():  # tripped for good: free the snapshot buffers
-                rule.release_buffers()
-            return GRPOStep(max_grad_norm=spec.get("max_grad_norm"))
+        """The run's rule without a gate of its own, told the driver's decision (a disabled rule is single-pass
+        GRPO and frees its snapshot buffers)."""
         key = repr(sorted((k, v) for k, v in spec.items() if k != "enabled"))
         if key not in self._rlsweep_rules:
-            self._rlsweep_rules[key] = worker_rule(spec)
-        return self._rlsweep_rules[key]
+            self._rlsweep_rules[key] = rule_from_settings(spec, gate_here=False)
+        rule = self._rlsweep_rules[key]
+        rule.set_enabled(bool(spec.get("enabled", False)))
+        return rule
 
 
 class RuleActorRolloutRefWorker(ActorRolloutRefWorker):

@@ -1,22 +1,22 @@
 """The verl engine: one SFT stage = one run of verl's SFT trainer (torchrun, FSDP), one RL stage = one verl 0.9
 PPO run (Ray, FSDP2 actor, vLLM rollouts) with our update rules.
 
-    sft(cfg, out_dir, log):
-      1. data: the task's worked solutions as verl's multi-turn SFT parquet (verl_data.write_sft_data)
-      2. config: verl's sft_trainer_engine config for this run (verl_config.translate_sft), saved to out_dir
-      3. torchrun (srun'd over the allocation's nodes when nnodes > 1) runs verl_sft.py on every GPU
+    sft(stage, out_dir, log):
+      1. data: the task's worked solutions as verl's multi-turn SFT parquet (data.write_sft_data)
+      2. config: verl's sft_trainer_engine config for this run (translate.translate_sft, compose.compose), saved
+      3. torchrun (srun'd over the allocation's nodes when nnodes > 1; sft_launch.py) runs sft_trainer.py per GPU
       4. verl's checkpoints exported into out_dir/checkpoints/step_N, the final one is the stage's result
     Tested on CPU end to end (real torchrun, 1 and 2 gloo ranks) with the tests' CPU platform.
 
-    rl(cfg, init_ckpt, out_dir, log):
-      1. data: the task's problems as verl parquet (verl_data.write_rl_data) under out_dir/data
-      2. config: the translated verl config with this run's paths (verl_config), its tables' location for the
+    rl(stage, init_ckpt, out_dir, log):
+      1. data: the task's problems as verl parquet (data.write_rl_data) under out_dir/data
+      2. config: the translated verl config with this run's paths (translate, compose), its tables' location for the
          registered trainer (trainer.v1.rlsweep.log), verl's checkpoints under out_dir/verl (verl resumes from
          them by itself after a requeue: trainer.resume_mode auto)
       3. Ray: nnodes > 1 starts the head here and a worker on every other node of the SLURM allocation
          (slurm/ray_cluster.py); one node lets verl start a local Ray
-      4. verl's run_ppo with its v1 task runner -> our trainer (trainer_mode rlsweep) and workers (verl_worker.py)
-      5. every verl checkpoint exported into out_dir/checkpoints/step_N (verl_export) for the eval stage
+      4. verl's run_ppo with its v1 task runner -> our trainer (trainer_mode rlsweep) and workers (worker.py)
+      5. every verl checkpoint exported into out_dir/checkpoints/step_N (export.py) for the eval stage
 RL: everything up to step 4 is tested on CPU; step 4 needs GPUs (vLLM) and has not been run yet.
 """
 
@@ -28,13 +28,15 @@ import subprocess
 from pathlib import Path
 from typing import Callable
 
-from workflow.config import RunConfig
-from workflow.engines.base import TrainLog
-from workflow.engines import verl_sft
-from workflow.engines.verl_config import SFT, compose, translate, translate_sft
-from workflow.engines.verl_data import write_rl_data, write_sft_data
-from workflow.engines.verl_export import export_all
+from workflow.engines.verl.sft_launch import command as sft_command
+from workflow.engines.verl.compose import SFT, compose
+from workflow.engines.verl.data import write_rl_data, write_sft_data
+from workflow.engines.verl.export import export_all
+from workflow.engines.verl.translate import translate, translate_sft
+from workflow.layout import CHECKPOINTS
+from workflow.results.train_log import TrainLog
 from workflow.slurm.ray_cluster import allocation_nodes, start_commands
+from workflow.stages import RLStage, SFTStage
 
 
 def run_ppo(config) -> None:  # pragma: no cover - the GPU boundary (vLLM rollouts)
@@ -51,14 +53,6 @@ def run_sft(argv: list[str], env: dict[str, str]) -> None:
                            f"log above): {' '.join(argv)}")
 
 
-def run_config(stage_cfg: dict) -> RunConfig:
-    """The RunConfig of an SFT or RL stage config (the stage config holds everything that stage reads)."""
-    if "sft" in stage_cfg:
-        return RunConfig.model_validate({k: stage_cfg[k] for k in ("engine", "model", "task", "sft")})
-    return RunConfig.model_validate({k: stage_cfg[k] for k in ("engine", "model", "task", "rl", "seed")} |
-                                    {"sft": {"enabled": False}})
-
-
 def _allocation(nnodes: int, stage: str) -> list[str]:
     """The first `nnodes` nodes of this SLURM job's allocation; a clear error when it has fewer."""
     nodes = allocation_nodes()
@@ -73,50 +67,48 @@ class VerlEngine:
         self.launch = launch  # tests hand in a stand-in for the GPU part
         self.launch_sft = launch_sft
 
-    def sft(self, cfg: dict, out_dir: Path, log: TrainLog) -> Path:
+    def sft(self, stage: SFTStage, out_dir: Path, log: TrainLog) -> Path:
         from omegaconf import OmegaConf
-        run = run_config(cfg)
-        v, out_dir = run.engine.verl, Path(out_dir)
-        data = write_sft_data(run, out_dir / "data")
-        config = compose(translate_sft(run, train_files=str(data), out_dir=str(out_dir / "verl")),
+        v, out_dir = stage.engine.verl, Path(out_dir)
+        data = write_sft_data(stage, out_dir / "data")
+        config = compose(translate_sft(stage, train_files=str(data), out_dir=str(out_dir / "verl")),
                          set(v.sft_overrides), SFT)
         config_path, log_path = out_dir / "verl_sft.yaml", out_dir / "verl_sft_log.json"
         OmegaConf.save(config, config_path, resolve=True)
         log_path.write_text(json.dumps({"results_root": str(log.results_root), "sweep": log.sweep,
                                         "run_id": log.run_id}))
         nodes = _allocation(v.nnodes, "sft") if v.nnodes > 1 else None
-        argv = verl_sft.command(config_path, log_path, n_gpus_per_node=v.n_gpus_per_node, nodes=nodes,
-                                port=int(os.environ.get("RLSWEEP_TORCH_PORT", "29500")),
-                                job_id=os.environ.get("SLURM_JOB_ID", log.run_id))
+        argv = sft_command(config_path, log_path, n_gpus_per_node=v.n_gpus_per_node, nodes=nodes,
+                           port=int(os.environ.get("RLSWEEP_TORCH_PORT", "29500")),
+                           job_id=os.environ.get("SLURM_JOB_ID", log.run_id))
         self.launch_sft(argv, dict(os.environ))
-        return self._export(out_dir, log, run.sft.steps, "sft", model_dir="")
+        return self._export(out_dir, log, stage.sft.steps, "sft", model_dir="")
 
-    def rl(self, cfg: dict, init_ckpt: Path | None, out_dir: Path, log: TrainLog,
+    def rl(self, stage: RLStage, init_ckpt: Path | None, out_dir: Path, log: TrainLog,
            on_checkpoint: Callable[[int], None] | None = None) -> Path:
         if on_checkpoint is not None:  # the sweep check rejects pruning with verl first
             raise NotImplementedError("pruning Optuna trials is not supported on the verl engine yet")
         from omegaconf import open_dict
-        run = run_config(cfg)
         out_dir = Path(out_dir)
-        model = str(init_ckpt) if init_ckpt else run.engine.verl.model_path
-        train, val = write_rl_data(run, out_dir / "data")
-        config = compose(translate(run, model_path=model, train_files=str(train), val_files=str(val),
-                                   out_dir=str(out_dir / "verl")), set(run.engine.verl.overrides))
+        model = str(init_ckpt) if init_ckpt else stage.engine.verl.model_path
+        train, val = write_rl_data(stage, out_dir / "data")
+        config = compose(translate(stage, model_path=model, train_files=str(train), val_files=str(val),
+                                   out_dir=str(out_dir / "verl")), set(stage.engine.verl.overrides))
         with open_dict(config.trainer.v1.rlsweep):
             config.trainer.v1.rlsweep.log = {"results_root": str(log.results_root), "sweep": log.sweep,
                                              "run_id": log.run_id}
-        ray = self._start_ray(run)
+        ray = self._start_ray(stage)
         try:
             self.launch(config)
         finally:
             for p in ray:
                 p.terminate()
-        return self._export(out_dir, log, run.rl.steps, "rl", model_dir="actor")
+        return self._export(out_dir, log, stage.rl.steps, "rl", model_dir="actor")
 
     @staticmethod
     def _export(out_dir: Path, log: TrainLog, steps: int, stage: str, model_dir: str) -> Path:
         """verl's checkpoints -> ours; the one at the last step is the stage's result."""
-        exported = export_all(out_dir / "verl", out_dir / "checkpoints",
+        exported = export_all(out_dir / "verl", out_dir / CHECKPOINTS,
                               {"run_id": log.run_id, "stage": stage, "total_steps": steps}, model_dir)
         final = [p for p in exported if p.name == f"step_{steps:06d}"]
         if not final:
@@ -125,17 +117,14 @@ class VerlEngine:
         return final[0]
 
     @staticmethod
-    def _start_ray(run: RunConfig) -> list[subprocess.Popen]:
-        if run.engine.verl.nnodes == 1:
+    def _start_ray(stage: RLStage) -> list[subprocess.Popen]:
+        v = stage.engine.verl
+        if v.nnodes == 1:
             return []
-        nodes = _allocation(run.engine.verl.nnodes, "rl")
+        nodes = _allocation(v.nnodes, "rl")
         head = os.environ.get("RLSWEEP_RAY_HEAD_ADDRESS") or nodes[0]
         port = int(os.environ.get("RLSWEEP_RAY_PORT", "6379"))
         procs = [subprocess.Popen(argv) for _, argv in start_commands(
-            nodes, head_address=head, port=port, gpus_per_node=run.engine.verl.n_gpus_per_node)]
+            nodes, head_address=head, port=port, gpus_per_node=v.n_gpus_per_node)]
         os.environ["RAY_ADDRESS"] = f"{head}:{port}"
         return procs
-
-    def generate(self, ckpt, prompts, n, temperature, max_new_tokens, seed):
-        raise NotImplementedError("evaluating a verl run's checkpoint needs the vLLM backend (eval.backend: vllm "
-                                  "on a GPU node); the local backend only knows the local engine's tiny models")

@@ -1,0 +1,213 @@
+"""The package's shape: no import cycle and no import of another module's private (_name) names inside workflow/,
+the modules verl and torchrun load by name exist and import, reading a sweep imports neither torch nor Optuna,
+and the update-rule registry and the run config agree."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+PACKAGE = REPO / "workflow"
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _runtime_nodes(tree: ast.AST):
+    """Every node except what sits under `if TYPE_CHECKING:` (annotations only, never imported at run time)."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            stack.extend(node.orelse)
+            continue
+        yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def imports_of(name: str, source: str | None = None) -> list[tuple[str, list[str]]]:
+    """(module imported, names imported from it) for every import in the module, function-level ones included
+    (a lazy import is still an edge of the graph)."""
+    path = MODULES.get(name, PACKAGE / "x.py")
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = []
+    for node in _runtime_nodes(ast.parse(source if source is not None else path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [(a.name, []) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+            out.append((base, [a.name for a in node.names]))
+    return out
+
+
+def ancestors(name: str) -> set[str]:
+    parts = name.split(".")
+    return {".".join(parts[:i]) for i in range(1, len(parts))}
+
+
+def edges() -> dict[str, set[str]]:
+    """Module -> the workflow modules importing it runs: the module itself, for `from pkg import sub` the
+    submodule, and the __init__ of every package above it, except the importer's own packages (Python has
+    initialised those before the importer runs; a package __init__ re-exporting its submodules is not a cycle)."""
+    graph: dict[str, set[str]] = {m: set() for m in MODULES}
+    for m in MODULES:
+        for target, names in imports_of(m):
+            if not target.startswith("workflow"):
+                continue
+            hit = {target} | {f"{target}.{n}" for n in names} | (ancestors(target) - ancestors(m))
+            graph[m] |= {h for h in hit if h in MODULES and h != m}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_a_cycle_through_another_packages_init_counts(monkeypatch):
+    """study.space importing workflow.sweep.keys runs workflow/sweep/__init__.py first: if that imported expand,
+    and expand study.space, importing study.space first would fail half-way."""
+    monkeypatch.setitem(MODULES, "workflow.sweep", MODULES["workflow.sweep"])
+    real = imports_of
+
+    def fake(name):
+        extra = {"workflow.sweep": [("workflow.sweep.expand", ["load_sweep"])],
+                 "workflow.sweep.expand": [("workflow.study.space", ["check_space"])]}
+        return real(name) + extra.get(name, [])
+    monkeypatch.setattr(sys.modules[__name__], "imports_of", fake)
+    assert ["workflow.study.space", "workflow.sweep", "workflow.sweep.expand"] in cycles(edges())
+
+
+def test_no_import_cycles_inside_the_package():
+    found = cycles(edges())
+    assert not found, "import cycles (module-level and function-level imports, parent packages included):\n" + \
+        "\n".join(" <-> ".join(c) for c in found)
+
+
+def private_uses(name: str, source: str | None = None) -> list[str]:
+    """`from workflow.x import _name` and `x._name` on an imported workflow module, in module `name`."""
+    source = source if source is not None else MODULES[name].read_text()
+    found = imports_of(name, source)
+    bad = [f"{name}: from {target} import {n}" for target, names in found
+           if target.startswith("workflow") and target != name for n in names if n.startswith("_")]
+    modules = {alias for target, names in found if target.startswith("workflow")
+               for alias in names if f"{target}.{alias}" in MODULES}
+    for node in _runtime_nodes(ast.parse(source)):
+        if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+                and isinstance(node.value, ast.Name) and node.value.id in modules):
+            bad.append(f"{name}: {node.value.id}.{node.attr}")
+    return bad
+
+
+def test_no_module_imports_another_modules_private_names():
+    bad = [line for m in MODULES for line in private_uses(m)]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_walker_sees_lazy_imports_and_private_names_but_not_type_checking_blocks():
+    source = ("from __future__ import annotations\nfrom typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+              "    from workflow.x import Hidden\nfrom workflow.study import pruning\n"
+              "def f():\n    from workflow.sweep.keys import apply, _secret\n    return pruning._Reporter\n")
+    found = imports_of("workflow.probe", source)
+    assert ("workflow.sweep.keys", ["apply", "_secret"]) in found and not any(t == "workflow.x" for t, _ in found)
+    assert private_uses("workflow.probe", source) == ["workflow.probe: from workflow.sweep.keys import _secret",
+                                                      "workflow.probe: pruning._Reporter"]
+
+
+# ------------------------------------------------------------------------------- what is loaded by name
+def test_modules_verl_loads_by_name_import_and_hold_what_is_named():
+    pytest.importorskip("verl")
+    from workflow.engines.verl import translate
+    path, fn = translate.REWARD_FN
+    assert path.startswith("pkg://")
+    assert callable(getattr(importlib.import_module(path[len("pkg://"):]), fn))
+    worker = importlib.import_module(translate.WORKER_MODULE)
+    assert worker.RlsweepTrainer and worker.RuleActorRolloutRefWorker
+    sft = importlib.import_module(translate.SFT_TRAINER_MODULE)
+    assert callable(sft.main)
+    # and the translated config names exactly these
+    from workflow.config import RunConfig
+    out = translate.translate(RunConfig.model_validate({"engine": {"name": "verl", "verl": {"model_path": "m"}},
+                                                        "sft": {"enabled": False}}))
+    assert out["ray_kwargs.ray_init.runtime_env.env_vars"]["VERL_USE_EXTERNAL_MODULES"] == translate.WORKER_MODULE
+    assert (out["reward.custom_reward_function.path"], out["reward.custom_reward_function.name"]) == \
+        translate.REWARD_FN
+
+
+def test_engines_and_builtin_rules_named_by_string_exist():
+    from workflow.algos.registry import BUILTIN_RULES, get_update_rule
+    from workflow.engines.registry import ENGINES
+    for name, module in BUILTIN_RULES.items():
+        cls = get_update_rule(name)
+        assert cls.__module__ == module and cls.name == name
+    for module, cls in ENGINES.values():
+        if "verl" in module and importlib.util.find_spec("verl") is None:
+            continue
+        assert getattr(importlib.import_module(module), cls)
+
+
+def test_rule_sections_of_the_run_config_match_the_registered_rules():
+    from workflow.algos.registry import get_update_rule, update_rule_names
+    from workflow.config import RLConfig
+    sections = RLConfig.rule_sections()
+    for name in update_rule_names():
+        cls = get_update_rule(name)
+        if cls.Settings is None:
+            assert name not in sections, f"rule {name} has no Settings but RLConfig has a section rl.{name}"
+        else:
+            assert RLConfig.model_fields[name].annotation is cls.Settings, f"rl.{name} is not {cls.Settings}"
+    assert set(sections) <= set(update_rule_names())
+
+
+def test_reading_a_sweep_imports_neither_torch_nor_optuna():
+    code = ("import sys; from workflow.sweep.expand import load_sweep; s = load_sweep('sweeps/demo.yaml'); "
+            "print(len(s.runs), sorted(m for m in ('torch', 'optuna', 'verl') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.split(maxsplit=1)[1].strip() == "[]", out.stdout

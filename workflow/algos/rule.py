@@ -1,0 +1,164 @@
+"""The update-rule interface: how one training step turns a loss on ONE rollout batch into parameter updates.
+Written once, run by both engines (the local torch loop and verl's TrainingWorker).
+
+Call order, once per training step:
+
+    rule.on_rollout({"entropy": H, ...})              # the rollout's signals, before the update
+    stats = rule.step(params, optimizer, closure)     # -> StepStats
+
+and around the loop: `state_dict()` when checkpointing, `load_state_dict()` when resuming, `release_buffers()`
+once the rule has gone single-pass for good. `closure()` zeroes the gradients, runs forward + backward on the
+SAME rollout batch and returns the loss; `optimizer.step()` applies one optimizer update. The learning-rate
+scheduler is NOT stepped here: the engine steps it once per training step, however many optimizer steps a rule
+takes.
+
+Gates. A rule whose extra passes can be switched off for good (SFPO's entropy trigger, GXPO's corrective-norm
+gate) keeps the gate in the rule (`gate_here=True`, the local engine), or leaves it to a driver that decides once
+for every data-parallel rank (`gate_here=False`, verl): the driver builds the same rule with its gate, feeds it
+through `feed_gate`, and hands each worker's rule the decision with `set_enabled`.
+
+A new rule: subclass UpdateRule (one pass per step) or MultiPassRule, name its settings model (`Settings`, a
+RuleSettings section of workflow/config.py whose fields are the constructor's keyword arguments), decorate it with
+`@register_update_rule("name")` (workflow/algos/registry.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, ClassVar, Literal
+
+import torch
+from torch import Tensor
+from torch.optim import Optimizer
+
+from workflow.algos.gates import GateResult, ZGate
+from workflow.algos.sharded import clip_and_step, process_group
+
+NO_GATE = GateResult(None, False)
+
+
+@dataclass
+class StepStats:
+    loss: float
+    grad_norm: float | None
+    backward_passes: int
+    optimizer_steps: int
+    alpha: float | None = None
+    z: float | None = None
+    gate_tripped: bool = False  # True on the step at which the gate tripped
+    diagnostics: dict[str, float] = field(default_factory=dict)  # rule-specific (GXPO ratio quantiles, ...)
+
+    def as_row(self) -> dict:
+        row = asdict(self)
+        row.update(row.pop("diagnostics"))
+        return row
+
+
+class UpdateRule:
+    """One closure, one optimizer step (GRPO's step); the base of every rule. The loss and grad_norm in StepStats
+    are those of the first closure, at the rollout policy, for every rule, so they compare across rules."""
+
+    name: ClassVar[str] = ""  # set by @register_update_rule
+    Settings: ClassVar[type | None] = None  # the rl.<name> section's model; None: no settings
+    # which rollout signals on_rollout needs (an engine computes them only when asked: verl's entropy)
+    rollout_signals: ClassVar[tuple[str, ...]] = ()
+    # the gate, if any: fed before the update with a rollout signal, or after it with one of the step's stats
+    gate_phase: ClassVar[Literal["rollout", "step"] | None] = None
+    gate_signal: ClassVar[str | None] = None
+
+    def __init__(self, max_grad_norm: float | None = 1.0, gate_here: bool = True):
+        self.max_grad_norm = max_grad_norm
+        self.gate_here = gate_here
+        self.gate: ZGate | None = None  # built by a subclass that has one, when gate_here
+        self._enabled = True  # the driver's decision when the gate is not here
+        self._pending = NO_GATE  # the rollout-phase gate's result for the coming step
+        self._buffers: dict[str, list[Tensor]] = {}
+
+    @classmethod
+    def build(cls, settings: Any, max_grad_norm: float | None, gate_here: bool = True) -> "UpdateRule":
+        """The rule for one settings section (a `Settings` instance, or None for a rule without settings)."""
+        kwargs = settings.model_dump() if settings is not None else {}
+        return cls(**kwargs, max_grad_norm=max_grad_norm, gate_here=gate_here)
+
+    # ------------------------------------------------------------------------------------------- the interface
+    def on_rollout(self, metrics: dict[str, float]) -> None:
+        if self.gate_here and self.gate_phase == "rollout":
+            self._pending = self.feed_gate(metrics) or NO_GATE
+
+    def step(self, params: list[Tensor], optimizer: Optimizer, closure: Callable[[], Tensor]) -> StepStats:
+        return self.grpo_step(params, optimizer, closure)
+
+    def state_dict(self) -> dict:
+        """Gate state, so a restarted stage keeps its window and stays tripped."""
+        return {"gate": self.gate.state_dict()} if self.gate is not None else {}
+
+    def load_state_dict(self, state: dict) -> None:
+        if self.gate is not None and "gate" in state:
+            self.gate.load_state_dict(state["gate"])
+
+    def release_buffers(self) -> None:
+        """Free the parameter-sized copies kept from step to step (the rule is single-pass from now on)."""
+        self._buffers.clear()
+
+    def set_enabled(self, enabled: bool) -> None:
+        """The driver's gate decision for the coming step (gate_here=False only)."""
+        self._enabled = enabled
+
+    def feed_gate(self, values: dict[str, Any]) -> GateResult | None:
+        """Give the gate its signal from `values` (rollout metrics or a step's stats row); None when it was not
+        fed: no gate, a missing value, or one the rule says carries no information (gate_value -> None)."""
+        value = self.gate_value(values) if self.gate is not None else None
+        return self.gate.update(value) if value is not None else None
+
+    @classmethod
+    def gate_value(cls, values: dict[str, Any]) -> float | None:
+        value = values.get(cls.gate_signal) if cls.gate_signal else None
+        return None if value is None else float(value)
+
+    # ------------------------------------------------------------------------------------------- for subclasses
+    @property
+    def enabled(self) -> bool:
+        """Whether the rule's extra passes run this step: its own gate has not tripped, or the driver says so."""
+        if not self.gate_here:
+            return self._enabled
+        return self.gate is None or not self.gate.tripped
+
+    def grpo_step(self, params, optimizer, closure) -> StepStats:
+        loss = closure()
+        norm, _ = clip_and_step(params, optimizer, self.max_grad_norm, process_group(params))
+        return StepStats(loss=float(loss.detach()), grad_norm=norm, backward_passes=1, optimizer_steps=1)
+
+    def snapshot(self, name: str, tensors: list[Tensor]) -> list[Tensor]:
+        """A copy of `tensors` in buffers kept from step to step: the memory is the same as fresh clones, but
+        allocating (and on CPU page-faulting) a parameter-sized copy every step costs more than the copy itself."""
+        bufs = self._buffers.get(name)
+        if bufs is None or [(b.shape, b.dtype, b.device) for b in bufs] != [(t.shape, t.dtype, t.device)
+                                                                             for t in tensors]:
+            bufs = self._buffers[name] = [torch.empty_like(t) for t in tensors]
+        torch._foreach_copy_(bufs, tensors)
+        return bufs
+
+
+class MultiPassRule(UpdateRule):
+    """A rule that takes several passes on the batch while enabled and is plain single-pass GRPO (alpha reported
+    as 0) once its gate has tripped, or while the driver disables it, or when its settings cannot move the weights
+    (`moves()` false, e.g. alpha = 0). Subclasses implement `multi_pass` and build `self.gate` when gate_here."""
+
+    def step(self, params, optimizer, closure) -> StepStats:
+        gate, self._pending = self._pending, NO_GATE
+        if not (self.enabled and self.moves()):
+            self.release_buffers()
+            stats = self.grpo_step(params, optimizer, closure)
+            stats.alpha = 0.0
+        else:
+            stats = self.multi_pass(params, optimizer, closure)
+            if self.gate_here and self.gate_phase == "step":
+                gate = self.feed_gate(stats.as_row()) or NO_GATE
+        stats.z, stats.gate_tripped = gate.z, gate.tripped_now
+        return stats
+
+    def moves(self) -> bool:
+        return True
+
+    def multi_pass(self, params, optimizer, closure) -> StepStats:
+        raise NotImplementedError

@@ -1,0 +1,1 @@
+"""The built-in update rules, one module each (registered by name: workflow/algos/registry.py)."""

@@ -1,0 +1,80 @@
+"""Parameter arithmetic that works the same on plain tensors and on FSDP2-sharded ones (DTensor, Shard(0)).
+
+Elementwise work runs on each rank's local shard; the few reductions (norms, counts, dot products) are
+all-reduced over the parameters' device mesh, so every rank computes the same scalars and takes the same
+decisions.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+from torch.optim import Optimizer
+
+try:  # DTensor is public from torch 2.4 on
+    from torch.distributed.tensor import DTensor
+except ImportError:  # pragma: no cover
+    DTensor = ()  # type: ignore[assignment,misc]
+
+# Elementwise work on huge tensors runs in chunks of this many elements, so temporaries stay cache-sized and the
+# extra peak memory stays at the documented number of parameter copies.
+CHUNK = 1 << 18
+
+
+def local(t: Tensor) -> Tensor:
+    """The tensor this rank holds (the local shard of a DTensor; in-place ops on it update the DTensor)."""
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
+def process_group(params: list[Tensor]):
+    """The group to all-reduce over: the device mesh of sharded parameters, None for plain tensors."""
+    for p in params:
+        if isinstance(p, DTensor):
+            return p.device_mesh.get_group()
+    return None
+
+
+def all_reduce_sum(values: Tensor, group) -> Tensor:
+    if group is not None:
+        dist.all_reduce(values, op=dist.ReduceOp.SUM, group=group)
+    return values
+
+
+def global_norm(tensors: list[Tensor], group) -> Tensor:
+    if not tensors:
+        return torch.zeros(())
+    norms = torch._foreach_norm([local(t) for t in tensors])
+    sq = torch.stack([n.double() ** 2 for n in norms]).sum()
+    return all_reduce_sum(sq, group).sqrt()
+
+
+def clip_and_step(params: list[Tensor], optimizer: Optimizer, max_grad_norm: float | None,
+                  group=None) -> tuple[float, float]:
+    """Clip the global gradient norm in place (if configured), take one optimizer step.
+
+    Returns (pre-clip norm, clip coefficient). The coefficient is one scalar for all coordinates, which is what lets
+    GXPO recover the unclipped gradient exactly from the clipped one instead of keeping another copy."""
+    grads = [p.grad for p in params if p.grad is not None]
+    norm = global_norm(grads, group)
+    coef = 1.0
+    if max_grad_norm is not None:
+        coef = min(1.0, float(max_grad_norm / (norm + 1e-6)))
+        if coef < 1.0:
+            torch._foreach_mul_([local(g) for g in grads], coef)
+    optimizer.step()
+    return float(norm), coef
+
+
+def chunked_dot(a: Tensor, b: Tensor) -> Tensor:
+    """<a, b> accumulated in float64 over cache-sized chunks (no full-size float64 copies)."""
+    a, b = a.reshape(-1), b.reshape(-1)
+    total = torch.zeros((), dtype=torch.float64)
+    for start in range(0, a.numel(), CHUNK):
+        total += torch.dot(a[start:start + CHUNK], b[start:start + CHUNK]).double()
+    return total
+
+
+def with_grad(params: list[Tensor]) -> list[Tensor]:
+    """The parameters the last backward pass reached (the ones an update rule takes part in)."""
+    return [p for p in params if p.grad is not None]

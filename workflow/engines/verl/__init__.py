@@ -1,0 +1,18 @@
+"""The verl engine: SFT on verl's SFT trainer (torchrun, FSDP2) and RL on verl's PPO trainer (Ray, FSDP2, vLLM
+rollouts) running our update rules. One module per piece:
+
+    engine.py        VerlEngine: a stage = data -> verl config -> verl's trainer -> export of its checkpoints
+    translate.py     our run config -> verl's config keys (no verl import); the module paths verl loads by name
+    compose.py       verl's composed config with those keys, and verl's own checks on it (at sweep load)
+    data.py          the task as verl's RLHF / SFT parquet, and the reward hook verl calls
+    export.py        verl's sharded checkpoints -> our checkpoints/step_N (Hugging Face directories)
+    sft_launch.py    the torchrun (and srun) command of SFT;  sft_trainer.py  what it runs on every rank
+    gates.py         the driver's gate decisions and the per-update spec the workers follow
+    rule_step.py     one update rule step on verl's training engine
+    worker.py        inside verl's Ray processes: our TrainingWorker and trainer (VERL_USE_EXTERNAL_MODULES)
+    metrics.py       verl's step metrics -> our train_steps rows
+"""
+
+from workflow.engines.verl.engine import VerlEngine
+
+__all__ = ["VerlEngine"]

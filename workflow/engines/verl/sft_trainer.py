@@ -1,0 +1,76 @@
+"""SFT on verl: verl 0.9's own SFT trainer (one process per GPU under torchrun, FSDP engine, sft_loss = the global
+token mean over the batch's assistant tokens), with its per-step metrics written to our `train_steps`.
+
+    python -m workflow.engines.verl.sft_trainer CONFIG.yaml LOG.json     # what torchrun runs on every rank
+
+(sft_launch.py builds that launch.) verl's CheckpointHandler saves
+`global_step_N/` every trainer.save_freq steps and resumes from the newest by itself (trainer.resume_mode auto),
+so a requeued job continues where it stopped; TrainLog is flushed right before each save, as the local engine does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from omegaconf import OmegaConf
+from verl.trainer.sft_trainer import SFTTrainer
+from verl.utils import tensordict_utils as tu
+from verl.utils.distributed import destroy_global_process_group, initialize_global_process_group
+
+from workflow.engines.verl.metrics import scalar
+from workflow.results.train_log import TrainLog
+
+
+class RlsweepSFTTrainer(SFTTrainer):
+    """verl's SFTTrainer; each train_batch's metrics become a train_steps row (on the rank that logs), and
+    the rows are flushed right before verl saves a checkpoint."""
+
+    def __init__(self, config, log: dict):
+        super().__init__(config)
+        self.step = self.resume_global_step
+        logs = self.engine.is_mp_src_rank_with_outputs() and self.engine.get_data_parallel_rank() == 0
+        self.log = TrainLog(log["results_root"], log["sweep"], "sft", log["run_id"]) if logs else None
+        if self.log is not None and self.step:
+            self.log.discard_after(self.step)  # rows an earlier attempt flushed past its last checkpoint
+        train_batch, save = self.training_client.train_batch, self.ckpt_handler.save_checkpoint
+
+        def recording(data):
+            t0 = time.perf_counter()
+            lr = self.engine.optimizer.param_groups[0]["lr"]  # the step's lr (verl reports the next one)
+            output = train_batch(data=data)
+            self.step += 1
+            if self.log is not None:
+                metrics = tu.get(output, "metrics")
+                tokens = sum(tu.get(data, "global_token_num"))
+                self.log.record(step=self.step, loss=scalar(metrics.get("loss")),
+                                grad_norm=scalar(metrics.get("grad_norm")), lr=lr,
+                                backward_passes=1, optimizer_steps=1, tokens=int(tokens),
+                                wall_s=time.perf_counter() - t0)
+            return output
+
+        def flushing(step):
+            if self.log is not None:
+                self.log.flush()
+            return save(step)
+
+        self.training_client.train_batch = recording
+        self.ckpt_handler.save_checkpoint = flushing
+
+
+def main(argv: list[str]) -> int:
+    config_path, log_path = argv
+    config = OmegaConf.load(config_path)
+    initialize_global_process_group()
+    trainer = RlsweepSFTTrainer(config, json.loads(Path(log_path).read_text()))
+    trainer.fit()
+    destroy_global_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    sys.exit(main(sys.argv[1:]))

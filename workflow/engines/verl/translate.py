@@ -1,0 +1,150 @@
+"""Our run config -> verl 0.9's own configuration, as dotted keys and values (no verl import here: reading and
+checking the keys against verl's config is compose.py).
+
+`translate(cfg, ...)` gives Hydra overrides of verl's `ppo_trainer.yaml` for the RL stage, `translate_sft(cfg, ...)`
+those of `sft_trainer_engine.yaml` for SFT on verl; the raw keys of `engine.verl.overrides` /
+`engine.verl.sft_overrides` come last, so they win. What is only known when the job runs (the SFT checkpoint to
+start from, the data files, the output directory) is filled in by the engine; validation uses placeholders, which
+verl's checks do not read. `cfg` is a RunConfig or a stage's typed config (workflow/stages.py): only the sections
+a translation reads must be there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workflow.algos.registry import get_update_rule, rule_settings
+
+# our aggregation -> (verl loss_agg_mode, needs loss_scale_factor = max response length). Ours: token-sum divides
+# by the constant n_seqs * max_len (Dr.GRPO); verl's seq-mean-token-sum-norm = sum / n_seqs / loss_scale_factor.
+LOSS_AGG = {"token-mean": ("token-mean", False), "seq-mean-token-mean": ("seq-mean-token-mean", False),
+            "token-sum": ("seq-mean-token-sum-norm", True)}
+
+PLACEHOLDER = "<set by the job>"
+
+# What verl loads by name, in its own processes: the reward function (reward.custom_reward_function), our worker
+# and trainer module (VERL_USE_EXTERNAL_MODULES, imported by every Ray process), the SFT trainer torchrun runs.
+# tests/test_structure.py imports each.
+REWARD_FN = ("pkg://workflow.engines.verl.data", "compute_score")
+WORKER_MODULE = "workflow.engines.verl.worker"
+SFT_TRAINER_MODULE = "workflow.engines.verl.sft_trainer"
+
+
+def translate(cfg, *, model_path: str = PLACEHOLDER, train_files: str = PLACEHOLDER,
+              val_files: str = PLACEHOLDER, out_dir: str = PLACEHOLDER) -> dict[str, Any]:
+    """Dotted verl keys -> values for one RL run (the raw overrides last, so they win)."""
+    rl, v = cfg.rl, cfg.engine.verl
+    agg, scaled = LOSS_AGG[rl.loss_agg]
+    n_gpus = v.n_gpus_per_node * v.nnodes
+    micro = rl.micro_batch_size or max(1, rl.prompts_per_step * rl.group_size // n_gpus)
+    actor = "actor_rollout_ref.actor"
+    out = {
+        "algorithm.adv_estimator": "grpo",
+        "algorithm.norm_adv_by_std_in_grpo": rl.std_norm,
+        "algorithm.use_kl_in_reward": False,
+        "actor_rollout_ref.model.path": model_path,
+        "data.train_files": train_files,
+        "data.val_files": val_files,
+        "data.train_batch_size": rl.prompts_per_step,
+        "data.max_prompt_length": v.max_prompt_length,
+        "data.max_response_length": rl.max_new_tokens,
+        "data.seed": cfg.seed,
+        # one optimizer step per rollout batch (on-policy GRPO); our update rule decides how many it really takes
+        f"{actor}.ppo_mini_batch_size": rl.prompts_per_step,
+        f"{actor}.ppo_micro_batch_size_per_gpu": micro,
+        f"{actor}.ppo_epochs": 1,
+        f"{actor}.strategy": v.strategy,
+        f"{actor}.optim.lr": rl.lr,
+        f"{actor}.optim.weight_decay": rl.weight_decay,
+        f"{actor}.optim.clip_grad": rl.max_grad_norm if rl.max_grad_norm is not None else 1.0e9,
+        f"{actor}.optim.lr_scheduler_type": "constant",
+        f"{actor}.clip_ratio_low": rl.clip_low,
+        f"{actor}.clip_ratio_high": rl.clip_high,
+        f"{actor}.loss_agg_mode": agg,
+        f"{actor}.use_kl_loss": rl.kl_coef > 0,
+        f"{actor}.kl_loss_coef": rl.kl_coef,
+        f"{actor}.kl_loss_type": "low_var_kl",  # the k3 estimator, as the local engine
+        f"{actor}.entropy_coeff": 0.0,
+        f"{actor}.fsdp_config.seed": cfg.seed,
+        "actor_rollout_ref.rollout.name": "vllm",
+        "actor_rollout_ref.rollout.n": rl.group_size,
+        "actor_rollout_ref.rollout.temperature": rl.temperature,
+        "actor_rollout_ref.rollout.tensor_model_parallel_size": v.rollout_tp,
+        "actor_rollout_ref.rollout.gpu_memory_utilization": v.gpu_memory_utilization,
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": micro,
+        "actor_rollout_ref.rollout.seed": cfg.seed,
+        "trainer.total_training_steps": rl.steps,
+        "trainer.save_freq": rl.checkpoint_every,
+        "trainer.test_freq": -1,  # our eval stage evaluates the checkpoints
+        "trainer.n_gpus_per_node": v.n_gpus_per_node,
+        "trainer.nnodes": v.nnodes,
+        "trainer.default_local_dir": out_dir,
+        "trainer.logger": ["console"],
+        "trainer.val_before_train": False,
+    }
+    out["reward.custom_reward_function.path"], out["reward.custom_reward_function.name"] = REWARD_FN
+    out[f"{actor}.shuffle"] = False  # the data-prep rule wrote each step's problems in order
+    out["data.shuffle"] = False
+    # every Ray process (on every node) imports our worker and trainer through verl's external-modules hook
+    out["ray_kwargs.ray_init.runtime_env.env_vars"] = {"VERL_USE_EXTERNAL_MODULES": WORKER_MODULE,
+                                                       "TOKENIZERS_PARALLELISM": "false"}
+    # our update rules inside verl: the registered trainer decides the gates and hands the workers their spec
+    out["trainer.v1.trainer_mode"] = "rlsweep"
+    out["trainer.v1.rlsweep"] = rule_settings(rl)
+    if "entropy" in get_update_rule(rl.update).rollout_signals:  # e.g. SFPO's trigger: the rollout's entropy
+        out[f"{actor}.calculate_entropy"] = True
+    if scaled:
+        out[f"{actor}.loss_scale_factor"] = rl.max_new_tokens
+    if rl.kl_coef > 0:
+        out["actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"] = micro
+    out.update(v.overrides)
+    return out
+
+
+def translate_sft(cfg, *, model_path: str | None = None, train_files: str = PLACEHOLDER,
+                  out_dir: str = PLACEHOLDER) -> dict[str, Any]:
+    """Dotted keys of verl's `sft_trainer_engine.yaml` for one SFT stage (raw sft_overrides last). The loss is
+    verl's sft_loss: the global token mean over every assistant token of the batch, across micro-batches and
+    ranks (tested micro-batch invariant in tests/test_verl_engine.py)."""
+    sft, v = cfg.sft, cfg.engine.verl
+    n_gpus = v.n_gpus_per_node * v.nnodes
+    out = {
+        "model.path": model_path or v.model_path,
+        "data.train_files": train_files,
+        "data.val_files": None,  # the eval stage evaluates the checkpoints
+        "data.train_batch_size": sft.batch_size,
+        "data.micro_batch_size_per_gpu": sft.micro_batch_size or max(1, sft.batch_size // n_gpus),
+        "data.use_dynamic_bsz": False,  # fixed micro-batches, as the local engine (the loss is invariant anyway)
+        "optim.lr": sft.lr,
+        "optim.lr_scheduler_type": sft.schedule,
+        "optim.lr_warmup_steps_ratio": sft.warmup_ratio,
+        "optim.min_lr_ratio": sft.min_lr_ratio,
+        "optim.weight_decay": sft.weight_decay,
+        "optim.clip_grad": sft.max_grad_norm if sft.max_grad_norm is not None else 1.0e9,
+        "engine.strategy": v.strategy,
+        "engine.seed": sft.seed,
+        "trainer.total_training_steps": sft.steps,
+        "trainer.total_epochs": 1,  # the data holds exactly steps x batch_size examples
+        "trainer.save_freq": sft.checkpoint_every,
+        "trainer.test_freq": -1,
+        "trainer.seed": sft.seed,
+        "trainer.n_gpus_per_node": v.n_gpus_per_node,
+        "trainer.nnodes": v.nnodes,
+        "trainer.default_local_dir": out_dir,
+        "trainer.logger": ["console"],
+        "trainer.resume_mode": "auto",  # a requeued job resumes from verl's own checkpoints
+    }
+    out.update(v.sft_overrides)
+    return out
+
+
+# which of our keys each translated verl key comes from, so that verl's complaints name the key the user wrote
+OURS = {
+    "actor_rollout_ref.actor.ppo_mini_batch_size": "rl.prompts_per_step",
+    "data.train_batch_size": "rl.prompts_per_step",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": "rl.micro_batch_size",
+    "actor_rollout_ref.rollout.n": "rl.group_size",
+    "trainer.n_gpus_per_node": "engine.verl.n_gpus_per_node",
+    "trainer.nnodes": "engine.verl.nnodes",
+    "actor_rollout_ref.rollout.tensor_model_parallel_size": "engine.verl.rollout_tp",
+}

@@ -1,0 +1,43 @@
+"""The per-step log every training stage (either engine, SFT or RL) writes into `train_steps`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from workflow.layout import table_dir
+from workflow.results.writer import write_rows
+
+
+class TrainLog:
+    """Buffers per-step rows and writes them as one Parquet file per checkpoint interval.
+
+    Engines call `flush()` right BEFORE saving a checkpoint: if the process dies between the two, the restarted
+    stage recomputes the same steps and rewrites the same file name with the same rows, so `train_steps` holds
+    every step exactly once either way.
+    """
+
+    def __init__(self, results_root: str | Path, sweep: str, stage: str, run_id: str):
+        self.results_root, self.sweep, self.stage, self.run_id = results_root, sweep, stage, run_id
+        self.pending: list[dict[str, Any]] = []
+
+    def record(self, **row: Any) -> None:
+        self.pending.append({"run_id": self.run_id, "sweep": self.sweep, "stage": self.stage, **row})
+
+    def discard_after(self, step: int) -> None:
+        """On resume from the checkpoint at `step`: delete this run's files that start after it. An earlier
+        attempt may have flushed steps and died before saving the checkpoint that follows them; the resumed run
+        recomputes those steps and may flush them under another range (a preemption checkpoints off the
+        interval), so without this they would appear twice."""
+        for f in table_dir(self.results_root, self.sweep, "train_steps").glob(f"{self.stage}_{self.run_id}_*.parquet"):
+            first = int(f.stem.rsplit("_", 1)[1].split("-")[0])
+            if first > step:
+                f.unlink()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        first, last = self.pending[0]["step"], self.pending[-1]["step"]
+        write_rows(self.results_root, self.sweep, "train_steps",
+                   f"{self.stage}_{self.run_id}_{first:06d}-{last:06d}", self.pending)
+        self.pending = []
