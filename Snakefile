@@ -9,6 +9,7 @@
 # NB: Snakemake defines a global named `workflow` in this file; import from our package with `from workflow.x
 # import y` only (a bare `import workflow...` would shadow Snakemake's object).
 
+import shlex
 import sys
 
 from workflow.layout import done_path, summary_path
@@ -40,13 +41,35 @@ def pattern(stage, stage_id, **where):
     """A stage's DONE.json with wildcards (workflow/layout.py is the one place that knows the layout)."""
     return str(done_path(RESULTS, SWEEP.name, stage, stage_id, **where))
 
+
+def data_inputs(data_id, overlap_ids):
+    """A training stage's data inputs: the prepared data and the overlap checks it must pass."""
+    out = {"data": pattern("data", data_id)} if data_id else {}
+    if overlap_ids:
+        out["overlap"] = [pattern("overlap", o) for o in sorted(overlap_ids)]
+    return out
+
+
+def stage_options(input):
+    """The named inputs of a stage job as stage.py options (--init, --data, --overlap), and the overlap gate."""
+    named = dict(input.items())
+    args = [f"--{name} {shlex.quote(named[name])}" for name in ("init", "data") if name in named]
+    if "overlap" in named:
+        args.append("--overlap " + " ".join(shlex.quote(p) for p in named["overlap"]))
+        limit = SWEEP.spec.checks.max_train_overlap
+        args += [f"--max-train-overlap {limit}"] if limit is not None else []
+    return " ".join(args)
+
 wildcard_constraints:
     sft_id="[0-9a-f]{12}",
+    data_id="[0-9a-f]{12}",
+    overlap_id="[0-9a-f]{12}",
     run_id="[0-9a-f]{12}",
     eval_id="[0-9a-f]{12}",
     step="[0-9]+",
     group="[a-z]+",
 
+include: "rules/data.smk"
 include: "rules/sft.smk"
 include: "rules/rl.smk"
 include: "rules/eval.smk"

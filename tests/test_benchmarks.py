@@ -13,7 +13,8 @@ import pytest
 
 from conftest import REPO
 from workflow.eval import benchmarks
-from workflow.eval.benchmarks import MATH_SET, OOD_SET, REGISTRY, DatasetUnavailable, load
+from workflow.eval.benchmarks import MATH_SET, OOD_SET, REGISTRY, load
+from workflow.hub import DatasetUnavailable, read_records
 from workflow.eval.prompts import render
 
 FIXTURES = REPO / "tests" / "fixtures" / "benchmarks"
@@ -69,7 +70,7 @@ def test_arithmetic_is_a_registry_entry_generated_from_the_task_and_scored_exact
 
 
 def test_parquet_and_json_files_load_like_jsonl(tmp_path):
-    rows = benchmarks.read_records(fixture("mmlu_pro"))
+    rows = read_records(fixture("mmlu_pro"))
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "mmlu_pro.parquet")
     assert load("mmlu_pro", path=tmp_path / "mmlu_pro.parquet") == load("mmlu_pro", path=fixture("mmlu_pro"))
 
@@ -96,7 +97,7 @@ def test_dataset_not_cached_says_how_to_fetch_it(tmp_path):
     assert res.returncode != 0
     assert "Hothan/OlympiadBench (OE_TO_maths_en_COMP), split train, is not available here" in res.stderr
     assert f"HF_HOME (now {tmp_path / 'hf'})" in res.stderr.replace("\n", " ") or str(tmp_path / "hf") in res.stderr
-    assert "point the benchmark's `path:`" in res.stderr and "question, final_answer" in res.stderr
+    assert "point eval.paths.olympiadbench at a local" in res.stderr and "question, final_answer" in res.stderr
 
 
 def test_prompt_templates():

@@ -94,7 +94,7 @@ def test_a_missing_dataset_fails_before_any_generation(tmp_results):
         def generate(self, *a, **k):
             raise AssertionError("generation started before all datasets were checked")
 
-    from workflow.eval.benchmarks import DatasetUnavailable
+    from workflow.hub import DatasetUnavailable
     ev = EvalConfig(benchmarks=["gsm8k", "aime24"], paths={"gsm8k": str(FIX / "gsm8k.jsonl"),
                                                             "aime24": "/nonexistent/aime24.jsonl"})
     with pytest.raises(DatasetUnavailable, match="aime24.jsonl: file not found"):

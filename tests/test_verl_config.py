@@ -42,7 +42,8 @@ def test_every_verl_sweep_instantiates_verls_own_config_classes(path):
         assert isinstance(algo, AlgoConfig) and isinstance(optim, FSDPOptimizerConfig)
         assert (actor.clip_ratio_low, actor.clip_ratio_high) == (rl.clip_low, rl.clip_high)
         assert actor.loss_agg_mode == LOSS_AGG[rl.loss_agg][0] and actor.use_kl_loss == (rl.kl_coef > 0)
-        assert actor.ppo_mini_batch_size == rl.prompts_per_step and actor.ppo_epochs == 1
+        mini = cfg.engine.verl.overrides.get("actor_rollout_ref.actor.ppo_mini_batch_size", rl.prompts_per_step)
+        assert actor.ppo_mini_batch_size == mini and actor.ppo_epochs == 1  # one update per batch, unless raw keys
         assert actor.ppo_micro_batch_size_per_gpu == rl.micro_batch_size
         assert optim.lr == rl.lr and optim.clip_grad == rl.max_grad_norm
         assert rollout.n == rl.group_size and rollout.temperature == rl.temperature

@@ -91,6 +91,22 @@ def stage_state(out_dir: Path, total_steps: int, status_by_id: dict[str, str], s
     return f"[yellow]{progress}[/]" if progress else "[dim]pending[/]"
 
 
+def data_state(root: Path, sweep: str, run, status_by_id: dict[str, str]) -> str:
+    """The run's data stage, and once its overlap check is done the largest benchmark overlap it found."""
+    if run.data_id is None:
+        return "[dim]-[/]"
+    if not done_path(root, sweep, "data", run.data_id).is_file():
+        recorded = status_by_id.get(run.data_id)
+        return f"[red]{recorded}[/]" if recorded in ("failed", "interrupted") else f"[yellow]{recorded or 'pending'}[/]"
+    check = done_path(root, sweep, "overlap", run.overlap_id) if run.overlap_id else None
+    if check is None or not check.is_file():
+        return "[green]done[/]"
+    report = json.loads((check.parent / json.loads(check.read_text())["output"]).read_text())
+    name, worst = max(((n, r["fraction"]) for n, r in report.items()), key=lambda x: x[1], default=("", 0.0))
+    style = "green" if worst == 0 else "yellow"
+    return f"[{style}]done[/] overlap {100 * worst:.1f}%" + (f" ({name})" if worst else "")
+
+
 def cmd_status(a) -> int:
     sweep = load_sweep(a.sweep_file)
     root = _results_root(a)
@@ -105,11 +121,14 @@ def cmd_status(a) -> int:
     except QueryError:  # nothing has run yet
         recorded, scores = {}, {}
     t = Table(title=f"{sweep.name}: {len(sweep.runs)} runs, {len(sweep.sft_configs)} SFT jobs ({sweep.path})")
-    for col in ("run_id", "method", "setting", "seed", "sft", "rl", "eval", "avg@k"):
+    with_data = bool(sweep.data_configs)
+    for col in ("run_id", "method", "setting", "seed", *(["data"] if with_data else []), "sft", "rl", "eval",
+                "avg@k"):
         t.add_column(col)
     n_evaluated = 0
     for r in sweep.runs:
         cfg = r.config
+        data = [data_state(root, sweep.name, r, recorded)] if with_data else []
         sft = (stage_state(stage_dir(root, sweep.name, "sft", r.sft_id), cfg.sft.steps, recorded, r.sft_id)
                if r.sft_id else "[dim]off[/]")
         rl = stage_state(stage_dir(root, sweep.name, "rl", r.run_id), cfg.rl.steps, recorded, r.run_id)
@@ -120,7 +139,8 @@ def cmd_status(a) -> int:
               else "[dim]pending[/]")
         n_evaluated += n_done == len(jobs)
         avg = scores.get(r.run_id)
-        t.add_row(r.run_id, r.method, r.label, str(cfg.seed), sft, rl, ev, "" if avg is None else f"{avg:.3f}")
+        t.add_row(r.run_id, r.method, r.label, str(cfg.seed), *data, sft, rl, ev,
+                  "" if avg is None else f"{avg:.3f}")
     Console(highlight=False).print(t)
     _err.print(f"[dim]{n_evaluated}/{len(sweep.runs)} runs evaluated; results under {root / sweep.name}[/]")
     if sweep.spec.optuna is not None:
@@ -136,11 +156,14 @@ def cmd_validate(a) -> int:
     sweep = load_sweep(a.sweep_file)
     if sweep.spec.optuna is not None:
         return _validate_study(sweep)
-    t = Table(title=f"{sweep.name}: {len(sweep.runs)} runs, {len(sweep.sft_configs)} SFT jobs")
-    for col in ("run_id", "sft_id", "eval_id", "method", "setting", "seed"):
+    data = (f", {len(sweep.data_configs)} data job(s) + {len(sweep.overlap_configs)} overlap check(s)"
+            if sweep.data_configs else "")
+    t = Table(title=f"{sweep.name}: {len(sweep.runs)} runs, {len(sweep.sft_configs)} SFT jobs{data}")
+    for col in ("run_id", *(["data_id"] if data else []), "sft_id", "eval_id", "method", "setting", "seed"):
         t.add_column(col)
     for r in sweep.runs:
-        t.add_row(r.run_id, r.sft_id or "-", r.eval_id, r.method, r.label, str(r.config.seed))
+        t.add_row(r.run_id, *([r.data_id] if data else []), r.sft_id or "-", r.eval_id, r.method, r.label,
+                  str(r.config.seed))
     Console(highlight=False).print(t)
     return 0
 

@@ -8,11 +8,12 @@ which is what its id is hashed from.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, field_validator, model_validator
 
 from workflow.algos.registry import update_rule_names
+from workflow.data.sources import REGISTRY as TRAINING_SETS
 from workflow.eval.benchmarks import REGISTRY as BENCHMARKS
 from workflow.strict import Strict
 
@@ -66,13 +67,59 @@ class ModelConfig(Strict):
         return self
 
 
-class TaskConfig(Strict):
-    """Synthetic arithmetic with \\boxed{} answers; the train / held-out split depends on `split_seed` only."""
+class DataSource(Strict):
+    """One training set of a `datasets` task (workflow/data/sources.py) and how much of it to take."""
 
-    name: Literal["arithmetic"] = "arithmetic"
+    name: str
+    # rows taken: round(weight x the set's rows after filtering and de-duplication); < 1 subsamples, > 1 repeats
+    weight: PositiveFloat = 1.0
+    path: str | None = None  # a local .jsonl/.parquet in the dataset's own fields (else the Hugging Face cache)
+    revision: str | None = None  # a pinned dataset revision on the Hub
+
+    @field_validator("name")
+    @classmethod
+    def _registered(cls, v: str) -> str:
+        if v not in TRAINING_SETS:
+            raise ValueError(f"unknown training set {v!r}; known: {', '.join(sorted(TRAINING_SETS))}")
+        return v
+
+
+class TaskConfig(Strict):
+    """What a run trains on.
+
+    arithmetic  synthetic arithmetic with \\boxed{} answers (the local engine's task); the train / held-out split
+                depends on `split_seed` only.
+    datasets    real training sets (one, or a weighted mixture), prepared once by the data stage: prompts for RL,
+                the sets' own demonstrations for SFT, rewards by the eval scorer (boxed answer + math-verify).
+    Only the selected kind's fields are part of a run's identity (`read_fields`)."""
+
+    name: Literal["arithmetic", "datasets"] = "arithmetic"
+    # arithmetic
     split_seed: int = 1234
     n_heldout: PositiveInt = 256
     two_step_fraction: float = Field(0.5, ge=0.0, le=1.0)
+    # datasets
+    datasets: tuple[DataSource, ...] = ()
+    template: Literal["boxed", "seed003"] = "boxed"  # how a training prompt is put to the model (eval/prompts.py)
+    max_prompt_chars: PositiveInt | None = None  # drop problems longer than this (characters of the problem)
+    max_solution_chars: PositiveInt | None = None  # drop demonstrations longer than this (SFT data)
+    limit: PositiveInt | None = None  # at most this many rows after the mixture (a random subset, by `seed`)
+    seed: int = 0  # mixture sampling and order
+
+    ARITHMETIC_FIELDS: ClassVar[tuple[str, ...]] = ("name", "split_seed", "n_heldout", "two_step_fraction")
+    DATA_FIELDS: ClassVar[tuple[str, ...]] = ("datasets", "max_prompt_chars", "max_solution_chars", "limit", "seed")
+
+    @property
+    def read_fields(self) -> tuple[str, ...]:
+        return self.ARITHMETIC_FIELDS if self.name == "arithmetic" else ("name", "template", *self.DATA_FIELDS)
+
+    @model_validator(mode="after")
+    def _datasets_for_datasets(self) -> "TaskConfig":
+        if self.name == "datasets" and not self.datasets:
+            raise ValueError("task.datasets: name at least one training set (task.name is datasets)")
+        if self.name == "arithmetic" and self.datasets:
+            raise ValueError("task.datasets: read only when task.name is datasets (it is arithmetic)")
+        return self
 
 
 class SFTConfig(Strict):
@@ -226,6 +273,19 @@ class RunConfig(Strict):
             raise ValueError(f"eval.benchmarks {real}: the local engine's tiny character-level models can only "
                              "answer the synthetic `arithmetic` set; real benchmarks need a model with a real "
                              "tokenizer (the verl engine)")
+        return self
+
+    @model_validator(mode="after")
+    def _datasets_need_a_real_tokenizer(self) -> "RunConfig":
+        if self.task.name == "datasets" and self.engine.name == "local":
+            raise ValueError("task.name datasets: the local engine's tiny character-level models only know the "
+                             "arithmetic task; real training sets need a model with a real tokenizer (engine verl)")
+        if self.task.name == "datasets" and self.sft.enabled:
+            bare = [d.name for d in self.task.datasets if not TRAINING_SETS[d.name].demonstrations]
+            if bare:
+                raise ValueError(f"sft.enabled: training sets {bare} have no demonstrations to fine-tune on; "
+                                 "disable SFT or use sets with demonstrations "
+                                 f"({', '.join(n for n, t in sorted(TRAINING_SETS.items()) if t.demonstrations)})")
         return self
 
     @model_validator(mode="after")

@@ -1,8 +1,11 @@
 """Run one stage of one run in this process: the entry point every Snakemake rule calls (scripts/stage.py).
 
-    stage.py sft  --sweep S --id SFT_ID --config JSON
-    stage.py rl   --sweep S --id RUN_ID --config JSON [--init SFT_DONE.json]
-    stage.py eval --sweep S --id EVAL_ID --config JSON --checkpoint-from RL_DONE.json
+    stage.py data    --sweep S --id DATA_ID --config JSON
+    stage.py overlap --sweep S --id OVERLAP_ID --config JSON --data DATA_DONE.json
+    stage.py sft     --sweep S --id SFT_ID --config JSON [--data DATA_DONE.json --overlap DONE.json ...]
+    stage.py rl      --sweep S --id RUN_ID --config JSON [--init SFT_DONE.json] [--data ...] [--overlap ...]
+                     [--max-train-overlap F]
+    stage.py eval    --sweep S --id EVAL_ID --config JSON --checkpoint-from RL_DONE.json
     stage.py aggregate --sweep S
 
 A stage writes its `runs` row when it starts (status running) and again when it ends (completed / failed /
@@ -20,6 +23,7 @@ import os
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +31,11 @@ import torch
 
 from workflow import preemption
 from workflow.atomic import write_json
+from workflow.data.overlap import TrainOverlap, check as check_overlap, enforce as enforce_overlap
+from workflow.data.prepare import prepare
 from workflow.engines.registry import get_engine
 from workflow.eval.backends import make_backend
-from workflow.eval.benchmarks import DatasetUnavailable
+from workflow.hub import DatasetUnavailable
 from workflow.eval.harness import evaluate
 from workflow.eval.plan import eval_groups
 from workflow.layout import CHECKPOINTS, DONE, stage_dir, step_dir, summary_path
@@ -39,16 +45,30 @@ from workflow.results.summary import write_summary
 from workflow.results.train_log import TrainLog
 from workflow.results.writer import write_rows
 from workflow.runlock import RunLocked, run_lock
-from workflow.stages import parse_stage
+from workflow.stages import STAGES, parse_stage
 from workflow.study import pruning
 from workflow.sweep.identity import canonical_json, stable_id
 
 
 def read_done(path: str | Path) -> dict[str, Any]:
+    """A stage's DONE.json, with the path of what it made (a checkpoint, the prepared rows, a report)."""
     path = Path(path)
     done = json.loads(path.read_text())
-    done["checkpoint_path"] = path.parent / done["checkpoint"]
+    for key in ("checkpoint", "output"):
+        if done.get(key) is not None:
+            done[f"{key}_path"] = path.parent / done[key]
     return done
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What a stage reads besides its config (the files its Snakemake rule hands it), and the gate on training."""
+
+    init: Path | None = None  # the SFT stage's DONE.json an RL stage starts from
+    checkpoint_from: Path | None = None  # the RL stage's DONE.json an eval job evaluates
+    data: Path | None = None  # the data stage's DONE.json (datasets tasks)
+    overlaps: tuple[Path, ...] = ()  # overlap stages' DONE.json the training stages check
+    max_train_overlap: float | None = None  # checks.max_train_overlap of the sweep
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -68,7 +88,7 @@ class _RunsRow:
 
     def __init__(self, results_root: Path, sweep: str, stage: str, stage_id: str, cfg: dict, label: str | None,
                  job: dict[str, Any] | None = None):
-        parent = cfg.get("sft_id") if stage == "rl" else cfg.get("run_id")
+        parent = cfg.get("sft_id") if stage == "rl" else cfg.get("run_id", cfg.get("data_id"))
         method = cfg["rl"]["update"] if stage == "rl" else stage
         job = job or {}  # what tells apart the jobs of one stage id (an eval's step and benchmark group)
         suffix = "".join(f"_{v}" for v in job.values())
@@ -90,9 +110,11 @@ class _RunsRow:
 
 def run_stage(stage: str, sweep: str, stage_id: str, cfg: dict, *, results_root: Path, init: Path | None = None,
               checkpoint_from: Path | None = None, label: str | None = None, step: int | None = None,
-              group: str | None = None) -> Path:
+              group: str | None = None, data: Path | None = None, overlaps: tuple[Path, ...] = (),
+              max_train_overlap: float | None = None) -> Path:
     """Run one stage to completion; returns its DONE.json. An eval job evaluates the RL checkpoint at `step` on
     the benchmarks of `group` (default: the final checkpoint, every benchmark)."""
+    inputs = Inputs(init, checkpoint_from, data, tuple(overlaps), max_train_overlap)
     if stable_id(cfg) != stage_id:  # the id IS the hash of the config: a mismatch means a stale or hand-made call
         raise ValueError(f"{stage} id {stage_id} does not match its config (hash {stable_id(cfg)})")
     typed = parse_stage(stage, cfg)  # what the engine and the harness read
@@ -116,8 +138,8 @@ def run_stage(stage: str, sweep: str, stage_id: str, cfg: dict, *, results_root:
             return out_dir / DONE
         try:
             with run_lock(out_dir, what):
-                return _run_locked(stage, sweep, stage_id, cfg, typed, out_dir, results_root=results_root, init=init,
-                                   checkpoint_from=checkpoint_from, label=label, step=step, job=job, names=names)
+                return _run_locked(stage, sweep, stage_id, cfg, typed, out_dir, results_root=results_root,
+                                   inputs=inputs, label=label, step=step, job=job, names=names)
         except RunLocked:
             if not wait:
                 raise
@@ -125,46 +147,58 @@ def run_stage(stage: str, sweep: str, stage_id: str, cfg: dict, *, results_root:
 
 
 def _run_locked(stage: str, sweep: str, stage_id: str, cfg: dict, typed, out_dir: Path, *, results_root: Path,
-                init: Path | None, checkpoint_from: Path | None, label: str | None, step: int | None,
-                job: dict, names: list[str] | None) -> Path:
+                inputs: Inputs, label: str | None, step: int | None, job: dict, names: list[str] | None) -> Path:
     (out_dir / "config.json").write_text(json.dumps(cfg, indent=1, sort_keys=True))
     runs = _RunsRow(results_root, sweep, stage, stage_id, cfg, label, job)
     runs.write("running")
+    done: dict[str, Any] = {"stage": stage, "id": stage_id}
     try:
-        if stage == "sft":
-            engine = get_engine(typed.engine.name)
-            ckpt, step = engine.sft(typed, out_dir, TrainLog(results_root, sweep, "sft", stage_id)), None
-        elif stage == "rl":
-            engine = get_engine(typed.engine.name)
-            init_ckpt = read_done(init)["checkpoint_path"] if init else None
-            log = TrainLog(results_root, sweep, "rl", stage_id)
-            # an Optuna trial's run reports intermediate evals, which it runs here as ordinary eval jobs
-            run_eval = functools.partial(_run_eval, results_root=results_root, sweep=sweep, rl_dir=out_dir)
-            report = pruning.reporter_for(results_root, sweep, stage_id, out_dir, run_eval)
-            ckpt = (engine.rl(typed, init_ckpt, out_dir, log, on_checkpoint=report) if report is not None
-                    else engine.rl(typed, init_ckpt, out_dir, log))
-            step = None
+        if stage == "data":
+            done["output"] = os.path.relpath(prepare(typed.task, out_dir), out_dir)
+        elif stage == "overlap":
+            rows = read_done(inputs.data)["output_path"]
+            done["output"] = os.path.relpath(
+                check_overlap(rows, typed.benchmarks, typed.paths, typed.revisions, out_dir), out_dir)
+        elif stage in ("sft", "rl"):
+            ckpt = _train(stage, sweep, stage_id, typed, out_dir, results_root, inputs)
+            done["step"] = json.loads((Path(ckpt) / "meta.json").read_text())["step"]
+            done["checkpoint"] = os.path.relpath(ckpt, out_dir)
         else:
-            ckpt = step_dir(Path(checkpoint_from).parent / CHECKPOINTS, step)
+            ckpt = step_dir(Path(inputs.checkpoint_from).parent / CHECKPOINTS, step)
             if not (ckpt / "meta.json").is_file():
                 raise FileNotFoundError(f"no RL checkpoint at step {step}: {ckpt}")
             ev = typed.eval
             backend = make_backend(ev.backend, ckpt, tensor_parallel_size=ev.tensor_parallel_size, seed=ev.seed)
             evaluate(backend, typed.task, ev, step, results_root=results_root, sweep=sweep, run_id=typed.run_id,
                      eval_id=stage_id, names=names)
+            done.update(step=step, checkpoint=os.path.relpath(ckpt, out_dir))
     except BaseException as e:  # noqa: BLE001 - record why, then let it propagate
         status = ("preempted" if isinstance(e, Preempted) else "pruned" if isinstance(e, pruning.Pruned) else
                   "interrupted" if isinstance(e, (KeyboardInterrupt, Terminated)) else "failed")
         runs.write(status, f"{type(e).__name__}: {e}")
         raise
-    if step is None:
-        step = json.loads((Path(ckpt) / "meta.json").read_text())["step"]
     done_path = out_dir / DONE
-    write_json(done_path, {"stage": stage, "id": stage_id, "step": step,
-                                  "checkpoint": os.path.relpath(ckpt, out_dir),
-                                  "finished_at": dt.datetime.now(dt.timezone.utc).isoformat()})
+    write_json(done_path, {**done, "finished_at": dt.datetime.now(dt.timezone.utc).isoformat()})
     runs.write("completed")
     return done_path
+
+
+def _train(stage: str, sweep: str, stage_id: str, typed, out_dir: Path, results_root: Path, inputs: Inputs) -> Path:
+    """An SFT or RL stage on its engine; returns the final checkpoint. Refuses training data that holds more of an
+    evaluated benchmark than the sweep allows."""
+    enforce_overlap([read_done(p)["output_path"] for p in inputs.overlaps], inputs.max_train_overlap)
+    engine = get_engine(typed.engine.name)
+    data = read_done(inputs.data)["output_path"] if inputs.data else None
+    log = TrainLog(results_root, sweep, stage, stage_id)
+    if stage == "sft":
+        return engine.sft(typed, out_dir, log, data=data)
+    init_ckpt = read_done(inputs.init)["checkpoint_path"] if inputs.init else None
+    # an Optuna trial's run reports intermediate evals, which it runs here as ordinary eval jobs
+    run_eval = functools.partial(_run_eval, results_root=results_root, sweep=sweep, rl_dir=out_dir)
+    report = pruning.reporter_for(results_root, sweep, stage_id, out_dir, run_eval)
+    if report is not None:
+        return engine.rl(typed, init_ckpt, out_dir, log, on_checkpoint=report, data=data)
+    return engine.rl(typed, init_ckpt, out_dir, log, data=data)
 
 
 def _run_eval(eval_id: str, eval_cfg: dict, label: str, step: int, group: str, *, results_root: Path, sweep: str,
@@ -184,11 +218,14 @@ def _terminated(signum, frame) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="stage.py", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("stage", choices=["sft", "rl", "eval", "aggregate"])
+    p.add_argument("stage", choices=[*STAGES, "aggregate"])
     p.add_argument("--sweep", required=True)
     p.add_argument("--id")
     p.add_argument("--config", help="the stage config as JSON")
     p.add_argument("--init", type=Path, help="DONE.json of the SFT stage to start RL from")
+    p.add_argument("--data", type=Path, help="DONE.json of the data stage (datasets tasks)")
+    p.add_argument("--overlap", type=Path, nargs="*", default=[], help="DONE.json of overlap checks to enforce")
+    p.add_argument("--max-train-overlap", type=float, help="refuse to train above this benchmark overlap")
     p.add_argument("--checkpoint-from", type=Path, help="DONE.json of the RL stage to evaluate")
     p.add_argument("--step", type=int, help="eval: the RL checkpoint step (default: the final one)")
     p.add_argument("--group", help="eval: the benchmark group (default: all benchmarks)")
@@ -208,8 +245,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _terminated)  # scancel / hard requeue: record "interrupted", then go
     try:
         run_stage(a.stage, a.sweep, a.id, json.loads(a.config), results_root=a.results, init=a.init,
-                  checkpoint_from=a.checkpoint_from, label=a.label, step=a.step, group=a.group)
-    except (DatasetUnavailable, RunLocked) as e:  # a set-up problem with a clear fix: the message, not a traceback
+                  checkpoint_from=a.checkpoint_from, label=a.label, step=a.step, group=a.group, data=a.data,
+                  overlaps=tuple(a.overlap), max_train_overlap=a.max_train_overlap)
+    except (DatasetUnavailable, RunLocked, TrainOverlap) as e:  # a problem with a clear fix: the message, no traceback
         print(f"error: {e}", file=sys.stderr)
         return 1
     except Preempted as e:

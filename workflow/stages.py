@@ -1,8 +1,12 @@
 """What each stage of a run reads, and so what its id is the hash of.
 
-    sft   engine + model + task + sft                      (shared by every RL run with the same SFT settings)
-    rl    engine + model + task + rl + seed + sft_id       (only the selected update rule's rl.<rule> section)
-    eval  engine + task + eval + run_id                    (changing eval settings never retrains anything)
+    data     the training-set settings of a `datasets` task    (one prepared copy for every run that shares them)
+    overlap  data_id + the evaluated benchmarks                (the training data vs each benchmark, a report)
+    sft      engine + model + task + sft [+ data_id]           (shared by every RL run with the same SFT settings)
+    rl       engine + model + task + rl + seed + sft_id [+ data_id]   (only the selected rule's rl.<rule> section)
+    eval     engine + task + eval + run_id                     (changing eval settings never retrains anything)
+
+`task` is only the selected task kind's fields (TaskConfig.read_fields); the arithmetic task has no data stage.
 
 `stage_config` gives the plain dict (its canonical JSON is hashed into the stage id and travels to the stage
 job on the command line); `parse_stage` turns it back into a typed, validated model on the other side, so an
@@ -13,33 +17,66 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import model_validator
+
 from workflow.config import (VERL_STAGE_FIELDS, EngineConfig, EvalConfig, ModelConfig, RLConfig, RunConfig,
                              SFTConfig, TaskConfig)
+from workflow.eval.benchmarks import REGISTRY as BENCHMARKS
 from workflow.strict import Strict
 
-STAGES = ("sft", "rl", "eval")
+STAGES = ("data", "overlap", "sft", "rl", "eval")
 
 
-def stage_config(cfg: RunConfig, stage: str, *, sft_id: str | None = None, run_id: str | None = None) -> dict:
+def overlap_benchmarks(cfg: RunConfig) -> list[str]:
+    """The evaluated benchmarks the training data is checked against (the dataset-backed ones)."""
+    return [b for b in cfg.eval.benchmarks if not BENCHMARKS[b].synthetic]
+
+
+def stage_config(cfg: RunConfig, stage: str, *, sft_id: str | None = None, run_id: str | None = None,
+                 data_id: str | None = None) -> dict:
     """The part of a run's config that decides a stage's result; a stage's id is the hash of exactly this."""
     d = cfg.model_dump(mode="json")
+    if stage == "data":
+        return {"task": {k: d["task"][k] for k in TaskConfig.DATA_FIELDS}}
+    if stage == "overlap":
+        names = overlap_benchmarks(cfg)
+        return {"data_id": data_id, "benchmarks": names,
+                "paths": {b: p for b, p in d["eval"]["paths"].items() if b in names},
+                "revisions": {b: r for b, r in d["eval"]["revisions"].items() if b in names}}
     engine = {"name": d["engine"]["name"]}  # engine.verl only for verl runs, as the rule sections below
     if engine["name"] == "verl" and stage in VERL_STAGE_FIELDS:
         engine["verl"] = {k: d["engine"]["verl"][k] for k in VERL_STAGE_FIELDS[stage]}
     elif engine["name"] == "verl":
         engine = d["engine"]
-    common = {"engine": engine, "task": d["task"]}
+    common = {"engine": engine, "task": {k: d["task"][k] for k in cfg.task.read_fields}}
+    data = {"data_id": data_id} if data_id is not None else {}  # only runs that train on prepared data
     if stage == "sft":
-        return {**common, "model": d["model"], "sft": d["sft"]}
+        return {**common, "model": d["model"], "sft": d["sft"], **data}
     if stage == "rl":
         # only the selected update rule's settings belong to the run: a GRPO run is the same run whatever
         # rl.sfpo.K says, so sweeping rl.sfpo.K over GRPO runs is reported as duplicate runs
         sections = RLConfig.rule_sections()
         rl = {k: v for k, v in d["rl"].items() if k not in sections or k == d["rl"]["update"]}
-        return {**common, "model": d["model"], "rl": rl, "seed": d["seed"], "sft_id": sft_id}
+        return {**common, "model": d["model"], "rl": rl, "seed": d["seed"], "sft_id": sft_id, **data}
     if stage == "eval":
         return {**common, "eval": d["eval"], "run_id": run_id}
     raise ValueError(f"unknown stage {stage!r}; known: {', '.join(STAGES)}")
+
+
+class DataStage(Strict):
+    task: TaskConfig
+
+    @model_validator(mode="before")
+    @classmethod
+    def _a_datasets_task(cls, data: Any) -> Any:
+        return {"task": {**data["task"], "name": "datasets"}} if isinstance(data, dict) and "task" in data else data
+
+
+class OverlapStage(Strict):
+    data_id: str
+    benchmarks: list[str]
+    paths: dict[str, str]
+    revisions: dict[str, str]
 
 
 class SFTStage(Strict):
@@ -47,6 +84,7 @@ class SFTStage(Strict):
     model: ModelConfig
     task: TaskConfig
     sft: SFTConfig
+    data_id: str | None = None
 
 
 class RLStage(Strict):
@@ -56,6 +94,7 @@ class RLStage(Strict):
     rl: RLConfig
     seed: int
     sft_id: str | None
+    data_id: str | None = None
 
 
 class EvalStage(Strict):
@@ -65,10 +104,11 @@ class EvalStage(Strict):
     run_id: str
 
 
-STAGE_MODELS: dict[str, type[Strict]] = {"sft": SFTStage, "rl": RLStage, "eval": EvalStage}
+STAGE_MODELS: dict[str, type[Strict]] = {"data": DataStage, "overlap": OverlapStage, "sft": SFTStage,
+                                         "rl": RLStage, "eval": EvalStage}
 
 
-def parse_stage(stage: str, cfg: dict[str, Any]) -> SFTStage | RLStage | EvalStage:
+def parse_stage(stage: str, cfg: dict[str, Any]) -> DataStage | OverlapStage | SFTStage | RLStage | EvalStage:
     if stage not in STAGE_MODELS:
         raise ValueError(f"unknown stage {stage!r}; known: {', '.join(STAGES)}")
     return STAGE_MODELS[stage].model_validate(cfg)

@@ -10,11 +10,12 @@ from workflow.stages import RLStage, SFTStage
 
 
 class Engine(Protocol):
-    def sft(self, stage: SFTStage, out_dir: Path, log: TrainLog) -> Path:
+    def sft(self, stage: SFTStage, out_dir: Path, log: TrainLog, data: Path | None = None) -> Path:
         """Train the stage's model on its SFT data; return the final checkpoint directory. Checkpoints every
-        sft.checkpoint_every steps under out_dir/checkpoints and resumes from the newest one it finds there."""
+        sft.checkpoint_every steps under out_dir/checkpoints and resumes from the newest one it finds there.
+        `data`: the data stage's prepared rows (workflow/data/prepare.py) for a `datasets` task, else None."""
 
     def rl(self, stage: RLStage, init_ckpt: Path | None, out_dir: Path, log: TrainLog,
-           on_checkpoint: Callable[[int], None] | None = None) -> Path:
+           on_checkpoint: Callable[[int], None] | None = None, data: Path | None = None) -> Path:
         """RL from `init_ckpt` (None = the model the stage names); return the final checkpoint directory.
         `on_checkpoint(step)` is called after each interval checkpoint and may raise to stop the run (pruning)."""

@@ -112,8 +112,10 @@ class _Trainer:
 
 
 class LocalEngine:
+    """Trains on the arithmetic task only (the run config refuses a `datasets` task here: `data` is always None)."""
+
     # ------------------------------------------------------------------------------------------------- SFT
-    def sft(self, stage: SFTStage, out_dir: Path, log: TrainLog) -> Path:
+    def sft(self, stage: SFTStage, out_dir: Path, log: TrainLog, data: Path | None = None) -> Path:
         model_cfg, task, sft = stage.model, stage.task, stage.sft
         schedule = (warmup_cosine(sft.steps, sft.warmup_ratio, sft.min_lr_ratio) if sft.schedule == "cosine"
                     else constant())
@@ -139,7 +141,7 @@ class LocalEngine:
 
     # -------------------------------------------------------------------------------------------------- RL
     def rl(self, stage: RLStage, init_ckpt: Path | None, out_dir: Path, log: TrainLog,
-           on_checkpoint: Callable[[int], None] | None = None) -> Path:
+           on_checkpoint: Callable[[int], None] | None = None, data: Path | None = None) -> Path:
         model_cfg, task, rl, seed = stage.model, stage.task, stage.rl, stage.seed
         init = load_model(init_ckpt) if init_ckpt else build_model(model_cfg, TOKENIZER.vocab_size, seed)
         ref = copy.deepcopy(init).eval().requires_grad_(False) if rl.kl_coef > 0 else None

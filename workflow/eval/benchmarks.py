@@ -18,12 +18,11 @@ dataset update on the Hub never changes its numbers silently.
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal
 
+from workflow.hub import HubDataset, hub_records, normalized, read_records
 from workflow.tasks.arithmetic import split
 
 Kind = Literal["math", "mc"]
@@ -62,10 +61,6 @@ class Benchmark:
     @property
     def synthetic(self) -> bool:
         return self.generate is not None
-
-
-class DatasetUnavailable(Exception):
-    """A benchmark whose data is neither in the local cache nor given as a file. The message says how to fix it."""
 
 
 # ---------------------------------------------------------------------------------------------- normalizers
@@ -156,45 +151,6 @@ def get(name: str) -> Benchmark:
 
 
 # ------------------------------------------------------------------------------------------------- loading
-def read_records(path: str | Path) -> list[dict[str, Any]]:
-    path = Path(path)
-    if not path.is_file():
-        raise DatasetUnavailable(f"{path}: file not found")
-    if path.suffix == ".jsonl":
-        with path.open() as f:
-            return [json.loads(line) for line in f if line.strip()]
-    if path.suffix == ".json":
-        data = json.loads(path.read_text())
-        return data if isinstance(data, list) else data["data"]
-    if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
-        return pq.read_table(path).to_pylist()
-    raise DatasetUnavailable(f"{path}: unsupported file type (use .jsonl, .json or .parquet)")
-
-
-def _hub_records(b: Benchmark, revision: str | None) -> list[dict[str, Any]]:
-    fetch = (f"python -c \"import datasets; datasets.load_dataset('{b.hf_id}'"
-             + (f", '{b.config}'" if b.config else "") + f", split='{b.split}'"
-             + (f", revision='{revision}'" if revision else "") + ")\"")
-    how = (f"benchmark {b.name}: dataset {b.hf_id}" + (f" ({b.config})" if b.config else "")
-           + f", split {b.split}, is not available here. Either fetch it into the Hugging Face cache on a machine "
-           f"with internet (a login node), with the same HF_HOME as the jobs "
-           f"(now {os.environ.get('HF_HOME', '~/.cache/huggingface')}):\n    {fetch}\n"
-           f"or point the benchmark's `path:` at a local .jsonl/.parquet file with the fields "
-           f"{', '.join(b.fields)}." + (f"\nNote: {b.note}" if b.note else ""))
-    try:
-        import datasets
-    except ImportError:
-        raise DatasetUnavailable(how + "\n(The `datasets` package is not installed: pip install -e '.[eval]'.)") \
-            from None
-    try:
-        ds = datasets.load_dataset(b.hf_id, b.config, split=b.split, revision=revision)
-    except Exception as e:  # noqa: BLE001 - offline, gated, missing: all mean "not available here"
-        raise DatasetUnavailable(f"{how}\n(datasets said: {type(e).__name__}: {str(e).splitlines()[0][:300]})") \
-            from None
-    return list(ds)
-
-
 def load(name: str, path: str | Path | None = None, revision: str | None = None, limit: int | None = None,
          task: Any = None) -> list[Item]:
     """The benchmark's items, from `path` if given, else from the Hugging Face cache; a synthetic benchmark's
@@ -204,16 +160,9 @@ def load(name: str, path: str | Path | None = None, revision: str | None = None,
         if task is None:
             raise ValueError(f"benchmark {name} is generated from the run's task settings: pass task=")
         return b.generate(task)[:limit]
-    records = read_records(path) if path else _hub_records(b, revision or b.revision)
-    items = []
-    for i, r in enumerate(records):
-        if not b.keep(r):
-            continue
-        try:
-            items.append(b.normalize(r, i))
-        except (KeyError, TypeError, ValueError) as e:
-            raise DatasetUnavailable(f"benchmark {name}: record {i} of {path or b.hf_id} does not have the "
-                                     f"expected fields {', '.join(b.fields)} ({type(e).__name__}: {e})") from None
-    if not items:
-        raise DatasetUnavailable(f"benchmark {name}: no items in {path or b.hf_id}")
+    what = f"benchmark {name}"
+    records = (read_records(path) if path else
+               hub_records(HubDataset(b.hf_id, b.config, b.split, b.fields), revision or b.revision, what=what,
+                           path_key=f"eval.paths.{name}", note=b.note))
+    items = normalized(records, b.normalize, b.keep, what=what, source=str(path or b.hf_id), fields=b.fields)
     return items[:limit]

@@ -1,4 +1,5 @@
-"""Prompt templates, by name. A model whose tokenizer has its own chat template gets the question through it."""
+"""Prompt templates, by name, for evaluation and for training prompts alike. A model whose tokenizer has its own
+chat template gets the messages through it."""
 
 from __future__ import annotations
 
@@ -19,6 +20,19 @@ SEED003_USER = "This is the problem: {question}"
 TEMPLATES = ("boxed", "seed003", "raw")
 
 
+def messages(question: str, template: str = "boxed") -> list[dict[str, str]]:
+    """The chat messages of one question: boxed = one user turn asking for a \\boxed{} answer; seed003 = the
+    seed-003 system prompt + "This is the problem: ..."; raw = the question alone as the user turn."""
+    if template == "raw":
+        return [{"role": "user", "content": question}]
+    if template == "boxed":
+        return [{"role": "user", "content": BOXED.format(question=question)}]
+    if template == "seed003":
+        return [{"role": "system", "content": SEED003_SYSTEM},
+                {"role": "user", "content": SEED003_USER.format(question=question)}]
+    raise ValueError(f"unknown prompt template {template!r}; known: {', '.join(TEMPLATES)}")
+
+
 def render(question: str, template: str = "boxed", tokenizer=None) -> str:
     """The prompt text for one question.
 
@@ -29,15 +43,9 @@ def render(question: str, template: str = "boxed", tokenizer=None) -> str:
     """
     if template == "raw":
         return question
-    if template == "boxed":
-        messages = [{"role": "user", "content": BOXED.format(question=question)}]
-    elif template == "seed003":
-        messages = [{"role": "system", "content": SEED003_SYSTEM},
-                    {"role": "user", "content": SEED003_USER.format(question=question)}]
-    else:
-        raise ValueError(f"unknown prompt template {template!r}; known: {', '.join(TEMPLATES)}")
+    turns = messages(question, template)
     if tokenizer is not None and getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
     if template == "seed003":
         return f"System: {SEED003_SYSTEM} User: {SEED003_USER.format(question=question)} Assistant: <think>"
-    return messages[0]["content"]
+    return turns[0]["content"]

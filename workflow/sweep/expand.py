@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from workflow.config import RunConfig
 from workflow.eval.plan import eval_jobs
-from workflow.stages import stage_config
+from workflow.stages import overlap_benchmarks, stage_config
 from workflow.strict import format_validation_error
 from workflow.sweep.identity import stable_id
 from workflow.sweep.keys import apply, check_key, format_point, format_value, lookup, value_matches
@@ -32,6 +32,8 @@ class Run:
     sft_id: str | None
     run_id: str
     eval_id: str
+    data_id: str | None = None  # the data stage of a `datasets` task
+    overlap_id: str | None = None  # its check against this run's evaluated benchmarks (None: nothing to check)
 
     @property
     def label(self) -> str:
@@ -43,7 +45,7 @@ class Run:
         return self.config.rl.update
 
     def stage_config(self, stage: str) -> dict[str, Any]:
-        return stage_config(self.config, stage, sft_id=self.sft_id, run_id=self.run_id)
+        return stage_config(self.config, stage, sft_id=self.sft_id, run_id=self.run_id, data_id=self.data_id)
 
     @property
     def eval_jobs(self) -> list[tuple[int, str]]:
@@ -76,10 +78,14 @@ def runs_for(spec: SweepSpec, point: dict[str, Any]) -> list[Run]:
                 validate(cfg)
             except VerlConfigError as e:
                 raise PointError([str(e)], assignment) from None
-        sft_id = stable_id(stage_config(cfg, "sft")) if cfg.sft.enabled else None
-        run_id = stable_id(stage_config(cfg, "rl", sft_id=sft_id))
+        data_id = stable_id(stage_config(cfg, "data")) if cfg.task.name == "datasets" else None
+        overlap_id = (stable_id(stage_config(cfg, "overlap", data_id=data_id))
+                      if data_id is not None and overlap_benchmarks(cfg) else None)
+        sft_id = stable_id(stage_config(cfg, "sft", data_id=data_id)) if cfg.sft.enabled else None
+        run_id = stable_id(stage_config(cfg, "rl", sft_id=sft_id, data_id=data_id))
         eval_id = stable_id(stage_config(cfg, "eval", run_id=run_id))
-        runs.append(Run(config=cfg, assignment=assignment, sft_id=sft_id, run_id=run_id, eval_id=eval_id))
+        runs.append(Run(config=cfg, assignment=assignment, sft_id=sft_id, run_id=run_id, eval_id=eval_id,
+                        data_id=data_id, overlap_id=overlap_id))
     return runs
 
 
@@ -91,9 +97,13 @@ class Sweep:
     runs: list[Run]
     by_run_id: dict[str, Run] = field(init=False)
     sft_configs: dict[str, dict] = field(init=False)
+    data_configs: dict[str, dict] = field(init=False)  # data stages (datasets tasks)
+    overlap_configs: dict[str, dict] = field(init=False)
+    sft_overlaps: dict[str, set[str]] = field(init=False)  # SFT id -> the overlap checks of every run sharing it
 
     def __post_init__(self) -> None:
-        self.by_run_id, self.sft_configs = {}, {}
+        self.by_run_id, self.sft_configs, self.data_configs, self.overlap_configs = {}, {}, {}, {}
+        self.sft_overlaps = {}
         runs, self.runs = self.runs, []
         self.add_runs(runs)
 
@@ -108,6 +118,12 @@ class Sweep:
             self.by_run_id[r.run_id] = r
             if r.sft_id is not None:
                 self.sft_configs.setdefault(r.sft_id, r.stage_config("sft"))
+            if r.data_id is not None:
+                self.data_configs.setdefault(r.data_id, r.stage_config("data"))
+            if r.overlap_id is not None:
+                self.overlap_configs.setdefault(r.overlap_id, r.stage_config("overlap"))
+                if r.sft_id is not None:
+                    self.sft_overlaps.setdefault(r.sft_id, set()).add(r.overlap_id)
 
 
 def load_sweep(path: str | Path) -> Sweep:

@@ -13,6 +13,7 @@ exclude:                         # drop points matching every key of an entry
   - {rl.clip_high: 0.2, rl.lr: 5.0e-5}
 seeds: [0, 1]
 resources: {rl: {threads: 1}}    # how to run a stage; never part of a run's identity
+checks: {max_train_overlap: 0.0} # refuse to train on data that contains evaluated benchmark problems
 ```
 Instead of grid / zip / exclude, an `optuna:` block searches the run config with an Optuna study (see
 workflow/study/spec.py for the block):
@@ -131,6 +132,7 @@ class StageResources(Strict):
 
 
 _STAGE_DEFAULTS = {  # a GPU cluster's sane defaults per stage; a local run uses only the threads
+    "data": {"threads": 1, "gpus_per_node": 0, "time": "02:00:00"},  # data preparation and overlap checks (CPU)
     "sft": {"threads": 2, "gpus_per_node": 1, "time": "12:00:00"},
     "rl": {"threads": 1, "gpus_per_node": 1, "time": "24:00:00"},
     "eval": {"threads": 1, "gpus_per_node": 1, "time": "04:00:00"},
@@ -141,6 +143,7 @@ class Resources(Strict):
     """Per-stage job resources. A stage block in the sweep changes only the keys it names: `rl: {time: 02:00:00}`
     keeps the RL stage's default GPU."""
 
+    data: StageResources = StageResources(**_STAGE_DEFAULTS["data"])
     sft: StageResources = StageResources(**_STAGE_DEFAULTS["sft"])
     rl: StageResources = StageResources(**_STAGE_DEFAULTS["rl"])
     eval: StageResources = StageResources(**_STAGE_DEFAULTS["eval"])
@@ -154,6 +157,14 @@ class Resources(Strict):
         return data
 
 
+class Checks(Strict):
+    """Gates on what runs; like resources, never part of a run's identity."""
+
+    # refuse to train (SFT and RL stages) when more than this fraction of an evaluated benchmark's problems is in
+    # the training data (workflow/data/overlap.py); None: report the overlap only
+    max_train_overlap: float | None = Field(None, ge=0.0, le=1.0)
+
+
 class SweepSpec(Strict):
     name: str
     description: str = ""
@@ -163,6 +174,7 @@ class SweepSpec(Strict):
     exclude: list[dict[str, Any]] = Field(default_factory=list)
     seeds: list[int] = Field(default_factory=lambda: [0])
     resources: Resources = Resources()
+    checks: Checks = Checks()
     optuna: OptunaSpec | None = None  # a study over the run config instead of grid / zip / exclude
 
     @field_validator("name")

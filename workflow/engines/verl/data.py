@@ -1,13 +1,18 @@
-"""The data a verl run reads: our task's problems as verl's RLHF parquet, and the reward verl calls; for SFT, the
-worked solutions as verl's multi-turn SFT parquet. (`cfg` below: a stage's typed config, workflow/stages.py.)
+"""The data a verl run reads, as verl's parquet files, and the reward verl calls.
 
 verl's RLHFDataset reads rows `{data_source, prompt: [chat messages], ability, reward_model: {style, ground_truth},
-extra_info}` and its reward loop calls `reward.custom_reward_function` = `compute_score(data_source, solution_str,
-ground_truth, extra_info)` for every response. Training problems are drawn exactly as the local engine draws them
-(step t's batch from the generator seeded by (seed, t, 1)), one row per prompt, `rl.steps x rl.prompts_per_step`
-rows in order, so verl (with shuffle off) sees the same problems in the same steps. SFT rows are
-`{messages: [user prompt, assistant solution]}` (verl's MultiTurnSFTDataset puts the loss on the assistant turn),
-step t's batch from the generator seeded by (sft.seed, t) as the local engine's SFT draws it.
+extra_info}` (it applies the model's chat template itself) and its reward loop calls
+`reward.custom_reward_function` = `compute_score(data_source, solution_str, ground_truth, extra_info)` for every
+response. SFT rows are `{messages: [prompt turns..., assistant demonstration]}` (verl's MultiTurnSFTDataset puts the
+loss on the assistant turn). `cfg` below is a stage's typed config (workflow/stages.py).
+
+- arithmetic task: training problems are drawn exactly as the local engine draws them (step t's batch from the
+  generator seeded by (seed, t, 1); SFT's from (sft.seed, t)); reward = the task's exact \\boxed{} match.
+- datasets task: the data stage's prepared rows (workflow/data/prepare.py), in epochs (a permutation per epoch
+  seeded by (seed, epoch)), each problem put to the model by `task.template` (eval/prompts.py: boxed, or the
+  seed-003 system prompt); SFT trains on the rows' demonstrations; reward = the eval scorer (last \\boxed{}
+  compared with the gold by math-verify, in a worker process with a time limit).
+`rl.steps x rl.prompts_per_step` rows in order, so verl (with shuffle off) sees the same problems in the same steps.
 """
 
 from __future__ import annotations
@@ -18,60 +23,104 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from workflow.config import TaskConfig
+from workflow.eval.prompts import messages
+from workflow.eval.scoring import MathVerifier
 from workflow.results.writer import write_parquet
 from workflow.tasks.arithmetic import reward, sample_train, split
 
-DATA_SOURCE = "rlsweep/arithmetic"
+DATA_SOURCE = "rlsweep/arithmetic"  # the arithmetic task: its exact-match reward
+MATH_SOURCE = "rlsweep/math"  # a datasets task: the eval scorer (math-verify)
+VAL_ROWS = 64  # verl reads a validation file even with validation off (test_freq -1); a few rows do
 
 
-def _row(prompt: str, answer: str, split_name: str, index: int, step: int | None) -> dict:
-    return {"data_source": DATA_SOURCE, "prompt": [{"role": "user", "content": prompt}], "ability": "math",
+def _row(source: str, turns: list[dict], answer: str, split_name: str, index: int, step: int | None, **info) -> dict:
+    return {"data_source": source, "prompt": turns, "ability": "math",
             "reward_model": {"style": "rule", "ground_truth": answer},
-            "extra_info": {"split": split_name, "index": index, "step": step}}
+            "extra_info": {"split": split_name, "index": index, "step": step, **info}}
 
 
-def rl_rows(cfg) -> list[dict]:
-    rl, rows = cfg.rl, []
-    for step in range(rl.steps):
-        for p in sample_train(cfg.task, np.random.default_rng([cfg.seed, step, 1]), rl.prompts_per_step):
-            rows.append(_row(p.prompt, p.answer, "train", len(rows), step))
-    return rows
-
-
-def heldout_rows(task: TaskConfig) -> list[dict]:
-    return [_row(p.prompt, p.answer, "test", i, None) for i, p in enumerate(split(task).heldout)]
-
-
-def write_rl_data(cfg, out_dir: Path) -> tuple[Path, Path]:
-    """train.parquet and val.parquet in verl's format under out_dir (atomic writes; rewritten identically)."""
-    out_dir = Path(out_dir)
-    train = write_parquet(pa.Table.from_pylist(rl_rows(cfg)), out_dir / "train.parquet")
-    val = write_parquet(pa.Table.from_pylist(heldout_rows(cfg.task)), out_dir / "val.parquet")
-    return train, val
-
-
-def sft_rows(cfg) -> list[dict]:
-    sft, rows = cfg.sft, []
-    for step in range(sft.steps):
-        for p in sample_train(cfg.task, np.random.default_rng([sft.seed, step]), sft.batch_size):
-            rows.append({"messages": [{"role": "user", "content": p.prompt},
-                                      {"role": "assistant", "content": p.solution}]})
-    return rows
-
-
-def write_sft_data(cfg, out_dir: Path) -> Path:
-    """sft.parquet in verl's multi-turn SFT format under out_dir (sft.steps x sft.batch_size examples)."""
-    return write_parquet(pa.Table.from_pylist(sft_rows(cfg)), Path(out_dir) / "sft.parquet")
+def epoch_order(n: int, seed: int, count: int, stream: int) -> list[int]:
+    """`count` row indices in epochs: each epoch a permutation of range(n) seeded by (seed, epoch, stream)."""
+    order: list[int] = []
+    epoch = 0
+    while len(order) < count:
+        order += np.random.default_rng([seed, epoch, stream]).permutation(n).tolist()
+        epoch += 1
+    return order[:count]
 
 
 def read_rows(path: Path) -> list[dict]:
     return pq.read_table(path).to_pylist()
 
 
+def rl_rows(cfg, data: Path | None = None) -> list[dict]:
+    rl, rows = cfg.rl, []
+    if cfg.task.name == "arithmetic":
+        for step in range(rl.steps):
+            for p in sample_train(cfg.task, np.random.default_rng([cfg.seed, step, 1]), rl.prompts_per_step):
+                rows.append(_row(DATA_SOURCE, [{"role": "user", "content": p.prompt}], p.answer, "train", len(rows),
+                                 step))
+        return rows
+    prepared = read_rows(data)
+    for i, k in enumerate(epoch_order(len(prepared), cfg.seed, rl.steps * rl.prompts_per_step, 1)):
+        r = prepared[k]
+        rows.append(_row(MATH_SOURCE, messages(r["problem"], cfg.task.template), r["answer"], "train", i,
+                         i // rl.prompts_per_step, id=r["id"]))
+    return rows
+
+
+def val_rows(cfg, data: Path | None = None) -> list[dict]:
+    if cfg.task.name == "arithmetic":
+        return [_row(DATA_SOURCE, [{"role": "user", "content": p.prompt}], p.answer, "test", i, None)
+                for i, p in enumerate(split(cfg.task).heldout)]
+    return [_row(MATH_SOURCE, messages(r["problem"], cfg.task.template), r["answer"], "test", i, None, id=r["id"])
+            for i, r in enumerate(read_rows(data)[:VAL_ROWS])]
+
+
+def write_rl_data(cfg, out_dir: Path, data: Path | None = None) -> tuple[Path, Path]:
+    """train.parquet and val.parquet in verl's format under out_dir (atomic writes; rewritten identically).
+    `data`: the prepared rows of a datasets task."""
+    out_dir = Path(out_dir)
+    train = write_parquet(pa.Table.from_pylist(rl_rows(cfg, data)), out_dir / "train.parquet")
+    val = write_parquet(pa.Table.from_pylist(val_rows(cfg, data)), out_dir / "val.parquet")
+    return train, val
+
+
+def sft_rows(cfg, data: Path | None = None) -> list[dict]:
+    sft, rows = cfg.sft, []
+    if cfg.task.name == "arithmetic":
+        for step in range(sft.steps):
+            for p in sample_train(cfg.task, np.random.default_rng([sft.seed, step]), sft.batch_size):
+                rows.append({"messages": [{"role": "user", "content": p.prompt},
+                                          {"role": "assistant", "content": p.solution}]})
+        return rows
+    demos = [r for r in read_rows(data) if r["solution"]]
+    if not demos:
+        raise ValueError("the prepared training data has no demonstrations for SFT")
+    for k in epoch_order(len(demos), sft.seed, sft.steps * sft.batch_size, 2):
+        r = demos[k]
+        rows.append({"messages": [*messages(r["problem"], cfg.task.template),
+                                  {"role": "assistant", "content": r["solution"]}]})
+    return rows
+
+
+def write_sft_data(cfg, out_dir: Path, data: Path | None = None) -> Path:
+    """sft.parquet in verl's multi-turn SFT format under out_dir (sft.steps x sft.batch_size examples)."""
+    return write_parquet(pa.Table.from_pylist(sft_rows(cfg, data)), Path(out_dir) / "sft.parquet")
+
+
+_verifier: MathVerifier | None = None  # one math-verify worker process per reward process, started on first use
+
+
 def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info: dict | None = None,
                   **_: object) -> float:
-    """verl's reward hook (translate.REWARD_FN): the task's own reward, as the local engine rewards."""
-    if data_source != DATA_SOURCE:
-        raise ValueError(f"no reward for data source {data_source!r} (this run's data is {DATA_SOURCE!r})")
-    return reward(solution_str, str(ground_truth))
+    """verl's reward hook (translate.REWARD_FN): the arithmetic task's exact match, or for a datasets task the
+    eval scorer (a timed-out comparison scores 0)."""
+    global _verifier
+    if data_source == DATA_SOURCE:
+        return reward(solution_str, str(ground_truth))
+    if data_source == MATH_SOURCE:
+        if _verifier is None:
+            _verifier = MathVerifier()
+        return 1.0 if _verifier.score(solution_str, str(ground_truth)).correct else 0.0
+    raise ValueError(f"no reward for data source {data_source!r} (known: {DATA_SOURCE}, {MATH_SOURCE})")

@@ -67,11 +67,11 @@ class VerlEngine:
         self.launch = launch  # tests hand in a stand-in for the GPU part
         self.launch_sft = launch_sft
 
-    def sft(self, stage: SFTStage, out_dir: Path, log: TrainLog) -> Path:
+    def sft(self, stage: SFTStage, out_dir: Path, log: TrainLog, data: Path | None = None) -> Path:
         from omegaconf import OmegaConf
         v, out_dir = stage.engine.verl, Path(out_dir)
-        data = write_sft_data(stage, out_dir / "data")
-        config = compose(translate_sft(stage, train_files=str(data), out_dir=str(out_dir / "verl")),
+        rows = write_sft_data(stage, out_dir / "data", data)
+        config = compose(translate_sft(stage, train_files=str(rows), out_dir=str(out_dir / "verl")),
                          set(v.sft_overrides), SFT)
         config_path, log_path = out_dir / "verl_sft.yaml", out_dir / "verl_sft_log.json"
         OmegaConf.save(config, config_path, resolve=True)
@@ -85,13 +85,13 @@ class VerlEngine:
         return self._export(out_dir, log, stage.sft.steps, "sft", model_dir="")
 
     def rl(self, stage: RLStage, init_ckpt: Path | None, out_dir: Path, log: TrainLog,
-           on_checkpoint: Callable[[int], None] | None = None) -> Path:
+           on_checkpoint: Callable[[int], None] | None = None, data: Path | None = None) -> Path:
         if on_checkpoint is not None:  # the sweep check rejects pruning with verl first
             raise NotImplementedError("pruning Optuna trials is not supported on the verl engine yet")
         from omegaconf import open_dict
         out_dir = Path(out_dir)
         model = str(init_ckpt) if init_ckpt else stage.engine.verl.model_path
-        train, val = write_rl_data(stage, out_dir / "data")
+        train, val = write_rl_data(stage, out_dir / "data", data)
         config = compose(translate(stage, model_path=model, train_files=str(train), val_files=str(val),
                                    out_dir=str(out_dir / "verl")), set(stage.engine.verl.overrides))
         with open_dict(config.trainer.v1.rlsweep):
