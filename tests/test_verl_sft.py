@@ -1,7 +1,6 @@
 """SFT on the verl engine, end to end on CPU: our SFT stage -> torchrun -> verl's own SFTTrainer (FSDP2, gloo, 1 and
-2 ranks) -> train_steps rows and checkpoints where the RL and eval stages find them. The only shims are the tests'
-CPU platform (tests/verl_cpu.py, loaded into the torchrun ranks by verl's external-modules hook) and CPU-friendly
-verl settings passed as ordinary engine.verl.sft_overrides."""
+2 ranks) -> train_steps rows and checkpoints where the RL and eval stages find them, with engine.verl.device: cpu
+(the package's CPU platform loaded into the torchrun ranks by verl's external-modules hook, verl's CPU settings)."""
 
 from __future__ import annotations
 
@@ -24,20 +23,13 @@ from workflow.launch import run_stage  # noqa: E402
 from workflow.stages import stage_config  # noqa: E402
 from workflow.sweep.identity import stable_id  # noqa: E402
 
-HERE = Path(__file__).resolve().parent
-# what a CPU needs from verl's SFT config: the CPU device, fp32 throughout (verl's default is bf16 autocast), sdpa
-# with padded micro-batches (packed sequences need flash attention to stay apart), no compile, no loader workers
-CPU = {"trainer.device": "cpu", "model.use_remove_padding": False,
-       "model.override_config": {"attn_implementation": "sdpa"}, "model.enable_gradient_checkpointing": False,
-       "engine.use_torch_compile": False, "engine.dtype": "float32",
-       "engine.mixed_precision": {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"},
-       "data.num_workers": 0}
 STEPS, EVERY, BATCH, LR = 4, 2, 8, 1e-2
 
 
 def sft_stage(model: Path, ranks: int) -> dict:
     cfg = RunConfig.model_validate({
-        "engine": {"name": "verl", "verl": {"model_path": str(model), "n_gpus_per_node": ranks, "sft_overrides": CPU}},
+        # device cpu: the package's CPU platform in every torchrun rank and the CPU keys of verl's SFT config
+        "engine": {"name": "verl", "verl": {"model_path": str(model), "n_gpus_per_node": ranks, "device": "cpu"}},
         "sft": {"steps": STEPS, "batch_size": BATCH, "micro_batch_size": 2, "checkpoint_every": EVERY, "lr": LR}})
     from workflow.engines.verl.compose import validate
     validate(cfg)  # what loading a sweep with this run does
@@ -54,8 +46,6 @@ def trained(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("verl_sft")
     model = verl_cpu.write_tiny_model(root / "model")
     mp = pytest.MonkeyPatch()
-    mp.setenv("VERL_USE_EXTERNAL_MODULES", "verl_cpu_plugin")  # verl imports it in every torchrun rank
-    mp.setenv("PYTHONPATH", str(HERE))
     mp.setenv("OMP_NUM_THREADS", "1")
     mp.setenv("TOKENIZERS_PARALLELISM", "false")
     out = {"model": model}
@@ -140,8 +130,6 @@ def test_two_ranks_train_what_one_rank_trains(trained):
 def test_a_restarted_stage_resumes_from_verls_checkpoint(trained, tmp_path, monkeypatch):
     """The job died after flushing steps 3-4 but before saving step 4: the rerun resumes at step 2 from verl's own
     checkpoint, writes steps 3-4 once, and ends with the uninterrupted run's weights."""
-    monkeypatch.setenv("VERL_USE_EXTERNAL_MODULES", "verl_cpu_plugin")
-    monkeypatch.setenv("PYTHONPATH", str(HERE))
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     src, cfg = trained[1]["root"], trained[1]["cfg"]
     root = tmp_path / "r"

@@ -92,15 +92,22 @@ def test_verl_step_metrics_land_in_train_steps(tmp_path, monkeypatch):
     with open_dict(trainer.config):
         trainer.config.trainer.v1.rlsweep.log = {"results_root": str(tmp_path), "sweep": "v", "run_id": "abc"}
     monkeypatch.setattr(PPOTrainer, "_compute_metrics", lambda self, *a, **k: None)  # verl's part reads the TQ
+    saved = []  # (step, steps whose rows were on disk when verl saved)
+    monkeypatch.setattr(PPOTrainer, "_save_checkpoint", lambda self: saved.append(
+        (step, query("SELECT step FROM train_steps ORDER BY step", tmp_path).column("step").to_pylist())))
     for step in (1, 2, 3):
         metrics = {"critic/score/mean": 0.25 * step, "actor/entropy": [0.5, 0.7], "actor/pg_clipfrac": 0.1,
                    "actor/lr": 1e-6, "response_length/mean": 100.0, "timing_s/step": 3.0, "perf/total_num_tokens": 4096,
                    "actor/rlsweep/backward_passes": 3.0, "actor/rlsweep/optimizer_steps": 3.0,
                    "actor/rlsweep/loss": -0.1, "actor/rlsweep/grad_norm": 0.4, "actor/rlsweep/alpha": 0.5,
                    "actor/rlsweep/gxpo_gcorr_norm": 0.3, "rlsweep/gate_tripped": 0.0}
+        if step in (2, 3):  # verl's loop: save at the interval and at the end, then compute the step's metrics
+            trainer._save_checkpoint()
+            assert not saved or saved[-1][0] < step  # deferred until the step's row is on disk
         trainer._compute_metrics(None, metrics, {}, global_steps=step, epoch=0)
         if step == 1:  # flushed at the save interval (2) and at the end, not before
             assert not list(tmp_path.rglob("*.parquet"))
+    assert saved == [(2, [1, 2]), (3, [1, 2, 3])]  # rows first, then verl's checkpoint (as the local engine)
     rows = query("SELECT * FROM train_steps ORDER BY step", tmp_path).to_pylist()
     assert [r["step"] for r in rows] == [1, 2, 3] and [r["reward"] for r in rows] == [0.25, 0.5, 0.75]
     r = rows[0]

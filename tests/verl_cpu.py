@@ -1,69 +1,20 @@
-"""What it takes to run verl 0.9's training engine on a CPU, for the tests (never imported by the engine):
-a verl platform for the CPU (device "cpu", gloo), a tiny random Qwen2 with a character-level Hugging Face
-tokenizer saved as a model directory, FSDPEngineWithLMHead built directly (verl's engine registry only knows
-cuda/npu) with FSDP2, fp32 and sdpa attention, and GRPO batches in verl's padded layout."""
+"""What the tests need to drive verl 0.9's training engine directly on a CPU (never imported by the engine): the
+package's CPU platform, a tiny random Qwen2 with a character-level Hugging Face tokenizer saved as a model directory,
+FSDPEngineWithLMHead built directly (verl's engine registry only knows cuda/npu) with FSDP2, fp32 and sdpa
+attention, and GRPO batches in verl's padded layout."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 from functools import partial
 from pathlib import Path
 
 import torch
-from verl.plugin.platform.platform_base import PlatformBase
-from verl.plugin.platform.platform_manager import PlatformRegistry, set_platform
-
-
-class _CPUDeviceModule:
-    """torch.cpu plus the memory queries verl asks a device module (torch.cuda-like) for: no device memory here."""
-
-    def __getattr__(self, name):
-        if hasattr(torch.cpu, name):
-            return getattr(torch.cpu, name)
-        if name in ("get_rng_state", "set_rng_state"):  # checkpoints save and restore the device's RNG
-            return getattr(torch, name)
-        if name == "get_device_name":
-            return lambda *a, **k: "CPU"
-        if name == "mem_get_info":
-            return lambda *a, **k: (0, 0)
-        if "memory" in name or name.startswith("reset_") or name in ("empty_cache", "ipc_collect"):
-            return lambda *a, **k: 0
-        raise AttributeError(name)
-
-
-class PlatformCPU(PlatformBase):
-    device_name = property(lambda self: "cpu")
-    vendor_name = property(lambda self: "cpu")
-    device_module = property(lambda self: _CPUDeviceModule())
-
-    def is_available(self): return True
-    def is_platform_available(self, use_smi_check=False): return True
-    def current_device(self): return "cpu"
-    def device_count(self): return 1
-    def set_device(self, device_index): pass
-    def synchronize(self, device_index=None): pass
-    def manual_seed(self, seed): torch.manual_seed(seed)
-    def manual_seed_all(self, seed): torch.manual_seed(seed)
-    def set_allocator_settings(self, settings): pass
-    def empty_cache(self): pass
-    def communication_backend_name(self): return "gloo"
-    def visible_devices_envvar(self): return "CUDA_VISIBLE_DEVICES"
-    def cudart(self): return None
-    def get_device_capability(self, device_index=0): return (None, None)
-    def is_ipc_supported(self): return False
-    def nvtx_range(self, msg): return contextlib.nullcontext()
-    def profiler_start(self): pass
-    def profiler_stop(self): pass
-    def ray_noset_envvars(self): return []
-    def ray_resource_name(self): return "CPU"
 
 
 def use_cpu_platform() -> None:
-    PlatformRegistry.register(platform="cpu")(PlatformCPU)
-    set_platform(PlatformCPU())
-    # verl's engine registry knows FSDPEngineWithLMHead for cuda/npu only; its own override picks it on the CPU
-    os.environ["VERL_ENGINE_DEVICE"] = "cuda"
+    """verl on the CPU platform the package ships for engine.verl.device: cpu (workflow/engines/verl/cpu.py)."""
+    from workflow.engines.verl.cpu import use_cpu_platform as package_platform
+    package_platform()
 
 
 VOCAB = list("0123456789+-*/=()?:QA \\{}boxed.\n")

@@ -5,6 +5,9 @@
                                          for an Optuna sweep also its study: trials by state, best value, params
     rlsweep query "SQL" [--sweep NAME] [--format table|csv|json]
                                          read-only DuckDB over the views runs, train_steps, eval_samples, eval_scores
+    rlsweep smoke SWEEP.yaml [--steps 2] [--dry-run] [--snakemake ARGS]
+                                         the sweep's DAG shrunk to minutes on this machine (tiny model, a few
+                                         steps) before it spends a GPU allocation: results/<name>-smoke
     rlsweep profile install [--partition P] [--account A] [--qos Q] [--name slurm]
                                          install profiles/slurm as your Snakemake profile: `snakemake --profile slurm`
 """
@@ -15,15 +18,20 @@ import argparse
 import decimal
 import json
 import os
+import shlex
+import subprocess
 import sys
 from pathlib import Path
 
 import pyarrow as pa
+import yaml
 from rich.console import Console
 from rich.table import Table
 
+from workflow.atomic import write_text
 from workflow.layout import CHECKPOINTS, DONE, done_path, latest_checkpoint, stage_dir
 from workflow.results.catalog import QueryError, query
+from workflow.smoke import smoke_sweep
 from workflow.study.factory import journal_path, study_name
 from workflow.study.status import study_report
 from workflow.study.trials import recorded_runs
@@ -186,6 +194,27 @@ def _validate_study(sweep) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------------------------------------ smoke
+SNAKEFILE = Path(__file__).resolve().parent.parent / "Snakefile"
+
+
+def cmd_smoke(a) -> int:
+    load_sweep(a.sweep_file)  # the original must be valid first: its own errors, with its own name
+    raw = yaml.safe_load(Path(a.sweep_file).read_text())
+    smoke = smoke_sweep(raw, steps=a.steps)
+    root = _results_root(a)
+    path = root / f"{smoke['name']}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text(path, f"# rlsweep smoke {a.sweep_file} (workflow/smoke.py)\n" + yaml.safe_dump(smoke, sort_keys=False))
+    sweep = load_sweep(path)
+    _err.print(f"smoke sweep {path}: {len(sweep.runs)} run(s), {len(sweep.sft_configs)} SFT job(s); results under "
+               f"{root / sweep.name}")
+    extra = shlex.split(a.snakemake)
+    argv = [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "--config", f"sweep={path}", f"results={root}",
+            *(["-n"] if a.dry_run else []), *extra]
+    return subprocess.run(argv).returncode
+
+
 # ---------------------------------------------------------------------------------------------------- profile
 PROFILE_SOURCE = Path(__file__).resolve().parent.parent / "profiles" / "slurm" / "config.yaml"
 
@@ -229,6 +258,12 @@ def main(argv: list[str] | None = None) -> int:
     v = sub.add_parser("validate", help="expand and validate a sweep file without running anything")
     v.add_argument("sweep_file")
     v.set_defaults(fn=cmd_validate)
+    sm = sub.add_parser("smoke", parents=[common], help="run the sweep shrunk to minutes on this machine")
+    sm.add_argument("sweep_file")
+    sm.add_argument("--steps", type=int, default=2, help="RL steps per run (default 2)")
+    sm.add_argument("-n", "--dry-run", action="store_true", help="plan the smoke DAG without running it")
+    sm.add_argument("--snakemake", default="", metavar="ARGS", help="options for snakemake, e.g. '--cores 2'")
+    sm.set_defaults(fn=cmd_smoke)
     pr = sub.add_parser("profile", help="manage the Snakemake profile for SLURM")
     prs = pr.add_subparsers(dest="action", required=True)
     pi = prs.add_parser("install", help="write profiles/slurm as a user profile with your cluster's names")

@@ -23,6 +23,9 @@ class VerlSettings(Strict):
     workflow/engines/verl/translate.py for how the rest of the run config maps onto verl's."""
 
     model_path: str | None = None  # the Hugging Face model (id or directory) SFT starts from, or RL when sft is off
+    # where verl runs: cuda (GPU nodes) or cpu (verl + vLLM's CPU build on tiny models: the whole chain on a laptop,
+    # a login node or CI; workflow/engines/verl/cpu.py)
+    device: Literal["cuda", "cpu"] = "cuda"
     n_gpus_per_node: PositiveInt = 1
     nnodes: PositiveInt = 1
     strategy: Literal["fsdp2", "fsdp"] = "fsdp2"
@@ -30,14 +33,18 @@ class VerlSettings(Strict):
     gpu_memory_utilization: float = Field(0.6, gt=0.0, le=1.0)  # vLLM's share of GPU memory
     max_prompt_length: PositiveInt = 1024
     overrides: dict[str, Any] = {}  # raw verl config keys (dotted, e.g. actor_rollout_ref.actor.ppo_epochs: 2)
+    # kill a verl trainer that runs longer than this (a failing vLLM worker can hang instead of failing); None: only
+    # the cluster's time limit. Not part of any id.
+    timeout_min: PositiveInt | None = None
     sft_overrides: dict[str, Any] = {}  # raw keys of verl's SFT trainer config (sft_trainer_engine.yaml)
 
 
 # which VerlSettings fields decide each stage's result: an SFT job is not redone when only RL's settings change
 VERL_STAGE_FIELDS = {
-    "sft": ("model_path", "n_gpus_per_node", "nnodes", "strategy", "sft_overrides"),
-    "rl": ("model_path", "n_gpus_per_node", "nnodes", "strategy", "rollout_tp", "gpu_memory_utilization",
+    "sft": ("model_path", "device", "n_gpus_per_node", "nnodes", "strategy", "sft_overrides"),
+    "rl": ("model_path", "device", "n_gpus_per_node", "nnodes", "strategy", "rollout_tp", "gpu_memory_utilization",
            "max_prompt_length", "overrides"),
+    "eval": ("device",),  # the eval stage reads a checkpoint; only where vLLM runs matters
 }
 
 

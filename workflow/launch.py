@@ -34,7 +34,7 @@ from workflow.atomic import write_json
 from workflow.data.overlap import TrainOverlap, check as check_overlap, enforce as enforce_overlap
 from workflow.data.prepare import prepare
 from workflow.engines.registry import get_engine
-from workflow.eval.backends import make_backend
+from workflow.eval.backends import make_backend, resolve_backend
 from workflow.hub import DatasetUnavailable
 from workflow.eval.harness import evaluate
 from workflow.eval.plan import eval_groups
@@ -95,6 +95,7 @@ class _RunsRow:
         self.where = (results_root, sweep, "runs", f"{stage}_{stage_id}{suffix}")
         self.started = dt.datetime.now(dt.timezone.utc)
         self.row = {"run_id": stage_id, "sweep": sweep, "stage": stage, "parent_id": parent, "method": method,
+                    "engine": cfg.get("engine", {}).get("name"),
                     "label": label, "seed": cfg.get("seed", cfg.get("sft", {}).get("seed")),
                     "started_at": self.started, "config": canonical_json(cfg),
                     **provenance(), **{k: v for k, v in flatten(cfg).items() if k not in ("sft_id", "run_id", "seed")},
@@ -167,8 +168,10 @@ def _run_locked(stage: str, sweep: str, stage_id: str, cfg: dict, typed, out_dir
             ckpt = step_dir(Path(inputs.checkpoint_from).parent / CHECKPOINTS, step)
             if not (ckpt / "meta.json").is_file():
                 raise FileNotFoundError(f"no RL checkpoint at step {step}: {ckpt}")
-            ev = typed.eval
-            backend = make_backend(ev.backend, ckpt, tensor_parallel_size=ev.tensor_parallel_size, seed=ev.seed)
+            ev, device = typed.eval, typed.engine.verl.device if typed.engine.name == "verl" else "cuda"
+            runs.row["backend"] = resolve_backend(ev.backend, device)  # which backend produced the samples
+            backend = make_backend(ev.backend, ckpt, tensor_parallel_size=ev.tensor_parallel_size, seed=ev.seed,
+                                   device=device)
             evaluate(backend, typed.task, ev, step, results_root=results_root, sweep=sweep, run_id=typed.run_id,
                      eval_id=stage_id, names=names)
             done.update(step=step, checkpoint=os.path.relpath(ckpt, out_dir))

@@ -44,10 +44,8 @@ def stage_config(cfg: RunConfig, stage: str, *, sft_id: str | None = None, run_i
                 "paths": {b: p for b, p in d["eval"]["paths"].items() if b in names},
                 "revisions": {b: r for b, r in d["eval"]["revisions"].items() if b in names}}
     engine = {"name": d["engine"]["name"]}  # engine.verl only for verl runs, as the rule sections below
-    if engine["name"] == "verl" and stage in VERL_STAGE_FIELDS:
+    if engine["name"] == "verl":
         engine["verl"] = {k: d["engine"]["verl"][k] for k in VERL_STAGE_FIELDS[stage]}
-    elif engine["name"] == "verl":
-        engine = d["engine"]
     common = {"engine": engine, "task": {k: d["task"][k] for k in cfg.task.read_fields}}
     data = {"data_id": data_id} if data_id is not None else {}  # only runs that train on prepared data
     if stage == "sft":

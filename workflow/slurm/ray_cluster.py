@@ -28,14 +28,18 @@ def start_commands(nodes: list[str], *, head_address: str, port: int = 6379, gpu
     process in the foreground so SLURM owns it."""
     if not nodes:
         raise ValueError("no nodes to start Ray on")
+    # The job's own cluster, inside its allocation: Ray >= 2.5x turns token authentication on for `ray start` as
+    # soon as ~/.ray/auth_token exists (any earlier ray.init writes it), while drivers (verl's) default to no auth
+    # and are refused. Opt out explicitly so the head's behaviour does not depend on what ran before.
+    ray = ["env", "RAY_AUTH_MODE=disabled", "ray"]
     common = [f"--num-gpus={gpus_per_node}", "--block", "--disable-usage-stats"]
     if cpus_per_node is not None:
         common.append(f"--num-cpus={cpus_per_node}")
     if temp_dir:
         common.append(f"--temp-dir={temp_dir}")
-    out = [(nodes[0], ["ray", "start", "--head", f"--node-ip-address={head_address}", f"--port={port}",
+    out = [(nodes[0], [*ray, "start", "--head", f"--node-ip-address={head_address}", f"--port={port}",
                        "--include-dashboard=false", *common])]
     for node in nodes[1:]:
         out.append((node, ["srun", "--nodes=1", "--ntasks=1", "--overlap", f"--nodelist={node}",
-                           "ray", "start", f"--address={head_address}:{port}", *common]))
+                           *ray, "start", f"--address={head_address}:{port}", *common]))
     return out

@@ -2,6 +2,10 @@
 rollouts) running our update rules. One module per piece:
 
     engine.py        VerlEngine: a stage = data -> verl config -> verl's trainer -> export of its checkpoints
+    process.py       verl's trainers as supervised child processes (time limit, nothing left behind)
+    ppo.py           the RL stage's verl process (verl's run_ppo on the saved config)
+    cpu.py           engine.verl.device cpu: verl's CPU platform and vLLM's CPU build (loaded by verl by name)
+    tiny_model.py    rlsweep:tiny, the byte-level tiny model the CPU chain and `rlsweep smoke` run on
     translate.py     our run config -> verl's config keys (no verl import); the module paths verl loads by name
     compose.py       verl's composed config with those keys, and verl's own checks on it (at sweep load)
     data.py          the task as verl's RLHF / SFT parquet, and the reward hook verl calls
@@ -13,6 +17,13 @@ rollouts) running our update rules. One module per piece:
     metrics.py       verl's step metrics -> our train_steps rows
 """
 
-from workflow.engines.verl.engine import VerlEngine
-
 __all__ = ["VerlEngine"]
+
+
+def __getattr__(name: str):
+    """VerlEngine on first use: importing a light piece (translate, tiny_model) must not import torch through the
+    engine (`rlsweep validate` and `rlsweep smoke` read these)."""
+    if name == "VerlEngine":
+        from workflow.engines.verl.engine import VerlEngine
+        return VerlEngine
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -68,6 +68,8 @@ def compose(overrides: dict[str, Any], raw: set[str] = frozenset(), name: str = 
             config.trainer.v1.rlsweep = None
         with open_dict(config.ray_kwargs.ray_init.runtime_env):  # merged over verl's own runtime env by run_ppo
             config.ray_kwargs.ray_init.runtime_env.env_vars = None
+        with open_dict(config.ray_kwargs.ray_init):  # ray.init's own argument: logical GPUs on a CPU machine
+            config.ray_kwargs.ray_init.num_gpus = None
     for key, value in overrides.items():
         parent, _, leaf = key.rpartition(".")
         node = OmegaConf.select(config, parent, default=None) if parent else config

@@ -17,6 +17,7 @@ loss on the assistant turn). `cfg` below is a stage's typed config (workflow/sta
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -110,6 +111,7 @@ def write_sft_data(cfg, out_dir: Path, data: Path | None = None) -> Path:
 
 
 _verifier: MathVerifier | None = None  # one math-verify worker process per reward process, started on first use
+_verifier_lock = threading.Lock()  # verl's reward manager calls compute_score from a thread pool
 
 
 def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info: dict | None = None,
@@ -120,7 +122,8 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_
     if data_source == DATA_SOURCE:
         return reward(solution_str, str(ground_truth))
     if data_source == MATH_SOURCE:
-        if _verifier is None:
-            _verifier = MathVerifier()
+        with _verifier_lock:
+            if _verifier is None:
+                _verifier = MathVerifier()
         return 1.0 if _verifier.score(solution_str, str(ground_truth)).correct else 0.0
     raise ValueError(f"no reward for data source {data_source!r} (known: {DATA_SOURCE}, {MATH_SOURCE})")

@@ -17,7 +17,9 @@ PPO run (Ray, FSDP2 actor, vLLM rollouts) with our update rules.
          (slurm/ray_cluster.py); one node lets verl start a local Ray
       4. verl's run_ppo with its v1 task runner -> our trainer (trainer_mode rlsweep) and workers (worker.py)
       5. every verl checkpoint exported into out_dir/checkpoints/step_N (export.py) for the eval stage
-RL: everything up to step 4 is tested on CPU; step 4 needs GPUs (vLLM) and has not been run yet.
+verl runs in child processes the engine supervises (process.py: a time limit, engine.verl.timeout_min, and no Ray
+processes or shared-memory segments left behind). `engine.verl.device: cpu` runs the same chain on CPUs with
+vLLM's CPU build (cpu.py), on the tiny model `rlsweep:tiny` (tiny_model.py): how CI runs it for real.
 """
 
 from __future__ import annotations
@@ -25,32 +27,36 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Callable
 
-from workflow.engines.verl.sft_launch import command as sft_command
 from workflow.engines.verl.compose import SFT, compose
 from workflow.engines.verl.data import write_rl_data, write_sft_data
 from workflow.engines.verl.export import export_all
-from workflow.engines.verl.translate import translate, translate_sft
+from workflow.engines.verl.process import run_supervised
+from workflow.engines.verl.sft_launch import command as sft_command
+from workflow.engines.verl.tiny_model import resolve_model
+from workflow.engines.verl.translate import CPU_MODULE, PPO_MODULE, external_modules, process_env, translate, \
+    translate_sft
 from workflow.layout import CHECKPOINTS
 from workflow.results.train_log import TrainLog
 from workflow.slurm.ray_cluster import allocation_nodes, start_commands
 from workflow.stages import RLStage, SFTStage
 
 
-def run_ppo(config) -> None:  # pragma: no cover - the GPU boundary (vLLM rollouts)
-    from verl.trainer.main_ppo import TaskRunnerV1
-    from verl.trainer.main_ppo import run_ppo as verl_run_ppo
-    verl_run_ppo(config, TaskRunnerV1)
+def _env(v, modules: str) -> dict[str, str]:
+    """This process's environment for a verl child: the device's variables, and our modules first in
+    VERL_USE_EXTERNAL_MODULES (a user's own plugins may already be there)."""
+    env = {**os.environ, **process_env(v)}
+    if modules:
+        theirs = env.get("VERL_USE_EXTERNAL_MODULES")
+        env["VERL_USE_EXTERNAL_MODULES"] = modules + (f",{theirs}" if theirs else "")
+    return env
 
 
-def run_sft(argv: list[str], env: dict[str, str]) -> None:
-    """Run verl's SFT trainer (the torchrun command) and fail with its exit status."""
-    done = subprocess.run(argv, env=env)
-    if done.returncode:
-        raise RuntimeError(f"verl's SFT trainer exited with status {done.returncode} (its output is in the job "
-                           f"log above): {' '.join(argv)}")
+def _timeout_s(v) -> float | None:
+    return v.timeout_min * 60.0 if v.timeout_min else None
 
 
 def _allocation(nnodes: int, stage: str) -> list[str]:
@@ -63,16 +69,15 @@ def _allocation(nnodes: int, stage: str) -> list[str]:
 
 
 class VerlEngine:
-    def __init__(self, launch: Callable = run_ppo, launch_sft: Callable = run_sft):
-        self.launch = launch  # tests hand in a stand-in for the GPU part
-        self.launch_sft = launch_sft
+    def __init__(self, launch: Callable | None = None):
+        self.launch = launch  # a stand-in for verl's run_ppo(config) (tests); None: the real one, supervised
 
     def sft(self, stage: SFTStage, out_dir: Path, log: TrainLog, data: Path | None = None) -> Path:
         from omegaconf import OmegaConf
         v, out_dir = stage.engine.verl, Path(out_dir)
         rows = write_sft_data(stage, out_dir / "data", data)
-        config = compose(translate_sft(stage, train_files=str(rows), out_dir=str(out_dir / "verl")),
-                         set(v.sft_overrides), SFT)
+        config = compose(translate_sft(stage, model_path=resolve_model(v.model_path, out_dir), train_files=str(rows),
+                                       out_dir=str(out_dir / "verl")), set(v.sft_overrides), SFT)
         config_path, log_path = out_dir / "verl_sft.yaml", out_dir / "verl_sft_log.json"
         OmegaConf.save(config, config_path, resolve=True)
         log_path.write_text(json.dumps({"results_root": str(log.results_root), "sweep": log.sweep,
@@ -81,16 +86,17 @@ class VerlEngine:
         argv = sft_command(config_path, log_path, n_gpus_per_node=v.n_gpus_per_node, nodes=nodes,
                            port=int(os.environ.get("RLSWEEP_TORCH_PORT", "29500")),
                            job_id=os.environ.get("SLURM_JOB_ID", log.run_id))
-        self.launch_sft(argv, dict(os.environ))
+        env = _env(v, CPU_MODULE if v.device == "cpu" else "")  # torchrun ranks need only the CPU platform
+        run_supervised(argv, env, what="verl's SFT trainer", timeout_s=_timeout_s(v))
         return self._export(out_dir, log, stage.sft.steps, "sft", model_dir="")
 
     def rl(self, stage: RLStage, init_ckpt: Path | None, out_dir: Path, log: TrainLog,
            on_checkpoint: Callable[[int], None] | None = None, data: Path | None = None) -> Path:
         if on_checkpoint is not None:  # the sweep check rejects pruning with verl first
             raise NotImplementedError("pruning Optuna trials is not supported on the verl engine yet")
-        from omegaconf import open_dict
-        out_dir = Path(out_dir)
-        model = str(init_ckpt) if init_ckpt else stage.engine.verl.model_path
+        from omegaconf import OmegaConf, open_dict
+        out_dir, v = Path(out_dir), stage.engine.verl
+        model = str(init_ckpt) if init_ckpt else resolve_model(v.model_path, out_dir)
         train, val = write_rl_data(stage, out_dir / "data", data)
         config = compose(translate(stage, model_path=model, train_files=str(train), val_files=str(val),
                                    out_dir=str(out_dir / "verl")), set(stage.engine.verl.overrides))
@@ -99,7 +105,13 @@ class VerlEngine:
                                              "run_id": log.run_id}
         ray = self._start_ray(stage)
         try:
-            self.launch(config)
+            if self.launch is not None:
+                self.launch(config)
+            else:
+                config_path = out_dir / "verl_ppo.yaml"
+                OmegaConf.save(config, config_path)
+                run_supervised([sys.executable, "-m", PPO_MODULE, str(config_path)], _env(v, external_modules(v)),
+                               what="verl's PPO trainer", timeout_s=_timeout_s(v))
         finally:
             for p in ray:
                 p.terminate()

@@ -28,6 +28,64 @@ PLACEHOLDER = "<set by the job>"
 REWARD_FN = ("pkg://workflow.engines.verl.data", "compute_score")
 WORKER_MODULE = "workflow.engines.verl.worker"
 SFT_TRAINER_MODULE = "workflow.engines.verl.sft_trainer"
+CPU_MODULE = "workflow.engines.verl.cpu"  # engine.verl.device cpu: verl's CPU platform and the vLLM CPU shims
+PPO_MODULE = "workflow.engines.verl.ppo"  # the RL stage's verl process
+
+
+def external_modules(v) -> str:
+    """VERL_USE_EXTERNAL_MODULES for a run's verl processes (the CPU platform first: it must be set up before
+    anything asks verl for a device)."""
+    return ",".join([CPU_MODULE, WORKER_MODULE] if v.device == "cpu" else [WORKER_MODULE])
+
+
+def process_env(v) -> dict[str, str]:
+    """The environment a run's verl processes need besides VERL_USE_EXTERNAL_MODULES (Ray's env vars must be
+    strings)."""
+    env = {"TOKENIZERS_PARALLELISM": "false"}
+    if v.device == "cpu":
+        env.update(VLLM_TARGET_DEVICE="cpu", VLLM_CPU_KVCACHE_SPACE="1")
+    return env
+
+
+def cpu_overrides(cfg) -> dict[str, Any]:
+    """verl keys a CPU run needs (engine.verl.device: cpu; raw overrides still win): fp32 throughout, sdpa with
+    padded micro-batches (packed sequences need flash attention to stay apart), no torch.compile, vLLM eager in
+    fp32 without sleep mode, one agent / reward worker and one TransferQueue storage unit (memory), the CPU
+    device, and logical GPUs for Ray's placement groups."""
+    rl, v = cfg.rl, cfg.engine.verl
+    rollout, model_len = "actor_rollout_ref.rollout", v.max_prompt_length + rl.max_new_tokens
+    return {
+        "actor_rollout_ref.model.use_remove_padding": False,
+        "actor_rollout_ref.model.override_config": {"attn_implementation": "sdpa"},
+        "actor_rollout_ref.model.enable_gradient_checkpointing": False,
+        "actor_rollout_ref.actor.fsdp_config.dtype": "float32",
+        "actor_rollout_ref.actor.fsdp_config.use_torch_compile": False,
+        "actor_rollout_ref.actor.use_torch_compile": False,
+        f"{rollout}.dtype": "float32",
+        f"{rollout}.enforce_eager": True,
+        f"{rollout}.enable_sleep_mode": False,
+        f"{rollout}.free_cache_engine": False,
+        f"{rollout}.agent.num_workers": 1,
+        f"{rollout}.checkpoint_engine.update_weights_bucket_megabytes": 64,
+        f"{rollout}.max_model_len": model_len,
+        f"{rollout}.max_num_batched_tokens": max(512, model_len),
+        f"{rollout}.max_num_seqs": max(16, rl.prompts_per_step * rl.group_size),
+        "reward.num_workers": 1,
+        "data.dataloader_num_workers": 0,
+        "transfer_queue.backend.SimpleStorage.num_data_storage_units": 1,
+        "trainer.device": "cpu",
+        "ray_kwargs.ray_init.num_cpus": 16,
+        "ray_kwargs.ray_init.num_gpus": v.n_gpus_per_node * v.nnodes,
+    }
+
+
+def cpu_sft_overrides() -> dict[str, Any]:
+    """verl SFT-trainer keys a CPU run needs: as cpu_overrides, plus no data-loader workers."""
+    return {"trainer.device": "cpu", "model.use_remove_padding": False,
+            "model.override_config": {"attn_implementation": "sdpa"}, "model.enable_gradient_checkpointing": False,
+            "engine.use_torch_compile": False, "engine.dtype": "float32",
+            "engine.mixed_precision": {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"},
+            "data.num_workers": 0}
 
 
 def translate(cfg, *, model_path: str = PLACEHOLDER, train_files: str = PLACEHOLDER,
@@ -86,8 +144,8 @@ def translate(cfg, *, model_path: str = PLACEHOLDER, train_files: str = PLACEHOL
     out[f"{actor}.shuffle"] = False  # the data-prep rule wrote each step's problems in order
     out["data.shuffle"] = False
     # every Ray process (on every node) imports our worker and trainer through verl's external-modules hook
-    out["ray_kwargs.ray_init.runtime_env.env_vars"] = {"VERL_USE_EXTERNAL_MODULES": WORKER_MODULE,
-                                                       "TOKENIZERS_PARALLELISM": "false"}
+    out["ray_kwargs.ray_init.runtime_env.env_vars"] = {"VERL_USE_EXTERNAL_MODULES": external_modules(v),
+                                                       **process_env(v)}
     # our update rules inside verl: the registered trainer decides the gates and hands the workers their spec
     out["trainer.v1.trainer_mode"] = "rlsweep"
     out["trainer.v1.rlsweep"] = rule_settings(rl)
@@ -97,6 +155,8 @@ def translate(cfg, *, model_path: str = PLACEHOLDER, train_files: str = PLACEHOL
         out[f"{actor}.loss_scale_factor"] = rl.max_new_tokens
     if rl.kl_coef > 0:
         out["actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"] = micro
+    if v.device == "cpu":
+        out.update(cpu_overrides(cfg))
     out.update(v.overrides)
     return out
 
@@ -134,6 +194,8 @@ def translate_sft(cfg, *, model_path: str | None = None, train_files: str = PLAC
         "trainer.logger": ["console"],
         "trainer.resume_mode": "auto",  # a requeued job resumes from verl's own checkpoints
     }
+    if v.device == "cpu":
+        out.update(cpu_sft_overrides())
     out.update(v.sft_overrides)
     return out
 

@@ -92,17 +92,30 @@ class RlsweepTrainer(PPOTrainerSync):
         metrics[f"{METRIC_PREFIX}gate_tripped"] = float(gates.tripped_now)
         return batch
 
+    def _log_where(self) -> dict | None:
+        return (self.config.trainer.v1.rlsweep or {}).get("log")  # set by the verl engine: where our tables go
+
+    def _save_checkpoint(self):
+        """verl saves a step's checkpoint before it computes the step's metrics; our rows must be on disk before
+        the checkpoint is (a run killed in between would resume past rows never written), so with a table to write
+        the save waits for _compute_metrics, right after the flush (the local engine's order)."""
+        if self._log_where() is None:
+            return super()._save_checkpoint()
+        self._rlsweep_save_due = True
+
     def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
-        """verl's metrics of the step, then our train_steps row (flushed at each save, as the local engine)."""
+        """verl's metrics of the step, then our train_steps row; at a save: flush, then verl's checkpoint."""
         out = super()._compute_metrics(batch, metrics, timing_raw, global_steps=global_steps, epoch=epoch)
-        log = self.__dict__.get("_rlsweep_log")
-        where = (self.config.trainer.v1.rlsweep or {}).get("log")
-        if log is None and where:  # set by the verl engine's job: where this run's tables go
+        log, where = self.__dict__.get("_rlsweep_log"), self._log_where()
+        if log is None and where:
             log = self._rlsweep_log = TrainLog(where["results_root"], where["sweep"], "rl", where["run_id"])
+            # a run verl resumed from its checkpoint at global_steps - 1: rows an earlier attempt flushed after
+            # that checkpoint are recomputed now (the local engine does the same, see TrainLog.discard_after)
+            log.discard_after(global_steps - 1)
         if log is not None:
             rollouts = self.config.data.train_batch_size * self.config.actor_rollout_ref.rollout.n
             log.record(**train_steps_row(metrics, global_steps, rollouts))
-            save_freq, total = self.config.trainer.save_freq, self.config.trainer.total_training_steps
-            if global_steps % save_freq == 0 or global_steps >= total:
+            if self.__dict__.pop("_rlsweep_save_due", False):
                 log.flush()
+                super()._save_checkpoint()
         return out

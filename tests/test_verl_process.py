@@ -1,0 +1,100 @@
+"""verl's trainers run as supervised child processes: a non-zero exit fails the stage, a hang is killed at the time
+limit, and nothing outlives the child: not its descendants (Ray's daemons), not the shared-memory segments it leaked.
+Also the CPU translation (engine.verl.device: cpu) and what is and is not part of a run's identity."""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+from workflow.config import RunConfig
+from workflow.engines.verl.process import remove_leaked_segments, run_supervised
+from workflow.stages import stage_config
+from workflow.sweep.identity import stable_id
+
+SHM = Path("/dev/shm")
+pytestmark = pytest.mark.skipif(not SHM.is_dir(), reason="needs /dev/shm")
+
+# a child that leaks a shared-memory segment, starts a grandchild in its own session, records its pid, then
+# sleeps (or exits with a status)
+CHILD = textwrap.dedent("""
+    import os, subprocess, sys, time
+    name, pidfile, code = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    open('/dev/shm/' + name, 'wb').write(b'x' * 1024)
+    grandchild = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], start_new_session=True)
+    open(pidfile, 'w').write(str(grandchild.pid))
+    if code >= 0:
+        sys.exit(code)
+    time.sleep(600)
+""")
+
+
+def child(tmp_path, code: int) -> tuple[list[str], str, Path]:
+    name, pidfile = f"rlsweep-test-{uuid.uuid4().hex}", tmp_path / "grandchild.pid"
+    return [sys.executable, "-c", CHILD, name, str(pidfile), str(code)], name, pidfile
+
+
+def test_a_hung_child_is_killed_at_its_time_limit_with_everything_it_started(tmp_path):
+    argv, name, pidfile = child(tmp_path, -1)
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match="ran longer than its time limit"):
+        run_supervised(argv, dict(os.environ), what="the test child", timeout_s=3)
+    assert time.monotonic() - t0 < 30
+    assert not psutil.pid_exists(int(pidfile.read_text())) or \
+        psutil.Process(int(pidfile.read_text())).status() == psutil.STATUS_ZOMBIE
+    assert not (SHM / name).exists()  # leaked by the child, mapped by no one: removed
+
+
+def test_a_failing_child_fails_the_stage_and_leaves_nothing(tmp_path):
+    argv, name, pidfile = child(tmp_path, 3)
+    with pytest.raises(RuntimeError, match="the test child exited with status 3"):
+        run_supervised(argv, dict(os.environ), what="the test child")
+    assert not psutil.pid_exists(int(pidfile.read_text())) or \
+        psutil.Process(int(pidfile.read_text())).status() == psutil.STATUS_ZOMBIE
+    assert not (SHM / name).exists()
+
+
+def test_segments_another_process_still_maps_are_kept(tmp_path):
+    import mmap
+    before = {p.name for p in SHM.iterdir()}
+    name = f"rlsweep-test-{uuid.uuid4().hex}"
+    path = SHM / name
+    path.write_bytes(b"y" * 4096)
+    with open(path, "r+b") as f, mmap.mmap(f.fileno(), 4096):  # a live mapping: another job's segment
+        assert name not in remove_leaked_segments(before)
+        assert path.exists()
+    assert remove_leaked_segments(before) == [name] and not path.exists()
+
+
+def test_cpu_runs_translate_to_verls_cpu_settings_and_device_is_part_of_the_id():
+    pytest.importorskip("verl")
+    from workflow.engines.verl.compose import compose, validate
+    from workflow.engines.verl.translate import CPU_MODULE, WORKER_MODULE, translate, translate_sft
+    base = {"engine": {"name": "verl", "verl": {"model_path": "m", "device": "cpu"}},
+            "rl": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 32}}
+    cfg = RunConfig.model_validate(base)
+    validate(cfg)  # verl's own checks accept the CPU keys
+    config = compose(translate(cfg), set())
+    assert config.trainer.device == "cpu" and config.actor_rollout_ref.rollout.enforce_eager is True
+    assert config.actor_rollout_ref.rollout.max_model_len == 1024 + 32 and config.ray_kwargs.ray_init.num_gpus == 1
+    env = config.ray_kwargs.ray_init.runtime_env.env_vars
+    assert env["VERL_USE_EXTERNAL_MODULES"] == f"{CPU_MODULE},{WORKER_MODULE}" and env["VLLM_TARGET_DEVICE"] == "cpu"
+    assert translate_sft(cfg)["engine.dtype"] == "float32"
+    raw = RunConfig.model_validate({**base, "engine": {"name": "verl", "verl": {
+        "model_path": "m", "device": "cpu", "overrides": {"actor_rollout_ref.rollout.max_model_len": 4096}}}})
+    assert compose(translate(raw), set(raw.engine.verl.overrides)).actor_rollout_ref.rollout.max_model_len == 4096
+    cuda = RunConfig.model_validate({**base, "engine": {"name": "verl", "verl": {"model_path": "m"}}})
+    assert "trainer.device" not in translate(cuda)
+    for stage in ("sft", "rl", "eval"):
+        assert stable_id(stage_config(cfg, stage)) != stable_id(stage_config(cuda, stage))
+    limited = RunConfig.model_validate({**base, "engine": {"name": "verl", "verl": {
+        "model_path": "m", "device": "cpu", "timeout_min": 5}}})
+    for stage in ("sft", "rl", "eval"):  # the time limit changes no result
+        assert stable_id(stage_config(limited, stage)) == stable_id(stage_config(cfg, stage))

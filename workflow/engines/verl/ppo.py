@@ -1,0 +1,19 @@
+"""The RL stage's verl process: `python -m workflow.engines.verl.ppo CONFIG.yaml` runs verl's run_ppo with its v1
+task runner (our trainer and workers, trainer_mode rlsweep) on the composed config the verl engine saved; the
+engine supervises it (process.py)."""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str]) -> int:
+    from omegaconf import OmegaConf
+    from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
+    (config_path,) = argv
+    run_ppo(OmegaConf.load(config_path), TaskRunnerV1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

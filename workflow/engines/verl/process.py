@@ -1,0 +1,101 @@
+"""verl's trainers run as child processes of the stage (torchrun for SFT, verl's PPO driver with its Ray cluster
+for RL), supervised here: the stage fails with the child's exit status, a time limit kills a run that hangs (a
+failing vLLM worker can hang instead of failing), and whatever the child leaves behind goes with it: every process
+it started (Ray's raylet and workers included) and the shared-memory segments it created and no live process maps
+(vLLM's CPU weight sync leaks 160-240 MB of them per run)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import psutil
+
+SHM = Path("/dev/shm")
+
+
+def run_supervised(argv: list[str], env: dict[str, str], *, what: str, timeout_s: float | None = None) -> None:
+    """Run argv to completion in its own session; RuntimeError on a non-zero exit or the time limit. The child's
+    whole process tree is killed whenever this returns or raises (Ctrl-C, SIGTERM, preemption included), processes
+    it orphaned included: this process is their subreaper (Ray's daemons detach from the driver)."""
+    before = _segments()
+    _become_subreaper()
+    ours = {p.pid for p in psutil.Process().children()}
+    proc = subprocess.Popen(argv, env=env, start_new_session=True)
+    try:
+        try:
+            rc = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"{what} ran longer than its time limit ({timeout_s / 60:.0f} min, "
+                               "engine.verl.timeout_min) and was killed; its log is above") from None
+        if rc:
+            raise RuntimeError(f"{what} exited with status {rc} (its output is in the job log above): "
+                               f"{' '.join(argv)}")
+    finally:
+        kill_tree(proc.pid)
+        for orphan in psutil.Process().children():  # descendants whose parent died before it could be killed
+            if orphan.pid not in ours:
+                kill_tree(orphan.pid)
+        remove_leaked_segments(before)
+
+
+def _become_subreaper() -> None:
+    """Orphans of our descendants are re-parented to this process instead of init (Linux prctl
+    PR_SET_CHILD_SUBREAPER), so they can still be found and killed."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the child's own tree and process group are still killed
+        pass
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL a process, its process group and every descendant (collected first: children of a killed parent
+    are re-parented and would be lost)."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        procs = []
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(procs, timeout=10)
+
+
+def _segments() -> set[str]:
+    return {p.name for p in SHM.iterdir()} if SHM.is_dir() else set()
+
+
+def _mapped() -> set[str]:
+    """Names under /dev/shm some live process maps (its own run's, or another job's on this node)."""
+    names = set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            text = maps.read_text()
+        except OSError:
+            continue
+        names.update(line.rsplit("/dev/shm/", 1)[1].split()[0] for line in text.splitlines() if "/dev/shm/" in line)
+    return names
+
+
+def remove_leaked_segments(before: set[str]) -> list[str]:
+    """Delete /dev/shm entries created since `before` that no live process maps; returns their names."""
+    fresh = _segments() - before
+    if not fresh:
+        return []
+    leaked = sorted(fresh - _mapped())
+    for name in leaked:
+        try:
+            (SHM / name).unlink()
+        except OSError:
+            pass
+    return leaked
