@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -29,6 +30,22 @@ def write_sweep(path: Path, name: str, body: str = "", base: str = TINY_BASE) ->
     """A sweep file: `name`, the tiny base, and `body` (grid / seeds / ... as YAML text)."""
     path.write_text(f"name: {name}\n" + textwrap.dedent(base) + textwrap.dedent(body))
     return path
+
+
+SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--cores", "2"]
+
+
+def snakemake(workdir: Path, sweep: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*SNAKEMAKE, "-d", str(workdir), "--config", f"sweep={sweep}", *extra],
+                          capture_output=True, text=True, timeout=300)
+
+
+def planned_jobs(out: str) -> dict[str, int]:
+    """The 'Job stats' table of a dry run: rule -> count."""
+    if "Nothing to be done" in out:
+        return {}
+    stats = out[out.index("Job stats:"):]
+    return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, re.M) if m[1] != "total"}
 
 
 def run_cli(*args: str, cwd: Path = REPO, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:

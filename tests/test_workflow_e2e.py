@@ -4,35 +4,18 @@ only what it changes, and a bad sweep stops before any job starts."""
 from __future__ import annotations
 
 import json
-import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, run_cli, write_sweep
+from conftest import planned_jobs, run_cli, snakemake, write_sweep
 
-SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--cores", "2"]
 GRID = """
 grid:
   rl.lr: [1.0e-4, 2.0e-4]
 seeds: [0, 1]
 """
-
-
-def snakemake(workdir: Path, sweep: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*SNAKEMAKE, "-d", str(workdir), "--config", f"sweep={sweep}", *extra],
-                          capture_output=True, text=True, timeout=300)
-
-
-def planned_jobs(out: str) -> dict[str, int]:
-    """The 'Job stats' table of a dry run: rule -> count."""
-    if "Nothing to be done" in out:
-        return {}
-    stats = out[out.index("Job stats:"):]
-    return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, re.M) if m[1] != "total"}
 
 
 def mtimes(root: Path) -> dict[str, float]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,6 +21,15 @@ from typing import Any, Iterator
 
 def temporary_sibling(path: Path) -> Path:
     return path.parent / f".{path.name}.tmp-{os.getpid()}"
+
+
+_TEMPORARY = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>\d+)$")
+
+
+def parse_temporary(path: Path) -> tuple[str, int] | None:
+    """(the name it was to take, the writing process's pid) of a `temporary_sibling`; None for any other file."""
+    m = _TEMPORARY.match(Path(path).name)
+    return (m["name"], int(m["pid"])) if m else None
 
 
 def _remove(path: Path) -> None:

@@ -8,6 +8,9 @@
     rlsweep smoke SWEEP.yaml [--steps 2] [--dry-run] [--snakemake ARGS]
                                          the sweep's DAG shrunk to minutes on this machine (tiny model, a few
                                          steps) before it spends a GPU allocation: results/<name>-smoke
+    rlsweep doctor SWEEP.yaml | --sweep NAME [--fix]
+                                         damaged table files, leftover temporaries, DONE.json vs the tables, and how
+                                         to recompute; --fix moves what must go to quarantine (exit 1: problems)
     rlsweep profile install [--partition P] [--account A] [--qos Q] [--name slurm]
                                          install profiles/slurm as your Snakemake profile: `snakemake --profile slurm`
 """
@@ -32,6 +35,8 @@ from workflow.atomic import write_text
 from workflow.layout import CHECKPOINTS, DONE, done_path, latest_checkpoint, stage_dir
 from workflow.results.catalog import QueryError, query
 from workflow.smoke import smoke_sweep
+from workflow.results.catalog import Catalog, Damaged, QueryError
+from workflow.results.doctor import affected_runs, examine, quarantine, report_lines, summary_line
 from workflow.study.factory import journal_path, study_name
 from workflow.study.status import study_report
 from workflow.study.trials import recorded_runs
@@ -47,9 +52,19 @@ def _results_root(a) -> Path:
 
 # ------------------------------------------------------------------------------------------------------ query
 def cmd_query(a) -> int:
-    table = query(a.sql, _results_root(a), a.sweep)
-    print_table(table, a.format)
+    catalog = Catalog(_results_root(a), a.sweep)
+    warn_damaged(catalog.damaged)
+    print_table(catalog.query(a.sql), a.format)
     return 0
+
+
+def warn_damaged(damaged: list[Damaged], runs: dict[Damaged, list[str]] | None = None) -> None:
+    """One line on stderr per table file the query left out (plain print: a path may hold rich markup)."""
+    for d in damaged:
+        whose = f" ({d.owner})" if d.owner else ""
+        affects = f"; affects run(s) {', '.join(runs[d])}" if runs and runs.get(d) else ""
+        print(f"warning: left out unreadable {d.table} file {d.path}{whose}: {d.reason}{affects} "
+              "(`rlsweep doctor` says how to recompute it)", file=sys.stderr)
 
 
 def print_table(table: pa.Table, fmt: str) -> None:
@@ -120,12 +135,12 @@ def cmd_status(a) -> int:
     root = _results_root(a)
     if sweep.spec.optuna is not None:  # the trials started so far are the sweep's runs
         sweep.add_runs(recorded_runs(sweep.spec, root, sweep.name))
+    catalog = Catalog(root, sweep.name)
     try:
-        recorded = {r["run_id"]: r["status"] for r in
-                    query("SELECT run_id, status FROM runs", root, sweep.name).to_pylist()}
-        scores = {r["run_id"]: r["avg"] for r in query(
+        recorded = {r["run_id"]: r["status"] for r in catalog.query("SELECT run_id, status FROM runs").to_pylist()}
+        scores = {r["run_id"]: r["avg"] for r in catalog.query(
             "SELECT run_id, avg_at_k AS avg FROM eval_scores WHERE k = 1 "
-            "QUALIFY step = max(step) OVER (PARTITION BY run_id)", root, sweep.name).to_pylist()}
+            "QUALIFY step = max(step) OVER (PARTITION BY run_id)").to_pylist()}
     except QueryError:  # nothing has run yet
         recorded, scores = {}, {}
     t = Table(title=f"{sweep.name}: {len(sweep.runs)} runs, {len(sweep.sft_configs)} SFT jobs ({sweep.path})")
@@ -151,12 +166,30 @@ def cmd_status(a) -> int:
                   "" if avg is None else f"{avg:.3f}")
     Console(highlight=False).print(t)
     _err.print(f"[dim]{n_evaluated}/{len(sweep.runs)} runs evaluated; results under {root / sweep.name}[/]")
+    warn_damaged(catalog.damaged, {d: affected_runs(d, sweep.runs) for d in catalog.damaged})
     if sweep.spec.optuna is not None:
         table, line = study_report(sweep.spec.optuna, root, sweep.name)
         if table is not None:
             Console(highlight=False).print(table)
         _err.print(line)
     return 0
+
+
+# ----------------------------------------------------------------------------------------------------- doctor
+def cmd_doctor(a) -> int:
+    if bool(a.sweep_file) == bool(a.sweep):
+        print("error: name the sweep: rlsweep doctor SWEEP.yaml, or rlsweep doctor --sweep NAME", file=sys.stderr)
+        return 2
+    name, root = load_sweep(a.sweep_file).name if a.sweep_file else a.sweep, _results_root(a)
+    if not (root / name).is_dir():
+        print(f"error: no results for sweep {name!r} under {root}", file=sys.stderr)
+        return 2
+    report = examine(root, name, a.sweep_file)
+    moved = quarantine(report)[1] if a.fix and report.problems else None
+    for line in report_lines(report, moved):
+        print(line)
+    print(summary_line(report, fixed=moved is not None), file=sys.stderr)
+    return 1 if report.problems else 0
 
 
 # --------------------------------------------------------------------------------------------------- validate
@@ -255,6 +288,11 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("status", parents=[common], help="show each run's stage states")
     s.add_argument("sweep_file")
     s.set_defaults(fn=cmd_status)
+    d = sub.add_parser("doctor", parents=[common], help="find damaged or inconsistent results; say how to recompute")
+    d.add_argument("sweep_file", nargs="?", help="the sweep file (or --sweep NAME)")
+    d.add_argument("--sweep", help="the sweep's name, when its file is not at hand")
+    d.add_argument("--fix", action="store_true", help="move what each problem lists to results/<sweep>/quarantine/")
+    d.set_defaults(fn=cmd_doctor)
     v = sub.add_parser("validate", help="expand and validate a sweep file without running anything")
     v.add_argument("sweep_file")
     v.set_defaults(fn=cmd_validate)

@@ -38,7 +38,7 @@ from workflow.eval.backends import make_backend, resolve_backend
 from workflow.hub import DatasetUnavailable
 from workflow.eval.harness import evaluate
 from workflow.eval.plan import eval_groups
-from workflow.layout import CHECKPOINTS, DONE, stage_dir, step_dir, summary_path
+from workflow.layout import CHECKPOINTS, DONE, runs_file, stage_dir, step_dir, summary_path
 from workflow.preemption import EXIT_PREEMPTED, Preempted
 from workflow.provenance import provenance
 from workflow.results.summary import write_summary
@@ -91,8 +91,8 @@ class _RunsRow:
         parent = cfg.get("sft_id") if stage == "rl" else cfg.get("run_id", cfg.get("data_id"))
         method = cfg["rl"]["update"] if stage == "rl" else stage
         job = job or {}  # what tells apart the jobs of one stage id (an eval's step and benchmark group)
-        suffix = "".join(f"_{v}" for v in job.values())
-        self.where = (results_root, sweep, "runs", f"{stage}_{stage_id}{suffix}")
+        self.where = (results_root, sweep, "runs",
+                      runs_file(stage, stage_id, job.get("eval_step"), job.get("eval_group")))
         self.started = dt.datetime.now(dt.timezone.utc)
         self.row = {"run_id": stage_id, "sweep": sweep, "stage": stage, "parent_id": parent, "method": method,
                     "engine": cfg.get("engine", {}).get("name"),

@@ -5,7 +5,8 @@ CLI and the study driver read it without importing torch).
       sft/<sft_id>/                     one SFT stage: DONE.json, RUNNING.lock, config.json, checkpoints/step_N/
       rl/<run_id>/                      one RL stage (the same files; PRUNED.json when an Optuna pruner stopped it)
       eval/<run_id>/<eval_id>/step_<N>/<group>/DONE.json   one eval job: an RL checkpoint x a benchmark group
-      tables/<table>/*.parquet          runs, train_steps, eval_samples, eval_scores
+      tables/<table>/*.parquet          runs, train_steps, eval_samples, eval_scores (file names: below)
+      quarantine/<time>/...             what `rlsweep doctor --fix` moved aside (same relative paths)
       summary.md                        the aggregate stage's table
       optuna.journal                    an Optuna study's default storage
       study/trials/trial_N.json         the parameters of every trial the study driver started
@@ -18,6 +19,7 @@ Every function takes strings too, so the Snakefile can pass wildcard patterns ("
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 DONE = "DONE.json"  # a stage's last write; the file Snakemake waits for
@@ -48,6 +50,109 @@ def table_dir(results_root: str | Path, sweep: str, table: str) -> Path:
 
 def summary_path(results_root: str | Path, sweep: str) -> Path:
     return sweep_dir(results_root, sweep) / "summary.md"
+
+
+def quarantine_dir(results_root: str | Path, sweep: str) -> Path:
+    return sweep_dir(results_root, sweep) / "quarantine"
+
+
+@dataclass(frozen=True)
+class StageJob:
+    """One stage job: a stage and its id; an eval job also has the RL run it evaluates, the step and the group."""
+
+    stage: str
+    stage_id: str
+    run_id: str | None = None
+    step: int | None = None
+    group: str | None = None
+
+    def dir(self, results_root: str | Path, sweep: str) -> Path:
+        return stage_dir(results_root, sweep, self.stage, self.stage_id, self.run_id, self.step, self.group)
+
+    def __str__(self) -> str:
+        if self.stage == "eval":
+            return f"eval {self.stage_id} of run {self.run_id} (step {self.step}, {self.group})"
+        return f"{self.stage} {self.stage_id}"
+
+
+def stage_jobs(results_root: str | Path, sweep: str) -> list[StageJob]:
+    """Every stage job of the sweep that has a directory on disk."""
+    root = sweep_dir(results_root, sweep)
+    found = [StageJob(stage, p.name) for stage in ("data", "overlap", "sft", "rl")
+             for p in sorted((root / stage).glob("*")) if p.is_dir()]
+    for p in sorted((root / "eval").glob("*/*/step_*/*")):  # eval/<run_id>/<eval_id>/step_<N>/<group>
+        step = p.parent.name.removeprefix("step_")
+        if p.is_dir() and step.isdigit():
+            found.append(StageJob("eval", p.parent.parent.name, p.parent.parent.parent.name, int(step), p.name))
+    return found
+
+
+# ---------------------------------------------------------------------------------------------- table files
+# Every stage job writes its own files, named after it, so a file says whose rows it holds (`rlsweep status` and
+# `rlsweep doctor` map an unreadable file back to its stage):
+#   runs/<stage>_<id>[_<step>_<group>]           a stage job's row (an eval job adds its step and group)
+#   train_steps/<stage>_<id>_<first>-<last>      a training stage's steps, one file per checkpoint interval
+#   eval_samples|eval_scores/<run_id>_<eval_id>_step<step>_<benchmark>   one benchmark of one eval job
+def runs_file(stage: str, stage_id: str, step: int | None = None, group: str | None = None) -> str:
+    return f"{stage}_{stage_id}" + (f"_{step}_{group}" if stage == "eval" else "")
+
+
+def train_steps_file(stage: str, run_id: str, first: int, last: int) -> str:
+    return f"{stage}_{run_id}_{first:06d}-{last:06d}"
+
+
+def train_steps_files(results_root: str | Path, sweep: str, stage: str, run_id: str) -> list[Path]:
+    """Every train_steps file of one training stage, in step order."""
+    return sorted(table_dir(results_root, sweep, "train_steps").glob(f"{stage}_{run_id}_*.parquet"))
+
+
+def eval_file(run_id: str, eval_id: str, step: int, benchmark: str) -> str:
+    return f"{run_id}_{eval_id}_step{step:06d}_{benchmark}"
+
+
+_TABLE_FILE = {
+    "runs": re.compile(r"^(?P<stage>[a-z]+)_(?P<stage_id>[^_]+)(?:_(?P<step>\d+)_(?P<group>[a-z]+))?$"),
+    "train_steps": re.compile(r"^(?P<stage>[a-z]+)_(?P<stage_id>[^_]+)_(?P<first>\d+)-(?P<last>\d+)$"),
+    "eval_samples": re.compile(r"^(?P<run_id>[^_]+)_(?P<stage_id>[^_]+)_step(?P<step>\d+)_(?P<benchmark>.+)$"),
+}
+_TABLE_FILE["eval_scores"] = _TABLE_FILE["eval_samples"]
+
+
+@dataclass(frozen=True)
+class TableFile:
+    """Whose rows a table file holds: the stage job that wrote it (stage eval: run_id is the evaluated RL run)."""
+
+    stage: str
+    stage_id: str
+    run_id: str | None = None
+    step: int | None = None
+    group: str | None = None  # runs rows of eval jobs
+    benchmark: str | None = None  # eval_samples / eval_scores
+    first: int | None = None  # train_steps: the steps the file holds
+    last: int | None = None
+
+    def __str__(self) -> str:
+        if self.benchmark is not None:
+            return f"{self.benchmark} at step {self.step} of eval {self.stage_id} of run {self.run_id}"
+        if self.first is not None:
+            return f"steps {self.first}-{self.last} of {self.stage} {self.stage_id}"
+        if self.group is not None:
+            return f"eval {self.stage_id} (step {self.step}, {self.group})"
+        return f"{self.stage} {self.stage_id}"
+
+
+def parse_table_file(table: str, stem: str) -> TableFile | None:
+    """The stage job behind a table file's name (without .parquet); None for a name no stage writes."""
+    m = _TABLE_FILE[table].match(stem) if table in _TABLE_FILE else None
+    if m is None:
+        return None
+    g = {k: v for k, v in m.groupdict().items() if v is not None}
+    ints = {k: int(g[k]) for k in ("step", "first", "last") if k in g}
+    if table in ("eval_samples", "eval_scores"):
+        return TableFile("eval", g["stage_id"], run_id=g["run_id"], step=ints["step"], benchmark=g["benchmark"])
+    if table == "runs" and (g["stage"] == "eval") != ("group" in g):
+        return None  # only an eval job's runs file names a step and a group
+    return TableFile(g["stage"], g["stage_id"], group=g.get("group"), **ints)
 
 
 # ---------------------------------------------------------------------------------------------- checkpoints

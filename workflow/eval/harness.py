@@ -18,6 +18,7 @@ from workflow.eval.benchmarks import Item
 from workflow.eval.metrics import benchmark_scores
 from workflow.eval.prompts import render
 from workflow.eval.scoring import MathVerifier, Verdict, format_mc, option_permutation, score_exact, score_mc
+from workflow.layout import eval_file
 from workflow.progress import say
 from workflow.results.writer import write_rows
 
@@ -76,7 +77,7 @@ def evaluate(backend: GenerationBackend, task: TaskConfig, ev: EvalConfig, step:
             say(f"[bold cyan]eval {run_id}[/] {name}: {len(its)} problems x {ev.k} samples at T={ev.temperature}")
             score = score_exact if benchmarks.get(name).exact_match else verifier.score
             rows, by_k = run_benchmark(backend, name, its, ev, score)
-            file = f"{run_id}_{eval_id}_step{step:06d}_{name}"
+            file = eval_file(run_id, eval_id, step, name)
             write_rows(results_root, sweep, "eval_samples", file, [{**key, **r} for r in rows])
             write_rows(results_root, sweep, "eval_scores", file,
                        [{**key, "benchmark": name, "k": k, **v} for k, v in by_k.items()])

@@ -1,50 +1,288 @@
 """DuckDB over the Parquet tables: views `runs`, `train_steps`, `eval_samples`, `eval_scores`, read-only.
 
-Read-only is enforced twice: only SELECT / EXPLAIN / DESCRIBE-style statements are accepted (no COPY ... TO, no
-CREATE, no ATTACH), and the connection may read files under the results directory only.
+Read-only is enforced below SQL, where no statement can undo it:
+- DuckDB's own file system is switched off (`disabled_filesystems = 'LocalFileSystem'`, external access off, the
+  configuration locked), so no statement opens a local file: not COPY ... TO, EXPORT DATABASE, ATTACH, INSTALL,
+  read_csv('/etc/passwd'), nor any of them nested inside EXPLAIN ANALYZE or a multi-statement string.
+- The views read the table files through a file system registered from Python (SQL cannot register, replace or
+  unregister one) that opens the readable table files for reading and nothing else: a write, delete, rename or
+  mkdir raises. DuckDB's own Parquet reader still does the reading, so queries run at its speed.
+- Before any of that, statements other than SELECT / EXPLAIN are refused, with a friendlier message.
+
+An unreadable file (empty, truncated, not Parquet, or a Parquet file whose columns are not the table's) is left
+out of the views and listed in `Catalog.damaged`, so one bad file never takes every query down.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import io
+import os
+import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
+from fsspec import AbstractFileSystem
 
+from workflow.layout import TableFile, parse_table_file
 from workflow.results.schemas import TABLES
 
 _ALLOWED = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
+PROTOCOL = "rlsweep-ro"  # how the views name the table files: rlsweep-ro:///abs/path.parquet
 
 
 class QueryError(Exception):
     pass
 
 
+@dataclass(frozen=True)
+class Damaged:
+    """A table file the catalog leaves out, and why."""
+
+    table: str
+    path: Path
+    reason: str
+
+    @property
+    def owner(self) -> TableFile | None:
+        """The stage job whose rows the file was meant to hold (None: a name no stage writes)."""
+        return parse_table_file(self.table, self.path.stem)
+
+
 def _sql_str(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
 
-def connect(results_root: str | Path = "results", sweep: str | None = None) -> duckdb.DuckDBPyConnection:
-    root = Path(results_root).resolve()
-    if sweep is not None and not (root / sweep).is_dir():
-        known = sorted(p.name for p in root.iterdir() if (p / "tables").is_dir()) if root.is_dir() else []
-        raise QueryError(f"no results for sweep {sweep!r} under {root} (sweeps with results: {known or 'none'})")
-    con = duckdb.connect(":memory:")
-    for table, schema in TABLES.items():
-        pattern = root / (sweep or "*") / "tables" / table / "*.parquet"
-        if any(root.glob(str(pattern.relative_to(root)))):
-            con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet({_sql_str(str(pattern))}, "
-                        "union_by_name = true)")
-        else:  # no files yet: an empty view with the table's columns, so queries still bind
-            con.register(f"_empty_{table}", pa.Table.from_pylist([], schema=schema))
-            con.execute(f"CREATE VIEW {table} AS SELECT * FROM _empty_{table}")
-    con.execute(f"SET allowed_directories = [{_sql_str(str(root) + '/')}]")
-    con.execute("SET enable_external_access = false")
-    con.execute("SET lock_configuration = true")
-    return con
+# ----------------------------------------------------------------------------------------------- the files
+def table_files(results_root: Path, sweep: str | None) -> dict[str, list[Path]]:
+    """Every `*.parquet` of each table, one sweep's or all sweeps'. Temporaries (`.<name>.tmp-<pid>`) never match."""
+    return {table: sorted(results_root.glob(f"{sweep or '*'}/tables/{table}/*.parquet")) for table in TABLES}
 
 
-def query(sql: str, results_root: str | Path = "results", sweep: str | None = None) -> pa.Table:
+def _compatible(found: pa.DataType, expected: pa.DataType) -> bool:
+    """A column type DuckDB reads as the table's own without error (an all-null column, an int for a float)."""
+    return (found == expected or pa.types.is_null(found)
+            or (pa.types.is_integer(found) and (pa.types.is_integer(expected) or pa.types.is_floating(expected)))
+            or (pa.types.is_floating(found) and pa.types.is_floating(expected))
+            or (pa.types.is_timestamp(found) and pa.types.is_timestamp(expected))
+            or (pa.types.is_string(expected) and (pa.types.is_string(found) or pa.types.is_large_string(found))))
+
+
+def foreign_columns(table: str, schema: pa.Schema) -> str | None:
+    """Why a readable Parquet file is not a file of `table` (None: it is). Every file a stage writes has run_id; a
+    column the table also has must have the table's type. Columns the table lacks are ignored (runs' hyperparameters),
+    and so are columns missing from the file (an older file: they read as null)."""
+    expected = TABLES[table]
+    if "run_id" not in schema.names:
+        return f"not a file of table {table}: no run_id column (columns: {', '.join(schema.names[:8]) or 'none'})"
+    clashes = [f"{f.name} is {f.type}, not {expected.field(f.name).type}" for f in schema
+               if f.name in expected.names and not _compatible(f.type, expected.field(f.name).type)]
+    return f"not a file of table {table}: {'; '.join(clashes)}" if clashes else None
+
+
+def read_schema(table: str, path: Path, deep: bool = False) -> tuple[pa.Schema | None, str | None]:
+    """(the file's schema, None) when DuckDB can read it as part of `table`, else (None, why not). The footer is
+    enough for an empty, truncated or non-Parquet file; `deep` also decodes every page (rlsweep doctor)."""
+    try:
+        schema = pq.read_schema(path)
+        if deep:
+            pq.read_table(path)
+    except (pa.ArrowException, OSError) as e:
+        return None, str(e).strip().rstrip(".") or type(e).__name__
+    reason = foreign_columns(table, schema)
+    return (None, reason) if reason else (schema, None)
+
+
+class PositionalReader(io.RawIOBase):
+    """A file opened for reading whose position is per thread. DuckDB's threads share one handle per file and each
+    seeks, then reads: with one shared position (a plain `open()`), two threads reading two row groups of a file
+    at once get each other's bytes ("Snappy decompression failure" at best). Reads are `pread`s at the thread's
+    own position."""
+
+    def __init__(self, path: str):
+        super().__init__()
+        self.fd = os.open(path, os.O_RDONLY)
+        self.size = os.fstat(self.fd).st_size
+        self.local = threading.local()
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return getattr(self.local, "pos", 0)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.tell(), io.SEEK_END: self.size}[whence]
+        self.local.pos = base + offset
+        return self.local.pos
+
+    def read(self, n: int = -1) -> bytes:
+        pos = self.tell()
+        n = self.size - pos if n is None or n < 0 else min(n, self.size - pos)
+        chunks = []
+        while n > 0:  # pread may return less than asked (a signal, a network file system)
+            chunk = os.pread(self.fd, n, pos)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            pos, n = pos + len(chunk), n - len(chunk)
+        self.local.pos = pos
+        return b"".join(chunks)
+
+    def readinto(self, buffer) -> int:
+        data = self.read(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        if not self.closed:
+            os.close(self.fd)
+        super().close()
+
+
+class ReadOnlyFiles(AbstractFileSystem):
+    """The only file system the catalog's DuckDB connection has: these files, opened for reading. Everything that
+    would change a file raises (DuckDB's CreateDirectory / RemoveFile / MoveFile / a write handle land here)."""
+
+    protocol = PROTOCOL
+    cachable = False  # fsspec would otherwise hand this instance (and its file list) to the next catalog
+
+    def __init__(self, files: list[Path]):
+        super().__init__()
+        self.files = {str(p) for p in files}
+        self.stats: dict[str, dict] = {}  # DuckDB asks for a file's size and time several times per query
+
+    def _listed(self, path: str) -> str:
+        path = self._strip_protocol(path)
+        if path not in self.files:
+            raise PermissionError(f"{path} is not a result table's file (read-only catalog)")
+        return path
+
+    def _open(self, path, mode="rb", **kwargs):
+        if mode != "rb":
+            raise PermissionError(f"{path} cannot be written (read-only catalog)")
+        return PositionalReader(self._listed(path))
+
+    def info(self, path, **kwargs):
+        path = self._listed(path)
+        if path not in self.stats:
+            st = os.stat(path)
+            self.stats[path] = {"name": path, "size": st.st_size, "type": "file", "mtime": st.st_mtime}
+        return self.stats[path]
+
+    def ls(self, path, detail=True, **kwargs):
+        return [self.info(path) if detail else self._listed(path)]
+
+    def modified(self, path):
+        return dt.datetime.fromtimestamp(self.info(path)["mtime"], tz=dt.timezone.utc)
+
+    def _refuse(self, path, *args, **kwargs):
+        raise PermissionError(f"{path} cannot be changed (read-only catalog)")
+
+    mkdir = makedirs = rmdir = rm = rm_file = _rm = mv = copy = cp_file = put_file = pipe_file = touch = _refuse
+
+
+# --------------------------------------------------------------------------------------------- the catalog
+class Catalog:
+    """The result tables under `results_root` (one sweep's, or every sweep's): the readable files of each table,
+    the unreadable ones (`damaged`), and read-only SQL over the readable ones."""
+
+    def __init__(self, results_root: str | Path = "results", sweep: str | None = None, deep: bool = False):
+        """`deep`: decode every file in full, not only its footer (slower; `rlsweep doctor`)."""
+        self.root, self.sweep = Path(results_root).resolve(), sweep
+        self.files: dict[str, list[Path]] = {}
+        self.schemas: dict[str, list[pa.Schema]] = {}  # the distinct schemas of each table's readable files
+        self.damaged: list[Damaged] = []
+        for table, paths in table_files(self.root, sweep).items():
+            self.files[table], self.schemas[table] = [], []
+            for path in paths:  # ~0.1 ms a file (threads do not help: building the schema holds the GIL)
+                schema, reason = read_schema(table, path, deep)
+                if schema is None:
+                    self.damaged.append(Damaged(table, path, reason))
+                    continue
+                self.files[table].append(path)
+                if not any(schema.equals(s) for s in self.schemas[table]):
+                    self.schemas[table].append(schema)
+
+    def _where(self) -> str:
+        return f"{self.root / self.sweep}" if self.sweep else f"{self.root}"
+
+    def check_available(self) -> None:
+        """QueryError unless there is something to query: a missing directory or sweep is a mistake, not a table
+        of zero rows."""
+        if not self.root.is_dir():
+            raise QueryError(f"no results directory {self.root} (set --results or $RLSWEEP_RESULTS)")
+        if not any(self.files.values()):
+            known = sorted(p.parent.name for p in self.root.glob("*/tables") if p.is_dir())
+            if self.damaged:
+                raise QueryError(f"every table file under {self._where()} is unreadable ({len(self.damaged)} files); "
+                                 "`rlsweep doctor` lists them")
+            if self.sweep is not None:
+                raise QueryError(f"no results for sweep {self.sweep!r} under {self.root} "
+                                 f"(sweeps with results: {', '.join(known) or 'none'})")
+            raise QueryError(f"no result tables under {self.root} yet")
+
+    def connect(self) -> duckdb.DuckDBPyConnection:
+        self.check_available()
+        con = duckdb.connect(":memory:")
+        con.register_filesystem(ReadOnlyFiles([p for paths in self.files.values() for p in paths]))
+        for table, schema in TABLES.items():
+            self._create_view(con, table, schema)
+        # this order: disabling the file system first would refuse the next SET; the lock makes all of it final
+        con.execute(f"SET allowed_directories = [{_sql_str(f'{PROTOCOL}://{self.root}/')}]")
+        con.execute("SET enable_external_access = false")
+        con.execute("SET disabled_filesystems = 'LocalFileSystem'")
+        con.execute("SET lock_configuration = true")
+        return con
+
+    def _create_view(self, con: duckdb.DuckDBPyConnection, table: str, schema: pa.Schema) -> None:
+        """The readable files, by column name; a column of the table no file has yet reads as null (an older
+        file, a table with no files yet), so every query binds on every sweep."""
+        con.register(f"_{table}_columns", pa.Table.from_pylist([], schema=schema))
+        files, schemas = self.files[table], self.schemas[table]
+        if not files:
+            con.execute(f"CREATE VIEW {table} AS SELECT * FROM _{table}_columns")
+            return
+        listed = ", ".join(_sql_str(f"{PROTOCOL}://{p}") for p in files)
+        # one schema (a table's files as one writer writes them): DuckDB binds on the first file alone, instead of
+        # opening every file to merge their columns by name
+        source = f"SELECT * FROM read_parquet([{listed}], union_by_name = {str(len(schemas) > 1).lower()})"
+        if any(all(name not in s.names for s in schemas) for name in schema.names):  # only then: a union costs
+            source = f"SELECT * FROM _{table}_columns UNION ALL BY NAME {source}"
+        con.execute(f"CREATE VIEW {table} AS {source}")
+
+    def query(self, sql: str) -> pa.Table:
+        statements = _read_only_statements(sql)
+        con = self.connect()
+        try:
+            result = None
+            for s in statements:
+                result = con.sql(s.query).to_arrow_table()
+            return result
+        except duckdb.Error as e:
+            raise QueryError(_message(e)) from None
+        finally:
+            con.close()
+
+
+def _message(e: duckdb.Error) -> str:
+    """DuckDB's message, and for a refused file a clear `read-only:`. An error raised in our file system arrives
+    with its Python traceback: its last line says it."""
+    text = str(e).strip()
+    if "Traceback (most recent call last)" in text:
+        text = text.splitlines()[-1].removeprefix("PermissionError: ")
+    if isinstance(e, duckdb.PermissionException) or text.endswith("(read-only catalog)"):
+        return f"read-only: the query tried to write a file, or to read one that is not a result table ({text})"
+    return text
+
+
+def _read_only_statements(sql: str) -> list:
     try:
         statements = duckdb.extract_statements(sql)
     except duckdb.Error as e:
@@ -54,13 +292,9 @@ def query(sql: str, results_root: str | Path = "results", sweep: str | None = No
     bad = [s.type.name for s in statements if s.type not in _ALLOWED]
     if bad:
         raise QueryError(f"read-only: only SELECT / EXPLAIN queries are allowed (got {', '.join(bad)})")
-    con = connect(results_root, sweep)
-    try:
-        result = None
-        for s in statements:
-            result = con.sql(s.query).to_arrow_table()
-        return result
-    except duckdb.Error as e:
-        raise QueryError(str(e).strip()) from None
-    finally:
-        con.close()
+    return statements
+
+
+def query(sql: str, results_root: str | Path = "results", sweep: str | None = None) -> pa.Table:
+    """Read-only SQL over the readable table files (a Catalog's `damaged` lists the files left out)."""
+    return Catalog(results_root, sweep).query(sql)

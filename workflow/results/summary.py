@@ -15,7 +15,7 @@ from rich.table import Table
 from workflow.atomic import write_text
 from workflow.eval.benchmarks import MATH_SET, OOD_SET
 from workflow.eval.metrics import set_average
-from workflow.results.catalog import query
+from workflow.results.catalog import Catalog, Damaged
 
 _PER_SETTING = """
 WITH final AS (  -- each run's last evaluated step
@@ -37,8 +37,8 @@ FROM per_run GROUP BY ALL ORDER BY benchmark, method, label
 """
 
 
-def summarize(results_root: str | Path, sweep: str) -> pa.Table:
-    return query(_PER_SETTING, results_root, sweep)
+def summarize(results_root: str | Path, sweep: str, catalog: Catalog | None = None) -> pa.Table:
+    return (catalog or Catalog(results_root, sweep)).query(_PER_SETTING)
 
 
 def _set_averages(rows: list[dict]) -> list[str]:
@@ -59,8 +59,18 @@ def _set_averages(rows: list[dict]) -> list[str]:
             "| method | setting | Avg math | Avg OOD |", "|---|---|---|---|", *out]
 
 
+def _left_out(damaged: list[Damaged]) -> list[str]:
+    """Unreadable table files the numbers above could not include: said in the summary itself, not only in a log."""
+    if not damaged:
+        return []
+    names = ", ".join(f"`{d.table}/{d.path.name}`" for d in damaged)
+    return ["", f"Left out, unreadable ({len(damaged)} table files; `rlsweep doctor` says how to recompute them): "
+            f"{names}."]
+
+
 def write_summary(results_root: str | Path, sweep: str, out: str | Path) -> Path:
-    rows = summarize(results_root, sweep).to_pylist()
+    catalog = Catalog(results_root, sweep)
+    rows = summarize(results_root, sweep, catalog).to_pylist()
     lines = [f"# Sweep `{sweep}`", "",
              "Mean ± standard deviation over seeds of each setting's final evaluation. avg@k is the mean accuracy "
              "over k samples per problem; pass@k uses the unbiased estimator. Differences smaller than the spread "
@@ -76,7 +86,9 @@ def write_summary(results_root: str | Path, sweep: str, out: str | Path) -> Path
                  f"{r['pass_at_k']:.3f} ± {r['pass_at_k_std']:.3f}", f"{r['mean_len']:.1f}"]
         lines.append("| " + " | ".join(cells) + " |")
         table.add_row(*cells)
-    lines += _set_averages(rows)
+    lines += _set_averages(rows) + _left_out(catalog.damaged)
     out = write_text(out, "\n".join(lines) + "\n")
     Console(stderr=True).print(table)
+    if catalog.damaged:
+        Console(stderr=True, highlight=False).print(lines[-1], markup=False)
     return out

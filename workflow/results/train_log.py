@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from workflow.layout import table_dir
+from workflow.layout import parse_table_file, train_steps_file, train_steps_files
 from workflow.results.writer import write_rows
 
 
@@ -29,15 +29,15 @@ class TrainLog:
         attempt may have flushed steps and died before saving the checkpoint that follows them; the resumed run
         recomputes those steps and may flush them under another range (a preemption checkpoints off the
         interval), so without this they would appear twice."""
-        for f in table_dir(self.results_root, self.sweep, "train_steps").glob(f"{self.stage}_{self.run_id}_*.parquet"):
-            first = int(f.stem.rsplit("_", 1)[1].split("-")[0])
-            if first > step:
+        for f in train_steps_files(self.results_root, self.sweep, self.stage, self.run_id):
+            name = parse_table_file("train_steps", f.stem)
+            if name is not None and name.first > step:
                 f.unlink()
 
     def flush(self) -> None:
         if not self.pending:
             return
         first, last = self.pending[0]["step"], self.pending[-1]["step"]
-        write_rows(self.results_root, self.sweep, "train_steps",
-                   f"{self.stage}_{self.run_id}_{first:06d}-{last:06d}", self.pending)
+        write_rows(self.results_root, self.sweep, "train_steps", train_steps_file(self.stage, self.run_id, first, last),
+                   self.pending)
         self.pending = []

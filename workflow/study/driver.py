@@ -38,7 +38,7 @@ from optuna.trial import TrialState
 from rich.console import Console
 
 from workflow.atomic import write_json
-from workflow.layout import done_path, stage_dir, summary_path, table_dir, trial_log
+from workflow.layout import done_path, runs_file, stage_dir, summary_path, table_dir, trial_log
 from workflow.results.summary import write_summary
 from workflow.results.writer import write_rows
 from workflow.study import pruning
@@ -192,7 +192,7 @@ class Driver:
         `runs` sees trials with their parameters (the flattened hyperparameter columns) and values: `objective`
         (the first value) and, for a multi-objective study, `objectives` (all of them, JSON)."""
         for run_id in r.run_ids:
-            path = table_dir(self.results, self.sweep.name, "runs") / f"rl_{run_id}.parquet"
+            path = table_dir(self.results, self.sweep.name, "runs") / f"{runs_file('rl', run_id)}.parquet"
             if path.is_file():
                 rows = pq.read_table(path).to_pylist()
                 if any(row.get("trial") is not None and row.get("trial_state") == "complete" for row in rows):

@@ -1,0 +1,298 @@
+"""`rlsweep doctor`: what is wrong with a sweep's results on disk, and how to recompute it.
+
+What it checks:
+- every table file, read in full: an empty, truncated or non-Parquet file, or a Parquet file whose columns are not
+  the table's, is damaged (queries leave it out and warn);
+- leftover temporaries (`.<name>.tmp-<pid>`, workflow/atomic.py): writes whose process died before the rename;
+- each stage directory's DONE.json against the tables: DONE.json present but rows of the stage missing (its runs
+  row, any of its train_steps steps, an eval job's rows for one of its benchmarks), and runs rows saying
+  `completed` for a stage with no DONE.json.
+
+How recomputing works: Snakemake's targets are the DONE.json files, never table files, so removing a table file
+reruns nothing. Nor does removing a DONE.json by itself, when the stages after it are done: Snakemake rebuilds a
+missing DONE.json only when it is asked for (`snakemake ... <that DONE.json>`) or a job after it must run (an eval
+job's is needed by the summary, an SFT or RL stage's is not). A training stage that reruns resumes from its last
+checkpoint and never trains (or logs) the steps before it again, so recomputing train_steps rows means training the
+stage again from scratch: without its checkpoints, and without its other train_steps files (a preempted attempt's
+off-interval files would hold some steps twice). Once a stage has run again, a plain `snakemake` reruns the stages
+after it (their input is newer); an RL stage after a retrained SFT stage resumes at its own final checkpoint, so it
+keeps what it learned from the SFT checkpoint it started from.
+
+`--fix` does exactly that, by moving, never deleting: what each problem lists goes to
+results/<sweep>/quarantine/<UTC time>/ under its path relative to the sweep, so nothing computed is lost; then
+`snakemake` recomputes. A stage whose directory holds RUNNING.lock is left alone (it is running, or its job died;
+the next run of the stage takes over a dead owner's lock).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from workflow.atomic import parse_temporary
+from workflow.eval.benchmarks import REGISTRY
+from workflow.layout import (CHECKPOINTS, DONE, StageJob, TableFile, parse_table_file, quarantine_dir, stage_jobs,
+                             sweep_dir, train_steps_files)
+from workflow.results.catalog import Catalog, Damaged, QueryError
+from workflow.runlock import LOCK_NAME
+
+# which id of a sweep's run names the stage's id
+_RUN_KEY = {"data": "data_id", "overlap": "overlap_id", "sft": "sft_id", "rl": "run_id", "eval": "eval_id"}
+
+
+@dataclass
+class Problem:
+    kind: str  # damaged | temporary | done-without-rows | rows-without-done
+    subject: Path  # the file or stage directory concerned
+    what: str  # what is wrong
+    recompute: str  # how the missing results come back (or why nothing needs to)
+    move: list[Path] = field(default_factory=list)  # what --fix moves to quarantine
+    job: StageJob | None = None
+    locked: Path | None = None  # the RUNNING.lock that keeps --fix away
+    target: Path | None = None  # the DONE.json to ask Snakemake for
+
+
+@dataclass
+class Report:
+    sweep: str
+    results: str  # the results directory as given (Snakemake names its targets under it)
+    root: Path  # the sweep's directory, resolved
+    problems: list[Problem]
+    n_files: int  # readable table files
+    n_jobs: int  # stage directories
+    sweep_file: str | None = None
+
+
+def affected_runs(damaged: Damaged, runs) -> list[str]:
+    """The ids of the sweep's runs (workflow.sweep.expand.Run) whose stage wrote the damaged file."""
+    owner = damaged.owner
+    if owner is None:
+        return []
+    return [r.run_id for r in runs if getattr(r, _RUN_KEY.get(owner.stage, ""), None) == owner.stage_id]
+
+
+# ------------------------------------------------------------------------------------------------- examine
+def examine(results_root: str | Path, sweep: str, sweep_file: str | None = None) -> Report:
+    root = Path(results_root).resolve()
+    catalog = Catalog(root, sweep, deep=True)
+    jobs = stage_jobs(root, sweep)
+    problems = [damaged_file(root, sweep, d) for d in catalog.damaged]
+    problems += leftover_temporaries(root, sweep)
+    problems += disagreements(root, sweep, catalog, jobs, done_with={p.job for p in problems if p.job})
+    return Report(sweep, str(results_root), sweep_dir(root, sweep), problems, sum(map(len, catalog.files.values())),
+                  len(jobs), sweep_file)
+
+
+def owning_job(root: Path, sweep: str, owner: TableFile) -> StageJob | None:
+    """The stage job whose directory and DONE.json go with a table file (an eval job's file names the run or the
+    group, not both: the other comes from the directory layout or the benchmark registry)."""
+    if owner.stage != "eval":
+        return StageJob(owner.stage, owner.stage_id)
+    evaluated = (p.parent.name for p in (sweep_dir(root, sweep) / "eval").glob(f"*/{owner.stage_id}"))
+    run_id = owner.run_id or next(evaluated, None)  # eval/<run_id>/<eval_id>/...
+    group = owner.group or (REGISTRY[owner.benchmark].group if owner.benchmark in REGISTRY else None)
+    return StageJob("eval", owner.stage_id, run_id, owner.step, group) if run_id and group else None
+
+
+def damaged_file(root: Path, sweep: str, d: Damaged) -> Problem:
+    where = f"{d.table} file {d.path.name}"
+    owner = d.owner
+    if owner is None:
+        return Problem("damaged", d.path, f"unreadable {where}: {d.reason}",
+                       "not a file of rlsweep's (no stage writes that name): nothing to recompute", [d.path])
+    what = f"unreadable {where} ({owner}): {d.reason}"
+    job = owning_job(root, sweep, owner)
+    if job is None or not job.dir(root, sweep).is_dir():
+        return Problem("damaged", d.path, what, "no stage directory of this sweep holds its stage, so nothing reruns "
+                       "it: its rows are gone from the queries either way", [d.path], job)
+    return rerun(root, sweep, job, "damaged", d.path, what, [d.path], retrain=d.table == "train_steps")
+
+
+def rerun(root: Path, sweep: str, job: StageJob, kind: str, subject: Path, what: str, files: list[Path],
+          retrain: bool) -> Problem:
+    """The problem, with what makes Snakemake recompute the stage's rows: its DONE.json gone (and asked for), and
+    for train_steps rows a training from scratch."""
+    jdir = job.dir(root, sweep)
+    move = [*files, *[p for p in (jdir / DONE,) if p.is_file()]]
+    after = "; then a plain `snakemake` reruns the stages after it (their input is newer)"
+    if retrain:
+        own = train_steps_files(root, sweep, job.stage, job.stage_id)
+        move += [p for p in (*own, jdir / CHECKPOINTS) if p.exists() and p not in move]
+        how = (f"{job} trains again from scratch (with its checkpoints in place it would resume from the last one "
+               f"and never log the earlier steps again){after}")
+    elif job.stage in ("sft", "rl"):
+        how = f"{job} resumes at its final checkpoint (no training) and writes its runs row again{after}"
+    else:
+        how = f"{job} runs again" + ("" if job.stage == "eval" else after)
+    lock = jdir / LOCK_NAME
+    return Problem(kind, subject, what, how, move, job, lock if lock.exists() else None, jdir / DONE)
+
+
+def leftover_temporaries(root: Path, sweep: str) -> list[Problem]:
+    base, quarantined = sweep_dir(root, sweep), quarantine_dir(root, sweep)
+    out = []
+    for path in sorted(base.rglob(".*.tmp-*")):
+        parsed = parse_temporary(path)
+        if parsed is None or quarantined in path.parents or _being_written(root, sweep, path, parsed):
+            continue
+        out.append(Problem("temporary", path, f"leftover temporary {path.relative_to(base)}: a write by pid "
+                           f"{parsed[1]} that never finished (nothing reads it)", "nothing to recompute", [path]))
+    return out
+
+
+def _being_written(root: Path, sweep: str, path: Path, parsed: tuple[str, int]) -> bool:
+    """Whether a temporary may still be in use: its writer's pid lives on this host, or its stage holds
+    RUNNING.lock. Either errs towards leaving it alone (a pid of another node may be alive here by chance)."""
+    name, pid = parsed
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        pass
+    except PermissionError:
+        return True
+    base = sweep_dir(root, sweep)
+    if path.parent.parent == base / "tables":  # a table file: its stage's directory has the lock
+        owner = parse_table_file(path.parent.name, Path(name).stem)
+        job = owning_job(root, sweep, owner) if owner else None
+        return job is not None and (job.dir(root, sweep) / LOCK_NAME).exists()
+    return any((d / LOCK_NAME).exists() for d in path.parents if base in d.parents)
+
+
+# ------------------------------------------------------------------------------------ DONE.json vs the tables
+def _rows(catalog: Catalog) -> tuple[dict[StageJob, dict], dict[tuple[str, str], int], set[tuple]]:
+    """The runs rows by stage job, the number of distinct train steps by (stage, id), and the (table, run_id,
+    eval_id, step, benchmark) that have eval rows."""
+    try:
+        runs = catalog.query("SELECT * FROM runs").to_pylist()
+        steps = catalog.query("SELECT stage, run_id, count(DISTINCT step) AS n FROM train_steps WHERE step >= 1 "
+                              "GROUP BY ALL").to_pylist()
+        evals = catalog.query("SELECT DISTINCT 'eval_scores' AS t, run_id, eval_id, step, benchmark FROM eval_scores "
+                              "UNION SELECT DISTINCT 'eval_samples', run_id, eval_id, step, benchmark "
+                              "FROM eval_samples").to_pylist()
+    except QueryError:  # no readable table at all: every DONE.json is missing its rows
+        runs, steps, evals = [], [], []
+    by_job = {}
+    for r in runs:
+        job = (StageJob("eval", r["run_id"], r.get("parent_id"), r.get("eval_step"), r.get("eval_group"))
+               if r["stage"] == "eval" else StageJob(r["stage"], r["run_id"]))
+        by_job[job] = r
+    return (by_job, {(s["stage"], s["run_id"]): s["n"] for s in steps},
+            {(e["t"], e["run_id"], e["eval_id"], e["step"], e["benchmark"]) for e in evals})
+
+
+def disagreements(root: Path, sweep: str, catalog: Catalog, jobs: list[StageJob],
+                  done_with: set[StageJob]) -> list[Problem]:
+    """Stage jobs whose DONE.json and table rows disagree; `done_with`: jobs a damaged file already covers."""
+    runs, steps, evals = _rows(catalog)
+    out = []
+    for job in jobs:
+        done = job.dir(root, sweep) / DONE
+        if job in done_with or not done.is_file():
+            continue
+        reasons, retrain = missing_rows(job, done, runs, steps, evals)
+        if reasons:
+            out.append(rerun(root, sweep, job, "done-without-rows", job.dir(root, sweep),
+                             f"{job} has DONE.json but {'; '.join(reasons)}", [], retrain))
+    for job, row in runs.items():
+        if row.get("status") == "completed" and job not in done_with and not (job.dir(root, sweep) / DONE).is_file():
+            out.append(Problem("rows-without-done", job.dir(root, sweep),
+                               f"the runs row of {job} says completed but it has no DONE.json",
+                               "the stage runs again and overwrites its rows (if the sweep still has it); until then "
+                               "queries count it as completed", job=job, target=job.dir(root, sweep) / DONE))
+    return out
+
+
+def missing_rows(job: StageJob, done: Path, runs: dict, steps: dict, evals: set) -> tuple[list[str], bool]:
+    """Why the tables lack rows the stage's DONE.json promises, and whether only training again recomputes them."""
+    try:
+        final = json.loads(done.read_text()).get("step")
+    except (OSError, ValueError):
+        return ["its DONE.json is unreadable"], False
+    row = runs.get(job)
+    reasons = (["runs has no row for it"] if row is None else
+               [f"its runs row says {row.get('status')}"] if row.get("status") != "completed" else [])
+    if job.stage in ("sft", "rl") and final is not None and steps.get((job.stage, job.stage_id), 0) < final:
+        reasons.append(f"train_steps holds {steps.get((job.stage, job.stage_id), 0)} of its {final} steps")
+        return reasons, True
+    if job.stage == "eval":
+        for table in ("eval_scores", "eval_samples"):
+            lacking = [b for b in _group_benchmarks(done.parent, job.group)
+                       if (table, job.run_id, job.stage_id, job.step, b) not in evals]
+            reasons += [f"{table} has no rows for {', '.join(lacking)}"] if lacking else []
+    return reasons, False
+
+
+def _group_benchmarks(job_dir: Path, group: str | None) -> list[str]:
+    """The benchmarks an eval job evaluates: its config's benchmarks of its group (none if its config is gone)."""
+    try:
+        names = json.loads((job_dir / "config.json").read_text())["eval"]["benchmarks"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    return [b for b in names if b in REGISTRY and REGISTRY[b].group == group]
+
+
+# ------------------------------------------------------------------------------------------------------ fix
+def quarantine(report: Report) -> tuple[Path, list[tuple[Path, Path]]]:
+    """Move what each problem lists (except a locked stage's) under quarantine/<UTC time>/; returns the moves."""
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    target = quarantine_dir(Path(report.results).resolve(), report.sweep) / stamp
+    moved = []
+    for problem in report.problems:
+        if problem.locked is not None:
+            continue
+        for src in problem.move:
+            if not (src.exists() or src.is_symlink()):  # listed by an earlier problem too, and moved with it
+                continue
+            dst = target / src.relative_to(report.root)
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(src, dst)  # the same file system: a rename, however large a checkpoint directory is
+            moved.append((src, dst))
+    return target, moved
+
+
+# --------------------------------------------------------------------------------------------------- report
+def snakemake_command(report: Report, targets: list[Path]) -> str:
+    """The `snakemake` call that rebuilds these DONE.json files, named as the Snakefile names them (targets first:
+    --config takes every word after it)."""
+    config = [f"sweep={report.sweep_file or 'SWEEP.yaml'}"] + ([f"results={report.results}"]
+                                                               if report.results != "results" else [])
+    names = [str(Path(report.results) / report.sweep / t.relative_to(report.root)) for t in targets]
+    return " ".join(["snakemake", *map(shlex.quote, names), "--config", *map(shlex.quote, config)])
+
+
+def report_lines(report: Report, moved: list[tuple[Path, Path]] | None = None) -> list[str]:
+    """The problems, each with how to recompute it and what --fix moves (paths relative to the sweep)."""
+    def rel(p: Path) -> str:
+        return str(p.relative_to(report.root)) if report.root in p.parents else str(p)
+
+    lines = []
+    for p in report.problems:
+        lines += [f"{p.kind}: {rel(p.subject)}", f"  {p.what}"]
+        if p.target is not None:
+            first = "move what --fix moves (below) aside, then run " if p.move else "run "
+            lines.append(f"  recompute: {first}{snakemake_command(report, [p.target])}: {p.recompute}")
+        else:
+            lines.append(f"  recompute: {p.recompute}")
+        if p.locked is not None:
+            lines.append(f"  --fix leaves it alone: {rel(p.locked)} exists (the stage is running, or its job died)")
+        elif p.move:
+            lines.append(f"  --fix moves: {', '.join(rel(m) for m in p.move)}")
+    if moved:
+        lines += ["moved to quarantine:", *(f"  {rel(src)} -> {rel(dst)}" for src, dst in moved)]
+    return lines
+
+
+def summary_line(report: Report, fixed: bool) -> str:
+    if not report.problems:
+        return (f"{report.sweep}: healthy ({report.n_files} table files readable, {report.n_jobs} stage directories "
+                f"agree with the tables)")
+    targets = list(dict.fromkeys(p.target for p in report.problems if p.target is not None and p.locked is None))
+    rebuild = f"`{snakemake_command(report, targets)}`, then `snakemake`" if targets else "`snakemake`"
+    then = (f"now run {rebuild} to recompute" if fixed else
+            f"`rlsweep doctor --fix` moves what is listed to quarantine (nothing is deleted); then run {rebuild}")
+    return f"{report.sweep}: {len(report.problems)} problem(s) under {report.root}; {then}"
