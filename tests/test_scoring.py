@@ -77,6 +77,10 @@ def test_option_shuffling_is_deterministic_and_balanced():
     ("\\boxed{(A)}", "A"), ("\\boxed{\\text{B}}", "B"), ("C. because it glows", "C"),
     ("I think (B) is wrong.\nThe answer is (A).", "A"), ("no letter here", None), ("The answer is (Z)", None),
     ("the answer is a cat", None),
+    # what real models write around the letter
+    ("\\boxed{\\text{(C)}}", "C"), ("\\boxed{\\textbf{(C)}}", "C"), ("The answer is $\\text{(C)}$", "C"),
+    ("\\boxed{\\mathrm{B}}", "B"), ("**Answer: (D)**", "D"), ("The answer is $\\textbf{\\text{(A)}}$.", "A"),
+    ("The answer is $x$", None),
 ])
 def test_extract_letter(text, letter):
     assert extract_letter(text, 4) == letter

@@ -3,7 +3,7 @@
     rlsweep validate SWEEP.yaml          expand + validate a sweep, list its runs (nothing runs)
     rlsweep status SWEEP.yaml            each run's stage states (pending / step n/N / running / failed / done);
                                          for an Optuna sweep also its study: trials by state, best value, params
-    rlsweep query "SQL" [--sweep NAME] [--format table|csv|json]
+    rlsweep query "SQL" [--sweep NAME] [--format table|records|csv|json]
                                          read-only DuckDB over the views runs, train_steps, eval_samples, eval_scores
     rlsweep smoke SWEEP.yaml [--steps 2] [--dry-run] [--snakemake ARGS]
                                          the sweep's DAG shrunk to minutes on this machine (tiny model, a few
@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 import argparse
-import decimal
 import json
 import os
 import shlex
@@ -26,17 +25,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pyarrow as pa
 import yaml
 from rich.console import Console
 from rich.table import Table
 
 from workflow.atomic import write_text
 from workflow.layout import CHECKPOINTS, DONE, done_path, latest_checkpoint, stage_dir
-from workflow.results.catalog import QueryError, query
-from workflow.smoke import smoke_sweep
 from workflow.results.catalog import Catalog, Damaged, QueryError
+from workflow.results.display import FORMATS, print_table
 from workflow.results.doctor import affected_runs, examine, quarantine, report_lines, summary_line
+from workflow.smoke import smoke_sweep
 from workflow.study.factory import journal_path, study_name
 from workflow.study.status import study_report
 from workflow.study.trials import recorded_runs
@@ -65,39 +63,6 @@ def warn_damaged(damaged: list[Damaged], runs: dict[Damaged, list[str]] | None =
         affects = f"; affects run(s) {', '.join(runs[d])}" if runs and runs.get(d) else ""
         print(f"warning: left out unreadable {d.table} file {d.path}{whose}: {d.reason}{affects} "
               "(`rlsweep doctor` says how to recompute it)", file=sys.stderr)
-
-
-def print_table(table: pa.Table, fmt: str) -> None:
-    if fmt == "csv":
-        import pyarrow.csv as pacsv
-        sink = pa.BufferOutputStream()
-        pacsv.write_csv(table, sink)
-        sys.stdout.write(sink.getvalue().to_pybytes().decode())
-    elif fmt == "json":
-        print(json.dumps(table.to_pylist(), default=_json_value, indent=1))
-    else:
-        t = Table(show_lines=False)
-        for name in table.column_names:
-            t.add_column(name)
-        for row in table.to_pylist():
-            t.add_row(*(_cell(v) for v in row.values()))
-        Console(highlight=False).print(t)
-        _err.print(f"[dim]{table.num_rows} row{'s' if table.num_rows != 1 else ''}[/]")
-
-
-def _json_value(v):
-    """JSON for what Arrow hands back beyond JSON's types: DuckDB's HUGEINT counts arrive as Decimal."""
-    if isinstance(v, decimal.Decimal):
-        return int(v) if v == v.to_integral_value() else float(v)
-    return str(v)  # timestamps, dates
-
-
-def _cell(v) -> str:
-    if v is None:
-        return "[dim]null[/]"
-    if isinstance(v, float):
-        return f"{v:.6g}"
-    return str(v)
 
 
 # ----------------------------------------------------------------------------------------------------- status
@@ -283,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     q = sub.add_parser("query", parents=[common], help="run read-only SQL over the result tables")
     q.add_argument("sql")
     q.add_argument("--sweep", help="only this sweep's results")
-    q.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    q.add_argument("--format", choices=FORMATS, default="table",
+                   help="table (one record per block when too wide), records, csv, json")
     q.set_defaults(fn=cmd_query)
     s = sub.add_parser("status", parents=[common], help="show each run's stage states")
     s.add_argument("sweep_file")

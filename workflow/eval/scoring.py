@@ -137,22 +137,36 @@ def option_permutation(n: int, seed: int, item_id: str, sample_idx: int) -> list
     return [int(i) for i in np.random.default_rng([seed, key, sample_idx]).permutation(n)]
 
 
-_BOXED_LETTER = re.compile(r"^\(?\s*(?:\\text\{)?\s*([A-P])\s*\}?\s*\)?(?:[.:]|\s|$)")
+_BOXED_LETTER = re.compile(r"^\(?\s*([A-P])\s*\)?(?:[.:]|\s|$)")
 _ANSWER_IS = re.compile(r"(?i:answer)\s*(?:(?i:is)|:)?\s*:?\s*\(?\s*([A-P])\s*\)?(?![A-Za-z])")
 _LINE_START = re.compile(r"^\s*\(?([A-P])[.):](?:\s|$)", re.MULTILINE)
+# LaTeX / Markdown wrappers models put around a letter: \boxed{\text{(C)}}, \textbf{(C)}, $\mathrm{C}$, **(C)**
+_WRAPPER = re.compile(r"\\(?:text|textbf|textit|textrm|mathrm|mathbf|mathit|mbox)\s*\{([^{}]*)\}")
+_MARKUP = re.compile(r"\$|\*\*")
+
+
+def _unwrap(text: str) -> str:
+    """The text with letter-wrapping markup removed (innermost first; three levels is more than models nest)."""
+    for _ in range(3):
+        text, n = _WRAPPER.subn(r"\1", text)
+        if not n:
+            break
+    return _MARKUP.sub("", text)
 
 
 def extract_letter(text: str, n_choices: int) -> str | None:
     """The answer letter: \\boxed{C} / \\boxed{(C)} first, then "the answer is (C)" / "Answer: C", then a line
-    starting "C." or "(C)"; the last occurrence of the first form found. Letters beyond n_choices are ignored."""
+    starting "C." or "(C)"; the last occurrence of the first form found. Markup around the letter (\\text{},
+    \\textbf{}, \\mathrm{}, $...$, **...**) is ignored. Letters beyond n_choices are ignored."""
     valid = set(LETTERS[:n_choices])
     boxed = extract_boxed(text)
     if boxed:
-        m = _BOXED_LETTER.match(boxed.strip())
+        m = _BOXED_LETTER.match(_unwrap(boxed).strip())
         if m and m.group(1) in valid:
             return m.group(1)
+    tail = _unwrap(text[-20_000:])
     for pattern in (_ANSWER_IS, _LINE_START):
-        found = [m.group(1) for m in pattern.finditer(text[-20_000:])]
+        found = [m.group(1) for m in pattern.finditer(tail)]
         found = [f for f in found if f in valid]
         if found:
             return found[-1]
