@@ -24,8 +24,9 @@ STAGE = f"{workflow.basedir}/scripts/stage.py"  # absolute, so `snakemake -d OTH
 
 try:
     SWEEP = load_sweep(SWEEP_FILE)
-except SweepError as err:
-    raise WorkflowError(f"invalid sweep\n{err}") from None
+except SweepError as err:  # the message alone: a WorkflowError would add Snakemake's traceback line to it
+    print(f"invalid sweep\n{err}", file=sys.stderr)
+    sys.exit(1)
 
 if SWEEP.spec.optuna is not None:  # the trials the study driver has started so far are runs like any other
     from workflow.study.trials import recorded_runs

@@ -46,7 +46,7 @@ def errors_of(path: Path) -> str:
     ("grid: {rl.sfpo.window: [1]}\n", "rl.sfpo.window: Input should be greater than or equal to 2"),
     ("grid: {rl.update: [ppo]}\n", "rl.update: Value error, unknown update rule 'ppo'; known: grpo, gxpo, sfpo"),
     ("grid: {rl.gxpo.ratio_source: [hessian]}\n", "rl.gxpo.ratio_source: Input should be 'grad' or 'displacement'"),
-    ("grid: {eval.every: [3]}\n", "eval.every (3) must be a multiple of rl.checkpoint_every (2)"),
+    ("grid: {eval.every: [3]}\n", "eval.every: 3 must be a multiple of rl.checkpoint_every (2)"),
     ("grid: {eval.benchmarks: [[math5000]]}\n", "unknown benchmark(s) ['math5000']"),
     ("grid: {eval.benchmarks: [[math500]]}\n", "the local engine's tiny character-level models can only answer"),
     # varying an SFPO knob over GRPO runs makes identical runs: the error says so (use `when:`)
@@ -71,7 +71,7 @@ def test_bad_base_value_and_unknown_base_key(tmp_path):
     msg = errors_of(path)
     assert "base.rl.clip_low: Input should be less than 1" in msg
     assert "base.rl.lrate: unknown key" in msg
-    assert "base.model: Value error, hidden (30) must be divisible by n_heads (4)" in msg
+    assert "base.model.hidden: 30 must be divisible by n_heads (4)" in msg
 
 
 def test_missing_file_and_bad_yaml_and_bad_name(tmp_path):

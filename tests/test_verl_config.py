@@ -99,7 +99,7 @@ def test_snakemake_stops_on_a_bad_verl_key_before_any_job(tmp_path):
 
 
 def test_a_verl_run_needs_a_model_to_start_from(tmp_path):
-    with pytest.raises(SweepError, match="base: Value error, engine.verl.model_path: required"):
+    with pytest.raises(SweepError, match="base.engine.verl.model_path: required with engine verl"):
         load_sweep(write_sweep(tmp_path / "v.yaml", "v", base=VERL_BASE.replace(
             ", model_path: Qwen/Qwen2.5-Math-1.5B", "")))
 

@@ -8,6 +8,7 @@ which is what its id is hashed from.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, field_validator, model_validator
@@ -15,7 +16,8 @@ from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, field_
 from workflow.algos.registry import update_rule_names
 from workflow.data.sources import REGISTRY as TRAINING_SETS
 from workflow.eval.benchmarks import REGISTRY as BENCHMARKS
-from workflow.strict import Strict
+from workflow.hub import record_file_problem
+from workflow.strict import ConfigProblem, Seed, Strict
 
 
 class VerlSettings(Strict):
@@ -70,7 +72,7 @@ class ModelConfig(Strict):
     @model_validator(mode="after")
     def _heads_divide_hidden(self) -> "ModelConfig":
         if self.hidden % self.n_heads:
-            raise ValueError(f"hidden ({self.hidden}) must be divisible by n_heads ({self.n_heads})")
+            raise ConfigProblem("hidden", f"{self.hidden} must be divisible by n_heads ({self.n_heads})")
         return self
 
 
@@ -102,7 +104,7 @@ class TaskConfig(Strict):
 
     name: Literal["arithmetic", "datasets"] = "arithmetic"
     # arithmetic
-    split_seed: int = 1234
+    split_seed: Seed = 1234
     n_heldout: PositiveInt = 256
     two_step_fraction: float = Field(0.5, ge=0.0, le=1.0)
     # datasets
@@ -111,7 +113,7 @@ class TaskConfig(Strict):
     max_prompt_chars: PositiveInt | None = None  # drop problems longer than this (characters of the problem)
     max_solution_chars: PositiveInt | None = None  # drop demonstrations longer than this (SFT data)
     limit: PositiveInt | None = None  # at most this many rows after the mixture (a random subset, by `seed`)
-    seed: int = 0  # mixture sampling and order
+    seed: Seed = 0  # mixture sampling and order
 
     ARITHMETIC_FIELDS: ClassVar[tuple[str, ...]] = ("name", "split_seed", "n_heldout", "two_step_fraction")
     DATA_FIELDS: ClassVar[tuple[str, ...]] = ("datasets", "max_prompt_chars", "max_solution_chars", "limit", "seed")
@@ -133,7 +135,7 @@ class SFTConfig(Strict):
     """Supervised fine-tuning on worked solutions, loss on answer tokens only, global token-mean."""
 
     enabled: bool = True
-    seed: int = 0
+    seed: Seed = 0
     steps: PositiveInt = 300
     batch_size: PositiveInt = 128
     micro_batch_size: PositiveInt | None = None  # None = the whole batch in one forward pass
@@ -178,7 +180,7 @@ class GXPOConfig(RuleSettings):
     @model_validator(mode="after")
     def _clamp_order(self) -> "GXPOConfig":
         if self.clamp_min is not None and self.clamp_max is not None and self.clamp_min > self.clamp_max:
-            raise ValueError(f"clamp_min ({self.clamp_min}) must be <= clamp_max ({self.clamp_max})")
+            raise ConfigProblem("clamp_min", f"{self.clamp_min} must be <= clamp_max ({self.clamp_max})")
         return self
 
 
@@ -240,7 +242,7 @@ class EvalConfig(Strict):
     verify_timeout_s: PositiveFloat = 10.0  # per math-verify comparison; a timeout scores wrong
     bootstrap: PositiveInt = 1000  # resamples for the 95% intervals
     every: PositiveInt | None = None  # also evaluate every N RL steps (a multiple of rl.checkpoint_every)
-    seed: int = 0
+    seed: Seed = 0
 
     @model_validator(mode="after")
     def _known_benchmarks(self) -> "EvalConfig":
@@ -264,49 +266,59 @@ class RunConfig(Strict):
     sft: SFTConfig = SFTConfig()
     rl: RLConfig = RLConfig()
     eval: EvalConfig = EvalConfig()
-    seed: int = 0  # the RL seed; the SFT seed is sft.seed so RL seeds can share one SFT job
+    seed: Seed = 0  # the RL seed; the SFT seed is sft.seed so RL seeds can share one SFT job
 
     @model_validator(mode="after")
     def _verl_starts_from_a_hugging_face_model(self) -> "RunConfig":
         if self.engine.name == "verl" and not self.engine.verl.model_path:
-            raise ValueError("engine.verl.model_path: required with engine verl (a Hugging Face model id or "
-                             "directory: the model SFT starts from, or RL when sft.enabled is false)")
+            raise ConfigProblem("engine.verl.model_path", "required with engine verl (a Hugging Face model id or "
+                                "directory: the model SFT starts from, or RL when sft.enabled is false)")
         return self
 
     @model_validator(mode="after")
     def _local_models_only_know_arithmetic(self) -> "RunConfig":
         real = [b for b in self.eval.benchmarks if not BENCHMARKS[b].synthetic]
         if self.engine.name == "local" and real:
-            raise ValueError(f"eval.benchmarks {real}: the local engine's tiny character-level models can only "
-                             "answer the synthetic `arithmetic` set; real benchmarks need a model with a real "
-                             "tokenizer (the verl engine)")
+            raise ConfigProblem("eval.benchmarks", f"{real}: the local engine's tiny character-level models can "
+                                "only answer the synthetic `arithmetic` set; real benchmarks need a model with a real "
+                                "tokenizer (the verl engine)")
         return self
 
     @model_validator(mode="after")
     def _datasets_need_a_real_tokenizer(self) -> "RunConfig":
         if self.task.name == "datasets" and self.engine.name == "local":
-            raise ValueError("task.name datasets: the local engine's tiny character-level models only know the "
-                             "arithmetic task; real training sets need a model with a real tokenizer (engine verl)")
+            raise ConfigProblem("task.name", "datasets: the local engine's tiny character-level models only know "
+                                "the arithmetic task; real training sets need a model with a real tokenizer (engine "
+                                "verl)")
         if self.task.name == "datasets" and self.sft.enabled:
             bare = [d.name for d in self.task.datasets if not TRAINING_SETS[d.name].demonstrations]
             if bare:
-                raise ValueError(f"sft.enabled: training sets {bare} have no demonstrations to fine-tune on; "
-                                 "disable SFT or use sets with demonstrations "
-                                 f"({', '.join(n for n, t in sorted(TRAINING_SETS.items()) if t.demonstrations)})")
+                raise ConfigProblem("sft.enabled", f"training sets {bare} have no demonstrations to fine-tune on; "
+                                    "disable SFT or use sets with demonstrations "
+                                    f"({', '.join(n for n, t in sorted(TRAINING_SETS.items()) if t.demonstrations)})")
         return self
 
     @model_validator(mode="after")
     def _verl_checkpoints_need_vllm(self) -> "RunConfig":
         if self.engine.name == "verl" and self.eval.backend == "local":
-            raise ValueError("eval.backend local: the local backend samples the local engine's tiny models only; "
-                             "a verl run's checkpoints are evaluated with vllm (eval.backend: vllm or auto)")
+            raise ConfigProblem("eval.backend", "local: the local backend samples the local engine's tiny models "
+                                "only; a verl run's checkpoints are evaluated with vllm (eval.backend: vllm or auto)")
         return self
 
     @model_validator(mode="after")
     def _evals_read_existing_checkpoints(self) -> "RunConfig":
         every = self.eval.every
         if every is not None and every % self.rl.checkpoint_every:
-            raise ValueError(f"eval.every ({every}) must be a multiple of rl.checkpoint_every "
-                             f"({self.rl.checkpoint_every}): evaluations read the RL checkpoints")
+            raise ConfigProblem("eval.every", f"{every} must be a multiple of rl.checkpoint_every "
+                                f"({self.rl.checkpoint_every}): evaluations read the RL checkpoints")
         return self
 
+    def file_problems(self) -> list[str]:
+        """`key: reason` for every local dataset file the run names that cannot be read: a sweep finds out when
+        it loads, not when a job that reads the file runs. (A file system check, so not a validator: a stage
+        job re-validates its config on a node that may see other files.)"""
+        named = {f"eval.paths.{b}": p for b, p in self.eval.paths.items()}
+        named.update({f"task.datasets[{i}].path": d.path for i, d in enumerate(self.task.datasets) if d.path})
+        where = f" (a relative path is read from the working directory, {Path.cwd()})"
+        return [f"{key}: {path!r}: {problem}" + ("" if Path(path).is_absolute() else where)
+                for key, path in named.items() if (problem := record_file_problem(path))]

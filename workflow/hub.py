@@ -31,20 +31,33 @@ class HubDataset:
     fields: tuple[str, ...]
 
 
-def read_records(path: str | Path) -> list[dict[str, Any]]:
+RECORD_SUFFIXES = (".jsonl", ".json", ".parquet")
+
+
+def record_file_problem(path: str | Path) -> str | None:
+    """Why `path` cannot be read as a dataset's records, or None. A relative path is read from the working
+    directory (where Snakemake runs every job), like the sweep file's own path."""
     path = Path(path)
     if not path.is_file():
-        raise DatasetUnavailable(f"{path}: file not found")
+        return "file not found"
+    if path.suffix not in RECORD_SUFFIXES:
+        return f"unsupported file type (use {', '.join(RECORD_SUFFIXES)})"
+    return None
+
+
+def read_records(path: str | Path) -> list[dict[str, Any]]:
+    path = Path(path)
+    problem = record_file_problem(path)
+    if problem:
+        raise DatasetUnavailable(f"{path}: {problem}")
     if path.suffix == ".jsonl":
         with path.open() as f:
             return [json.loads(line) for line in f if line.strip()]
     if path.suffix == ".json":
         data = json.loads(path.read_text())
         return data if isinstance(data, list) else data["data"]
-    if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
-        return pq.read_table(path).to_pylist()
-    raise DatasetUnavailable(f"{path}: unsupported file type (use .jsonl, .json or .parquet)")
+    import pyarrow.parquet as pq  # .parquet: record_file_problem has refused any other suffix
+    return pq.read_table(path).to_pylist()
 
 
 def fetch_command(ds: HubDataset, revision: str | None = None) -> str:

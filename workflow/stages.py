@@ -22,7 +22,7 @@ from pydantic import model_validator
 from workflow.config import (VERL_STAGE_FIELDS, EngineConfig, EvalConfig, ModelConfig, RLConfig, RunConfig,
                              SFTConfig, TaskConfig)
 from workflow.eval.benchmarks import REGISTRY as BENCHMARKS
-from workflow.strict import Strict
+from workflow.strict import Seed, Strict
 
 STAGES = ("data", "overlap", "sft", "rl", "eval")
 
@@ -90,7 +90,7 @@ class RLStage(Strict):
     model: ModelConfig
     task: TaskConfig
     rl: RLConfig
-    seed: int
+    seed: Seed
     sft_id: str | None
     data_id: str | None = None
 

@@ -4,6 +4,7 @@ sampling in YAML order (`suggest`). (The grid sampler's finite lists: factory.gr
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import optuna
@@ -14,7 +15,8 @@ from workflow.strict import format_validation_error, value_types
 from workflow.study.factory import JOURNAL_SUFFIXES, check_options, grid_search_space
 from workflow.study.objective import OBJECTIVES
 from workflow.study.spec import OptunaSpec, Param
-from workflow.sweep.keys import apply, check_key, leaf_annotation, lookup, options, same, value_matches
+from workflow.sweep.keys import (apply, check_key, leaf_annotation, lookup, options, same, unmet_condition,
+                                 value_matches)
 
 if TYPE_CHECKING:  # the sweep's expansion calls check_space with its spec
     from workflow.sweep.spec import SweepSpec
@@ -195,13 +197,9 @@ def _check_when(where: str, key: str, p: Param, opt: OptunaSpec, index: int, bas
             which = "this same entry" if ck == key else "a later entry"
             out.append(f"{w}: {ck} is sampled by {which} of optuna.space; a condition can only read keys listed "
                        "before it")
-        elif ck in opt.space:
-            if not any(_can_be(opt, ck, v, base) for v in options(cv)):
-                out.append(f"{w}: {ck} never takes the value {cv!r} (see optuna.space.{ck}), so {key} would "
-                           "never be sampled")
-        elif base is not None and not value_matches(lookup(base, {}, ck), cv):
-            out.append(f"{w}: {ck} is not searched and base gives it {lookup(base, {}, ck)!r}, not {cv!r}, so "
-                       f"{key} would never be sampled")
+        elif reason := unmet_condition(ck, cv, f"optuna.space.{ck}" if ck in opt.space else None,
+                                       partial(_can_be, opt, ck, base=base), base, how="searched"):
+            out.append(f"{w}: {reason}, so {key} would never be sampled")
     return out
 
 

@@ -26,7 +26,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, field_validator
 
-from workflow.strict import Strict
+from workflow.strict import Seed, Strict
 
 Direction = Literal["maximize", "minimize"]
 
@@ -63,7 +63,7 @@ class Param(Strict):
 
 class SamplerSpec(Strict):
     name: Literal["tpe", "cmaes", "gp", "random", "grid"] = "tpe"
-    seed: int | None = None
+    seed: Seed | None = None
     options: dict[str, Any] = Field(default_factory=dict)  # keyword arguments of the sampler's constructor
 
 

@@ -8,7 +8,9 @@ seed; an eval by its RL id + eval settings, so changing eval settings never retr
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,8 @@ from workflow.eval.plan import eval_jobs
 from workflow.stages import overlap_benchmarks, stage_config
 from workflow.strict import format_validation_error
 from workflow.sweep.identity import stable_id
-from workflow.sweep.keys import apply, check_key, format_point, format_value, lookup, value_matches
+from workflow.sweep.keys import (apply, check_key, format_point, format_value, key_problem, lookup, same,
+                                 unmet_condition, value_matches)
 from workflow.sweep.spec import ConditionalAxis, SweepError, SweepSpec, read_spec
 
 
@@ -72,6 +75,9 @@ def runs_for(spec: SweepSpec, point: dict[str, Any]) -> list[Run]:
             cfg = RunConfig.model_validate(apply(spec.base, assignment))
         except ValidationError as e:
             raise PointError(format_validation_error(e), assignment) from None
+        missing = cfg.file_problems()  # a point (or trial) that names a dataset file of its own
+        if missing:
+            raise PointError(missing, assignment)
         if cfg.engine.name == "verl":  # verl's own checks on the translated config
             from workflow.engines.verl.compose import VerlConfigError, validate  # (verl runs only)
             try:
@@ -132,17 +138,18 @@ def load_sweep(path: str | Path) -> Sweep:
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# every run is validated and hashed when the sweep loads (about a millisecond each): a bigger grid is a mistake or
+# a job for an `optuna:` block, and refusing it from its size keeps a typo'd grid from filling memory
+MAX_RUNS = 10_000
 
 
 def expand(spec: SweepSpec, path: str | Path = "<sweep>") -> list[Run]:
-    problems: list[str] = []
-    try:
-        base = RunConfig.model_validate(spec.base)
-    except ValidationError as e:
-        problems += format_validation_error(e, prefix="base")
+    base, problems = _check_base(spec)
     for where, key in _all_dotted_keys(spec):
         problems += check_key(where, key)
-    problems += _check_lists(spec)
+    problems += _check_lists(spec) + _check_places(spec) + _check_excludes(spec)
+    if base is not None:
+        problems += _check_conditions(spec, base)
     if spec.optuna is not None:
         from workflow.study.space import check_space  # Optuna is imported only by sweeps that use it
         problems += check_space(spec)
@@ -151,11 +158,14 @@ def expand(spec: SweepSpec, path: str | Path = "<sweep>") -> list[Run]:
     if spec.optuna is not None:
         return []  # an Optuna sweep's runs are its trials, made when the study asks for them
 
-    points = _product(spec)
-    points = _apply_conditionals(spec, base, points)
-    points = [p for p in points if not any(_matches(p, ex) for ex in spec.exclude)]
-    if not points:
-        raise SweepError(path, ["exclude: every grid point is excluded; nothing to run"])
+    size = _product_size(spec)
+    if size * len(spec.seeds) > MAX_RUNS:
+        raise SweepError(path, [_too_many("grid", size, spec)])
+    points, problems = _apply_conditionals(spec, base, _product(spec))
+    if not problems:
+        points, problems = _without_excluded(spec, points)
+    if problems:
+        raise SweepError(path, problems)
 
     runs: list[Run] = []
     seen: dict[tuple[str, str], dict] = {}
@@ -178,6 +188,19 @@ def expand(spec: SweepSpec, path: str | Path = "<sweep>") -> list[Run]:
     return runs
 
 
+def _check_base(spec: SweepSpec) -> tuple[RunConfig | None, list[str]]:
+    """The validated base (None when it is not valid) and its problems; an unknown key gets the closest name."""
+    try:
+        base = RunConfig.model_validate(spec.base)
+    except ValidationError as e:
+        return None, format_validation_error(e, prefix="base", explain_unknown=key_problem)
+    return base, [f"base.{line}" for line in base.file_problems()]
+
+
+def _zip_where(spec: SweepSpec, i: int) -> str:
+    return "zip" if isinstance(spec.zip_, dict) else f"zip[{i}]"
+
+
 def _all_dotted_keys(spec: SweepSpec):
     for k, axis in spec.grid.items():
         yield f"grid.{k}", k
@@ -186,10 +209,27 @@ def _all_dotted_keys(spec: SweepSpec):
                 yield f"grid.{k}.when.{ck}", ck
     for i, group in enumerate(spec.zip_groups):
         for k in group:
-            yield ("zip" if isinstance(spec.zip_, dict) else f"zip[{i}]") + f".{k}", k
+            yield f"{_zip_where(spec, i)}.{k}", k
     for i, ex in enumerate(spec.exclude):
         for k in ex:
             yield f"exclude[{i}].{k}", k
+
+
+def _places(spec: SweepSpec) -> list[tuple[str, str, list[Any]]]:
+    """(where, key, values) of every key the sweep varies, in file order: grid axes, then zip groups."""
+    out = [(f"grid.{k}", k, axis.values if isinstance(axis, ConditionalAxis) else axis)
+           for k, axis in spec.grid.items()]
+    for i, group in enumerate(spec.zip_groups):
+        out += [(f"{_zip_where(spec, i)}.{k}", k, values) for k, values in group.items()]
+    return out
+
+
+def _varied(spec: SweepSpec) -> dict[str, tuple[str, list[Any]]]:
+    """Key -> (where, values) of its first place (a key in two places is reported by _check_places)."""
+    out: dict[str, tuple[str, list[Any]]] = {}
+    for where, key, values in _places(spec):
+        out.setdefault(key, (where, values))
+    return out
 
 
 def _check_lists(spec: SweepSpec) -> list[str]:
@@ -199,7 +239,7 @@ def _check_lists(spec: SweepSpec) -> list[str]:
         if not values:
             problems.append(f"grid.{k}: empty list; a grid axis needs at least one value")
     for i, group in enumerate(spec.zip_groups):
-        where = "zip" if isinstance(spec.zip_, dict) else f"zip[{i}]"
+        where = _zip_where(spec, i)
         lengths = {k: len(v) for k, v in group.items()}
         if any(n == 0 for n in lengths.values()):
             problems.append(f"{where}: empty list in {lengths}")
@@ -207,6 +247,73 @@ def _check_lists(spec: SweepSpec) -> list[str]:
             problems.append(f"{where}: lists must have the same length, got "
                             + ", ".join(f"{k}: {n}" for k, n in lengths.items()))
     return problems
+
+
+def _check_places(spec: SweepSpec) -> list[str]:
+    """A key varied in two places would have one of them silently win in every point."""
+    first: dict[str, str] = {}
+    problems = []
+    for where, key, _ in _places(spec):
+        if key in first:
+            problems.append(f"{where}: {key} is also varied by {first[key]}; vary a key in one place only")
+        first.setdefault(key, where)
+    return problems
+
+
+def _check_excludes(spec: SweepSpec) -> list[str]:
+    """An exclude entry matches grid points by the keys they vary: one naming a key no axis varies, or a value the
+    key's axis never takes, excludes nothing."""
+    varied = _varied(spec)
+    problems = []
+    for i, ex in enumerate(spec.exclude):
+        for k, v in ex.items():
+            if key_problem(k):
+                continue  # reported with its key
+            if k not in varied:
+                problems.append(f"exclude[{i}].{k}: {k} is not varied by grid or zip, so this entry matches no "
+                                "grid point")
+            elif reason := unmet_condition(k, v, varied[k][0], partial(_one_of, varied[k][1]), None):
+                problems.append(f"exclude[{i}].{k}: {reason}, so this entry matches no grid point")
+    return problems
+
+
+def _check_conditions(spec: SweepSpec, base: RunConfig) -> list[str]:
+    """A conditional axis whose `when` can never hold varies nothing: the check an Optuna space's `when` gets.
+    Conditional axes apply in grid order, so a condition reads plain axes, zip and earlier conditional axes."""
+    varied = _varied(spec)
+    conditional = [k for k, axis in spec.grid.items() if isinstance(axis, ConditionalAxis)]
+    problems = []
+    for k in conditional:
+        for ck, cv in spec.grid[k].when.items():
+            w = f"grid.{k}.when.{ck}"
+            if key_problem(ck) or key_problem(k):
+                continue  # reported with its key
+            if ck in conditional and conditional.index(ck) >= conditional.index(k):
+                which = "this same axis" if ck == k else "a later conditional axis"
+                problems.append(f"{w}: {ck} is varied by {which} of grid; a condition can only read keys varied "
+                                "before it (plain axes, zip, earlier conditional axes)")
+                continue
+            where, values = varied.get(ck, (None, []))
+            if ck in conditional:  # where its own condition does not hold, it keeps its base value
+                values = [*values, lookup(base, {}, ck)]
+            if reason := unmet_condition(ck, cv, where, partial(_one_of, values), base):
+                problems.append(f"{w}: {reason}, so {k} would never be varied")
+    return problems
+
+
+def _one_of(values: list[Any], value: Any) -> bool:
+    return any(same(v, value) for v in values)
+
+
+def _product_size(spec: SweepSpec) -> int:
+    """The number of points of the plain axes and zip groups, without making them (zip lists are checked equal)."""
+    sizes = [len(axis) for axis in spec.grid.values() if not isinstance(axis, ConditionalAxis)]
+    return math.prod(sizes + [len(next(iter(group.values()))) for group in spec.zip_groups if group])
+
+
+def _too_many(where: str, points: int, spec: SweepSpec) -> str:
+    return (f"{where}: {points:,} grid points x {len(spec.seeds)} seed(s) = {points * len(spec.seeds):,} runs (before "
+            f"exclude); a sweep may make at most {MAX_RUNS:,} runs: split it, or search with an `optuna:` block")
 
 
 def _product(spec: SweepSpec) -> list[dict[str, Any]]:
@@ -221,18 +328,38 @@ def _product(spec: SweepSpec) -> list[dict[str, Any]]:
     return [{k: v for d in combo for k, v in d.items()} for combo in itertools.product(*axes)]
 
 
-def _apply_conditionals(spec: SweepSpec, base: RunConfig, points: list[dict]) -> list[dict]:
+def _apply_conditionals(spec: SweepSpec, base: RunConfig, points: list[dict]) -> tuple[list[dict], list[str]]:
+    """Each conditional axis multiplies the points where its `when` holds; its size is checked before it does."""
     for k, axis in spec.grid.items():
         if not isinstance(axis, ConditionalAxis):
             continue
-        out = []
-        for p in points:
-            if all(value_matches(lookup(base, p, ck), cv) for ck, cv in axis.when.items()):
-                out += [{**p, k: v} for v in axis.values]
-            else:
-                out.append(p)
-        points = out
-    return points
+        holds = [all(value_matches(lookup(base, p, ck), cv) for ck, cv in axis.when.items()) for p in points]
+        if not any(holds):  # each condition can hold (_check_conditions), but never all at once
+            return points, [f"grid.{k}.when: its conditions never hold together in one grid point, so {k} would "
+                            "never be varied"]
+        size = len(points) + sum(holds) * (len(axis.values) - 1)
+        if size * len(spec.seeds) > MAX_RUNS:
+            return points, [_too_many(f"grid.{k}", size, spec)]
+        points = [q for p, h in zip(points, holds) for q in ([{**p, k: v} for v in axis.values] if h else [p])]
+    return points, []
+
+
+def _without_excluded(spec: SweepSpec, points: list[dict]) -> tuple[list[dict], list[str]]:
+    """The points no exclude entry matches; an entry that matches no point is a mistake (_check_excludes says why
+    when it can tell from one key)."""
+    used = [False] * len(spec.exclude)
+    kept = []
+    for p in points:
+        hits = [i for i, ex in enumerate(spec.exclude) if _matches(p, ex)]
+        for i in hits:
+            used[i] = True
+        if not hits:
+            kept.append(p)
+    problems = [f"exclude[{i}]: matches no grid point (its values never occur together in one point)"
+                for i, u in enumerate(used) if not u]
+    if not kept:
+        problems.append("exclude: every grid point is excluded; nothing to run")
+    return kept, problems
 
 
 def _matches(point: dict[str, Any], exclude: dict[str, Any]) -> bool:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import copy
 import difflib
-from typing import Any
+from typing import Any, Callable
 
 from pydantic import BaseModel
 
@@ -16,8 +16,14 @@ from workflow.config import RunConfig
 
 def check_key(where: str, key: str) -> list[str]:
     """A dotted key must name a leaf of RunConfig; say which part is wrong and suggest the closest name."""
+    problem = key_problem(key)
+    return [f"{where}: {problem}"] if problem else []
+
+
+def key_problem(key: str) -> str | None:
+    """Why the dotted `key` names no leaf of RunConfig (the wrong part and the closest name), or None."""
     if key == "seed":
-        return [f"{where}: use the top-level `seeds:` list to vary the seed"]
+        return "use the top-level `seeds:` list to vary the seed"
     model: type[BaseModel] = RunConfig
     parts = key.split(".")
     for i, part in enumerate(parts):
@@ -26,16 +32,16 @@ def check_key(where: str, key: str) -> list[str]:
             scope = ".".join(parts[:i]) or "the run config"
             close = difflib.get_close_matches(part, fields, n=1)
             hint = f"; did you mean '{close[0]}'?" if close else f" (known: {', '.join(fields)})"
-            return [f"{where}: unknown key '{part}' in {scope}{hint}"]
+            return f"unknown key '{part}' in {scope}{hint}"
         ann = fields[part].annotation
         is_model = isinstance(ann, type) and issubclass(ann, BaseModel)
         if i < len(parts) - 1 and not is_model:
-            return [f"{where}: '{'.'.join(parts[:i + 1])}' is a value, not a section"]
+            return f"'{'.'.join(parts[:i + 1])}' is a value, not a section"
         if i == len(parts) - 1 and is_model:
-            return [f"{where}: '{key}' is a section; vary one of its keys ({', '.join(ann.model_fields)})"]
+            return f"'{key}' is a section; vary one of its keys ({', '.join(ann.model_fields)})"
         if is_model:
             model = ann
-    return []
+    return None
 
 
 def leaf_annotation(key: str) -> Any:
@@ -85,6 +91,20 @@ def value_matches(actual: Any, wanted: Any) -> bool:
 
 def options(wanted: Any) -> list[Any]:
     return wanted if isinstance(wanted, list) else [wanted]
+
+
+def unmet_condition(key: str, wanted: Any, varied_at: str | None, can_be: Callable[[Any], bool],
+                    base: RunConfig | None, how: str = "varied") -> str | None:
+    """Why a condition `{key: wanted}` (a `when:`, an `exclude:` entry) holds nowhere, or None. `varied_at` names
+    where the sweep varies `key` (None: it does not, so it keeps its value in `base`), `can_be(v)` says whether
+    it takes the value v there; `how` is how the sweep varies keys, for the message ("varied", "searched")."""
+    if varied_at is not None:
+        return None if any(can_be(v) for v in options(wanted)) else \
+            f"{key} never takes the value {wanted!r} (see {varied_at})"
+    value = None if base is None else lookup(base, {}, key)
+    if base is None or value_matches(value, wanted):
+        return None
+    return f"{key} is not {how} and base gives it {value!r}, not {wanted!r}"
 
 
 def format_value(v: Any) -> str:

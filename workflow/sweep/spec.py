@@ -25,7 +25,8 @@ optuna:
     rl.lr: {type: float, low: 1.0e-5, high: 1.0e-3, log: true}
     rl.sfpo.K: {type: int, low: 1, high: 5, when: {rl.update: sfpo}}
 ```
-Every problem is reported as `<file>: <key path>: <reason>` before any job starts.
+Every problem is reported as `<file>: <key path>: <reason>` before any job starts. What a file may not do (size,
+nesting, aliases, repeated keys, .inf / .nan): workflow/sweep/loader.py; how many runs it may make: expand.MAX_RUNS.
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ from typing import Any
 import yaml
 from pydantic import Field, PositiveInt, ValidationError, field_validator, model_validator
 
-from workflow.strict import Strict, format_validation_error
+from workflow.strict import Seed, Strict, format_validation_error
 from workflow.study.spec import OptunaSpec
+from workflow.sweep.loader import YAMLRefused, load_yaml
 
 
 class SweepError(Exception):
@@ -172,7 +174,7 @@ class SweepSpec(Strict):
     grid: dict[str, list[Any] | ConditionalAxis] = Field(default_factory=dict)
     zip_: dict[str, list[Any]] | list[dict[str, list[Any]]] = Field(default_factory=dict, alias="zip")
     exclude: list[dict[str, Any]] = Field(default_factory=list)
-    seeds: list[int] = Field(default_factory=lambda: [0])
+    seeds: list[Seed] = Field(default_factory=lambda: [0])
     resources: Resources = Resources()
     checks: Checks = Checks()
     optuna: OptunaSpec | None = None  # a study over the run config instead of grid / zip / exclude
@@ -204,9 +206,13 @@ def read_spec(path: str | Path) -> SweepSpec:
         raise SweepError(path, ["sweep file not found" + ("" if path.suffix in (".yaml", ".yml") else
                                                            " (expected a .yaml file)")])
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = load_yaml(path)
+    except YAMLRefused as e:
+        raise SweepError(path, [str(e)]) from None
     except yaml.YAMLError as e:
         raise SweepError(path, [f"not valid YAML: {e}"]) from None
+    except OSError as e:
+        raise SweepError(path, [f"cannot read the file: {e.strerror}"]) from None
     if not isinstance(raw, dict):
         raise SweepError(path, ["<top level>: must be a mapping with at least `name:`"])
     try:
