@@ -211,3 +211,21 @@ def test_reading_a_sweep_imports_neither_torch_nor_optuna():
             "print(len(s.runs), sorted(m for m in ('torch', 'optuna', 'verl') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.split(maxsplit=1)[1].strip() == "[]", out.stdout
+
+
+@pytest.mark.parametrize("argv, heavy", [
+    (["query", "SELECT count(*) FROM runs"], ("torch", "optuna", "pydantic", "verl", "snakemake", "pandas")),
+    (["status", "sweeps/demo.yaml"], ("torch", "optuna", "verl", "snakemake")),
+    (["validate", "sweeps/demo.yaml"], ("torch", "optuna", "verl", "snakemake", "duckdb")),
+])
+def test_read_side_commands_import_only_what_they_use(tmp_path, argv, heavy):
+    """`rlsweep query` answers in well under a second: it loads DuckDB and pyarrow, not the training stack."""
+    from workflow.results.writer import write_rows
+    write_rows(tmp_path, "demo", "runs", "rl_r1", [dict(run_id="r1", sweep="demo", stage="rl", method="grpo")])
+    code = ("import runpy, sys\n"
+            f"sys.argv = ['rlsweep', '--results', {str(tmp_path)!r}, *{argv!r}]\n"
+            "try:\n    runpy.run_module('workflow.cli', run_name='__main__')\n"
+            "except SystemExit as e:\n    code = e.code\n"
+            f"print('LOADED', code, sorted(m for m in {heavy!r} if m in sys.modules), file=sys.stderr)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.stderr.splitlines()[-1] == "LOADED 0 []", out.stderr[-2000:]

@@ -16,7 +16,7 @@ import pytest
 
 from conftest import REPO, run_cli, write_sweep
 from workflow.sweep.expand import MAX_RUNS, load_sweep
-from workflow.sweep.loader import MAX_DEPTH, MAX_FILE_BYTES
+from workflow.sweep.loader import MAX_DEPTH, MAX_FILE_BYTES, dump_yaml, load_yaml
 from workflow.sweep.spec import SweepError
 
 
@@ -170,7 +170,7 @@ def test_a_conditional_axis_over_the_limit_is_refused_before_it_is_applied(tmp_p
     kls = ", ".join(f"{1e-3 * (i + 1):.3f}" for i in range(150))
     body = f"grid:\n  rl.lr: [{lrs}]\n  rl.kl_coef: {{values: [{kls}], when: {{rl.update: grpo}}}}\n"
     msg = refused_within_bounds(sweep_file(tmp_path, body))
-    assert f"grid.rl.kl_coef: 15,000 grid points x 1 seed(s) = 15,000 runs" in msg, msg
+    assert "grid.rl.kl_coef: 15,000 grid points x 1 seed(s) = 15,000 runs" in msg, msg
 
 
 def test_a_large_file_is_refused_before_it_is_parsed(tmp_path):
@@ -279,3 +279,13 @@ def test_snakemake_refuses_a_bad_sweep_before_any_job_without_a_traceback(tmp_pa
 def test_the_shipped_sweeps_pass_every_check():
     for path in sorted((REPO / "sweeps").glob("*.yaml")):
         load_sweep(path)
+
+
+def test_a_sweep_written_by_rlsweep_reads_back_even_when_a_value_is_shared(tmp_path):
+    """`rlsweep smoke` writes sweeps: PyYAML's default dump turns a shared value into an alias, which is refused."""
+    shared = {"steps": 4}
+    sweep = {"name": "t", "base": {"sft": shared, "rl": shared}}
+    assert "*" not in dump_yaml(sweep)
+    path = tmp_path / "t.yaml"
+    path.write_text(dump_yaml(sweep))
+    assert load_yaml(path) == {"name": "t", "base": {"sft": {"steps": 4}, "rl": {"steps": 4}}}

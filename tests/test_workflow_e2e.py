@@ -7,8 +7,6 @@ import json
 import time
 from pathlib import Path
 
-import pytest
-
 from conftest import planned_jobs, run_cli, snakemake, write_sweep
 
 GRID = """

@@ -11,8 +11,10 @@ from __future__ import annotations
 import decimal
 import json
 import sys
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 FORMATS = ("table", "records", "csv", "json")
 _MAX_CELL = 60  # characters of one cell in the grid layout; longer values are cut (records show them whole)
@@ -59,6 +61,7 @@ def cell_text(v) -> str:
 
 
 def _print_csv(table: pa.Table) -> None:
+    import pyarrow as pa  # the formats' own imports: `rlsweep` parses its arguments without them
     import pyarrow.csv as pacsv
     nested = [i for i, f in enumerate(table.schema) if pa.types.is_nested(f.type)]
     for i in nested:  # the CSV writer has no text for lists / structs: their JSON, as in the json format

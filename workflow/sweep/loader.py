@@ -50,6 +50,17 @@ def load_yaml(path: Path) -> Any:
         loader.dispose()
 
 
+class _NoAliasDumper(yaml.SafeDumper):
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def dump_yaml(data: Any) -> str:
+    """A sweep (a plain mapping) as YAML that load_yaml reads back: a value shared by two keys is written out twice,
+    never as an alias (PyYAML's default), which load_yaml refuses."""
+    return yaml.dump(data, Dumper=_NoAliasDumper, sort_keys=False)
+
+
 def _key_path(parts: list[str | int]) -> str:
     """`grid`, `rl.lr`, 1 -> `grid.rl.lr[1]`: keys dotted, list positions in brackets."""
     out = ""

@@ -39,12 +39,13 @@ from typing import Any
 import yaml
 from pydantic import Field, PositiveInt, ValidationError, field_validator, model_validator
 
+from workflow.errors import UserError
 from workflow.strict import Seed, Strict, format_validation_error
 from workflow.study.spec import OptunaSpec
 from workflow.sweep.loader import YAMLRefused, load_yaml
 
 
-class SweepError(Exception):
+class SweepError(UserError):
     """A sweep file that cannot be turned into runs. `str()` is the full, user-facing message."""
 
     def __init__(self, path: str | Path, problems: list[str]):

@@ -1,0 +1,73 @@
+"""`rlsweep`: inspect sweeps and query results.
+
+    rlsweep validate SWEEP.yaml          expand + validate a sweep, list its runs (nothing runs)
+    rlsweep status SWEEP.yaml            each run's stage states (pending / step n/N / running / failed / done);
+                                         for an Optuna sweep also its study: trials by state, best value, params
+    rlsweep query "SQL" [--sweep NAME] [--format table|records|csv|json]
+                                         read-only DuckDB over the views runs, train_steps, eval_samples, eval_scores
+    rlsweep smoke SWEEP.yaml [--steps 2] [--dry-run] [--snakemake ARGS]
+                                         the sweep's DAG shrunk to minutes on this machine (tiny model, a few
+                                         steps) before it spends a GPU allocation: results/<name>-smoke
+    rlsweep doctor SWEEP.yaml | --sweep NAME [--fix]
+                                         damaged table files, leftover temporaries, DONE.json vs the tables, and how
+                                         to recompute; --fix moves what must go to quarantine (exit 1: problems)
+    rlsweep profile install [--partition P] [--account A] [--qos Q] [--name slurm]
+                                         install profiles/slurm as your Snakemake profile: `snakemake --profile slurm`
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from workflow.errors import UserError
+from workflow.results.display import FORMATS
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="rlsweep", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--results", help="results directory (default: $RLSWEEP_RESULTS or ./results)")
+    # --results is accepted after the subcommand too (SUPPRESS: it only overrides when given there)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--results", default=argparse.SUPPRESS, help="results directory")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    q = sub.add_parser("query", parents=[common], help="run read-only SQL over the result tables")
+    q.add_argument("sql")
+    q.add_argument("--sweep", help="only this sweep's results")
+    q.add_argument("--format", choices=FORMATS, default="table",
+                   help="table (one record per block when too wide), records, csv, json")
+    q.set_defaults(fn="query:cmd_query")
+    s = sub.add_parser("status", parents=[common], help="show each run's stage states")
+    s.add_argument("sweep_file")
+    s.set_defaults(fn="status:cmd_status")
+    d = sub.add_parser("doctor", parents=[common], help="find damaged or inconsistent results; say how to recompute")
+    d.add_argument("sweep_file", nargs="?", help="the sweep file (or --sweep NAME)")
+    d.add_argument("--sweep", help="the sweep's name, when its file is not at hand")
+    d.add_argument("--fix", action="store_true", help="move what each problem lists to results/<sweep>/quarantine/")
+    d.set_defaults(fn="doctor:cmd_doctor")
+    v = sub.add_parser("validate", help="expand and validate a sweep file without running anything")
+    v.add_argument("sweep_file")
+    v.set_defaults(fn="validate:cmd_validate")
+    sm = sub.add_parser("smoke", parents=[common], help="run the sweep shrunk to minutes on this machine")
+    sm.add_argument("sweep_file")
+    sm.add_argument("--steps", type=int, default=2, help="RL steps per run (default 2)")
+    sm.add_argument("-n", "--dry-run", action="store_true", help="plan the smoke DAG without running it")
+    sm.add_argument("--snakemake", default="", metavar="ARGS", help="options for snakemake, e.g. '--cores 2'")
+    sm.set_defaults(fn="smoke:cmd_smoke")
+    pr = sub.add_parser("profile", help="manage the Snakemake profile for SLURM")
+    prs = pr.add_subparsers(dest="action", required=True)
+    pi = prs.add_parser("install", help="write profiles/slurm as a user profile with your cluster's names")
+    pi.add_argument("--partition", help="default partition (a stage's `resources.<stage>.partition` wins)")
+    pi.add_argument("--account", help="default account")
+    pi.add_argument("--qos", help="default QOS")
+    pi.add_argument("--name", default="slurm", help="profile name (default: slurm -> `snakemake --profile slurm`)")
+    pi.add_argument("--force", action="store_true", help="replace an existing, different profile of that name")
+    pi.set_defaults(fn="profile:cmd_profile_install")
+    a = p.parse_args(argv)
+    module, function = a.fn.split(":")
+    try:  # each command imports what it needs: `rlsweep query` never loads pydantic, Optuna or torch
+        return getattr(importlib.import_module(f"workflow.cli.{module}"), function)(a)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2

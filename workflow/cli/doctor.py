@@ -1,0 +1,25 @@
+"""`rlsweep doctor`: damaged or inconsistent results, and how to recompute them."""
+
+from __future__ import annotations
+
+import sys
+
+from workflow.cli.common import results_root
+from workflow.results.doctor import examine, quarantine, report_lines, summary_line
+from workflow.sweep.expand import load_sweep
+
+
+def cmd_doctor(a) -> int:
+    if bool(a.sweep_file) == bool(a.sweep):
+        print("error: name the sweep: rlsweep doctor SWEEP.yaml, or rlsweep doctor --sweep NAME", file=sys.stderr)
+        return 2
+    name, root = load_sweep(a.sweep_file).name if a.sweep_file else a.sweep, results_root(a)
+    if not (root / name).is_dir():
+        print(f"error: no results for sweep {name!r} under {root}", file=sys.stderr)
+        return 2
+    report = examine(root, name, a.sweep_file)
+    moved = quarantine(report)[1] if a.fix and report.problems else None
+    for line in report_lines(report, moved):
+        print(line)
+    print(summary_line(report, fixed=moved is not None), file=sys.stderr)
+    return 1 if report.problems else 0

@@ -1,0 +1,92 @@
+"""`rlsweep status`: each run's stage states, its score, and what a damaged table file affects."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from workflow.cli.common import err, results_root
+from workflow.cli.query import warn_damaged
+from workflow.layout import CHECKPOINTS, DONE, done_path, latest_checkpoint, stage_dir
+from workflow.results.catalog import Catalog, QueryError
+from workflow.results.doctor import affected_runs
+from workflow.study.trials import recorded_runs
+from workflow.sweep.expand import load_sweep
+
+
+def stage_state(out_dir: Path, total_steps: int, status_by_id: dict[str, str], stage_id: str) -> str:
+    if (out_dir / DONE).is_file():
+        return "[green]done[/]"
+    recorded = status_by_id.get(stage_id)
+    if recorded in ("failed", "interrupted"):
+        return f"[red]{recorded}[/]"
+    found = latest_checkpoint(out_dir / CHECKPOINTS)
+    progress = f"step {found[0]}/{total_steps}" if found else None
+    if recorded == "running":
+        return f"[yellow]running{' ' + progress if progress else ''}[/]"
+    return f"[yellow]{progress}[/]" if progress else "[dim]pending[/]"
+
+
+def data_state(root: Path, sweep: str, run, status_by_id: dict[str, str]) -> str:
+    """The run's data stage, and once its overlap check is done the largest benchmark overlap it found."""
+    if run.data_id is None:
+        return "[dim]-[/]"
+    if not done_path(root, sweep, "data", run.data_id).is_file():
+        recorded = status_by_id.get(run.data_id)
+        return f"[red]{recorded}[/]" if recorded in ("failed", "interrupted") else f"[yellow]{recorded or 'pending'}[/]"
+    check = done_path(root, sweep, "overlap", run.overlap_id) if run.overlap_id else None
+    if check is None or not check.is_file():
+        return "[green]done[/]"
+    report = json.loads((check.parent / json.loads(check.read_text())["output"]).read_text())
+    name, worst = max(((n, r["fraction"]) for n, r in report.items()), key=lambda x: x[1], default=("", 0.0))
+    style = "green" if worst == 0 else "yellow"
+    return f"[{style}]done[/] overlap {100 * worst:.1f}%" + (f" ({name})" if worst else "")
+
+
+def cmd_status(a) -> int:
+    sweep = load_sweep(a.sweep_file)
+    root = results_root(a)
+    if sweep.spec.optuna is not None:  # the trials started so far are the sweep's runs
+        sweep.add_runs(recorded_runs(sweep.spec, root, sweep.name))
+    catalog = Catalog(root, sweep.name)
+    try:
+        recorded = {r["run_id"]: r["status"] for r in catalog.query("SELECT run_id, status FROM runs").to_pylist()}
+        scores = {r["run_id"]: r["avg"] for r in catalog.query(
+            "SELECT run_id, avg_at_k AS avg FROM eval_scores WHERE k = 1 "
+            "QUALIFY step = max(step) OVER (PARTITION BY run_id)").to_pylist()}
+    except QueryError:  # nothing has run yet
+        recorded, scores = {}, {}
+    t = Table(title=f"{sweep.name}: {len(sweep.runs)} runs, {len(sweep.sft_configs)} SFT jobs ({sweep.path})")
+    with_data = bool(sweep.data_configs)
+    for col in ("run_id", "method", "setting", "seed", *(["data"] if with_data else []), "sft", "rl", "eval",
+                "avg@k"):
+        t.add_column(col)
+    n_evaluated = 0
+    for r in sweep.runs:
+        cfg = r.config
+        data = [data_state(root, sweep.name, r, recorded)] if with_data else []
+        sft = (stage_state(stage_dir(root, sweep.name, "sft", r.sft_id), cfg.sft.steps, recorded, r.sft_id)
+               if r.sft_id else "[dim]off[/]")
+        rl = stage_state(stage_dir(root, sweep.name, "rl", r.run_id), cfg.rl.steps, recorded, r.run_id)
+        jobs = r.eval_jobs
+        n_done = sum(done_path(root, sweep.name, "eval", r.eval_id, r.run_id, step, group).is_file()
+                     for step, group in jobs)
+        ev = ("[green]done[/]" if n_done == len(jobs) else f"[yellow]{n_done}/{len(jobs)} jobs[/]" if n_done
+              else "[dim]pending[/]")
+        n_evaluated += n_done == len(jobs)
+        avg = scores.get(r.run_id)
+        t.add_row(r.run_id, r.method, r.label, str(cfg.seed), *data, sft, rl, ev,
+                  "" if avg is None else f"{avg:.3f}")
+    Console(highlight=False).print(t)
+    err.print(f"[dim]{n_evaluated}/{len(sweep.runs)} runs evaluated; results under {root / sweep.name}[/]")
+    warn_damaged(catalog.damaged, {d: affected_runs(d, sweep.runs) for d in catalog.damaged})
+    if sweep.spec.optuna is not None:
+        from workflow.study.status import study_report  # Optuna: only for a sweep that has a study
+        table, line = study_report(sweep.spec.optuna, root, sweep.name)
+        if table is not None:
+            Console(highlight=False).print(table)
+        err.print(line)
+    return 0

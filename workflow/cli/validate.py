@@ -1,0 +1,46 @@
+"""`rlsweep validate`: expand a sweep, list its runs (or its Optuna search space); nothing runs."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+from rich.table import Table
+
+from workflow.cli.common import err, results_root
+from workflow.sweep.expand import load_sweep
+
+
+def cmd_validate(a) -> int:
+    sweep = load_sweep(a.sweep_file)
+    if sweep.spec.optuna is not None:
+        return _validate_study(sweep)
+    data = (f", {len(sweep.data_configs)} data job(s) + {len(sweep.overlap_configs)} overlap check(s)"
+            if sweep.data_configs else "")
+    t = Table(title=f"{sweep.name}: {len(sweep.runs)} runs, {len(sweep.sft_configs)} SFT jobs{data}")
+    for col in ("run_id", *(["data_id"] if data else []), "sft_id", "eval_id", "method", "setting", "seed"):
+        t.add_column(col)
+    for r in sweep.runs:
+        t.add_row(r.run_id, *([r.data_id] if data else []), r.sft_id or "-", r.eval_id, r.method, r.label,
+                  str(r.config.seed))
+    Console(highlight=False).print(t)
+    return 0
+
+
+def _validate_study(sweep) -> int:
+    from workflow.study.factory import journal_path, study_name  # Optuna: only for a sweep that has a study
+    opt = sweep.spec.optuna
+    t = Table(title=f"{sweep.name}: Optuna study {study_name(opt, sweep.name)}, search space (sampled in this order)")
+    for col in ("key", "type", "range / choices", "when"):
+        t.add_column(col)
+    for key, p in opt.space.items():
+        rng = (", ".join(map(str, p.choices)) if p.type == "categorical" else
+               f"[{p.low}, {p.high}]" + (" log" if p.log else "") + (f" step {p.step}" if p.step else ""))
+        t.add_row(key, p.type, rng, " ".join(f"{k}={v}" for k, v in p.when.items()))
+    Console(highlight=False).print(t)
+    storage = journal_path(opt, results_root(argparse.Namespace(results=None)), sweep.name) or opt.storage
+    objective = opt.objective if isinstance(opt.objective, str) else "sql"
+    err.print(f"{opt.n_trials} trials, {opt.in_flight} at once; {', '.join(opt.study_directions)} {objective}; "
+               f"sampler {opt.sampler.name}, pruner {opt.pruner.name}; {len(sweep.spec.seeds)} run(s) per trial; "
+               f"storage {storage}. Trials become runs as the study asks for them.")
+    return 0
