@@ -84,13 +84,17 @@ def test_verl_step_metrics_land_in_train_steps(tmp_path, monkeypatch):
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer
     from workflow.engines.verl.compose import compose
     from workflow.engines.verl.translate import translate
+    from transformers import AutoModelForCausalLM
+    from workflow.engines.verl.tiny_model import write_tiny_model
     from workflow.engines.verl.worker import RlsweepTrainer
     from workflow.results.catalog import query
     cfg = verl_run(update="gxpo", steps=3, checkpoint_every=2, prompts_per_step=8, group_size=4)
     trainer = object.__new__(RlsweepTrainer)
     trainer.config = compose(translate(cfg), set())
+    model = write_tiny_model(tmp_path / "model")  # the driver counts its parameters for train_steps.flops
     with open_dict(trainer.config):
         trainer.config.trainer.v1.rlsweep.log = {"results_root": str(tmp_path), "sweep": "v", "run_id": "abc"}
+        trainer.config.actor_rollout_ref.model.path = str(model)
     monkeypatch.setattr(PPOTrainer, "_compute_metrics", lambda self, *a, **k: None)  # verl's part reads the TQ
     saved = []  # (step, steps whose rows were on disk when verl saved)
     monkeypatch.setattr(PPOTrainer, "_save_checkpoint", lambda self: saved.append(
@@ -113,6 +117,8 @@ def test_verl_step_metrics_land_in_train_steps(tmp_path, monkeypatch):
     r = rows[0]
     assert (r["entropy"], r["backward_passes"], r["optimizer_steps"]) == (0.6, 3, 3)
     assert (r["rollouts"], r["tokens"]) == (32, 4096)
+    n = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(model).parameters())
+    assert r["flops"] == 2.0 * n * 4096 + 6.0 * n * 4096 * 3  # generation + 3 passes; no reference model (kl 0)
     assert (r["run_id"], r["stage"], r["alpha"], r["gxpo_gcorr_norm"], r["gate_tripped"]) == ("abc", "rl", 0.5, 0.3,
                                                                                              False)
     assert r["kl"] is None and OmegaConf.select(trainer.config, "trainer.v1.trainer_mode") == "rlsweep"

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from workflow import preemption
+from workflow.algos.flops import rl_step_flops, sft_flops
 from workflow.algos.losses import (clipped_policy_loss, group_advantages, kl_k3, sft_loss, token_entropy,
                                    token_logprobs, token_weights)
 from workflow.algos.registry import build_update_rule
@@ -133,7 +134,7 @@ class LocalEngine:
             tr.step += 1
             tokens = int(batch["attention_mask"].sum())
             log.record(step=tr.step, loss=loss, grad_norm=norm, lr=lr, backward_passes=1, optimizer_steps=1,
-                       tokens=tokens, flops=6.0 * tr.n_params * tokens, wall_s=time.perf_counter() - t0,
+                       tokens=tokens, flops=sft_flops(tr.n_params, tokens), wall_s=time.perf_counter() - t0,
                        update_s=time.perf_counter() - t0)
             progress.update(tr.step, loss=loss)
             tr.maybe_checkpoint()
@@ -211,12 +212,11 @@ class LocalEngine:
         stats = tr.rule.step(tr.params, tr.opt, closure)
         tr.sched.step()
         t_end = time.perf_counter()
-        seq_tokens = int(batch["attention_mask"].sum())
-        n = tr.n_params
-        flops = 2.0 * n * seq_tokens * (2 if ref is not None else 1) + 6.0 * n * seq_tokens * stats.backward_passes
+        seq_tokens = int(batch["attention_mask"].sum())  # prompt + response: what generation and training process
+        flops = rl_step_flops(tr.n_params, seq_tokens, stats.backward_passes, ref_model=ref is not None)
         row = {
             "reward": float(rewards.mean()), "entropy": entropy,
-            "lr": lr, "rollouts": len(prompts), "tokens": int(n_tokens), "flops": flops,
+            "lr": lr, "rollouts": len(prompts), "tokens": seq_tokens, "flops": flops,
             "response_len": n_tokens / len(prompts), "truncated_frac": float(np.mean(truncated)),
             "wall_s": t_end - t0, "gen_s": t_gen - t0, "update_s": t_end - t_gen, **last,
         }

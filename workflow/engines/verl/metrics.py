@@ -2,13 +2,17 @@
 
 Names on the left are verl 0.9's (trainer/ppo/metric_utils.py, the actor's worker metrics prefixed "actor/", our
 StepStats reported by RuleTrainingWorker as "actor/rlsweep/<field>", the driver's gate as "rlsweep/<field>").
-A column verl does not report for a run stays null, as in the local engine.
+A column verl does not report for a run stays null, as in the local engine. `flops` follows workflow/algos/flops.py
+from verl's `perf/total_num_tokens` (prompt + response tokens of the step's sequences, as the local engine's
+`tokens`), the step's backward passes and the model's parameter count (param_count, read by the driver).
 """
 
 from __future__ import annotations
 
 import math
 from typing import Any
+
+from workflow.algos.flops import rl_step_flops
 
 # our column <- verl metric
 _FROM_VERL = {
@@ -41,7 +45,20 @@ def scalar(value: Any) -> float | None:
     return None if math.isnan(value) else value
 
 
-def train_steps_row(metrics: dict[str, Any], step: int, rollouts: int) -> dict[str, Any]:
+def param_count(model_path: str) -> int:
+    """N of the FLOPs model: the parameters of the Hugging Face model at `model_path` (tied weights once), as the
+    local engine counts its model's. Built on the meta device: no weights are read, nothing is allocated."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_path))
+    return sum(p.numel() for p in model.parameters())
+
+
+def train_steps_row(metrics: dict[str, Any], step: int, rollouts: int, n_params: int | None = None,
+                    ref_model: bool = False) -> dict[str, Any]:
+    """Our row of one RL step; `flops` needs the model's parameter count (null without it) and whether a reference
+    model scored the batch (verl's use_kl_loss / use_kl_in_reward)."""
     row: dict[str, Any] = {"step": step, "rollouts": rollouts}
     for col, key in _FROM_VERL.items():
         row[col] = scalar(metrics.get(key))
@@ -58,4 +75,6 @@ def train_steps_row(metrics: dict[str, Any], step: int, rollouts: int) -> dict[s
     for col in _INTS:
         if row.get(col) is not None:
             row[col] = int(round(row[col]))
+    if n_params is not None and row["tokens"] is not None:
+        row["flops"] = rl_step_flops(n_params, row["tokens"], row["backward_passes"], ref_model=ref_model)
     return row

@@ -21,7 +21,8 @@ from verl.trainer.sft_trainer import SFTTrainer
 from verl.utils import tensordict_utils as tu
 from verl.utils.distributed import destroy_global_process_group, initialize_global_process_group
 
-from workflow.engines.verl.metrics import scalar
+from workflow.algos.flops import sft_flops
+from workflow.engines.verl.metrics import param_count, scalar
 from workflow.results.train_log import TrainLog
 
 
@@ -34,6 +35,7 @@ class RlsweepSFTTrainer(SFTTrainer):
         self.step = self.resume_global_step
         logs = self.engine.is_mp_src_rank_with_outputs() and self.engine.get_data_parallel_rank() == 0
         self.log = TrainLog(log["results_root"], log["sweep"], "sft", log["run_id"]) if logs else None
+        n_params = param_count(config.model.path) if logs else None  # for train_steps.flops
         if self.log is not None and self.step:
             self.log.discard_after(self.step)  # rows an earlier attempt flushed past its last checkpoint
         train_batch, save = self.training_client.train_batch, self.ckpt_handler.save_checkpoint
@@ -49,6 +51,7 @@ class RlsweepSFTTrainer(SFTTrainer):
                 self.log.record(step=self.step, loss=scalar(metrics.get("loss")),
                                 grad_norm=scalar(metrics.get("grad_norm")), lr=lr,
                                 backward_passes=1, optimizer_steps=1, tokens=int(tokens),
+                                flops=sft_flops(n_params, int(tokens)),
                                 wall_s=time.perf_counter() - t0)
             return output
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ray
 from verl.trainer.ppo.v1 import register_trainer
+from verl.trainer.ppo.utils import need_reference_policy
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils import tensordict_utils as tu
 from verl.utils.metric.utils import AggregationType, Metric
@@ -22,7 +23,7 @@ from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 
 from workflow.algos.registry import rule_from_settings
 from workflow.engines.verl.gates import METRIC_PREFIX, UPDATE_KEY, DriverGates
-from workflow.engines.verl.metrics import train_steps_row
+from workflow.engines.verl.metrics import param_count, train_steps_row
 from workflow.engines.verl.rule_step import rule_train_batch
 from workflow.results.train_log import TrainLog
 
@@ -103,6 +104,12 @@ class RlsweepTrainer(PPOTrainerSync):
             return super()._save_checkpoint()
         self._rlsweep_save_due = True
 
+    def _n_params(self) -> int:
+        """The actor's parameter count for train_steps.flops, read once from its model directory."""
+        if "_rlsweep_n_params" not in self.__dict__:
+            self._rlsweep_n_params = param_count(self.config.actor_rollout_ref.model.path)
+        return self._rlsweep_n_params
+
     def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
         """verl's metrics of the step, then our train_steps row; at a save: flush, then verl's checkpoint."""
         out = super()._compute_metrics(batch, metrics, timing_raw, global_steps=global_steps, epoch=epoch)
@@ -114,7 +121,8 @@ class RlsweepTrainer(PPOTrainerSync):
             log.discard_after(global_steps - 1)
         if log is not None:
             rollouts = self.config.data.train_batch_size * self.config.actor_rollout_ref.rollout.n
-            log.record(**train_steps_row(metrics, global_steps, rollouts))
+            log.record(**train_steps_row(metrics, global_steps, rollouts, self._n_params(),
+                                         ref_model=need_reference_policy(self.config)))
             if self.__dict__.pop("_rlsweep_save_due", False):
                 log.flush()
                 super()._save_checkpoint()
