@@ -32,6 +32,17 @@ def write_sweep(path: Path, name: str, body: str = "", base: str = TINY_BASE) ->
     return path
 
 
+def refusal(path: Path) -> str:
+    """The message load_sweep refuses `path` with; it must name the file and carry no traceback."""
+    from workflow.sweep.expand import load_sweep
+    from workflow.sweep.spec import SweepError
+    with pytest.raises(SweepError) as e:
+        load_sweep(path)
+    msg = str(e.value)
+    assert msg.startswith(f"{path}: ") and "Traceback" not in msg, msg
+    return msg
+
+
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--cores", "2"]
 
 

@@ -5,20 +5,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from conftest import write_sweep
+from conftest import refusal, write_sweep
 from workflow.sweep.expand import load_sweep
 from workflow.sweep.identity import stable_id
-from workflow.sweep.spec import SweepError
-
-
-def errors_of(path: Path) -> str:
-    with pytest.raises(SweepError) as e:
-        load_sweep(path)
-    return str(e.value)
 
 
 # ------------------------------------------------------------------------------------------------ bad input
@@ -60,7 +52,7 @@ def errors_of(path: Path) -> str:
 ])
 def test_bad_input_names_file_key_and_reason(tmp_path, body, expected):
     path = write_sweep(tmp_path / "bad.yaml", "bad", body)
-    msg = errors_of(path)
+    msg = refusal(path)
     assert str(path) in msg
     assert expected in msg, msg
 
@@ -68,18 +60,18 @@ def test_bad_input_names_file_key_and_reason(tmp_path, body, expected):
 def test_bad_base_value_and_unknown_base_key(tmp_path):
     path = tmp_path / "b.yaml"
     path.write_text("name: b\nbase: {rl: {clip_low: 1.5, lrate: 3}, model: {hidden: 30, n_heads: 4}}\n")
-    msg = errors_of(path)
+    msg = refusal(path)
     assert "base.rl.clip_low: Input should be less than 1" in msg
     assert "base.rl.lrate: unknown key" in msg
     assert "base.model.hidden: 30 must be divisible by n_heads (4)" in msg
 
 
 def test_missing_file_and_bad_yaml_and_bad_name(tmp_path):
-    assert "sweep file not found" in errors_of(tmp_path / "nope.yaml")
+    assert "sweep file not found" in refusal(tmp_path / "nope.yaml")
     (tmp_path / "y.yaml").write_text("name: [unclosed\n")
-    assert "not valid YAML" in errors_of(tmp_path / "y.yaml")
+    assert "not valid YAML" in refusal(tmp_path / "y.yaml")
     (tmp_path / "n.yaml").write_text("name: ../escape\n")
-    assert "name: Value error, must be 1-64 characters" in errors_of(tmp_path / "n.yaml")
+    assert "name: Value error, must be 1-64 characters" in refusal(tmp_path / "n.yaml")
 
 
 # ------------------------------------------------------------------------------------------------ expansion

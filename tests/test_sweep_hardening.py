@@ -14,19 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, run_cli, write_sweep
+from conftest import REPO, refusal, run_cli, write_sweep
 from workflow.sweep.expand import MAX_RUNS, load_sweep
 from workflow.sweep.loader import MAX_DEPTH, MAX_FILE_BYTES, dump_yaml, load_yaml
-from workflow.sweep.spec import SweepError
-
-
-def refusal(path: Path) -> str:
-    """The message load_sweep refuses `path` with; it must name the file."""
-    with pytest.raises(SweepError) as e:
-        load_sweep(path)
-    msg = str(e.value)
-    assert msg.startswith(f"{path}: ") and "Traceback" not in msg, msg
-    return msg
 
 
 def refused_within_bounds(path: Path, seconds: float = 5.0, megabytes: float = 100.0) -> str:

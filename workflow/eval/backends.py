@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import torch
 
 from workflow.engines.tiny_lm import TOKENIZER, device, load_model, micro_slices, sample, step_seed
+from workflow.engines.verl.translate import VLLM_CPU_ENV
 
 GENERATE_CHUNK = 512  # sequences per sampling call of the local backend
 
@@ -69,7 +70,7 @@ class VLLMBackend:
                  max_model_len: int | None = None, seed: int = 0, dtype: str = "auto", vllm: Any = None,
                  device: str = "cuda"):
         if device == "cpu":  # vLLM's CPU build reads these when it is imported
-            for k, v in CPU_ENV.items():
+            for k, v in VLLM_CPU_ENV.items():
                 os.environ.setdefault(k, v)
         if vllm is None:
             import vllm  # noqa: PLC0415 - optional dependency
@@ -98,9 +99,6 @@ class VLLMBackend:
                 raise RuntimeError(f"vLLM returned {len(samples)} samples for a prompt, expected {n}")
             result.append(samples)
         return result
-
-
-CPU_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1"}
 
 
 def vllm_usable(device: str = "cuda") -> bool:

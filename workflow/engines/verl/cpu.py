@@ -27,8 +27,10 @@ import sys
 import torch
 import torch.distributed as dist
 
+from workflow.engines.verl.translate import VLLM_CPU_ENV
+
 log = logging.getLogger(__name__)
-ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1", "TOKENIZERS_PARALLELISM": "false"}
+ENV = {**VLLM_CPU_ENV, "TOKENIZERS_PARALLELISM": "false"}
 
 
 class CPUDeviceModule:

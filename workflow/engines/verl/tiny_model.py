@@ -20,7 +20,11 @@ CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['cont
 
 
 def write_tiny_model(path: str | Path, seed: int = 0, layers: int = 2, hidden: int = 64, heads: int = 2) -> Path:
-    """A Hugging Face model directory (config, weights, tokenizer) at `path`, written atomically."""
+    """A Hugging Face model directory (config, weights, tokenizer) at `path`, written atomically; an existing one
+    is kept (every stage asks for it; the fixed seed makes it the same model)."""
+    path = Path(path)
+    if path.exists():
+        return path
     import torch
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
@@ -41,9 +45,6 @@ def write_tiny_model(path: str | Path, seed: int = 0, layers: int = 2, hidden: i
     model = Qwen2ForCausalLM(cfg)
     model.generation_config.eos_token_id = fast.eos_token_id
     model.generation_config.pad_token_id = fast.pad_token_id
-    path = Path(path)
-    if path.exists():
-        return path
     with replacing(path) as tmp:
         fast.save_pretrained(tmp)
         model.save_pretrained(tmp)

@@ -38,13 +38,14 @@ def external_modules(v) -> str:
     return ",".join([CPU_MODULE, WORKER_MODULE] if v.device == "cpu" else [WORKER_MODULE])
 
 
+# what vLLM's CPU build reads when it is imported: the CPU target, and 1 GB of RAM for the KV cache (tiny models)
+VLLM_CPU_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1"}
+
+
 def process_env(v) -> dict[str, str]:
     """The environment a run's verl processes need besides VERL_USE_EXTERNAL_MODULES (Ray's env vars must be
     strings)."""
-    env = {"TOKENIZERS_PARALLELISM": "false"}
-    if v.device == "cpu":
-        env.update(VLLM_TARGET_DEVICE="cpu", VLLM_CPU_KVCACHE_SPACE="1")
-    return env
+    return {"TOKENIZERS_PARALLELISM": "false", **(VLLM_CPU_ENV if v.device == "cpu" else {})}
 
 
 def cpu_overrides(cfg) -> dict[str, Any]:
