@@ -27,7 +27,6 @@ import torch
 from workflow.algos.rules.grpo import GRPOStep
 from workflow.algos.rules.gxpo import GXPO
 from workflow.algos.rules.sfpo import SFPO
-from workflow.algos.sharded import local
 
 
 def make_params(n: int, tensors: int, grads: bool = True) -> list[torch.nn.Parameter]:

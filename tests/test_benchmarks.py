@@ -12,7 +12,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import REPO
-from workflow.eval import benchmarks
 from workflow.eval.benchmarks import MATH_SET, OOD_SET, REGISTRY, load
 from workflow.hub import DatasetUnavailable, read_records
 from workflow.eval.prompts import render

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from workflow.algos.flops import generation_flops, rl_step_flops, sft_flops, training_flops

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import inspect
 import subprocess
 import sys
 from pathlib import Path
@@ -182,11 +183,12 @@ def test_modules_verl_loads_by_name_import_and_hold_what_is_named():
 
 
 def test_engines_and_builtin_rules_named_by_string_exist():
-    from workflow.algos.registry import BUILTIN_RULES, get_update_rule
+    from workflow.algos.registry import MIXES, UPDATE_RULES
     from workflow.engines.registry import ENGINES
-    for name, module in BUILTIN_RULES.items():
-        cls = get_update_rule(name)
-        assert cls.__module__ == module and cls.name == name
+    for registry in (UPDATE_RULES, MIXES):
+        for name, module in registry.builtins.items():
+            cls = registry.get(name)
+            assert cls.__module__ == module and cls.name == name
     for module, cls in ENGINES.values():
         if "verl" in module and importlib.util.find_spec("verl") is None:
             continue
@@ -204,6 +206,20 @@ def test_rule_sections_of_the_run_config_match_the_registered_rules():
         else:
             assert RLConfig.model_fields[name].annotation is cls.Settings, f"rl.{name} is not {cls.Settings}"
     assert set(sections) <= set(update_rule_names())
+
+
+def test_mix_sections_of_the_run_config_match_the_registered_methods():
+    from workflow.algos.registry import get_mix, mix_names
+    from workflow.config import RLConfig
+    sections = RLConfig.mix_sections()
+    for name in mix_names():
+        cls = get_mix(name)
+        if cls.Settings is None:
+            assert name not in sections, f"method {name} has no Settings but RLConfig has a section rl.{name}"
+        else:
+            assert RLConfig.model_fields[name].annotation is cls.Settings, f"rl.{name} is not {cls.Settings}"
+            assert set(cls.Settings.model_fields) <= set(inspect.signature(cls).parameters), name
+    assert set(sections) <= set(mix_names())
 
 
 def test_reading_a_sweep_imports_neither_torch_nor_optuna():

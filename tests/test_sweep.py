@@ -36,7 +36,7 @@ from workflow.sweep.identity import stable_id
     ("grid: {rl.gxpo.alpha: [-0.1]}\n", "rl.gxpo.alpha: Input should be greater than or equal to 0"),
     ("grid: {rl.gxpo.tau: [0]}\n", "rl.gxpo.tau: Input should be greater than 0"),
     ("grid: {rl.sfpo.window: [1]}\n", "rl.sfpo.window: Input should be greater than or equal to 2"),
-    ("grid: {rl.update: [ppo]}\n", "rl.update: Value error, unknown update rule 'ppo'; known: grpo, gxpo, sfpo"),
+    ("grid: {rl.update: [ppo]}\n", "rl.update: unknown update rule 'ppo'; known: grpo, gxpo, sfpo"),
     ("grid: {rl.gxpo.ratio_source: [hessian]}\n", "rl.gxpo.ratio_source: Input should be 'grad' or 'displacement'"),
     ("grid: {eval.every: [3]}\n", "eval.every: 3 must be a multiple of rl.checkpoint_every (2)"),
     ("grid: {eval.benchmarks: [[math5000]]}\n", "unknown benchmark(s) ['math5000']"),

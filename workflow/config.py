@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, field_validator, model_validator
 
-from workflow.algos.registry import update_rule_names
+from workflow.algos.registry import MIXES, UPDATE_RULES
 from workflow.data.sources import REGISTRY as TRAINING_SETS
 from workflow.eval.benchmarks import REGISTRY as BENCHMARKS
 from workflow.hub import record_file_problem
@@ -184,6 +184,66 @@ class GXPOConfig(RuleSettings):
         return self
 
 
+class MixSettings(Strict):
+    """The settings of one mixed-policy method: the section `rl.<method name>` of RLConfig, part of a run's identity
+    only when rl.mix selects it. The method's class (workflow/algos/mixes/) names its model as `Settings` and takes
+    its fields as keyword arguments."""
+
+
+class LUFFYConfig(MixSettings):
+    """LUFFY (Yan et al., arXiv:2504.14945): n_off of each group's G sequences are the prompt's expert trace instead
+    of rollouts; advantages over the mixed group; expert tokens trained with -f(pi) A, f(pi) = pi / (pi + lam)."""
+
+    n_off: PositiveInt = 1
+    lam: PositiveFloat = 0.1
+
+
+class SRFTConfig(MixSettings):
+    """SRFT (Fu et al., arXiv:2506.19767): one batch; SFT loss on every prompt's demonstration weighted
+    sft_coef x sg(exp(-H_demo)); the demonstration also in the group as an off-policy trace (shaped loss, lam);
+    correct rollouts weighted rl_coef x sg(exp(H)), wrong ones -1 (workflow/algos/mixes/srft.py)."""
+
+    sft_coef: PositiveFloat = 0.5
+    rl_coef: PositiveFloat = 0.1
+    lam: PositiveFloat = 0.1
+
+
+class HPTConfig(MixSettings):
+    """HPT (Lv et al., arXiv:2509.04419): per prompt, the SFT loss on its demonstration when at most `threshold` of
+    its rollouts are correct (0: all wrong), the GRPO loss on its rollouts otherwise."""
+
+    threshold: int = Field(0, ge=0)
+    sft_coef: PositiveFloat = 1.0
+
+
+class ReLIFTConfig(MixSettings):
+    """ReLIFT (Ma et al., arXiv:2506.07527): prompts that no rollout solved go into a buffer; when it holds
+    `buffer_size` of them (or every `every` steps, if set, whatever it holds) one SFT step on (at most buffer_size
+    of) their demonstrations is interleaved after the RL step. The paper's runs: 128."""
+
+    buffer_size: PositiveInt = 16
+    every: PositiveInt | None = None
+    lr_scale: PositiveFloat = 1.0  # the SFT step's learning rate = rl.lr x lr_scale
+
+
+class PrefixRFTConfig(MixSettings):
+    """Prefix-RFT (Huang et al., arXiv:2507.01679): `n_prefixed` of each group's G rollouts continue a prefix of the
+    demonstration, a fraction drawn uniformly from [min_frac, upper] with upper decaying max_frac -> min_frac along
+    a cosine over training; prefix tokens train with the clipped ratio, only the top `entropy_top` of them by
+    entropy keeping their advantage (workflow/algos/mixes/prefix_rft.py)."""
+
+    n_prefixed: PositiveInt = 1
+    min_frac: float = Field(0.05, ge=0.0, le=1.0)
+    max_frac: float = Field(0.95, ge=0.0, le=1.0)
+    entropy_top: float = Field(0.2, gt=0.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _fraction_order(self) -> "PrefixRFTConfig":
+        if self.min_frac > self.max_frac:
+            raise ConfigProblem("min_frac", f"{self.min_frac} must be <= max_frac ({self.max_frac})")
+        return self
+
+
 class RLConfig(Strict):
     """GRPO and its common variants (DAPO clip-higher, Dr.GRPO no-std / token-sum), on-policy, with the policy
     update done by an update rule: grpo (one step), sfpo or gxpo (several steps on the same rollout batch)."""
@@ -191,6 +251,13 @@ class RLConfig(Strict):
     update: str = "grpo"  # a registered update rule (workflow/algos/registry.py): grpo, sfpo, gxpo, ...
     sfpo: SFPOConfig = SFPOConfig()  # read only when update = sfpo (and only then part of the run id)
     gxpo: GXPOConfig = GXPOConfig()  # read only when update = gxpo
+    # a mixed-policy method (workflow/algos/registry.py): none (on-policy), luffy, srft, hpt, relift, prefix_rft
+    mix: str = "none"
+    luffy: LUFFYConfig = LUFFYConfig()  # read only when mix = luffy (and only then part of the run id)
+    srft: SRFTConfig = SRFTConfig()
+    hpt: HPTConfig = HPTConfig()
+    relift: ReLIFTConfig = ReLIFTConfig()
+    prefix_rft: PrefixRFTConfig = PrefixRFTConfig()
     steps: PositiveInt = 40
     prompts_per_step: PositiveInt = 32
     group_size: int = Field(8, ge=2)
@@ -207,19 +274,46 @@ class RLConfig(Strict):
     kl_coef: NonNegativeFloat = 0.0
     checkpoint_every: PositiveInt = 10
 
-    @field_validator("update")
+    @field_validator("update", "mix")
     @classmethod
-    def _registered_rule(cls, v: str) -> str:
-        known = update_rule_names()
-        if v not in known:
-            raise ValueError(f"unknown update rule {v!r}; known: {', '.join(known)}")
+    def _registered(cls, v: str, info) -> str:
+        """A name of the registry (workflow/algos/registry.py); listed without importing torch."""
+        registry = UPDATE_RULES if info.field_name == "update" else MIXES
+        if v not in registry.names():
+            raise ConfigProblem("", f"unknown {registry.kind} {v!r}; known: {', '.join(registry.names())}")
         return v
+
+    @model_validator(mode="after")
+    def _groups_keep_a_rollout(self) -> "RLConfig":
+        taken = {"luffy": ("luffy.n_off", self.luffy.n_off), "prefix_rft": ("prefix_rft.n_prefixed",
+                                                                            self.prefix_rft.n_prefixed)}
+        key, n = taken.get(self.mix, (None, 0))
+        if key is not None and n >= self.group_size:
+            raise ConfigProblem(key, f"{n} must be < group_size ({self.group_size}): every group keeps at least one "
+                                "plain on-policy rollout")
+        return self
+
+    @property
+    def method(self) -> str:
+        """What `runs.method` calls this run: the update rule, or the mixed-policy method (+ its rule if not GRPO)."""
+        if self.mix == "none":
+            return self.update
+        return self.mix if self.update == "grpo" else f"{self.mix}+{self.update}"
 
     @classmethod
     def rule_sections(cls) -> tuple[str, ...]:
         """The names of the rule settings sections (`rl.sfpo`, `rl.gxpo`, ...), each read only by its own rule."""
+        return cls._sections(RuleSettings)
+
+    @classmethod
+    def mix_sections(cls) -> tuple[str, ...]:
+        """The names of the mixed-policy settings sections (`rl.luffy`, ...), each read only by its own method."""
+        return cls._sections(MixSettings)
+
+    @classmethod
+    def _sections(cls, kind: type) -> tuple[str, ...]:
         return tuple(name for name, f in cls.model_fields.items()
-                     if isinstance(f.annotation, type) and issubclass(f.annotation, RuleSettings))
+                     if isinstance(f.annotation, type) and issubclass(f.annotation, kind))
 
 
 class EvalConfig(Strict):
@@ -242,6 +336,8 @@ class EvalConfig(Strict):
     verify_timeout_s: PositiveFloat = 10.0  # per math-verify comparison; a timeout scores wrong
     bootstrap: PositiveInt = 1000  # resamples for the 95% intervals
     every: PositiveInt | None = None  # also evaluate every N RL steps (a multiple of rl.checkpoint_every)
+    # also evaluate the model RL starts from (step 0: the SFT checkpoint, or verl's model_path without SFT)
+    at_start: bool = False
     seed: Seed = 0
 
     @model_validator(mode="after")
@@ -299,10 +395,25 @@ class RunConfig(Strict):
         return self
 
     @model_validator(mode="after")
+    def _mixed_policy_on_the_local_engine(self) -> "RunConfig":
+        if self.rl.mix != "none" and self.engine.name == "verl":
+            raise ConfigProblem("rl.mix", f"{self.rl.mix}: mixed-policy methods run on the local engine only so far "
+                                "(their verl hooks are not written yet: issue 15); use engine.name local or rl.mix "
+                                "none")
+        return self
+
+    @model_validator(mode="after")
     def _verl_checkpoints_need_vllm(self) -> "RunConfig":
         if self.engine.name == "verl" and self.eval.backend == "local":
             raise ConfigProblem("eval.backend", "local: the local backend samples the local engine's tiny models "
                                 "only; a verl run's checkpoints are evaluated with vllm (eval.backend: vllm or auto)")
+        return self
+
+    @model_validator(mode="after")
+    def _a_start_model_to_evaluate(self) -> "RunConfig":
+        if self.eval.at_start and self.engine.name == "local" and not self.sft.enabled:
+            raise ConfigProblem("eval.at_start", "the local engine without SFT starts RL from a random initialisation, "
+                                "which has no checkpoint to evaluate; enable sft or drop eval.at_start")
         return self
 
     @model_validator(mode="after")

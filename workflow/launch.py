@@ -54,7 +54,7 @@ def read_done(path: str | Path) -> dict[str, Any]:
     """A stage's DONE.json, with the path of what it made (a checkpoint, the prepared rows, a report)."""
     path = Path(path)
     done = json.loads(path.read_text())
-    for key in ("checkpoint", "output"):
+    for key in ("checkpoint", "output", "init"):
         if done.get(key) is not None:
             done[f"{key}_path"] = path.parent / done[key]
     return done
@@ -86,10 +86,9 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 class _RunsRow:
     """The stage's row in `runs`, rewritten in place (atomically) as its status changes."""
 
-    def __init__(self, results_root: Path, sweep: str, stage: str, stage_id: str, cfg: dict, label: str | None,
-                 job: dict[str, Any] | None = None):
+    def __init__(self, results_root: Path, sweep: str, stage: str, stage_id: str, cfg: dict, method: str,
+                 label: str | None, job: dict[str, Any] | None = None):
         parent = cfg.get("sft_id") if stage == "rl" else cfg.get("run_id", cfg.get("data_id"))
-        method = cfg["rl"]["update"] if stage == "rl" else stage
         job = job or {}  # what tells apart the jobs of one stage id (an eval's step and benchmark group)
         self.where = (results_root, sweep, "runs",
                       runs_file(stage, stage_id, job.get("eval_step"), job.get("eval_group")))
@@ -150,7 +149,7 @@ def run_stage(stage: str, sweep: str, stage_id: str, cfg: dict, *, results_root:
 def _run_locked(stage: str, sweep: str, stage_id: str, cfg: dict, typed, out_dir: Path, *, results_root: Path,
                 inputs: Inputs, label: str | None, step: int | None, job: dict, names: list[str] | None) -> Path:
     (out_dir / "config.json").write_text(json.dumps(cfg, indent=1, sort_keys=True))
-    runs = _RunsRow(results_root, sweep, stage, stage_id, cfg, label, job)
+    runs = _RunsRow(results_root, sweep, stage, stage_id, cfg, typed.rl.method if stage == "rl" else stage, label, job)
     runs.write("running")
     done: dict[str, Any] = {"stage": stage, "id": stage_id}
     try:
@@ -161,20 +160,27 @@ def _run_locked(stage: str, sweep: str, stage_id: str, cfg: dict, typed, out_dir
             done["output"] = os.path.relpath(
                 check_overlap(rows, typed.benchmarks, typed.paths, typed.revisions, out_dir), out_dir)
         elif stage in ("sft", "rl"):
-            ckpt = _train(stage, sweep, stage_id, typed, out_dir, results_root, inputs)
+            ckpt = _train(stage, sweep, stage_id, typed, out_dir, results_root, inputs, runs.row)
             done["step"] = json.loads((Path(ckpt) / "meta.json").read_text())["step"]
             done["checkpoint"] = os.path.relpath(ckpt, out_dir)
+            if stage == "rl":  # what it started from: an eval at step 0 (eval.at_start) evaluates that
+                if inputs.init:
+                    done["init"] = os.path.relpath(read_done(inputs.init)["checkpoint_path"], out_dir)
+                elif typed.engine.name == "verl":
+                    done["init_model"] = typed.engine.verl.model_path
         else:
-            ckpt = step_dir(Path(inputs.checkpoint_from).parent / CHECKPOINTS, step)
-            if not (ckpt / "meta.json").is_file():
-                raise FileNotFoundError(f"no RL checkpoint at step {step}: {ckpt}")
+            ckpt = _checkpoint_at(Path(inputs.checkpoint_from), step)
             ev, device = typed.eval, typed.engine.verl.device if typed.engine.name == "verl" else "cuda"
             runs.row["backend"] = resolve_backend(ev.backend, device)  # which backend produced the samples
             backend = make_backend(ev.backend, ckpt, tensor_parallel_size=ev.tensor_parallel_size, seed=ev.seed,
                                    device=device)
             evaluate(backend, typed.task, ev, step, results_root=results_root, sweep=sweep, run_id=typed.run_id,
                      eval_id=stage_id, names=names)
-            done.update(step=step, checkpoint=os.path.relpath(ckpt, out_dir))
+            done["step"] = step
+            if isinstance(ckpt, Path):
+                done["checkpoint"] = os.path.relpath(ckpt, out_dir)
+            else:  # a Hugging Face id: verl's model_path, evaluated at step 0
+                done["model"] = ckpt
     except BaseException as e:  # noqa: BLE001 - record why, then let it propagate
         status = ("preempted" if isinstance(e, Preempted) else "pruned" if isinstance(e, pruning.Pruned) else
                   "interrupted" if isinstance(e, (KeyboardInterrupt, Terminated)) else "failed")
@@ -186,22 +192,53 @@ def _run_locked(stage: str, sweep: str, stage_id: str, cfg: dict, typed, out_dir
     return done_path
 
 
-def _train(stage: str, sweep: str, stage_id: str, typed, out_dir: Path, results_root: Path, inputs: Inputs) -> Path:
+def _checkpoint_at(rl_done: Path, step: int) -> Path | str:
+    """The RL run's checkpoint at `step`; step 0 is the model it started from (its SFT checkpoint, or verl's
+    model_path)."""
+    if step == 0:
+        done = read_done(rl_done)
+        start = done.get("init_path") or done.get("init_model")
+        if start is None:
+            raise FileNotFoundError(f"{rl_done} does not say what the RL run started from (eval.at_start)")
+        return start
+    ckpt = step_dir(rl_done.parent / CHECKPOINTS, step)
+    if not (ckpt / "meta.json").is_file():
+        raise FileNotFoundError(f"no RL checkpoint at step {step}: {ckpt}")
+    return ckpt
+
+
+def _train(stage: str, sweep: str, stage_id: str, typed, out_dir: Path, results_root: Path, inputs: Inputs,
+           runs_row: dict) -> Path:
     """An SFT or RL stage on its engine; returns the final checkpoint. Refuses training data that holds more of an
-    evaluated benchmark than the sweep allows."""
+    evaluated benchmark than the sweep allows, and an SFT or mixed-policy job that fails the integrity preflight."""
     enforce_overlap([read_done(p)["output_path"] for p in inputs.overlaps], inputs.max_train_overlap)
     engine = get_engine(typed.engine.name)
     data = read_done(inputs.data)["output_path"] if inputs.data else None
     log = TrainLog(results_root, sweep, stage, stage_id)
+    init_ckpt = read_done(inputs.init)["checkpoint_path"] if inputs.init and stage == "rl" else None
+    if stage == "sft" or typed.rl.mix != "none":
+        _preflight(engine, typed, init_ckpt, data, runs_row, f"{stage} {stage_id}")
     if stage == "sft":
         return engine.sft(typed, out_dir, log, data=data)
-    init_ckpt = read_done(inputs.init)["checkpoint_path"] if inputs.init else None
     # an Optuna trial's run reports intermediate evals, which it runs here as ordinary eval jobs
     run_eval = functools.partial(_run_eval, results_root=results_root, sweep=sweep, rl_dir=out_dir)
     report = pruning.reporter_for(results_root, sweep, stage_id, out_dir, run_eval)
     if report is not None:
         return engine.rl(typed, init_ckpt, out_dir, log, on_checkpoint=report, data=data)
     return engine.rl(typed, init_ckpt, out_dir, log, data=data)
+
+
+def _preflight(engine, typed, init_ckpt: Path | None, data: Path | None, runs_row: dict, what: str) -> None:
+    """The integrity preflight (workflow/preflight.py) on the job's own configuration, recorded in its runs row;
+    raises IntegrityError (the job fails, saying which property broke and by how much) before anything trains."""
+    make_probe = getattr(engine, "integrity_probe", None)
+    if make_probe is None:
+        runs_row["preflight"] = "not available"  # the verl engine's probe is not written yet (issue 15)
+        return
+    from workflow import preflight  # imports torch: only training jobs pay for it
+    result = preflight.check(make_probe(typed, init_ckpt, data))
+    runs_row.update(result.as_row())
+    preflight.enforce(result, what)
 
 
 def _run_eval(eval_id: str, eval_cfg: dict, label: str, step: int, group: str, *, results_root: Path, sweep: str,

@@ -53,11 +53,16 @@ def stage_config(cfg: RunConfig, stage: str, *, sft_id: str | None = None, run_i
     if stage == "rl":
         # only the selected update rule's settings belong to the run: a GRPO run is the same run whatever
         # rl.sfpo.K says, so sweeping rl.sfpo.K over GRPO runs is reported as duplicate runs
-        sections = RLConfig.rule_sections()
-        rl = {k: v for k, v in d["rl"].items() if k not in sections or k == d["rl"]["update"]}
+        # (and likewise only the selected mixed-policy method's rl.<mix> section)
+        rules, mixes = RLConfig.rule_sections(), RLConfig.mix_sections()
+        rl = {k: v for k, v in d["rl"].items() if (k not in rules or k == d["rl"]["update"])
+              and (k not in mixes or k == d["rl"]["mix"])}
+        if rl["mix"] == "none":  # on-policy runs keep the ids they had before mixed-policy methods existed
+            del rl["mix"]
         return {**common, "model": d["model"], "rl": rl, "seed": d["seed"], "sft_id": sft_id, **data}
     if stage == "eval":
-        return {**common, "eval": d["eval"], "run_id": run_id}
+        ev = {k: v for k, v in d["eval"].items() if k != "at_start" or v}  # off: the ids from before it existed
+        return {**common, "eval": ev, "run_id": run_id}
     raise ValueError(f"unknown stage {stage!r}; known: {', '.join(STAGES)}")
 
 

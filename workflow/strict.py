@@ -21,7 +21,7 @@ class ConfigProblem(ValueError):
 
     def __init__(self, key: str, reason: str):
         self.key, self.reason = key, reason
-        super().__init__(f"{key}: {reason}")
+        super().__init__(f"{key}: {reason}" if key else reason)
 
 
 class Strict(BaseModel):

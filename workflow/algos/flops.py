@@ -52,15 +52,17 @@ def sft_flops(n_params: int, tokens: int) -> float:
 
 
 def rl_step_flops(n_params: int, rollout_tokens: int, backward_passes: int, *, off_policy_tokens: int = 0,
-                  ref_model: bool = False) -> float:
+                  trained_tokens: int | None = None, ref_model: bool = False) -> float:
     """An RL step: 2N per generated sequence token, 6N per trained token per backward pass, and 2N per trained token
     when a frozen reference model scores the batch for a KL penalty.
 
     rollout_tokens     tokens (prompt + response) of the sequences the policy sampled this step
     backward_passes    forward + backward passes over the batch (StepStats.backward_passes: SFPO/GXPO count theirs)
     off_policy_tokens  tokens of sequences trained on but not generated (a mixed-policy method's expert traces)
+    trained_tokens     the tokens trained on, when not rollout + off-policy tokens (HPT trains a group's
+                       demonstration instead of its rollouts)
     """
-    trained = rollout_tokens + off_policy_tokens
+    trained = rollout_tokens + off_policy_tokens if trained_tokens is None else trained_tokens
     flops = generation_flops(n_params, rollout_tokens) + training_flops(n_params, trained, backward_passes)
     if ref_model:
         flops += forward_flops(n_params, trained)

@@ -75,6 +75,31 @@ def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.T
     return loss, (clipped < unclipped)
 
 
+def shaped_off_policy_loss(logp: torch.Tensor, adv: torch.Tensor, lam: float) -> torch.Tensor:
+    """Per-token loss of an off-policy (expert) token under LUFFY's policy shaping: -f(pi) A with
+    f(pi) = pi / (pi + lam), pi = exp(logp) the current policy's probability of the expert's token. The behaviour
+    policy's probability is taken as 1 (the expert's token was given, not sampled from us) and nothing is clipped.
+
+    Its gradient is -A lam pi / (pi + lam)^2 grad log pi: tokens the policy already finds likely, and very unlikely
+    ones, are damped; tokens near pi = lam get the largest push (Yan et al., "Learning to Reason under Off-Policy
+    Guidance", arXiv:2504.14945, Section 3.3). adv is per sequence [B] or per token [B, T]."""
+    if adv.dim() == 1:
+        adv = adv.unsqueeze(1)
+    p = torch.exp(logp)
+    return -(p / (p + lam)) * adv
+
+
+def mixed_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, off_policy: torch.Tensor,
+                     clip_low: float, clip_high: float, lam: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The per-token RL loss of a batch that mixes on-policy and expert tokens (workflow/algos/mix.py): the clipped
+    PPO loss where `off_policy` [B, T] is false, LUFFY's shaped loss where it is true. Returns the loss and where
+    the clip was active (on-policy tokens only). Without off-policy tokens this is exactly clipped_policy_loss."""
+    loss, clipped = clipped_policy_loss(logp, old_logp, adv, clip_low, clip_high)
+    if not bool(off_policy.any()):
+        return loss, clipped
+    return torch.where(off_policy, shaped_off_policy_loss(logp, adv, lam), loss), clipped & ~off_policy
+
+
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """Schulman's low-variance, non-negative estimator of KL(pi || ref) per token: e^(ref-logp) - (ref-logp) - 1."""
     d = ref_logp - logp

@@ -1,13 +1,14 @@
-"""Update rules by name. The model is verl's `@register_policy_loss` / `get_policy_loss_fn`
-(verl/trainer/ppo/core_algos.py): a new rule is one class in one module, decorated with
-`@register_update_rule("name")`; `get_update_rule(name)` returns it, and an unknown name fails with the list of
-known ones. Its settings, if it has any, are the section `rl.<name>` of the run config (a `RuleSettings` model in
-workflow/config.py, which the class names as its `Settings`); both engines build rules through this module, the
-local engine with the gate in the rule, verl's workers with the gate on the driver (workflow/algos/rule.py).
+"""Update rules and mixed-policy methods by name. The model is verl's `@register_policy_loss` /
+`get_policy_loss_fn` (verl/trainer/ppo/core_algos.py): a new rule (or method) is one class in one module, decorated
+with `@register_update_rule("name")` (`@register_mix("name")`); `get_update_rule(name)` (`get_mix(name)`) returns
+it, and an unknown name fails with the list of known ones. Its settings, if it has any, are the section
+`rl.<name>` of the run config (a `RuleSettings` / `MixSettings` model in workflow/config.py, which the class names
+as its `Settings`). Both engines build rules through this module, the local engine with the gate in the rule,
+verl's workers with the gate on the driver (workflow/algos/rule.py).
 
-Reading a sweep (the Snakefile, the CLI) must not import torch, so this module imports none: the built-in rules are
-listed by the module that defines them and imported when first asked for; a rule registered anywhere else (a test,
-a plugin module) is known once its module has run.
+Reading a sweep (the Snakefile, the CLI) must not import torch, so this module imports none: the built-ins are
+listed by the module that defines them and imported when first asked for; a class registered anywhere else (a
+test, a plugin module) is known once its module has run.
 """
 
 from __future__ import annotations
@@ -15,45 +16,72 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-BUILTIN_RULES = {
+
+class Registry:
+    """Classes by name, of one kind ("update rule", "mixed-policy method")."""
+
+    def __init__(self, kind: str, builtins: dict[str, str]):
+        self.kind = kind
+        self.builtins = builtins  # name -> the module that registers it, imported on first use
+        self.classes: dict[str, type] = {}
+
+    def register(self, name: str):
+        """Class decorator: make the class available under `name`."""
+        def register(cls: type) -> type:
+            known = self.classes.get(name)
+            if known is not None and known.__qualname__ != cls.__qualname__:
+                raise ValueError(f"{self.kind} {name!r} is already registered by "
+                                 f"{known.__module__}.{known.__qualname__}")
+            cls.name = name
+            self.classes[name] = cls
+            return cls
+        return register
+
+    def names(self) -> list[str]:
+        return sorted({*self.builtins, *self.classes})
+
+    def get(self, name: str) -> type:
+        if name not in self.classes and name in self.builtins:
+            importlib.import_module(self.builtins[name])
+        try:
+            return self.classes[name]
+        except KeyError:
+            raise ValueError(f"unknown {self.kind} {name!r}; known: {', '.join(self.names())}") from None
+
+
+UPDATE_RULES = Registry("update rule", {
     "grpo": "workflow.algos.rules.grpo",
     "sfpo": "workflow.algos.rules.sfpo",
     "gxpo": "workflow.algos.rules.gxpo",
-}
-_RULES: dict[str, type] = {}
+})
+MIXES = Registry("mixed-policy method", {
+    "none": "workflow.algos.mixes.on_policy",
+    "luffy": "workflow.algos.mixes.luffy",
+    "srft": "workflow.algos.mixes.srft",
+    "hpt": "workflow.algos.mixes.hpt",
+    "relift": "workflow.algos.mixes.relift",
+    "prefix_rft": "workflow.algos.mixes.prefix_rft",
+})
+BUILTIN_RULES = UPDATE_RULES.builtins
+
+register_update_rule = UPDATE_RULES.register
+update_rule_names = UPDATE_RULES.names
+get_update_rule = UPDATE_RULES.get
+register_mix = MIXES.register
+mix_names = MIXES.names
+get_mix = MIXES.get
 
 
-def register_update_rule(name: str):
-    """Class decorator: make the UpdateRule subclass available as `rl.update: <name>`."""
-    def register(cls: type) -> type:
-        known = _RULES.get(name)
-        if known is not None and known.__qualname__ != cls.__qualname__:
-            raise ValueError(f"update rule {name!r} is already registered by {known.__module__}.{known.__qualname__}")
-        cls.name = name
-        _RULES[name] = cls
-        return cls
-    return register
-
-
-def update_rule_names() -> list[str]:
-    return sorted({*BUILTIN_RULES, *_RULES})
-
-
-def get_update_rule(name: str) -> type:
-    if name not in _RULES and name in BUILTIN_RULES:
-        importlib.import_module(BUILTIN_RULES[name])
-    try:
-        return _RULES[name]
-    except KeyError:
-        raise ValueError(f"unknown update rule {name!r}; known: {', '.join(update_rule_names())}") from None
+def section(rl, name: str) -> dict[str, Any]:
+    """The settings section `rl.<name>` as plain JSON ({} when the class has no settings)."""
+    found = getattr(rl, name, None)
+    return found.model_dump(mode="json") if found is not None else {}
 
 
 def rule_settings(rl) -> dict[str, Any]:
     """A run's rule as plain JSON (an RLConfig -> {update, max_grad_norm, <its rl.<name> section>}): what verl's
     driver and workers get through verl's config."""
-    section = getattr(rl, rl.update, None)
-    return {"update": rl.update, "max_grad_norm": rl.max_grad_norm,
-            **(section.model_dump(mode="json") if section is not None else {})}
+    return {"update": rl.update, "max_grad_norm": rl.max_grad_norm, **section(rl, rl.update)}
 
 
 def build_update_rule(rl, gate_here: bool = True):
@@ -68,3 +96,9 @@ def rule_from_settings(settings: dict[str, Any], gate_here: bool = True):
     model = cls.Settings
     section = model(**{k: settings[k] for k in model.model_fields if k in settings}) if model is not None else None
     return cls.build(section, max_grad_norm=settings.get("max_grad_norm"), gate_here=gate_here)
+
+
+def build_mix(rl):
+    """The mixed-policy method an RLConfig selects (rl.mix), built from its settings section rl.<mix>."""
+    cls = get_mix(rl.mix)
+    return cls(**section(rl, rl.mix))

@@ -11,6 +11,9 @@
     rlsweep doctor SWEEP.yaml | --sweep NAME [--fix]
                                          damaged table files, leftover temporaries, DONE.json vs the tables, and how
                                          to recompute; --fix moves what must go to quarantine (exit 1: problems)
+    rlsweep preflight SWEEP.yaml         the integrity preflight of every SFT and mixed-policy job: the gradient is
+                                         the same for any micro-batch split, one accumulated step equals one
+                                         full-batch step (exit 1: a job would train wrongly)
     rlsweep profile install [--partition P] [--account A] [--qos Q] [--name slurm]
                                          install profiles/slurm as your Snakemake profile: `snakemake --profile slurm`
 """
@@ -55,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     sm.add_argument("-n", "--dry-run", action="store_true", help="plan the smoke DAG without running it")
     sm.add_argument("--snakemake", default="", metavar="ARGS", help="options for snakemake, e.g. '--cores 2'")
     sm.set_defaults(fn="smoke:cmd_smoke")
+    pf = sub.add_parser("preflight", parents=[common], help="check gradient accumulation and the optimizer step")
+    pf.add_argument("sweep_file")
+    pf.set_defaults(fn="preflight:cmd_preflight")
     pr = sub.add_parser("profile", help="manage the Snakemake profile for SLURM")
     prs = pr.add_subparsers(dest="action", required=True)
     pi = prs.add_parser("install", help="write profiles/slurm as a user profile with your cluster's names")

@@ -8,7 +8,9 @@ checkpoint replays steps k+1... bit for bit.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import functools
 import time
 from pathlib import Path
 from typing import Callable
@@ -18,20 +20,21 @@ import torch
 
 from workflow import preemption
 from workflow.algos.flops import rl_step_flops, sft_flops
-from workflow.algos.losses import (clipped_policy_loss, group_advantages, kl_k3, sft_loss, token_entropy,
-                                   token_logprobs, token_weights)
-from workflow.algos.registry import build_update_rule
+from workflow.algos.losses import sft_loss, token_logprobs, token_weights
+from workflow.algos.registry import build_mix, build_update_rule
 from workflow.algos.schedules import constant, warmup_cosine
 from workflow.algos.sharded import clip_and_step
 from workflow.checkpoint import load_trainer_state, remove_stale_temporaries, save_checkpoint
 from workflow.config import RLConfig, TaskConfig
+from workflow.engines.rl_batch import mixed_closure, rollout
 from workflow.engines.tiny_lm import (TOKENIZER, build_model, device, forward_logits, load_model, micro_slices,
-                                      pack, sample, step_seed)
+                                      pack)
 from workflow.layout import CHECKPOINTS, latest_checkpoint
+from workflow.preflight import TorchProbe
 from workflow.progress import StepProgress, say
 from workflow.results.train_log import TrainLog
 from workflow.stages import RLStage, SFTStage
-from workflow.tasks.arithmetic import reward, sample_train
+from workflow.tasks.arithmetic import sample_train
 
 
 def sft_accumulate(model, batch: dict[str, torch.Tensor], micro_batch_size: int | None) -> float:
@@ -50,20 +53,25 @@ def sft_accumulate(model, batch: dict[str, torch.Tensor], micro_batch_size: int 
 
 def sft_batch(task: TaskConfig, seed: int, step: int, batch_size: int) -> dict[str, torch.Tensor]:
     problems = sample_train(task, np.random.default_rng([seed, step]), batch_size)
-    return pack([TOKENIZER.encode(p.prompt) for p in problems], [TOKENIZER.encode(p.solution) for p in problems],
-                add_eos=[True] * len(problems))
+    return demonstrations([(p.prompt, p.solution) for p in problems])
+
+
+def demonstrations(pairs: list[tuple[str, str]]) -> dict[str, torch.Tensor]:
+    """(prompt, worked solution) pairs packed for SFT: the loss on the solution and its <eos>."""
+    return pack([TOKENIZER.encode(q) for q, _ in pairs], [TOKENIZER.encode(a) for _, a in pairs],
+                add_eos=[True] * len(pairs))
 
 
 class _Trainer:
     """What SFT and RL share: model + optimizer + scheduler, checkpoint/resume, the step loop's bookkeeping."""
 
     def __init__(self, model, lr: float, weight_decay: float, schedule, out_dir: Path, log: TrainLog,
-                 total_steps: int, checkpoint_every: int, rule=None):
+                 total_steps: int, checkpoint_every: int, rule=None, mix=None):
         self.model = model.to(device())
         self.params = [p for p in self.model.parameters() if p.requires_grad]
-        self.opt = torch.optim.AdamW(self.params, lr=lr, betas=(0.9, 0.999), weight_decay=weight_decay)
+        self.opt = adamw(self.params, lr, weight_decay)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, schedule)
-        self.rule = rule
+        self.rule, self.mix = rule, mix
         self.ckpt_root = out_dir / CHECKPOINTS
         self.log, self.total, self.every = log, total_steps, checkpoint_every
         self.n_params = sum(p.numel() for p in self.params)
@@ -82,6 +90,8 @@ class _Trainer:
         self.sched.load_state_dict(state["scheduler"])
         if self.rule is not None:
             self.rule.load_state_dict(state.get("rule", {}))
+        if self.mix is not None:
+            self.mix.load_state_dict(state.get("mix", {}))
         say(f"[yellow]{self.log.stage} {self.log.run_id}: resuming from checkpoint at step {step}/{self.total}[/]")
         return step
 
@@ -94,7 +104,8 @@ class _Trainer:
         if on_interval or stop:
             self.log.flush()
             state = {"optimizer": self.opt.state_dict(), "scheduler": self.sched.state_dict(),
-                     "rule": self.rule.state_dict() if self.rule is not None else {}}
+                     "rule": self.rule.state_dict() if self.rule is not None else {},
+                     "mix": self.mix.state_dict() if self.mix is not None else {}}
             save_checkpoint(self.ckpt_root, self.step, self.model, state,
                             {"run_id": self.log.run_id, "stage": self.log.stage, "total_steps": self.total})
         if stop:
@@ -112,8 +123,42 @@ class _Trainer:
         return float(self.opt.param_groups[0]["lr"])
 
 
+def adamw(params, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+    """The optimizer of every local stage."""
+    return torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.999), weight_decay=weight_decay)
+
+
 class LocalEngine:
     """Trains on the arithmetic task only (the run config refuses a `datasets` task here: `data` is always None)."""
+
+    # ------------------------------------------------------------------------------------- integrity preflight
+    def integrity_probe(self, stage: SFTStage | RLStage, init_ckpt: Path | None = None, data: Path | None = None, *,
+                        accumulate=None, optimizer=None) -> TorchProbe:
+        """The preflight's probe (workflow/preflight.py) on the stage's first batch, model and optimizer: an SFT
+        batch, or an RL step's mixed batch sampled from `init_ckpt` (a fresh model without one). `accumulate`
+        (SFT) and `optimizer` (a factory like `adamw`) replace the engine's own, so a test can plant the bugs."""
+        make_optimizer = optimizer or adamw
+        if isinstance(stage, SFTStage):
+            sft = stage.sft
+            model = build_model(stage.model, TOKENIZER.vocab_size, sft.seed).to(device())
+            batch = sft_batch(stage.task, sft.seed, 0, sft.batch_size)
+            params = [p for p in model.parameters() if p.requires_grad]
+            backward = functools.partial(accumulate or sft_accumulate, model, batch)
+            return TorchProbe(params, make_optimizer(params, sft.lr, sft.weight_decay), backward,
+                              len(batch["input_ids"]), sft.micro_batch_size, sft.max_grad_norm)
+        rl = stage.rl
+        model = (load_model(init_ckpt) if init_ckpt else build_model(stage.model, TOKENIZER.vocab_size, stage.seed))
+        ref = copy.deepcopy(model).eval().requires_grad_(False) if rl.kl_coef > 0 else None
+        mix = build_mix(rl)
+        step, problems, _, _ = rollout(model, ref, mix, stage.task, rl, stage.seed, 0, rl.steps)
+        params = [p for p in model.parameters() if p.requires_grad]
+        opt = make_optimizer(params, rl.lr, rl.weight_decay)
+        if mix.interleaves_sft:  # what the method adds to GRPO is its SFT step: check that one (on this batch's)
+            batch = demonstrations([(p.prompt, p.solution) for p in problems])
+            return TorchProbe(params, opt, functools.partial(accumulate or sft_accumulate, model, batch),
+                              len(batch["input_ids"]), rl.micro_batch_size, rl.max_grad_norm)
+        return TorchProbe(params, opt, lambda m: mixed_closure(model, opt, step, rl, m, {})(),
+                          len(step.rows["input_ids"]), rl.micro_batch_size, rl.max_grad_norm)
 
     # ------------------------------------------------------------------------------------------------- SFT
     def sft(self, stage: SFTStage, out_dir: Path, log: TrainLog, data: Path | None = None) -> Path:
@@ -147,7 +192,7 @@ class LocalEngine:
         init = load_model(init_ckpt) if init_ckpt else build_model(model_cfg, TOKENIZER.vocab_size, seed)
         ref = copy.deepcopy(init).eval().requires_grad_(False) if rl.kl_coef > 0 else None
         tr = _Trainer(init, rl.lr, rl.weight_decay, constant(), out_dir, log, rl.steps, rl.checkpoint_every,
-                      rule=build_update_rule(rl))
+                      rule=build_update_rule(rl), mix=build_mix(rl))
         progress = StepProgress(f"rl {log.run_id}", rl.steps, start=tr.step)
         while tr.step < rl.steps:
             row = self._rl_step(tr, ref, task, rl, seed)
@@ -159,66 +204,46 @@ class LocalEngine:
 
     def _rl_step(self, tr: _Trainer, ref, task: TaskConfig, rl: RLConfig, seed: int) -> dict:
         t0 = time.perf_counter()
-        problems = sample_train(task, np.random.default_rng([seed, tr.step, 1]), rl.prompts_per_step)
-        prompts = [TOKENIZER.encode(p.prompt) for p in problems for _ in range(rl.group_size)]
-        gen = torch.Generator(device=device()).manual_seed(step_seed(seed, tr.step, 2))
-        responses, truncated = sample(tr.model, prompts, rl.temperature, rl.max_new_tokens, gen)
-        rewards = torch.tensor([reward(TOKENIZER.decode(r), problems[i // rl.group_size].answer)
-                                for i, r in enumerate(responses)])
-        adv = group_advantages(rewards.view(-1, rl.group_size), rl.std_norm).flatten()
+        step, problems, rewards, truncated = rollout(tr.model, ref, tr.mix, task, rl, seed, tr.step, tr.total)
         t_gen = time.perf_counter()
-
-        batch = pack(prompts, responses, add_eos=[not t for t in truncated])
-        mask = batch["loss_mask"]
-        weights = token_weights(mask, rl.loss_agg, max_len=rl.max_new_tokens)
-        slices = micro_slices(len(prompts), rl.micro_batch_size)
-        labels = batch["labels"].to(device())
-        with torch.no_grad():  # the behaviour policy's log-probs, recomputed rather than taken from sampling
-            old_logp, ent, ref_logp = [], [], []
-            for rows in slices:
-                logits = forward_logits(tr.model, batch, rows)
-                old_logp.append(token_logprobs(logits, labels[rows]))
-                ent.append(token_entropy(logits))
-                if ref is not None:
-                    ref_logp.append(token_logprobs(forward_logits(ref, batch, rows), labels[rows]))
-        old_logp = torch.cat(old_logp)
-        ref_logp = torch.cat(ref_logp) if ref is not None else None
-        mask_d, weights_d, adv_d = mask.to(device()), weights.to(device()), adv.to(device())
-        n_tokens = float(mask.sum())
-        last: dict[str, float] = {}
-
-        def closure() -> torch.Tensor:
-            tr.opt.zero_grad(set_to_none=True)
-            total = torch.zeros((), device=device())
-            clipped = kl_sum = 0.0
-            for rows in slices:
-                logp = token_logprobs(forward_logits(tr.model, batch, rows), labels[rows])
-                pl, was_clipped = clipped_policy_loss(logp, old_logp[rows], adv_d[rows], rl.clip_low, rl.clip_high)
-                loss = (pl * weights_d[rows]).sum()
-                if ref_logp is not None:
-                    kl = kl_k3(logp, ref_logp[rows])
-                    loss = loss + rl.kl_coef * (kl * weights_d[rows]).sum()
-                    kl_sum += float((kl.detach() * mask_d[rows]).sum())
-                loss.backward()
-                total += loss.detach()
-                clipped += float((was_clipped * mask_d[rows]).sum())
-            last.update(clip_frac=clipped / max(n_tokens, 1.0),
-                        kl=kl_sum / max(n_tokens, 1.0) if ref is not None else None)
-            return total
-
-        entropy = float((torch.cat(ent) * mask_d).sum() / max(n_tokens, 1.0))
-        tr.rule.on_rollout({"entropy": entropy})  # SFPO's trigger looks at the policy entropy of this rollout
+        record: dict[str, float | None] = {}
+        closure = mixed_closure(tr.model, tr.opt, step, rl, rl.micro_batch_size, record)
+        tr.rule.on_rollout(step.signals)  # SFPO's trigger looks at the policy entropy of this rollout
         lr = tr.lr
         stats = tr.rule.step(tr.params, tr.opt, closure)
+        row = {**stats.as_row(), **record}
+        flops = rl_step_flops(tr.n_params, step.generated_tokens, stats.backward_passes,
+                              trained_tokens=step.trained_tokens, ref_model=ref is not None)
+        tokens = step.tokens
+        due = tr.mix.after_step([[p.prompt, p.solution] for p in problems], rewards)
+        if due:  # an interleaved SFT step on the demonstrations the method asked for (ReLIFT)
+            demo_batch = demonstrations(due)
+            tr.opt.zero_grad(set_to_none=True)
+            with scaled_lr(tr.opt, tr.mix.lr_scale):
+                row["interleaved_sft_loss"] = sft_accumulate(tr.model, demo_batch, rl.micro_batch_size)
+                clip_and_step(tr.params, tr.opt, rl.max_grad_norm)
+            sft_tokens = int(demo_batch["attention_mask"].sum())
+            row.update(backward_passes=row["backward_passes"] + 1, optimizer_steps=row["optimizer_steps"] + 1,
+                       interleaved_sft_rows=len(due))
+            flops += sft_flops(tr.n_params, sft_tokens)
+            tokens += sft_tokens
         tr.sched.step()
         t_end = time.perf_counter()
-        seq_tokens = int(batch["attention_mask"].sum())  # prompt + response: what generation and training process
-        flops = rl_step_flops(tr.n_params, seq_tokens, stats.backward_passes, ref_model=ref is not None)
-        row = {
-            "reward": float(rewards.mean()), "entropy": entropy,
-            "lr": lr, "rollouts": len(prompts), "tokens": seq_tokens, "flops": flops,
-            "response_len": n_tokens / len(prompts), "truncated_frac": float(np.mean(truncated)),
-            "wall_s": t_end - t0, "gen_s": t_gen - t0, "update_s": t_end - t_gen, **last,
-        }
-        row.update(stats.as_row())
+        row.update(step.rollout_metrics(rewards, truncated), lr=lr, tokens=tokens, flops=flops, wall_s=t_end - t0,
+                   gen_s=t_gen - t0, update_s=t_end - t_gen)
+        if tr.mix.name != "none":
+            row.update(step.mix_metrics(row["loss"]), **tr.mix.step_metrics())
         return row
+
+
+@contextlib.contextmanager
+def scaled_lr(opt: torch.optim.Optimizer, factor: float):
+    """Every param group's learning rate times `factor` for the optimizer steps inside the block."""
+    saved = [g["lr"] for g in opt.param_groups]
+    for g in opt.param_groups:
+        g["lr"] *= factor
+    try:
+        yield
+    finally:
+        for g, lr in zip(opt.param_groups, saved):
+            g["lr"] = lr

@@ -1,6 +1,7 @@
 """Which eval jobs a run has: one per (RL checkpoint step, benchmark group).
 
-Steps: every `eval.every` RL steps, and always the final step. Groups: the seeds' math set, the out-of-distribution
+Steps: every `eval.every` RL steps, and always the final step; step 0 (the model RL starts from) with
+`eval.at_start`. Groups: the seeds' math set, the out-of-distribution
 set, the extra benchmarks, and the synthetic arithmetic set, so a slow group (32 samples of AIME) never holds up a
 fast one and a cluster runs them side by side.
 """
@@ -21,7 +22,7 @@ def eval_groups(ev: EvalConfig) -> dict[str, list[str]]:
 def eval_steps(cfg: RunConfig) -> list[int]:
     last = cfg.rl.steps
     every = cfg.eval.every
-    return sorted({*(range(every, last + 1, every) if every else ()), last})
+    return sorted({*(range(every, last + 1, every) if every else ()), last, *((0,) if cfg.eval.at_start else ())})
 
 
 def eval_jobs(cfg: RunConfig) -> list[tuple[int, str]]:

@@ -20,6 +20,8 @@ RUNS = pa.schema([
     ("host", S), ("git_sha", S), ("git_dirty", B),
     ("slurm_job_id", S), ("slurm_array_index", I), ("slurm_node", S), ("slurm_partition", S), ("requeue_count", I),
     ("config", S),
+    # the integrity preflight of SFT and mixed-policy jobs (workflow/preflight.py): passed | failed | no gradient
+    ("preflight", S), ("preflight_grad_diff", F), ("preflight_update_diff", F),
 ])
 
 TRAIN_STEPS = pa.schema([
@@ -30,6 +32,10 @@ TRAIN_STEPS = pa.schema([
     ("response_len", F), ("truncated_frac", F),
     ("gxpo_ratio_p10", F), ("gxpo_ratio_p50", F), ("gxpo_ratio_p90", F), ("gxpo_scale_mean", F),
     ("gxpo_inactive_frac", F), ("gxpo_cos_g0_gcorr", F), ("gxpo_gcorr_norm", F),
+    # mixed-policy methods (rl.mix): what shows the mechanism at work (README, "Mixed-policy methods")
+    ("off_policy_frac", F), ("sft_frac", F), ("sft_loss", F), ("sft_loss_share", F), ("sft_weight", F),
+    ("sft_prompt_frac", F), ("trace_reward", F), ("rl_weight", F), ("prefix_len", F), ("buffer_size", I),
+    ("interleaved_sft_rows", I), ("interleaved_sft_loss", F),
 ])
 
 EVAL_SAMPLES = pa.schema([

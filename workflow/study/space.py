@@ -25,6 +25,7 @@ _SCALAR = (str, int, float, bool, type(None))  # what optuna stores as a categor
 # Settings a run reads only under one value of another key (see workflow/stages.py): searching them in other
 # trials changes no run, only Optuna's idea of it
 _READ_ONLY_WHEN = {**{f"rl.{rule}.": ("rl.update", rule) for rule in RLConfig.rule_sections()},
+                   **{f"rl.{mix}.": ("rl.mix", mix) for mix in RLConfig.mix_sections()},
                    "engine.verl.": ("engine.name", "verl")}
 
 

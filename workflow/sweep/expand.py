@@ -45,7 +45,7 @@ class Run:
 
     @property
     def method(self) -> str:
-        return self.config.rl.update
+        return self.config.rl.method
 
     def stage_config(self, stage: str) -> dict[str, Any]:
         return stage_config(self.config, stage, sft_id=self.sft_id, run_id=self.run_id, data_id=self.data_id)

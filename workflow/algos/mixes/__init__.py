@@ -1,0 +1,1 @@
+"""The mixed-policy methods, one module each (workflow/algos/mix.py is the interface)."""

@@ -1,0 +1,221 @@
+"""One RL step's trained batch on the local engine: the groups' sequences (rollouts, expert traces, prefixed
+rollouts) and the demonstrations a mixed-policy method trains on, with every per-token weight computed ONCE over
+the whole batch, and the closure an update rule calls. workflow/algos/mix.py states the loss; the integrity
+preflight (workflow/preflight.py) checks this closure's gradient under other micro-batch splits.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import torch
+
+from workflow.algos.losses import (group_advantages, kl_k3, mixed_token_loss, sft_loss, token_entropy,
+                                   token_logprobs, token_weights)
+from workflow.algos.mix import LossPlan, MixedPolicy, Slot
+from workflow.config import RLConfig, TaskConfig
+from workflow.engines.tiny_lm import (TOKENIZER, device, forward_logits, micro_slices, pack, prefix_mask, sample,
+                                      step_seed)
+from workflow.tasks.arithmetic import Problem, reward, sample_train
+
+
+def rollout(model, ref, mix: MixedPolicy, task: TaskConfig, rl: RLConfig, seed: int, step: int,
+            total: int) -> tuple[StepBatch, list[Problem], np.ndarray, list[bool]]:
+    """Step `step`'s rollout: its problems (drawn from (seed, step) alone, so a resumed run replays it), the
+    method's slots sampled and scored, the trained batch built. Returns the batch, the problems, the rewards
+    [P, G] and which sequences hit max_new_tokens."""
+    problems = sample_train(task, np.random.default_rng([seed, step, 1]), rl.prompts_per_step)
+    prompts = [TOKENIZER.encode(p.prompt) for p in problems]
+    demos = [TOKENIZER.encode(p.solution) for p in problems]  # the demonstrations: the worked solutions
+    slots = [s for row in mix.rollout_slots([len(d) for d in demos], rl.group_size,
+                                            np.random.default_rng([seed, step, 3]), progress=step / total)
+             for s in row]
+    gen = torch.Generator(device=device()).manual_seed(step_seed(seed, step, 2))
+    responses, truncated = sample_slots(model, prompts, demos, slots, rl, gen)
+    rewards = np.array([reward(TOKENIZER.decode(r), problems[i // rl.group_size].answer)
+                        for i, r in enumerate(responses)]).reshape(len(problems), rl.group_size)
+    batch = build_step_batch(model, ref, mix, rl, prompts, demos, slots, responses, truncated, rewards)
+    return batch, problems, rewards, truncated
+
+
+def sample_slots(model, prompts: list[list[int]], demos: list[list[int]], slots: list[Slot], rl: RLConfig,
+                 gen: torch.Generator) -> tuple[list[list[int]], list[bool]]:
+    """The groups' sequences (slot i belongs to prompt i // group_size): a slot's demonstration prefix followed,
+    if it generates, by the policy's continuation (rl.max_new_tokens at most); an expert trace ends like a finished
+    response. With only on-policy slots this is exactly one `sample` call on the prompts."""
+    group = rl.group_size
+    todo = [i for i, s in enumerate(slots) if s.generate]
+    continued, cut = sample(model, [prompts[i // group] + demos[i // group][: slots[i].prefix] for i in todo],
+                            rl.temperature, rl.max_new_tokens, gen) if todo else ([], [])
+    responses = [demos[i // group][: s.prefix] for i, s in enumerate(slots)]
+    truncated = [False] * len(slots)
+    for i, tail, was_cut in zip(todo, continued, cut):
+        responses[i], truncated[i] = responses[i] + tail, was_cut
+    return responses, truncated
+
+
+@dataclass
+class StepBatch:
+    """The trained rows of one step (rollout rows first, then demonstration rows) and their per-token tensors
+    [B, T-1], on the training device."""
+
+    rows: dict[str, torch.Tensor]  # input_ids, attention_mask, labels
+    rl_mask: torch.Tensor  # RL tokens (response tokens of rollout rows)
+    shaped: torch.Tensor  # bool: off-policy tokens trained with the shaped loss
+    adv: torch.Tensor  # per-token advantage (0 on SFT rows and on off-policy tokens the method leaves out)
+    w_pol: torch.Tensor  # RL weight: rl.loss_agg weights over the RL rows x the plan's rl_scale
+    w_kl: torch.Tensor  # the same without rl_scale (the KL penalty's)
+    w_sft: torch.Tensor  # SFT weight: the plan's sft_weight / SFT tokens of the batch
+    old_logp: torch.Tensor
+    ref_logp: torch.Tensor | None
+    lam: float
+    signals: dict  # what the rollout measured (mix.py)
+    plan: LossPlan
+    slots: list[Slot]
+    off_policy_tokens: int = 0  # RL tokens that are expert tokens
+    generated_tokens: int = 0  # prompt + response tokens of the sequences the policy sampled
+    trained_tokens: int = 0  # tokens of the trained rows
+    tokens: int = 0  # every sequence the step processed (sampled or trained on)
+    response_tokens: list[float] = field(default_factory=list)  # per group sequence
+
+    def rollout_metrics(self, rewards: np.ndarray, truncated: list[bool]) -> dict:
+        """reward, response length and truncation of the policy's own sequences (not the expert traces)."""
+        sampled = [i for i, s in enumerate(self.slots) if s.generate]
+        return {"reward": float(rewards.flatten()[sampled].mean()), "entropy": self.signals["entropy"],
+                "rollouts": len(sampled), "response_len": float(np.mean([self.response_tokens[i] for i in sampled])),
+                "truncated_frac": float(np.mean([truncated[i] for i in sampled]))}
+
+    def mix_metrics(self, loss: float) -> dict:
+        """What shows a mixed-policy method at work (README, "Mixed-policy methods")."""
+        rl_tokens, sft_tokens = float(self.rl_mask.sum()), float((self.w_sft > 0).sum())
+        weights = self.plan.sft_weight[self.plan.sft_weight > 0]
+        sft = self.plan.metrics.get("sft_loss", 0.0)
+        total = abs(loss - sft) + abs(sft)
+        return {"off_policy_frac": self.off_policy_tokens / max(rl_tokens, 1.0),
+                "sft_frac": sft_tokens / max(rl_tokens + sft_tokens, 1.0),
+                "sft_loss": sft, "sft_loss_share": abs(sft) / total if total > 0 else 0.0,
+                "sft_weight": float(weights.mean()) if len(weights) else None,
+                **{k: v for k, v in self.plan.metrics.items() if k != "sft_loss"}}
+
+
+def build_step_batch(model, ref, mix: MixedPolicy, rl: RLConfig, prompts: list[list[int]], demos: list[list[int]],
+                     slots: list[Slot], responses: list[list[int]], truncated: list[bool],
+                     rewards: np.ndarray) -> StepBatch:
+    """Score the step's sequences with the behaviour policy, let the method plan the loss, keep the rows it trains."""
+    n_prompts, group = rewards.shape
+    n_seq = len(slots)
+    with_demos = mix.trains_on_demonstrations
+    batch = pack([prompts[i // group] for i in range(n_seq)] + (prompts if with_demos else []),
+                 responses + (demos if with_demos else []),
+                 add_eos=[not t for t in truncated] + [True] * (n_prompts if with_demos else 0))
+    mask = batch["loss_mask"]
+    off_policy = prefix_mask(mask, [s.prefix for s in slots] + [0] * (len(mask) - n_seq))
+    old_logp, ent, ref_logp = score(model, ref, batch, rl.micro_batch_size)
+    adv = group_advantages(torch.tensor(rewards, dtype=torch.float32), rl.std_norm).flatten()
+    on_policy = mask[:n_seq] * ~off_policy[:n_seq]
+    signals = {"entropy": float((ent[:n_seq] * on_policy).sum() / on_policy.sum().clamp_min(1.0)),
+               "advantages": adv.numpy(), "seq_entropy": row_mean(ent[:n_seq], mask[:n_seq])}
+    if mix.needs_demo_entropy:
+        signals["demo_entropy"] = row_mean(ent[n_seq:], mask[n_seq:])
+    plan = mix.loss_plan(rewards, signals)
+    if plan.advantages is not None:
+        adv = torch.as_tensor(plan.advantages, dtype=torch.float32)
+
+    keep = np.concatenate([plan.rl_rows, plan.sft_weight > 0 if with_demos else np.zeros(0, bool)])
+    idx = torch.from_numpy(np.flatnonzero(keep))
+    is_rl = (idx < n_seq).unsqueeze(1)
+    kept = mask[idx]
+    w_rl, w_sft = torch.zeros_like(kept), torch.zeros_like(kept)
+    rl_idx, sft_idx = idx[idx < n_seq], idx[idx >= n_seq]
+    if len(rl_idx):
+        w_rl[is_rl.squeeze(1)] = token_weights(mask[rl_idx], rl.loss_agg, max_len=rl.max_new_tokens)
+    if len(sft_idx):
+        per_prompt = torch.tensor(plan.sft_weight, dtype=torch.float32)[sft_idx - n_seq]
+        w_sft[~is_rl.squeeze(1)] = mask[sft_idx] / mask[sft_idx].sum() * per_prompt.unsqueeze(1)
+    scale = torch.ones(len(idx))
+    scale[is_rl.squeeze(1)] = torch.tensor(plan.rl_scale, dtype=torch.float32)[rl_idx]
+    off = off_policy[idx] & is_rl
+    adv_tok = torch.cat([adv, torch.zeros(len(mask) - n_seq)])[idx].unsqueeze(1) * is_rl
+    adv_tok = adv_tok * advantage_kept(off, ent[idx], mix.off_policy_entropy_top)
+
+    d = device()
+    tokens = batch["attention_mask"].sum(1)
+    generated = torch.tensor([s.generate for s in slots] + [False] * (len(mask) - n_seq))
+    return StepBatch(
+        rows={k: batch[k][idx].to(d) for k in ("input_ids", "attention_mask", "labels")},
+        rl_mask=(kept * is_rl).to(d), shaped=(off & (mix.off_policy_loss == "shaped")).to(d),
+        adv=adv_tok.to(d), w_pol=(w_rl * scale.unsqueeze(1)).to(d), w_kl=w_rl.to(d), w_sft=w_sft.to(d),
+        old_logp=old_logp[idx].to(d), ref_logp=ref_logp[idx].to(d) if ref_logp is not None else None,
+        lam=mix.lam, signals=signals, plan=plan, slots=slots, off_policy_tokens=int(off.sum()),
+        generated_tokens=int(tokens[generated].sum()), trained_tokens=int(tokens[idx].sum()),
+        tokens=int(tokens[generated].sum()) + int(tokens[idx][~generated[idx]].sum()),
+        response_tokens=mask[:n_seq].sum(1).tolist())
+
+
+def mixed_closure(model, opt, step: StepBatch, rl: RLConfig, micro_batch_size: int | None,
+                  record: dict) -> Callable[[], torch.Tensor]:
+    """The update rule's closure: zero the gradients, forward + backward the step's loss over the micro-batches,
+    return the loss. Fills `record` with clip_frac and kl (of the latest pass) and, into the plan's metrics, the
+    SFT term of the first pass."""
+    slices = micro_slices(len(step.rows["input_ids"]), micro_batch_size)
+    n_tokens = max(float(step.rl_mask.sum()), 1.0)
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad(set_to_none=True)
+        total = torch.zeros((), device=step.adv.device)
+        clipped = kl_sum = sft_sum = 0.0
+        for rows in slices:
+            logp = token_logprobs(forward_logits(model, step.rows, rows), step.rows["labels"][rows])
+            pl, was_clipped = mixed_token_loss(logp, step.old_logp[rows], step.adv[rows], step.shaped[rows],
+                                               rl.clip_low, rl.clip_high, step.lam)
+            sft = sft_loss(logp, step.w_sft[rows])
+            loss = (pl * step.w_pol[rows]).sum() + sft
+            if step.ref_logp is not None:
+                kl = kl_k3(logp, step.ref_logp[rows])
+                loss = loss + rl.kl_coef * (kl * step.w_kl[rows]).sum()
+                kl_sum += float((kl.detach() * step.rl_mask[rows]).sum())
+            loss.backward()
+            total += loss.detach()
+            sft_sum += float(sft.detach())
+            clipped += float((was_clipped * step.rl_mask[rows]).sum())
+        record.update(clip_frac=clipped / n_tokens, kl=kl_sum / n_tokens if step.ref_logp is not None else None)
+        step.plan.metrics.setdefault("sft_loss", sft_sum)  # the first pass's, like StepStats.loss
+        return total
+
+    return closure
+
+
+@torch.no_grad()
+def score(model, ref, batch: dict[str, torch.Tensor], micro_batch_size: int | None):
+    """The behaviour policy's log-probs (recomputed rather than taken from sampling), its token entropies and the
+    reference model's log-probs (None without one), [B, T-1] each, on the CPU."""
+    old, ent, ref_out = [], [], []
+    labels = batch["labels"].to(device())
+    for rows in micro_slices(len(batch["input_ids"]), micro_batch_size):
+        logits = forward_logits(model, batch, rows)
+        old.append(token_logprobs(logits, labels[rows]).cpu())
+        ent.append(token_entropy(logits).cpu())
+        if ref is not None:
+            ref_out.append(token_logprobs(forward_logits(ref, batch, rows), labels[rows]).cpu())
+    return torch.cat(old), torch.cat(ent), torch.cat(ref_out) if ref is not None else None
+
+
+def row_mean(values: torch.Tensor, mask: torch.Tensor) -> np.ndarray:
+    """Each row's mean of `values` over its `mask`ed tokens (0 for a row without any)."""
+    return ((values * mask).sum(1) / mask.sum(1).clamp_min(1.0)).numpy()
+
+
+def advantage_kept(off_policy: torch.Tensor, entropy: torch.Tensor, top: float | None) -> torch.Tensor:
+    """[B, T] 1.0 where a token keeps its advantage: every on-policy token, and the off-policy tokens among the
+    `top` share of the batch's off-policy tokens by policy entropy (all of them when top is None). Decided over the
+    whole batch, so micro-batching cannot change which tokens train."""
+    keep = torch.ones_like(entropy)
+    if top is None or not bool(off_policy.any()):
+        return keep
+    values = entropy[off_policy]
+    threshold = torch.topk(values, max(1, int(math.ceil(top * len(values))))).values[-1]
+    keep[off_policy & (entropy < threshold)] = 0.0
+    return keep
