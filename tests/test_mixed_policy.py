@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 import torch
+import yaml
 
 from workflow.algos.losses import mixed_token_loss, shaped_off_policy_loss
 from workflow.algos.mix import ON_POLICY, Slot
@@ -224,8 +225,12 @@ def test_the_mixed_policy_sweep_validates_and_its_smoke_runs_every_method(tmp_pa
     assert all(r.config.sft.enabled == (m == "grpo") and r.config.eval.at_start == (m == "grpo")
                for m, rs in by_method.items() for r in rs)
     assert len(sweep.sft_configs) == 1  # one SFT job for the three SFT -> RL seeds
-    res = run_cli("smoke", "sweeps/mixed_policy.yaml", "--results", str(tmp_path), "--snakemake", "--cores 2",
-                  timeout=900)
+    # its smoke version, with the methods' longer runs shortened too (smoke keeps grid axes as they are)
+    raw = yaml.safe_load((REPO / "sweeps" / "mixed_policy.yaml").read_text())
+    raw["grid"]["rl.steps"]["values"], raw["grid"]["eval.every"]["values"] = [4], [2]
+    short = tmp_path / "mixed_policy.yaml"
+    short.write_text(yaml.safe_dump(raw, sort_keys=False))
+    res = run_cli("smoke", str(short), "--results", str(tmp_path), "--snakemake", "--cores 2", timeout=900)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
     rows = query("SELECT r.method, count(DISTINCT t.step) AS steps, max(t.off_policy_frac) AS off, "
                  "max(t.sft_frac) AS sft FROM train_steps t JOIN runs r ON r.run_id = t.run_id AND r.stage = 'rl' "
