@@ -173,6 +173,8 @@ def test_modules_verl_loads_by_name_import_and_hold_what_is_named():
     assert worker.RlsweepTrainer and worker.RuleActorRolloutRefWorker
     sft = importlib.import_module(translate.SFT_TRAINER_MODULE)
     assert callable(sft.main)
+    from workflow.engines.verl import preflight  # torchrun runs it by name: python -m MODULE
+    assert preflight.MODULE == preflight.__name__ and callable(preflight.main)
     # and the translated config names exactly these
     from workflow.config import RunConfig
     out = translate.translate(RunConfig.model_validate({"engine": {"name": "verl", "verl": {"model_path": "m"}},

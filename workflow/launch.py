@@ -233,7 +233,7 @@ def _preflight(engine, typed, init_ckpt: Path | None, data: Path | None, runs_ro
     raises IntegrityError (the job fails, saying which property broke and by how much) before anything trains."""
     make_probe = getattr(engine, "integrity_probe", None)
     if make_probe is None:
-        runs_row["preflight"] = "not available"  # the verl engine's probe is not written yet (issue 15)
+        runs_row["preflight"] = "not available"  # an engine without a probe (every built-in engine has one)
         return
     from workflow import preflight  # imports torch: only training jobs pay for it
     result = preflight.check(make_probe(typed, init_ckpt, data))

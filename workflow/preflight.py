@@ -70,10 +70,17 @@ def relative(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30))
 
 
-def check(probe: IntegrityProbe, tolerance: float = TOLERANCE) -> Preflight:
-    n, own = probe.n_rows, probe.micro_batch_size
-    # the job's split, one sequence per micro-batch (the most uneven token counts) and two halves
+def plan(n: int, own: int | None) -> tuple[list[int], int | None]:
+    """The splits `check` compares against the whole batch (the job's own, one sequence per micro-batch: the most
+    uneven token counts, and two halves) and the one its update check uses (None: a single row, nothing to split).
+    A probe that must compute its figures in one go (the verl engine's, in child processes) asks for these."""
     splits = sorted({m for m in (own, 1, math.ceil(n / 2)) if m is not None and m < n})
+    return splits, own if own is not None and own < n else (math.ceil(n / 2) if n > 1 else None)
+
+
+def check(probe: IntegrityProbe, tolerance: float = TOLERANCE) -> Preflight:
+    n = probe.n_rows
+    splits, split = plan(n, probe.micro_batch_size)
     problems = []
     whole = probe.gradient(None)
     if float(whole.norm()) == 0.0:  # nothing to compare (an RL batch whose every advantage is 0): not a pass
@@ -87,14 +94,13 @@ def check(probe: IntegrityProbe, tolerance: float = TOLERANCE) -> Preflight:
         problems.append(f"(a) gradient: micro-batches of {worst} sequence(s) give a gradient {grad_diff:.3g} (relative "
                         f"L2) away from the whole batch's (tolerance {tolerance:g}): the loss is not the global token "
                         "mean (a mean of per-micro-batch means?)")
-    split = own if own is not None and own < n else (math.ceil(n / 2) if n > 1 else None)
     update_diff = relative(probe.update(split), probe.update(None)) if split is not None else 0.0
     if update_diff > tolerance:
         why = ("it follows from (a)" if problems else
                "the optimizer does not apply the whole accumulated gradient (only the first micro-batch's?)")
         problems.append(f"(b) update: one optimizer step after {math.ceil(n / split)} micro-batches of {split} moves "
-                        f"the parameters {update_diff:.3g} (relative L2) away from one step on the whole batch (tolerance "
-                        f"{tolerance:g}): {why}")
+                        f"the parameters {update_diff:.3g} (relative L2) away from one step on the whole batch "
+                        f"(tolerance {tolerance:g}): {why}")
     return Preflight(grad_diff, update_diff, splits, split, problems)
 
 

@@ -105,9 +105,10 @@ def sft_rows(cfg, data: Path | None = None) -> list[dict]:
     return rows
 
 
-def write_sft_data(cfg, out_dir: Path, data: Path | None = None) -> Path:
-    """sft.parquet in verl's multi-turn SFT format under out_dir (sft.steps x sft.batch_size examples)."""
-    return write_parquet(pa.Table.from_pylist(sft_rows(cfg, data)), Path(out_dir) / "sft.parquet")
+def write_sft_data(cfg, out_dir: Path, data: Path | None = None, limit: int | None = None) -> Path:
+    """sft.parquet in verl's multi-turn SFT format under out_dir (sft.steps x sft.batch_size examples, or the first
+    `limit` of them: the integrity preflight's batch)."""
+    return write_parquet(pa.Table.from_pylist(sft_rows(cfg, data)[:limit]), Path(out_dir) / "sft.parquet")
 
 
 _verifier: MathVerifier | None = None  # one math-verify worker process per reward process, started on first use

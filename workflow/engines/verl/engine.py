@@ -17,6 +17,9 @@ PPO run (Ray, FSDP2 actor, vLLM rollouts) with our update rules.
          (slurm/ray_cluster.py); one node lets verl start a local Ray
       4. verl's run_ppo with its v1 task runner -> our trainer (trainer_mode rlsweep) and workers (worker.py)
       5. every verl checkpoint exported into out_dir/checkpoints/step_N (export.py) for the eval stage
+    integrity_probe(stage): the integrity preflight's figures (workflow/preflight.py) from verl's SFT trainer built
+      from the job's config, on its first rows, in a torchrun child with 2 ranks on a CPU, the node's GPUs on GPUs
+      (preflight.py)
 verl runs in child processes the engine supervises (process.py: a time limit, engine.verl.timeout_min, and no Ray
 processes or shared-memory segments left behind). `engine.verl.device: cpu` runs the same chain on CPUs with
 vLLM's CPU build (cpu.py), on the tiny model `rlsweep:tiny` (tiny_model.py): how CI runs it for real.
@@ -28,12 +31,14 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Callable
 
 from workflow.engines.verl.compose import SFT, compose
 from workflow.engines.verl.data import write_rl_data, write_sft_data
 from workflow.engines.verl.export import export_all
+from workflow.engines.verl.preflight import MODULE as PREFLIGHT_MODULE, VerlProbe, probe_rows
 from workflow.engines.verl.process import run_supervised
 from workflow.engines.verl.sft_launch import command as sft_command
 from workflow.engines.verl.tiny_model import resolve_model
@@ -71,6 +76,44 @@ def _allocation(nnodes: int, stage: str) -> list[str]:
 class VerlEngine:
     def __init__(self, launch: Callable | None = None):
         self.launch = launch  # a stand-in for verl's run_ppo(config) (tests); None: the real one, supervised
+
+    def integrity_probe(self, stage: SFTStage | RLStage, init_ckpt: Path | None = None, data: Path | None = None, *,
+                        accumulate: str | None = None, optimizer: str | None = None) -> VerlProbe:
+        """The preflight's probe of an SFT stage: verl's SFT trainer with this job's composed config (as sft()
+        composes it) on the first rows of its SFT data, run in a torchrun child (preflight.py says why). Tests plant
+        bugs by name ("module:function"; the child imports them): `accumulate` a loss in verl's signature instead
+        of sft_loss, `optimizer` f(engine) that changes the engine's optimizer step."""
+        if not isinstance(stage, SFTStage):  # the run config refuses rl.mix on verl (issue 15)
+            raise NotImplementedError("the verl engine has no mixed-policy RL, so no preflight for its RL stage")
+        import pyarrow.parquet as pq
+        import torch
+        from omegaconf import OmegaConf
+        v = stage.engine.verl
+        work = tempfile.TemporaryDirectory(prefix="rlsweep-preflight-")
+        root = Path(work.name)
+        config = compose(translate_sft(stage, model_path=resolve_model(v.model_path, root), out_dir=str(root / "verl")),
+                         set(v.sft_overrides), SFT)
+        ranks = 2 if v.device == "cpu" else v.n_gpus_per_node  # 2 gloo ranks cost little and show a per-rank mean
+        micro = config.data.micro_batch_size_per_gpu
+        share = config.data.train_batch_size // (v.n_gpus_per_node * v.nnodes)  # the job's rows per rank
+        rows = write_sft_data(stage, root / "data", data, limit=probe_rows(share, micro, ranks, 1 << 30))
+        n = probe_rows(share, micro, ranks, pq.read_metadata(rows).num_rows)
+        rows = write_sft_data(stage, root / "data", data, limit=n)
+        config.data.train_files, config.data.train_batch_size = str(rows), n
+        config.trainer.n_gpus_per_node, config.trainer.nnodes, config.trainer.resume_mode = ranks, 1, "disable"
+        config_path = root / "verl_sft.yaml"
+        OmegaConf.save(config, config_path, resolve=True)
+        env = _env(v, CPU_MODULE if v.device == "cpu" else "")
+
+        def run(request: dict) -> dict:
+            request_path, out = root / "request.json", root / "figures.pt"
+            request_path.write_text(json.dumps({**request, "loss": accumulate, "plant": optimizer}))
+            argv = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={ranks}", "--standalone",
+                    "-m", PREFLIGHT_MODULE, str(config_path), str(request_path), str(out)]
+            run_supervised(argv, env, what="the integrity preflight on verl", timeout_s=_timeout_s(v),
+                           log=root / "preflight.log")
+            return torch.load(out)
+        return VerlProbe(run, n, micro, ranks, workdir=work)
 
     def sft(self, stage: SFTStage, out_dir: Path, log: TrainLog, data: Path | None = None) -> Path:
         from omegaconf import OmegaConf

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import signal
 import subprocess
 from pathlib import Path
@@ -17,29 +18,47 @@ import psutil
 SHM = Path("/dev/shm")
 
 
-def run_supervised(argv: list[str], env: dict[str, str], *, what: str, timeout_s: float | None = None) -> None:
+def run_supervised(argv: list[str], env: dict[str, str], *, what: str, timeout_s: float | None = None,
+                   log: Path | None = None) -> None:
     """Run argv to completion in its own session; RuntimeError on a non-zero exit or the time limit. The child's
     whole process tree is killed whenever this returns or raises (Ctrl-C, SIGTERM, preemption included), processes
-    it orphaned included: this process is their subreaper (Ray's daemons detach from the driver)."""
+    it orphaned included: this process is their subreaper (Ray's daemons detach from the driver). `log`: the
+    child's output goes to this file instead of the job log, and the error carries its last lines."""
     before = _segments()
     _become_subreaper()
     ours = {p.pid for p in psutil.Process().children()}
-    proc = subprocess.Popen(argv, env=env, start_new_session=True)
+    out = open(log, "w") if log is not None else None
+    proc = subprocess.Popen(argv, env=env, start_new_session=True, stdout=out,
+                            stderr=subprocess.STDOUT if out is not None else None)
+
+    def where() -> str:
+        return "its log is above" if log is None else f"its log ends:\n{_tail(log)}"
     try:
         try:
             rc = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             raise RuntimeError(f"{what} ran longer than its time limit ({timeout_s / 60:.0f} min, "
-                               "engine.verl.timeout_min) and was killed; its log is above") from None
+                               f"engine.verl.timeout_min) and was killed; {where()}") from None
         if rc:
-            raise RuntimeError(f"{what} exited with status {rc} (its output is in the job log above): "
-                               f"{' '.join(argv)}")
+            raise RuntimeError(f"{what} exited with status {rc}: {' '.join(argv)}; {where()}")
     finally:
+        if out is not None:
+            out.close()
         kill_tree(proc.pid)
         for orphan in psutil.Process().children():  # descendants whose parent died before it could be killed
             if orphan.pid not in ours:
                 kill_tree(orphan.pid)
         remove_leaked_segments(before)
+
+
+def _tail(log: Path, lines: int = 20) -> str:
+    """The log's last lines, after the errors it names (torchrun's own summary buries a rank's error)."""
+    try:
+        text = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    errors = [line for line in text[:-lines] if re.search(r"\w(Error|Exception): ", line)]
+    return "\n".join([*errors[-5:], *(["..."] if errors else []), *text[-lines:]])
 
 
 def _become_subreaper() -> None:
