@@ -227,7 +227,7 @@ def test_the_mixed_policy_sweep_validates_and_its_smoke_runs_every_method(tmp_pa
     assert len(sweep.sft_configs) == 1  # one SFT job for the three SFT -> RL seeds
     # its smoke version, with the methods' longer runs shortened too (smoke keeps grid axes as they are)
     raw = yaml.safe_load((REPO / "sweeps" / "mixed_policy.yaml").read_text())
-    raw["grid"]["rl.steps"]["values"], raw["grid"]["eval.every"]["values"] = [4], [2]
+    raw["grid"]["rl.steps"]["values"], raw["grid"]["eval.every"]["values"] = [10], [10]
     short = tmp_path / "mixed_policy.yaml"
     short.write_text(yaml.safe_dump(raw, sort_keys=False))
     res = run_cli("smoke", str(short), "--results", str(tmp_path), "--snakemake", "--cores 2", timeout=900)
