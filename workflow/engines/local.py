@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import math
 import time
 from pathlib import Path
 from typing import Callable
@@ -123,6 +124,13 @@ class _Trainer:
         return float(self.opt.param_groups[0]["lr"])
 
 
+def probe_rows(batch_size: int, micro_batch_size: int | None) -> int:
+    """How many of a job's first batch the integrity preflight checks: two of its micro-batches (so its own split has
+    something to accumulate), at least 16 sequences (splits with unequal token counts), at most the batch. The check
+    splits down to one sequence per micro-batch, so its cost grows with this, not with the job's batch size."""
+    return min(batch_size, max(16, 2 * (micro_batch_size or 0)))
+
+
 def adamw(params, lr: float, weight_decay: float) -> torch.optim.Optimizer:
     """The optimizer of every local stage."""
     return torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.999), weight_decay=weight_decay)
@@ -141,7 +149,7 @@ class LocalEngine:
         if isinstance(stage, SFTStage):
             sft = stage.sft
             model = build_model(stage.model, TOKENIZER.vocab_size, sft.seed).to(device())
-            batch = sft_batch(stage.task, sft.seed, 0, sft.batch_size)
+            batch = sft_batch(stage.task, sft.seed, 0, probe_rows(sft.batch_size, sft.micro_batch_size))
             params = [p for p in model.parameters() if p.requires_grad]
             backward = functools.partial(accumulate or sft_accumulate, model, batch)
             return TorchProbe(params, make_optimizer(params, sft.lr, sft.weight_decay), backward,
@@ -150,7 +158,10 @@ class LocalEngine:
         model = (load_model(init_ckpt) if init_ckpt else build_model(stage.model, TOKENIZER.vocab_size, stage.seed))
         ref = copy.deepcopy(model).eval().requires_grad_(False) if rl.kl_coef > 0 else None
         mix = build_mix(rl)
-        step, problems, _, _ = rollout(model, ref, mix, stage.task, rl, stage.seed, 0, rl.steps)
+        prompts = max(1, math.ceil(probe_rows(rl.prompts_per_step * rl.group_size, rl.micro_batch_size) /
+                                   rl.group_size))
+        step, problems, _, _ = rollout(model, ref, mix, stage.task, rl.model_copy(update={"prompts_per_step": prompts}),
+                                       stage.seed, 0, rl.steps)
         params = [p for p in model.parameters() if p.requires_grad]
         opt = make_optimizer(params, rl.lr, rl.weight_decay)
         if mix.interleaves_sft:  # what the method adds to GRPO is its SFT step: check that one (on this batch's)
