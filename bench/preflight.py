@@ -13,7 +13,6 @@ that child, ~12 s on 2 CPU cores per SFT job, measured by tests/test_verl_prefli
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 
 import torch
@@ -26,14 +25,7 @@ from workflow.engines.tiny_lm import TOKENIZER, build_model
 from workflow.stages import parse_stage
 from workflow.sweep.expand import load_sweep
 
-
-def timed(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+from update_rules import timed  # bench/update_rules.py: median of repeats after a warm-up (run from bench/ or root)
 
 
 def sft_step_time(stage, steps: int) -> float:

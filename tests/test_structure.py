@@ -197,31 +197,21 @@ def test_engines_and_builtin_rules_named_by_string_exist():
         assert getattr(importlib.import_module(module), cls)
 
 
-def test_rule_sections_of_the_run_config_match_the_registered_rules():
-    from workflow.algos.registry import get_update_rule, update_rule_names
+@pytest.mark.parametrize("kind", ["update rule", "mixed-policy method"])
+def test_settings_sections_of_the_run_config_match_the_registered_classes(kind):
+    """rl.<name> is the Settings model of the class registered as <name>, whose constructor takes its fields."""
+    from workflow.algos.registry import MIXES, UPDATE_RULES
     from workflow.config import RLConfig
-    sections = RLConfig.rule_sections()
-    for name in update_rule_names():
-        cls = get_update_rule(name)
+    registry = UPDATE_RULES if kind == "update rule" else MIXES
+    sections = RLConfig.rule_sections() if kind == "update rule" else RLConfig.mix_sections()
+    for name in registry.names():
+        cls = registry.get(name)
         if cls.Settings is None:
-            assert name not in sections, f"rule {name} has no Settings but RLConfig has a section rl.{name}"
-        else:
-            assert RLConfig.model_fields[name].annotation is cls.Settings, f"rl.{name} is not {cls.Settings}"
-    assert set(sections) <= set(update_rule_names())
-
-
-def test_mix_sections_of_the_run_config_match_the_registered_methods():
-    from workflow.algos.registry import get_mix, mix_names
-    from workflow.config import RLConfig
-    sections = RLConfig.mix_sections()
-    for name in mix_names():
-        cls = get_mix(name)
-        if cls.Settings is None:
-            assert name not in sections, f"method {name} has no Settings but RLConfig has a section rl.{name}"
+            assert name not in sections, f"{kind} {name} has no Settings but RLConfig has a section rl.{name}"
         else:
             assert RLConfig.model_fields[name].annotation is cls.Settings, f"rl.{name} is not {cls.Settings}"
             assert set(cls.Settings.model_fields) <= set(inspect.signature(cls).parameters), name
-    assert set(sections) <= set(mix_names())
+    assert set(sections) <= set(registry.names())
 
 
 def test_reading_a_sweep_imports_neither_torch_nor_optuna():
