@@ -103,6 +103,7 @@ def test_prefix_rft_prefix_lengths_schedule_and_masks():
     batch = pack([[5, 6], [5, 6, 7]], [[8, 9, 10], [11, 12]], add_eos=[True, False])
     mask = prefix_mask(batch["loss_mask"], [2, 0])
     assert mask.int().tolist() == [[0, 1, 1, 0, 0], [0, 0, 0, 0, 0]]
+    assert prefix_mask(batch["loss_mask"], [9, 9]).int().tolist() == batch["loss_mask"].int().tolist()  # capped
     assert (mask <= batch["loss_mask"].bool()).all()
 
 
@@ -241,3 +242,19 @@ def test_the_mixed_policy_sweep_validates_and_its_smoke_runs_every_method(tmp_pa
     steps = query("SELECT DISTINCT step FROM eval_scores e JOIN runs r ON r.run_id = e.run_id AND r.stage = 'rl' "
                   "WHERE r.method = 'grpo' ORDER BY step", tmp_path, "mixed_policy-smoke").column(0).to_pylist()
     assert steps[0] == 0  # the SFT-alone starting point
+
+
+def test_an_expert_trace_is_off_policy_to_its_last_token_and_rollouts_stay_on_policy():
+    from workflow.engines.rl_batch import build_step_batch
+    from workflow.engines.tiny_lm import TOKENIZER, build_model
+    cfg = RunConfig.model_validate({**BASE, "rl": {"mix": "luffy", "group_size": 3, "prompts_per_step": 1}})
+    model = build_model(cfg.model, TOKENIZER.vocab_size, 0)
+    prompt, demo = TOKENIZER.encode("Q:12+30=?A:"), TOKENIZER.encode("\\boxed{42}")
+    slots = LUFFY().rollout_slots([len(demo)], 3, RNG)[0]
+    responses = [TOKENIZER.encode("\\boxed{41}"), TOKENIZER.encode("7"), demo]
+    step = build_step_batch(model, None, LUFFY(), cfg.rl, [prompt], [demo], slots, responses, [False] * 3,
+                            np.array([[0.0, 0.0, 1.0]]))
+    rl_mask, shaped = step.rl_mask.bool(), step.shaped
+    assert shaped[2].tolist() == rl_mask[2].tolist() and int(shaped[2].sum()) == len(demo) + 1  # + its <eos>
+    assert not shaped[:2].any()
+    assert step.off_policy_tokens == len(demo) + 1 and step.generated_tokens < step.trained_tokens

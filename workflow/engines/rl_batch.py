@@ -112,7 +112,8 @@ def build_step_batch(model, ref, mix: MixedPolicy, rl: RLConfig, prompts: list[l
                  responses + (demos if with_demos else []),
                  add_eos=[not t for t in truncated] + [True] * (n_prompts if with_demos else 0))
     mask = batch["loss_mask"]
-    off_policy = prefix_mask(mask, [s.prefix for s in slots] + [0] * (len(mask) - n_seq))
+    # an expert trace's <eos> is the expert's too: every token of a trace row is off-policy
+    off_policy = prefix_mask(mask, [s.prefix + (not s.generate) for s in slots] + [0] * (len(mask) - n_seq))
     old_logp, ent, ref_logp = score(model, ref, batch, rl.micro_batch_size)
     adv = group_advantages(torch.tensor(rewards, dtype=torch.float32), rl.std_norm).flatten()
     on_policy = mask[:n_seq] * ~off_policy[:n_seq]

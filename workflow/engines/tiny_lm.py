@@ -150,12 +150,12 @@ def pack(prompts: list[list[int]], targets: list[list[int]], add_eos: list[bool]
 
 def prefix_mask(loss_mask: torch.Tensor, prefix: list[int]) -> torch.Tensor:
     """[B, T-1] bool: the first prefix[i] target tokens of row i (a demonstration prefix forced before the policy's
-    own continuation), in the same alignment as `loss_mask`."""
+    own continuation), in the same alignment as `loss_mask`; never beyond the row's own targets."""
     out = torch.zeros(loss_mask.shape, dtype=torch.bool)
     starts = (loss_mask > 0).float().argmax(dim=1)
     for i, (start, n) in enumerate(zip(starts.tolist(), prefix)):
         out[i, start: start + n] = True
-    return out
+    return out & (loss_mask > 0)
 
 
 def forward_logits(model, batch: dict[str, torch.Tensor], rows: slice | None = None) -> torch.Tensor:
