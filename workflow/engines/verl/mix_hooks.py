@@ -150,8 +150,8 @@ class DriverMix:
             keys.append(batch.keys[pos])
             fields.append(row)
             self._retag(batch, pos, len(prompts[pos]), len(response))
-            masks[pos], off[pos], entropy[pos] = row["response_mask"].float(), torch.zeros(len(response), bool), \
-                row["entropy"]
+            masks[pos], entropy[pos] = row["response_mask"].float(), row["entropy"]
+            off[pos] = torch.zeros(len(response), dtype=torch.bool)
         self._put(batch, keys, fields, [batch.tags[batch.keys.index(k)] for k in keys])
         rows = self._rows(groups, reward, masks, off, entropy, advantage)
         tokens = token_fields(self.mix, plan, rows, demos, self.rl.loss_agg, self.rl.max_new_tokens)
