@@ -355,6 +355,16 @@ class EvalConfig(Strict):
         return self
 
 
+# mixed-policy methods the verl engine runs (workflow/engines/verl/mix_hooks.py), and why it refuses the others
+VERL_MIXES = ("none", "luffy", "hpt", "srft")
+VERL_MIX_REFUSED = {
+    "prefix_rft": "its prefixed rollouts must continue a demonstration prefix inside verl's generation (the agent "
+                  "loop), which our driver hooks do not reach: they only replace whole rollouts after generation",
+    "relift": "its interleaved SFT step on the buffered demonstrations needs a second, SFT-only update of the "
+              "actor after the RL step, which the verl hooks do not take yet",
+}
+
+
 class RunConfig(Strict):
     engine: EngineConfig = EngineConfig()
     model: ModelConfig = ModelConfig()
@@ -395,11 +405,11 @@ class RunConfig(Strict):
         return self
 
     @model_validator(mode="after")
-    def _mixed_policy_on_the_local_engine(self) -> "RunConfig":
-        if self.rl.mix != "none" and self.engine.name == "verl":
-            raise ConfigProblem("rl.mix", f"{self.rl.mix}: mixed-policy methods run on the local engine only so far "
-                                "(their verl hooks are not written yet: issue 15); use engine.name local or rl.mix "
-                                "none")
+    def _mixed_policy_methods_verl_runs(self) -> "RunConfig":
+        reason = VERL_MIX_REFUSED.get(self.rl.mix)
+        if reason and self.engine.name == "verl":
+            raise ConfigProblem("rl.mix", f"{self.rl.mix}: not on the verl engine yet ({reason}); use engine.name "
+                                f"local, or on verl rl.mix {', '.join(VERL_MIXES)}")
         return self
 
     @model_validator(mode="after")

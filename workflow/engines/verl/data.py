@@ -55,18 +55,21 @@ def read_rows(path: Path) -> list[dict]:
 
 
 def rl_rows(cfg, data: Path | None = None) -> list[dict]:
+    """With a mixed-policy method (rl.mix), each row's extra_info carries its demonstration (`demo`: the worked
+    solution, or the prepared row's solution), which verl's dataset hands through to the driver's mix hooks."""
     rl, rows = cfg.rl, []
+    demo = rl.mix != "none"
     if cfg.task.name == "arithmetic":
         for step in range(rl.steps):
             for p in sample_train(cfg.task, np.random.default_rng([cfg.seed, step, 1]), rl.prompts_per_step):
                 rows.append(_row(DATA_SOURCE, [{"role": "user", "content": p.prompt}], p.answer, "train", len(rows),
-                                 step))
+                                 step, **({"demo": p.solution} if demo else {})))
         return rows
     prepared = read_rows(data)
     for i, k in enumerate(epoch_order(len(prepared), cfg.seed, rl.steps * rl.prompts_per_step, 1)):
         r = prepared[k]
         rows.append(_row(MATH_SOURCE, messages(r["problem"], cfg.task.template), r["answer"], "train", i,
-                         i // rl.prompts_per_step, id=r["id"]))
+                         i // rl.prompts_per_step, id=r["id"], **({"demo": r["solution"] or ""} if demo else {})))
     return rows
 
 

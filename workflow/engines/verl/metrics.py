@@ -30,7 +30,12 @@ _FROM_VERL = {
 }
 _FROM_RULE = ("loss", "grad_norm", "backward_passes", "optimizer_steps", "alpha", "gxpo_ratio_p10", "gxpo_ratio_p50",
               "gxpo_ratio_p90", "gxpo_scale_mean", "gxpo_inactive_frac", "gxpo_cos_g0_gcorr", "gxpo_gcorr_norm")
-_INTS = {"backward_passes", "optimizer_steps", "tokens", "rollouts"}
+_INTS = {"backward_passes", "optimizer_steps", "tokens", "rollouts", "buffer_size", "interleaved_sft_rows"}
+# a mixed-policy method's columns (README, "Mixed-policy methods") <- the driver's "rlsweep/mix/<col>" (mix_hooks.py)
+MIX_COLUMNS = ("off_policy_frac", "sft_frac", "sft_weight", "sft_prompt_frac", "trace_reward", "rl_weight",
+               "prefix_len", "buffer_size", "interleaved_sft_rows", "interleaved_sft_loss")
+# the policy's own sequences only (an expert trace is not a rollout), as on the local engine
+_MIX_OVERRIDES = ("reward", "response_len", "rollouts")
 
 
 def scalar(value: Any) -> float | None:
@@ -55,6 +60,25 @@ def param_count(model_path: str) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def _mix_columns(row: dict[str, Any], metrics: dict[str, Any]) -> None:
+    """rl.mix's columns: the driver's plan metrics, the workers' SFT term (sft_loss, and its share of the loss
+    |sft| / (|rl| + |sft|)), and `tokens` counting the rollouts verl generated and a trace then replaced."""
+    if not any(k.startswith("rlsweep/mix/") for k in metrics):
+        return
+    for col in MIX_COLUMNS + _MIX_OVERRIDES:
+        value = scalar(metrics.get(f"rlsweep/mix/{col}"))
+        if value is not None or col in MIX_COLUMNS:
+            row[col] = value
+    sft, rl = scalar(metrics.get("actor/rlsweep/sft_loss")), scalar(metrics.get("actor/rlsweep/rl_loss"))
+    row["sft_loss"], row["sft_loss_share"] = sft, None
+    if sft is not None:
+        total = abs(rl or 0.0) + abs(sft)
+        row["sft_loss_share"] = abs(sft) / total if total > 0 else 0.0
+    discarded = scalar(metrics.get("rlsweep/mix/discarded_tokens"))
+    if row.get("tokens") is not None and discarded:
+        row["tokens"] += discarded
+
+
 def train_steps_row(metrics: dict[str, Any], step: int, rollouts: int, n_params: int | None = None,
                     ref_model: bool = False) -> dict[str, Any]:
     """Our row of one RL step; `flops` needs the model's parameter count (null without it) and whether a reference
@@ -69,6 +93,7 @@ def train_steps_row(metrics: dict[str, Any], step: int, rollouts: int, n_params:
         row[col] = value
     if row["backward_passes"] is None:  # verl's own step (no rule spec): one pass, one optimizer step
         row["backward_passes"] = row["optimizer_steps"] = 1
+    _mix_columns(row, metrics)
     row["z"] = scalar(metrics.get("rlsweep/gate_z"))
     tripped = metrics.get("rlsweep/gate_tripped")
     row["gate_tripped"] = bool(tripped) if tripped is not None else None

@@ -150,6 +150,8 @@ def translate(cfg, *, model_path: str = PLACEHOLDER, train_files: str = PLACEHOL
     # our update rules inside verl: the registered trainer decides the gates and hands the workers their spec
     out["trainer.v1.trainer_mode"] = "rlsweep"
     out["trainer.v1.rlsweep"] = rule_settings(rl)
+    if rl.mix != "none":  # the driver builds the method from the run's RL config (mix_hooks.DriverMix)
+        out["trainer.v1.rlsweep"]["mix"] = {"rl": rl.model_dump(mode="json")}
     if "entropy" in get_update_rule(rl.update).rollout_signals:  # e.g. SFPO's trigger: the rollout's entropy
         out[f"{actor}.calculate_entropy"] = True
     if scaled:

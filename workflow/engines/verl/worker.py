@@ -7,11 +7,15 @@ no verl file is forked or edited.
   forward_backward_batch / optimizer (rule_step.rule_train_batch), following the driver's spec in the batch.
   Batches without a spec (SFT, critic) take verl's own step.
 - RuleActorRolloutRefWorker: verl's ActorRolloutRefWorker with `actor_worker_cls = RuleTrainingWorker`.
+  A mixed-policy batch (rl.mix) trains with mix_loss.mixed_loss instead of verl's ppo_loss, in either step.
 - RlsweepTrainer (`trainer.v1.trainer_mode: rlsweep`): verl's sync PPO trainer that puts the worker class in its
-  resource pool and, around verl's `_update_actor`, asks DriverGates for the spec and feeds back the metrics.
+  resource pool and, around verl's `_update_actor`, asks DriverGates for the spec and feeds back the metrics;
+  with rl.mix it runs the method's driver hooks (mix_hooks.DriverMix) around verl's balance and advantage steps.
 """
 
 from __future__ import annotations
+
+from functools import partial
 
 import ray
 from verl.trainer.ppo.v1 import register_trainer
@@ -24,6 +28,7 @@ from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 from workflow.algos.registry import rule_from_settings
 from workflow.engines.verl.gates import METRIC_PREFIX, UPDATE_KEY, DriverGates
 from workflow.engines.verl.metrics import param_count, train_steps_row
+from workflow.engines.verl.mix_loss import mixed_loss, planned
 from workflow.engines.verl.rule_step import rule_train_batch
 from workflow.results.train_log import TrainLog
 
@@ -41,6 +46,9 @@ class RuleTrainingWorker(TrainingWorker):
         self._rlsweep_rules: dict[str, object] = {}
 
         def train_batch(data, loss_function):
+            mix = planned(data)
+            if mix is not None:  # a mixed-policy batch: the driver's per-token weights, our loss (mix_loss.py)
+                loss_function = partial(mixed_loss, config=loss_function.keywords["config"], lam=mix["lam"])
             spec = tu.get_non_tensor_data(data=data, key=UPDATE_KEY, default=None)
             if spec is None:
                 return verl_step(data, loss_function)
@@ -78,6 +86,33 @@ class RlsweepTrainer(PPOTrainerSync):
         for role, cls in list(self.role_worker_mapping.items()):
             if getattr(cls, "__ray_actor_class__", None) is ActorRolloutRefWorker:
                 self.role_worker_mapping[role] = ours
+
+    def _driver_mix(self):
+        """The run's mixed-policy method on the driver (None for rl.mix none), built on first use."""
+        if "_rlsweep_mix" not in self.__dict__:
+            settings = (self.config.trainer.v1.rlsweep or {}).get("mix")
+            self._rlsweep_mix = None
+            if settings:
+                from workflow.engines.verl.mix_hooks import DriverMix  # the driver only: it reads verl's TQ
+                extra = (["ref_log_prob"] if need_reference_policy(self.config) else []) + \
+                    (["rollout_log_probs"] if self.config.actor_rollout_ref.rollout.calculate_log_probs else [])
+                self._rlsweep_mix = DriverMix(dict(settings["rl"]), int(self.config.data.seed), self.tokenizer,
+                                              tuple(extra))
+        return self._rlsweep_mix
+
+    def _balance_batch(self, batch, metrics, *args, **kwargs):
+        """Before verl balances the rows over ranks: the method's expert traces in place of their rollouts (so
+        balancing, old log-probs and advantages all see the trained rows)."""
+        mix = self._driver_mix()
+        if mix is not None:
+            mix.place_traces(batch, self.global_steps)
+        return super()._balance_batch(batch, metrics, *args, **kwargs)
+
+    def _compute_advantage(self, batch, metrics: dict):
+        """verl's GRPO advantages over the (mixed) groups, then the method's loss plan on them."""
+        batch = super()._compute_advantage(batch, metrics)
+        mix = self._driver_mix()
+        return mix.plan(batch, metrics) if mix is not None else batch
 
     def _update_actor(self, batch, metrics: dict):
         gates = self.__dict__.get("_rlsweep_gates")

