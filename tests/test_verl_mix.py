@@ -55,7 +55,7 @@ def test_rows_group_by_prompt_in_session_order_whatever_verls_order():
 
 
 def test_a_trace_is_the_demonstration_plus_eos_cut_like_a_rollout():
-    assert trace_response([5, 6, 7], eos=1, max_len=10) == ([5, 6, 7, 1], 3)  # the eos is not an expert token
+    assert trace_response([5, 6, 7], eos=1, max_len=10) == ([5, 6, 7, 1], 4)  # its eos is the expert's too
     assert trace_response([5, 6, 7], eos=1, max_len=2) == ([5, 6], 2)
 
 
@@ -277,3 +277,18 @@ def test_verl_rows_carry_the_demonstration_only_with_a_mix():
         assert ("demo" in rows[0]["extra_info"]) == (mix != "none")
     assert "\\boxed" in rows[0]["extra_info"]["demo"]
 
+
+
+def test_a_mixed_policy_run_on_verl_refuses_more_than_one_update_per_step():
+    from pydantic import ValidationError
+    from workflow.config import RunConfig
+    from workflow.strict import format_validation_error
+    base = {"engine": {"name": "verl", "verl": {"model_path": "m", "overrides": {
+        "actor_rollout_ref.actor.ppo_mini_batch_size": 16}}}, "rl": {"mix": "luffy", "prompts_per_step": 32},
+            "eval": {"backend": "vllm"}}
+    with pytest.raises(ValidationError) as e:
+        RunConfig.model_validate(base)
+    assert format_validation_error(e.value)[0].startswith(
+        "engine.verl.overrides.actor_rollout_ref.actor.ppo_mini_batch_size: 16: with rl.mix luffy it must be 32")
+    base["rl"]["mix"] = "none"  # plain GRPO takes several mini-batches per step as verl does
+    RunConfig.model_validate(base)

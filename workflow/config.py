@@ -406,10 +406,20 @@ class RunConfig(Strict):
 
     @model_validator(mode="after")
     def _mixed_policy_methods_verl_runs(self) -> "RunConfig":
+        if self.engine.name != "verl" or self.rl.mix == "none":
+            return self
         reason = VERL_MIX_REFUSED.get(self.rl.mix)
-        if reason and self.engine.name == "verl":
+        if reason:
             raise ConfigProblem("rl.mix", f"{self.rl.mix}: not on the verl engine yet ({reason}); use engine.name "
                                 f"local, or on verl rl.mix {', '.join(VERL_MIXES)}")
+        # the driver computes the method's token weights once over the step's whole batch: one update of it
+        one_update = {"actor_rollout_ref.actor.ppo_mini_batch_size": self.rl.prompts_per_step,
+                      "actor_rollout_ref.actor.ppo_epochs": 1}
+        for key, needed in one_update.items():
+            if key in self.engine.verl.overrides and self.engine.verl.overrides[key] != needed:
+                raise ConfigProblem(f"engine.verl.overrides.{key}", f"{self.engine.verl.overrides[key]}: with rl.mix "
+                                    f"{self.rl.mix} it must be {needed} (the method's token weights are computed once "
+                                    "over the whole step batch, which then trains in one update)")
         return self
 
     @model_validator(mode="after")

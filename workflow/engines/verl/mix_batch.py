@@ -41,9 +41,9 @@ def group_positions(keys: list[str]) -> list[list[int]]:
 
 def trace_response(demo: list[int], eos: int, max_len: int) -> tuple[list[int], int]:
     """A demonstration as a response: its tokens + eos, cut at max_len like a rollout. Returns the tokens and how
-    many of them are the expert's (off-policy; the eos is not, as on the local engine, rl_batch.pack)."""
+    many of them are the expert's: all of them, its eos included (as on the local engine, rl_batch)."""
     tokens = (list(demo) + [eos])[:max_len]
-    return tokens, min(len(demo), max_len)
+    return tokens, len(tokens)
 
 
 def sequence_fields(prompt: torch.Tensor, response: list[int]) -> dict[str, torch.Tensor]:
