@@ -232,11 +232,12 @@ def _preflight(engine, typed, init_ckpt: Path | None, data: Path | None, runs_ro
     """The integrity preflight (workflow/preflight.py) on the job's own configuration, recorded in its runs row;
     raises IntegrityError (the job fails, saying which property broke and by how much) before anything trains."""
     make_probe = getattr(engine, "integrity_probe", None)
-    if make_probe is None:
-        runs_row["preflight"] = "not available"  # an engine without a probe (every built-in engine has one)
+    probe = make_probe(typed, init_ckpt, data) if make_probe is not None else None
+    if probe is None:  # an engine or stage without a probe (so far: verl's mixed-policy RL stage)
+        runs_row["preflight"] = "not available"
         return
     from workflow import preflight  # imports torch: only training jobs pay for it
-    result = preflight.check(make_probe(typed, init_ckpt, data))
+    result = preflight.check(probe)
     runs_row.update(result.as_row())
     preflight.enforce(result, what)
 

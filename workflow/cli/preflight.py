@@ -37,11 +37,12 @@ def cmd_preflight(a) -> int:
         make_probe = getattr(get_engine(typed.engine.name), "integrity_probe", None)
         method = typed.rl.method if stage == "rl" else "sft"
         micro = (typed.rl if stage == "rl" else typed.sft).micro_batch_size
-        if make_probe is None:
+        probe = make_probe(typed, init) if make_probe is not None else None
+        if probe is None:
             t.add_row(stage, stage_id, method, str(micro or "whole"), "-", "-", "-",
                       f"not available on engine {typed.engine.name}")
             continue
-        result = preflight.check(make_probe(typed, init))
+        result = preflight.check(probe)
         status = result.as_row()["preflight"] + ("" if init is None or stage == "sft" else " (SFT checkpoint)")
         t.add_row(stage, stage_id, method, str(micro or "whole"), ", ".join(map(str, result.splits)) or "-",
                   f"{result.grad_diff:.2e}", f"{result.update_diff:.2e}",
