@@ -228,7 +228,7 @@ def test_expert_tokens_get_the_shaped_gradient_and_the_sft_row_its_nll():
     adv, w = td["advantages"][0, :k], td["rlsweep_w_rl"][0, :k]
     assert torch.allclose(grad[end - k - 1: end - 1], -adv * 0.1 * p / (p + 0.1) ** 2 * w, atol=1e-7)
     # row 5 is a trace that also carries the SFT term: the shaped gradient plus -w_sft (d(-logp)/dlogp = -1)
-    start, end = int(ids.offsets()[5]), int(ids.offsets()[6])
+    end = int(ids.offsets()[6])
     k = int(td["response_mask"][5].sum())
     p = logp[end - k - 1: end - 1].exp()
     adv, w, w_sft = td["advantages"][5, :k], td["rlsweep_w_rl"][5, :k], td["rlsweep_w_sft"][5, :k]

@@ -143,7 +143,6 @@ def token_fields(mix: MixedPolicy, plan: LossPlan, rows: StepRows, demos: dict[i
                  max_len: int) -> MixTokens:
     """rl_batch.build_step_batch's weights for verl's rows. `rows` as they are after the demonstration rows were
     put in place (their mask covers the demonstration; an SFT-only row's off mask is all 0)."""
-    n, group = len(rows.order), len(rows.groups[0])
     order = rows.order
     rl_pos = order[np.asarray(plan.rl_rows, bool)]
     is_rl = torch.zeros(len(rows.mask), dtype=torch.bool)
