@@ -71,6 +71,22 @@ class LossPlan:
         return cls(np.ones(n, bool), np.ones(n), np.zeros(n_prompts))
 
 
+def step_columns(plan: LossPlan, rl_tokens: float, off_policy_tokens: float, sft_tokens: float) -> dict:
+    """The README's mixed-policy columns of a step, the same on both engines: expert tokens / RL tokens, SFT tokens
+    / trained tokens, the mean SFT weight of the prompts trained with SFT (None: none was), the method's own."""
+    weights = np.asarray(plan.sft_weight, float)
+    weights = weights[weights > 0]
+    return {"off_policy_frac": off_policy_tokens / max(rl_tokens, 1.0),
+            "sft_frac": sft_tokens / max(rl_tokens + sft_tokens, 1.0),
+            "sft_weight": float(weights.mean()) if len(weights) else None, **plan.metrics}
+
+
+def sft_loss_share(rl_term: float, sft_term: float) -> float:
+    """|SFT term| / (|RL term| + |SFT term|) of a step's loss (0 when both are 0)."""
+    total = abs(rl_term) + abs(sft_term)
+    return abs(sft_term) / total if total > 0 else 0.0
+
+
 class MixedPolicy:
     """Plain on-policy RL: every slot a rollout, every rollout in the RL loss, no SFT term. The base of every
     method, and itself the method `none`."""

@@ -222,6 +222,7 @@ class LocalEngine:
         tr.rule.on_rollout(step.signals)  # SFPO's trigger looks at the policy entropy of this rollout
         lr = tr.lr
         stats = tr.rule.step(tr.params, tr.opt, closure)
+        sft_term = record.pop("sft_loss")
         row = {**stats.as_row(), **record}
         flops = rl_step_flops(tr.n_params, step.generated_tokens, stats.backward_passes,
                               trained_tokens=step.trained_tokens, ref_model=ref is not None)
@@ -243,7 +244,7 @@ class LocalEngine:
         row.update(step.rollout_metrics(rewards, truncated), lr=lr, tokens=tokens, flops=flops, wall_s=t_end - t0,
                    gen_s=t_gen - t0, update_s=t_end - t_gen)
         if tr.mix.name != "none":
-            row.update(step.mix_metrics(row["loss"]), **tr.mix.step_metrics())
+            row.update(step.mix_metrics(row["loss"], sft_term), **tr.mix.step_metrics())
         return row
 
 

@@ -15,7 +15,7 @@ import torch
 
 from workflow.algos.losses import (group_advantages, kl_k3, mixed_token_loss, sft_loss, token_entropy,
                                    token_logprobs, token_weights)
-from workflow.algos.mix import LossPlan, MixedPolicy, Slot
+from workflow.algos.mix import LossPlan, MixedPolicy, Slot, sft_loss_share, step_columns
 from workflow.config import RLConfig, TaskConfig
 from workflow.engines.tiny_lm import (TOKENIZER, device, forward_logits, micro_slices, pack, prefix_mask, sample,
                                       step_seed)
@@ -88,17 +88,12 @@ class StepBatch:
                 "rollouts": len(sampled), "response_len": float(np.mean([self.response_tokens[i] for i in sampled])),
                 "truncated_frac": float(np.mean([truncated[i] for i in sampled]))}
 
-    def mix_metrics(self, loss: float) -> dict:
-        """What shows a mixed-policy method at work (README, "Mixed-policy methods")."""
-        rl_tokens, sft_tokens = float(self.rl_mask.sum()), float((self.w_sft > 0).sum())
-        weights = self.plan.sft_weight[self.plan.sft_weight > 0]
-        sft = self.plan.metrics.get("sft_loss", 0.0)
-        total = abs(loss - sft) + abs(sft)
-        return {"off_policy_frac": self.off_policy_tokens / max(rl_tokens, 1.0),
-                "sft_frac": sft_tokens / max(rl_tokens + sft_tokens, 1.0),
-                "sft_loss": sft, "sft_loss_share": abs(sft) / total if total > 0 else 0.0,
-                "sft_weight": float(weights.mean()) if len(weights) else None,
-                **{k: v for k, v in self.plan.metrics.items() if k != "sft_loss"}}
+    def mix_metrics(self, loss: float, sft: float) -> dict:
+        """What shows a mixed-policy method at work (README, "Mixed-policy methods"); `loss` and `sft` (its SFT
+        term) of the step's first pass."""
+        return {**step_columns(self.plan, float(self.rl_mask.sum()), self.off_policy_tokens,
+                               float((self.w_sft > 0).sum())),
+                "sft_loss": sft, "sft_loss_share": sft_loss_share(loss - sft, sft)}
 
 
 def build_step_batch(model, ref, mix: MixedPolicy, rl: RLConfig, prompts: list[list[int]], demos: list[list[int]],
@@ -159,8 +154,8 @@ def build_step_batch(model, ref, mix: MixedPolicy, rl: RLConfig, prompts: list[l
 def mixed_closure(model, opt, step: StepBatch, rl: RLConfig, micro_batch_size: int | None,
                   record: dict) -> Callable[[], torch.Tensor]:
     """The update rule's closure: zero the gradients, forward + backward the step's loss over the micro-batches,
-    return the loss. Fills `record` with clip_frac and kl (of the latest pass) and, into the plan's metrics, the
-    SFT term of the first pass."""
+    return the loss. Fills `record` with clip_frac and kl (of the latest pass) and sft_loss, the SFT term of the
+    first pass (like StepStats.loss)."""
     slices = micro_slices(len(step.rows["input_ids"]), micro_batch_size)
     n_tokens = max(float(step.rl_mask.sum()), 1.0)
 
@@ -183,7 +178,7 @@ def mixed_closure(model, opt, step: StepBatch, rl: RLConfig, micro_batch_size: i
             sft_sum += float(sft.detach())
             clipped += float((was_clipped * step.rl_mask[rows]).sum())
         record.update(clip_frac=clipped / n_tokens, kl=kl_sum / n_tokens if step.ref_logp is not None else None)
-        step.plan.metrics.setdefault("sft_loss", sft_sum)  # the first pass's, like StepStats.loss
+        record.setdefault("sft_loss", sft_sum)
         return total
 
     return closure

@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 from workflow.algos.flops import rl_step_flops
+from workflow.algos.mix import sft_loss_share
 
 # our column <- verl metric
 _FROM_VERL = {
@@ -70,10 +71,7 @@ def _mix_columns(row: dict[str, Any], metrics: dict[str, Any]) -> None:
         if value is not None or col in MIX_COLUMNS:
             row[col] = value
     sft, rl = scalar(metrics.get("actor/rlsweep/sft_loss")), scalar(metrics.get("actor/rlsweep/rl_loss"))
-    row["sft_loss"], row["sft_loss_share"] = sft, None
-    if sft is not None:
-        total = abs(rl or 0.0) + abs(sft)
-        row["sft_loss_share"] = abs(sft) / total if total > 0 else 0.0
+    row["sft_loss"], row["sft_loss_share"] = sft, sft_loss_share(rl or 0.0, sft) if sft is not None else None
     discarded = scalar(metrics.get("rlsweep/mix/discarded_tokens"))
     if row.get("tokens") is not None and discarded:
         row["tokens"] += discarded

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from workflow.algos.losses import token_weights
-from workflow.algos.mix import LossPlan, MixedPolicy, Slot
+from workflow.algos.mix import LossPlan, MixedPolicy, Slot, step_columns
 from workflow.engines.rl_batch import advantage_kept, row_mean
 
 
@@ -172,15 +172,8 @@ def token_fields(mix: MixedPolicy, plan: LossPlan, rows: StepRows, demos: dict[i
 def mix_metrics(plan: LossPlan, rows: StepRows, is_rl: torch.Tensor, off: torch.Tensor, w_sft: torch.Tensor) -> dict:
     """The driver's share of the README's mixed-policy columns (sft_loss and sft_loss_share come from the workers'
     loss)."""
-    rl_tokens = float((rows.mask * is_rl.unsqueeze(1)).sum())
-    sft_tokens = float((w_sft > 0).sum())
-    weights = np.asarray(plan.sft_weight, float)
-    weights = weights[weights > 0]
-    out = {"off_policy_frac": float(off.sum()) / max(rl_tokens, 1.0),
-           "sft_frac": sft_tokens / max(rl_tokens + sft_tokens, 1.0),
-           "sft_weight": float(weights.mean()) if len(weights) else None}
-    out.update({k: v for k, v in plan.metrics.items() if k != "sft_loss"})
-    return out
+    return step_columns(plan, float((rows.mask * is_rl.unsqueeze(1)).sum()), float(off.sum()),
+                        float((w_sft > 0).sum()))
 
 
 def rollout_metrics(rows: StepRows) -> dict:
