@@ -97,8 +97,10 @@ class VerlEngine:
         micro = config.data.micro_batch_size_per_gpu
         share = config.data.train_batch_size // (v.n_gpus_per_node * v.nnodes)  # the job's rows per rank
         rows = write_sft_data(stage, root / "data", data, limit=probe_rows(share, micro, ranks, 1 << 30))
-        n = probe_rows(share, micro, ranks, pq.read_metadata(rows).num_rows)
-        rows = write_sft_data(stage, root / "data", data, limit=n)
+        written = pq.read_metadata(rows).num_rows
+        n = probe_rows(share, micro, ranks, written)
+        if n < written:  # fewer rows than the probe wanted: a whole number of them per rank
+            rows = write_sft_data(stage, root / "data", data, limit=n)
         config.data.train_files, config.data.train_batch_size = str(rows), n
         config.trainer.n_gpus_per_node, config.trainer.nnodes, config.trainer.resume_mode = ranks, 1, "disable"
         config_path = root / "verl_sft.yaml"
