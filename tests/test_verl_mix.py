@@ -251,15 +251,15 @@ def test_train_steps_row_carries_the_mix_columns():
     assert "off_policy_frac" not in plain and plain["reward"] == 0.5
 
 
-def test_verl_runs_luffy_hpt_srft_and_refuses_the_rest_with_the_reason():
+def test_verl_runs_luffy_hpt_srft_relift_and_refuses_the_rest_with_the_reason():
     from pydantic import ValidationError
     from workflow.config import RunConfig
     verl = {"name": "verl", "verl": {"model_path": "m"}}
-    for mix in ("luffy", "hpt", "srft"):
+    for mix in ("luffy", "hpt", "srft", "relift"):
         cfg = RunConfig.model_validate({"rl": {"mix": mix}, "engine": verl, "eval": {"backend": "vllm"}})
         from workflow.engines.verl.translate import translate
         assert translate(cfg)["trainer.v1.rlsweep"]["mix"]["rl"]["mix"] == mix
-    for mix, reason in (("prefix_rft", "inside verl's generation"), ("relift", "interleaved SFT step")):
+    for mix, reason in (("prefix_rft", "inside verl's generation"),):
         with pytest.raises(ValidationError, match=reason):
             RunConfig.model_validate({"rl": {"mix": mix}, "engine": verl, "eval": {"backend": "vllm"}})
 
@@ -292,3 +292,110 @@ def test_a_mixed_policy_run_on_verl_refuses_more_than_one_update_per_step():
         "engine.verl.overrides.actor_rollout_ref.actor.ppo_mini_batch_size: 16: with rl.mix luffy it must be 32")
     base["rl"]["mix"] = "none"  # plain GRPO takes several mini-batches per step as verl does
     RunConfig.model_validate(base)
+
+
+# ------------------------------------------------------------------------------- ReLIFT's interleaved SFT step
+def test_a_demonstration_row_rebuilds_every_per_token_field_at_its_length():
+    from workflow.engines.verl.mix_batch import demonstration_row
+    template = {"prompts": torch.tensor([7, 8]), "responses": torch.tensor([3, 4, 5]),
+                "response_mask": torch.ones(3, dtype=torch.int64), "input_ids": torch.tensor([7, 8, 3, 4, 5]),
+                "position_ids": torch.arange(5), "old_log_probs": torch.full((3,), -0.5),
+                "advantages": torch.ones(3), "rlsweep_w_rl": torch.full((3,), 0.1), "uid": "u",
+                "extra_info": {"demo": "x"}, "num_turns": torch.tensor(1), "attention_mask": torch.ones(5)}
+    row = demonstration_row(template, torch.tensor([9]), [1, 2])
+    assert row["input_ids"].tolist() == [9, 1, 2] and row["position_ids"].tolist() == [0, 1, 2]
+    assert row["prompts"].tolist() == [9] and row["responses"].tolist() == [1, 2]
+    assert row["response_mask"].tolist() == [1, 1] and row["attention_mask"].tolist() == [1, 1, 1]
+    for name in ("old_log_probs", "advantages", "rlsweep_w_rl"):  # nothing of the RL step's row survives
+        assert row[name].tolist() == [0.0, 0.0] and row[name].dtype == torch.float32
+    assert row["uid"] == "u" and row["extra_info"] == {"demo": "x"} and int(row["num_turns"]) == 1
+    assert set(row) == set(template)  # the fields of verl's batch handle, no more
+    whole = demonstration_row({**template, "log_probs": torch.ones(5)}, torch.tensor([9]), [1, 2])
+    assert whole["log_probs"].tolist() == [0.0, 0.0, 0.0]  # a per-sequence field: zeros over prompt + response
+
+
+def test_interleaved_sft_weights_are_one_token_mean_and_padding_rows_weigh_nothing():
+    from workflow.engines.verl.mix_batch import sft_weights
+    w = sft_weights([torch.ones(3), torch.ones(1), torch.ones(3)], trained=2)
+    assert [x.tolist() for x in w] == [[0.25] * 3, [0.25], [0.0] * 3]
+
+
+class FakeEngine:
+    """verl's engine as RuleTrainingWorker sees it: its train_batch (records the lr it stepped at) and its lr
+    schedule (counts its steps)."""
+
+    def __init__(self):
+        self.optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.5)
+        self.lrs, self.schedule_steps = [], 0
+
+    def train_batch(self, data, loss_function):
+        self.lrs.append(self.optimizer.param_groups[0]["lr"])
+        return {"metrics": {}}
+
+    def lr_scheduler_step(self):
+        self.schedule_steps += 1
+        return self.optimizer.param_groups[0]["lr"]
+
+
+def test_the_interleaved_sft_update_steps_at_the_scaled_lr_and_leaves_the_schedule_alone():
+    from functools import partial
+    from verl.utils import tensordict_utils as tu
+    from workflow.engines.verl.mix_loss import LR_SCALE, MIX_KEY
+    from workflow.engines.verl.worker import RuleTrainingWorker
+    worker = RuleTrainingWorker.__new__(RuleTrainingWorker)  # no Ray, no model: only the engine hooks
+    worker.engine = engine = FakeEngine()
+    worker._install_rule_step()
+    loss = partial(lambda config, out, data: None, config={})
+
+    def batch(**mix):
+        return tu.get_tensordict({"x": torch.zeros(2, 1)}, non_tensor_dict={MIX_KEY: {"lam": 0.1, **mix}})
+    engine.train_batch(batch(), loss)  # the RL update: the run's lr, then verl's schedule step
+    engine.lr_scheduler_step()
+    engine.train_batch(batch(**{LR_SCALE: 0.2}), loss)  # ReLIFT's SFT step: lr x 0.2, no schedule step
+    engine.lr_scheduler_step()
+    engine.train_batch(batch(), loss)
+    engine.lr_scheduler_step()
+    assert engine.lrs == pytest.approx([0.5, 0.1, 0.5]) and engine.schedule_steps == 2
+    assert engine.optimizer.param_groups[0]["lr"] == 0.5
+
+
+def test_a_step_with_an_interleaved_sft_update_counts_its_pass_tokens_and_flops():
+    from workflow.algos.flops import rl_step_flops, sft_flops
+    from workflow.engines.verl.metrics import train_steps_row
+    metrics = {"perf/total_num_tokens": 100, "rlsweep/mix/off_policy_frac": 0.0, "rlsweep/mix/buffer_size": 3,
+               "rlsweep/mix/interleaved_sft_rows": 2, "rlsweep/mix/interleaved_sft_tokens": 30,
+               "rlsweep/mix/interleaved_sft_loss": 1.5}
+    row = train_steps_row(metrics, step=1, rollouts=8, n_params=1000)
+    assert row["backward_passes"] == row["optimizer_steps"] == 2 and row["tokens"] == 130
+    assert row["flops"] == rl_step_flops(1000, 100, 1) + sft_flops(1000, 30)
+    assert row["buffer_size"] == 3 and row["interleaved_sft_rows"] == 2 and row["interleaved_sft_loss"] == 1.5
+    quiet = train_steps_row({**metrics, "rlsweep/mix/interleaved_sft_tokens": 0}, step=2, rollouts=8, n_params=1000)
+    assert quiet["backward_passes"] == 1 and quiet["tokens"] == 100
+
+
+def test_the_relift_buffer_is_saved_with_verls_checkpoint_and_restored_on_resume(tmp_path, monkeypatch):
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+    from workflow.engines.verl.mix_hooks import DriverMix
+    from workflow.engines.verl.worker import RlsweepTrainer
+
+    def verl_save(trainer):
+        (tmp_path / f"global_step_{trainer.global_steps}").mkdir()
+
+    def verl_resume(trainer):
+        trainer.global_steps = 3
+    monkeypatch.setattr(PPOTrainerSync, "_save_checkpoint", verl_save)
+    monkeypatch.setattr(PPOTrainerSync, "_load_checkpoint", verl_resume)
+
+    def trainer():
+        t = RlsweepTrainer.__new__(RlsweepTrainer)  # no Ray: only the checkpoint hooks
+        t.config = OmegaConf.create({"trainer": {"default_local_dir": str(tmp_path), "v1": {"rlsweep": {}}}})
+        t._rlsweep_mix = DriverMix({"mix": "relift", "relift": {"buffer_size": 4}}, seed=0, tokenizer=None)
+        return t
+    before = trainer()
+    before.global_steps = 3
+    before._rlsweep_mix.mix.after_step([[[1, 2], [3]], [[4], [5, 6]]], np.asarray([[0.0, 0.0], [1.0, 0.0]]))
+    before._save_checkpoint()
+    after = trainer()
+    after._load_checkpoint()
+    assert after._rlsweep_mix.mix.state_dict() == {"buffer": [[[1, 2], [3]]], "steps": 1}

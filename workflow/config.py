@@ -356,12 +356,10 @@ class EvalConfig(Strict):
 
 
 # mixed-policy methods the verl engine runs (workflow/engines/verl/mix_hooks.py), and why it refuses the others
-VERL_MIXES = ("none", "luffy", "hpt", "srft")
+VERL_MIXES = ("none", "luffy", "hpt", "srft", "relift")
 VERL_MIX_REFUSED = {
     "prefix_rft": "its prefixed rollouts must continue a demonstration prefix inside verl's generation (the agent "
                   "loop), which our driver hooks do not reach: they only replace whole rollouts after generation",
-    "relift": "its interleaved SFT step on the buffered demonstrations needs a second, SFT-only update of the "
-              "actor after the RL step, which the verl hooks do not take yet",
 }
 
 

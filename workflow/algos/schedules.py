@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Callable
 
@@ -21,3 +22,17 @@ def warmup_cosine(total_steps: int, warmup_ratio: float, min_ratio: float) -> Ca
 
 def constant() -> Callable[[int], float]:
     return lambda step: 1.0
+
+
+@contextlib.contextmanager
+def scaled_lr(optimizer, factor: float):
+    """Every param group's learning rate of a torch optimizer times `factor` for the optimizer steps inside the
+    block (ReLIFT's interleaved SFT step, on both engines), put back after."""
+    saved = [g["lr"] for g in optimizer.param_groups]
+    for g in optimizer.param_groups:
+        g["lr"] *= factor
+    try:
+        yield
+    finally:
+        for g, lr in zip(optimizer.param_groups, saved):
+            g["lr"] = lr

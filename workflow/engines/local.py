@@ -8,7 +8,6 @@ checkpoint replays steps k+1... bit for bit.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import functools
 import math
@@ -23,7 +22,7 @@ from workflow import preemption
 from workflow.algos.flops import rl_step_flops, sft_flops
 from workflow.algos.losses import sft_loss, token_logprobs, token_weights
 from workflow.algos.registry import build_mix, build_update_rule
-from workflow.algos.schedules import constant, warmup_cosine
+from workflow.algos.schedules import constant, scaled_lr, warmup_cosine
 from workflow.algos.sharded import clip_and_step
 from workflow.checkpoint import load_trainer_state, remove_stale_temporaries, save_checkpoint
 from workflow.config import RLConfig, TaskConfig
@@ -246,16 +245,3 @@ class LocalEngine:
         if tr.mix.name != "none":
             row.update(step.mix_metrics(row["loss"], sft_term), **tr.mix.step_metrics())
         return row
-
-
-@contextlib.contextmanager
-def scaled_lr(opt: torch.optim.Optimizer, factor: float):
-    """Every param group's learning rate times `factor` for the optimizer steps inside the block."""
-    saved = [g["lr"] for g in opt.param_groups]
-    for g in opt.param_groups:
-        g["lr"] *= factor
-    try:
-        yield
-    finally:
-        for g, lr in zip(opt.param_groups, saved):
-            g["lr"] = lr

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from workflow.algos.flops import rl_step_flops
+from workflow.algos.flops import rl_step_flops, sft_flops
 from workflow.algos.mix import sft_loss_share
 
 # our column <- verl metric
@@ -100,4 +100,19 @@ def train_steps_row(metrics: dict[str, Any], step: int, rollouts: int, n_params:
             row[col] = int(round(row[col]))
     if n_params is not None and row["tokens"] is not None:
         row["flops"] = rl_step_flops(n_params, row["tokens"], row["backward_passes"], ref_model=ref_model)
+    _interleaved_sft(row, metrics, n_params)
     return row
+
+
+def _interleaved_sft(row: dict[str, Any], metrics: dict[str, Any], n_params: int | None) -> None:
+    """A step that took the method's interleaved SFT update too (ReLIFT): one more backward pass and optimizer
+    step, its tokens, and their SFT FLOPs (6N per token: trained, not generated)."""
+    tokens = scalar(metrics.get("rlsweep/mix/interleaved_sft_tokens"))
+    if not tokens:
+        return
+    row["backward_passes"] += 1
+    row["optimizer_steps"] += 1
+    if row["tokens"] is not None:
+        row["tokens"] += int(tokens)
+    if row.get("flops") is not None:
+        row["flops"] += sft_flops(n_params, int(tokens))

@@ -10,6 +10,8 @@ verl samples every prompt's `rollout.n` = G sequences itself; a method's slots a
 - a prompt the plan trains with SFT but whose group has no trace row (HPT: its rollouts left the RL loss) gets one
   of its rollouts replaced by the demonstration after the plan, as an SFT-only row. verl's batch keeps P x G rows.
 - continuing a demonstration prefix (Prefix-RFT) needs the prefix inside generation: refused (config.py).
+- an interleaved SFT step (ReLIFT) is a batch of its own after the RL update: demonstration rows built on a row of
+  the step as template (demonstration_row), every token weighted 1 / (SFT tokens of that batch) (sft_weights).
 
 Every per-token weight is computed here ONCE over the whole step batch (verl's one mini-batch: translate.py sets
 ppo_mini_batch_size = train_batch_size, ppo_epochs 1), so the worker's loss (mix_loss.py) is a plain weighted sum
@@ -18,6 +20,7 @@ that no micro-batch split or data-parallel layout changes.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -54,6 +57,34 @@ def sequence_fields(prompt: torch.Tensor, response: list[int]) -> dict[str, torc
     ones = torch.ones_like(responses)
     return {"responses": responses, "response_mask": ones, "loss_mask": ones.clone(), "input_ids": input_ids,
             "position_ids": torch.arange(len(input_ids), dtype=torch.int64)}
+
+
+def demonstration_row(template: dict, prompt: torch.Tensor, response: list[int]) -> dict:
+    """A whole row of verl's batch (every field `template`, a row of the step, has) holding prompt + demonstration:
+    the sequence fields rebuilt; every other per-token field, over the response (old_log_probs, advantages, ...) or
+    over the whole sequence (the log-probs verl's forward left), zeros of the new length; the rest (uid,
+    extra_info, data_source, ...) copied. An SFT-only row: whatever it carries for the RL loss is 0, its weights
+    come from sft_weights."""
+    sequence = sequence_fields(prompt, response)
+    sequence["prompts"] = prompt.to(torch.int64)
+    sequence["attention_mask"] = torch.ones_like(sequence["input_ids"])
+    lengths = {len(template["responses"]): len(response), len(template["input_ids"]): len(sequence["input_ids"])}
+    row = {}
+    for name, value in template.items():
+        if name in sequence:
+            row[name] = sequence[name]
+        elif isinstance(value, torch.Tensor) and value.dim() >= 1 and len(value) in lengths:
+            row[name] = torch.zeros((lengths[len(value)], *value.shape[1:]), dtype=value.dtype)
+        else:
+            row[name] = value.clone() if isinstance(value, torch.Tensor) else copy.deepcopy(value)
+    return row
+
+
+def sft_weights(masks: list[torch.Tensor], trained: int) -> list[torch.Tensor]:
+    """Per-token weights of a batch of demonstration rows: 1 / (SFT tokens of the first `trained` rows) on those
+    rows' response tokens (a global token mean), 0 on the rest (padding to a multiple of the data-parallel size)."""
+    total = max(float(sum(m.float().sum() for m in masks[:trained])), 1.0)
+    return [m.float() / total if i < trained else torch.zeros(len(m)) for i, m in enumerate(masks)]
 
 
 def padded(rows: list[torch.Tensor], dtype=torch.float32) -> torch.Tensor:

@@ -8,26 +8,34 @@ workers' loss is mix_loss.py). verl's PPOTrainer._step_once order, and where eac
     _compute_advantage    <- plan: verl's GRPO over the mixed groups, then the method's loss plan, demonstration
                              rows for the SFT term, per-token weights -> TransferQueue fields
     _update_actor         <- the batch's MIX_KEY entry: the workers take mix_loss.mixed_loss for it
+    (after the update)    <- interleaved_batch: the method's after_step; if it asks for an SFT step (ReLIFT), a
+                             batch of demonstration rows of its own, trained by a second update of the actor (the
+                             workers scale its lr by the method's lr_scale and leave verl's lr schedule alone)
 
 The method object lives here, on the driver, built from the run's RLConfig (registry.build_mix), as on the local
-engine; the workers only see tensors.
+engine; the workers only see tensors. Its state (ReLIFT's buffer) goes into verl's checkpoint (RlsweepTrainer).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import uuid
+
 import numpy as np
 import torch
 import transfer_queue as tq
+from transfer_queue import KVBatchMeta
 from verl.utils import tensordict_utils as tu
 
 from workflow.algos.registry import build_mix
 from workflow.config import RLConfig
 from workflow.engines.verl.data import compute_score
-from workflow.engines.verl.mix_batch import (StepRows, demo_positions, group_positions, loss_plan, padded,
-                                             rollout_metrics, sequence_fields, token_fields, trace_response)
-from workflow.engines.verl.mix_loss import FIELDS, MIX_KEY, SHAPED, W_KL, W_RL, W_SFT
+from workflow.engines.verl.gates import UPDATE_KEY
+from workflow.engines.verl.mix_batch import (StepRows, demo_positions, demonstration_row, group_positions, loss_plan,
+                                             padded, rollout_metrics, sequence_fields, sft_weights, token_fields,
+                                             trace_response)
+from workflow.engines.verl.mix_loss import FIELDS, LR_SCALE, MIX_KEY, SHAPED, W_KL, W_RL, W_SFT
 
 METRIC = "rlsweep/mix/"  # the driver's mix columns in verl's step metrics (metrics.py reads them)
 
@@ -52,6 +60,8 @@ class DriverMix:
         self.off_len: list[int] = []
         self.demos: list[list[int]] = []
         self.discarded_tokens = 0
+        self.step_items: list[list[list[int]]] = []  # per prompt of the step: [prompt ids, demonstration ids]
+        self.step_rewards = np.zeros((0, 0))  # [P, G] what the policy's sequences scored
 
     def _demo_tokens(self, info: dict) -> list[int]:
         demo = (info or {}).get("demo")
@@ -139,6 +149,8 @@ class DriverMix:
         plan, _ = loss_plan(self.mix, rows)
         demos = demo_positions(plan, rows)
         prompts = unbind(data["prompts"])
+        self.step_items = [[prompts[g[0]].tolist(), list(self.demos[p])] for p, g in enumerate(groups)]
+        self.step_rewards = rows.by_group(reward)
         keys, fields = [], []
         for p, pos in demos.items():
             if not self.slots[pos].generate:
@@ -161,8 +173,60 @@ class DriverMix:
         fields = {k: nested([v[i, :n] for i, n in enumerate(lengths)]) for k, v in per_token.items()}
         planned = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=tu.get_tensordict(fields))
         planned.tags = batch.tags
-        planned.extra_info = {**(batch.extra_info or {}), MIX_KEY: {"lam": float(self.mix.lam), "fields": list(FIELDS)}}
+        planned.extra_info = {**(batch.extra_info or {}), MIX_KEY: self._mix_entry()}
         out.update(tokens.metrics)
         out["discarded_tokens"] = self.discarded_tokens
         metrics.update({METRIC + k: v for k, v in out.items() if v is not None})
         return planned
+
+    def _mix_entry(self, **extra) -> dict:
+        return {"lam": float(self.mix.lam), "fields": list(FIELDS), **extra}
+
+    def interleaved_batch(self, batch, metrics: dict, ranks: int, micro_batch_size: int | None) -> KVBatchMeta | None:
+        """After the step's RL update: the method's after_step on what the step's prompts scored; when it asks for
+        an SFT step (ReLIFT's buffer is due), that step's batch: one demonstration row per item (prompt + its
+        demonstration + eos, cut at max_new_tokens like the RL step's), as new TransferQueue keys the caller clears
+        after training. verl splits a batch into equal shares per rank and, without dynamic batching, each share
+        into micro-batches of `micro_batch_size` rows: the rows are padded with zero-weight copies to fill them
+        (micro-batches no larger than a rank's share). None when no SFT step is due. Writes the method's state
+        columns (buffer_size) into `metrics`."""
+        due = self.mix.after_step(self.step_items, self.step_rewards)
+        metrics.update({METRIC + k: v for k, v in self.mix.step_metrics().items()})
+        if not due:
+            return None
+        fields = list(batch.fields or [])
+        template = tq.kv_batch_get(keys=batch.keys[:1], partition_id=batch.partition_id, select_fields=fields)[0]
+        template = {name: template[name] for name in fields}
+        rows = []
+        for prompt, demo in due:
+            response, _ = trace_response(demo, self.tokenizer.eos_token_id, self.rl.max_new_tokens)
+            rows.append(demonstration_row(template, torch.tensor(prompt, dtype=torch.int64), response))
+        trained = len(rows)
+        micro = min(micro_batch_size, -(-trained // ranks)) if micro_batch_size else 1
+        rows += [dict(rows[0]) for _ in range(-trained % (ranks * micro))]
+        weights = sft_weights([r["response_mask"] for r in rows], trained)
+        for row, w in zip(rows, weights):
+            row.update({W_SFT: w, W_RL: torch.zeros_like(w), W_KL: torch.zeros_like(w), SHAPED: torch.zeros_like(w)})
+        tag = dict(batch.tags[0])
+        tags = []
+        for row in rows:
+            n_prompt, n_response = len(row["prompts"]), len(row["responses"])
+            tags.append({**tag, "prompt_len": n_prompt, "response_len": n_response, "seq_len": n_prompt + n_response})
+        uid = f"rlsweep-sft{uuid.uuid4().hex}"
+        keys = [f"{uid}_{i}_0" for i in range(len(rows))]
+        sft = tq.kv_batch_put(keys=keys, partition_id=batch.partition_id, tags=tags,
+                              fields=tu.list_of_dict_to_tensordict(rows))
+        info = {k: v for k, v in (batch.extra_info or {}).items() if k != UPDATE_KEY}  # verl's own step, one pass
+        if micro_batch_size:
+            info["micro_batch_size_per_gpu"] = micro
+        info.update(global_batch_size=len(rows), mini_batch_size=len(rows), epochs=1,
+                    **{MIX_KEY: self._mix_entry(**{LR_SCALE: float(self.mix.lr_scale)})})
+        sft.extra_info = info
+        self.interleaved = {"interleaved_sft_rows": trained,
+                            "interleaved_sft_tokens": sum(len(r["input_ids"]) for r in rows[:trained])}
+        return sft
+
+    def interleaved_done(self, actor_metrics: dict, metrics: dict) -> None:
+        """The SFT step's columns from its update's (reduced) worker metrics."""
+        out = dict(self.interleaved, interleaved_sft_loss=actor_metrics.get("actor/rlsweep/sft_loss"))
+        metrics.update({METRIC + k: v for k, v in out.items() if v is not None})

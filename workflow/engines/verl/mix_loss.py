@@ -24,6 +24,9 @@ from verl.workers.utils.padding import no_padding_2_padding
 from workflow.algos.losses import mixed_token_loss, sft_loss
 
 MIX_KEY = "rlsweep_mix"  # the batch's non-tensor entry: {"lam": f's constant}; present iff the batch is planned
+# in MIX_KEY's entry of an interleaved SFT batch (ReLIFT): its update's lr factor; such a batch leaves verl's lr
+# schedule where it is (one schedule step per RL step, as on the local engine)
+LR_SCALE = "lr_scale"
 W_RL, W_KL, W_SFT, SHAPED = "rlsweep_w_rl", "rlsweep_w_kl", "rlsweep_w_sft", "rlsweep_shaped"
 FIELDS = (W_RL, W_KL, W_SFT, SHAPED)
 

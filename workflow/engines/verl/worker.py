@@ -15,22 +15,30 @@ no verl file is forked or edited.
 
 from __future__ import annotations
 
+import json
 from functools import partial
+from pathlib import Path
 
 import ray
+import transfer_queue as tq
 from verl.trainer.ppo.v1 import register_trainer
 from verl.trainer.ppo.utils import need_reference_policy
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils import tensordict_utils as tu
+from verl.utils.metric import reduce_metrics
 from verl.utils.metric.utils import AggregationType, Metric
+from verl.utils.py_functional import rename_dict
 from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 
 from workflow.algos.registry import rule_from_settings
+from workflow.algos.schedules import scaled_lr
 from workflow.engines.verl.gates import METRIC_PREFIX, UPDATE_KEY, DriverGates
 from workflow.engines.verl.metrics import param_count, train_steps_row
-from workflow.engines.verl.mix_loss import mixed_loss, planned
+from workflow.engines.verl.mix_loss import LR_SCALE, mixed_loss, planned
 from workflow.engines.verl.rule_step import rule_train_batch
 from workflow.results.train_log import TrainLog
+
+MIX_STATE = "rlsweep_mix.json"  # in verl's global_step_N folder: the driver's method state at that checkpoint
 
 
 class RuleTrainingWorker(TrainingWorker):
@@ -49,6 +57,12 @@ class RuleTrainingWorker(TrainingWorker):
             mix = planned(data)
             if mix is not None:  # a mixed-policy batch: the driver's per-token weights, our loss (mix_loss.py)
                 loss_function = partial(mixed_loss, config=loss_function.keywords["config"], lam=mix["lam"])
+            # an interleaved SFT step (ReLIFT): verl's step at a scaled lr, and the schedule step that
+            # TrainingWorker.train_batch takes after it held back (the schedule counts RL steps)
+            self._rlsweep_hold_schedule = mix is not None and LR_SCALE in mix
+            if self._rlsweep_hold_schedule:
+                with scaled_lr(engine.optimizer, mix[LR_SCALE]):
+                    return verl_step(data, loss_function)
             spec = tu.get_non_tensor_data(data=data, key=UPDATE_KEY, default=None)
             if spec is None:
                 return verl_step(data, loss_function)
@@ -62,6 +76,14 @@ class RuleTrainingWorker(TrainingWorker):
             return outputs
 
         engine.train_batch = train_batch
+        schedule_step = engine.lr_scheduler_step
+
+        def lr_scheduler_step():
+            if self.__dict__.pop("_rlsweep_hold_schedule", False):  # (the lr the schedule stands at)
+                return engine.optimizer.param_groups[0]["lr"]
+            return schedule_step()
+
+        engine.lr_scheduler_step = lr_scheduler_step
 
     def _rule_for(self, spec: dict):
         """The run's rule without a gate of its own, told the driver's decision (a disabled rule is single-pass
@@ -126,7 +148,24 @@ class RlsweepTrainer(PPOTrainerSync):
         if gates.last_z is not None:
             metrics[f"{METRIC_PREFIX}gate_z"] = gates.last_z
         metrics[f"{METRIC_PREFIX}gate_tripped"] = float(gates.tripped_now)
+        mix = self._driver_mix()
+        if mix is not None:
+            self._interleaved_sft(mix, batch, metrics)
         return batch
+
+    def _interleaved_sft(self, mix, batch, metrics: dict) -> None:
+        """The method's SFT step after the RL update when it asks for one (ReLIFT): a second update of the actor on
+        a batch of its own (mix_hooks.DriverMix.interleaved_batch), whose rows leave the TransferQueue after it."""
+        actor = self.config.actor_rollout_ref.actor
+        micro = None if actor.use_dynamic_bsz else int(actor.ppo_micro_batch_size_per_gpu)
+        sft = mix.interleaved_batch(batch, metrics, ranks=self.actor_rollout_wg.world_size, micro_batch_size=micro)
+        if sft is None:
+            return
+        try:
+            output = self.actor_rollout_wg.update_actor(sft)
+        finally:
+            tq.kv_clear(keys=sft.keys, partition_id=sft.partition_id)
+        mix.interleaved_done(reduce_metrics(rename_dict(output["metrics"], "actor/")), metrics)
 
     def _log_where(self) -> dict | None:
         return (self.config.trainer.v1.rlsweep or {}).get("log")  # set by the verl engine: where our tables go
@@ -136,8 +175,26 @@ class RlsweepTrainer(PPOTrainerSync):
         the checkpoint is (a run killed in between would resume past rows never written), so with a table to write
         the save waits for _compute_metrics, right after the flush (the local engine's order)."""
         if self._log_where() is None:
-            return super()._save_checkpoint()
+            return self._save_now()
         self._rlsweep_save_due = True
+
+    def _save_now(self) -> None:
+        """verl's checkpoint of the step, and in its folder the driver's method state (ReLIFT's buffer)."""
+        super()._save_checkpoint()
+        mix = self.__dict__.get("_rlsweep_mix")
+        if mix is not None:
+            (self._step_folder() / MIX_STATE).write_text(json.dumps(mix.mix.state_dict()))
+
+    def _step_folder(self) -> Path:
+        return Path(self.config.trainer.default_local_dir).absolute() / f"global_step_{self.global_steps}"
+
+    def _load_checkpoint(self):
+        """verl's resume, then the method's state saved with that checkpoint."""
+        out = super()._load_checkpoint()
+        path = self._step_folder() / MIX_STATE
+        if self.global_steps > 0 and path.exists() and self._driver_mix() is not None:
+            self._driver_mix().mix.load_state_dict(json.loads(path.read_text()))
+        return out
 
     def _n_params(self) -> int:
         """The actor's parameter count for train_steps.flops, read once from its model directory."""
@@ -160,5 +217,5 @@ class RlsweepTrainer(PPOTrainerSync):
                                          ref_model=need_reference_policy(self.config)))
             if self.__dict__.pop("_rlsweep_save_due", False):
                 log.flush()
-                super()._save_checkpoint()
+                self._save_now()
         return out
