@@ -244,6 +244,77 @@ class PrefixRFTConfig(MixSettings):
         return self
 
 
+class FastGRPOPart(Strict):
+    """One of FAST-GRPO's three parts (workflow/algos/fast_grpo.py states what each computes): a section of
+    RLConfig, switched on by its own `enabled`, and part of a run's identity only then (so each part is an ablation
+    of its own and every run id from before FAST-GRPO existed stays what it was)."""
+
+    enabled: bool = False
+
+
+class ThinkingRewardConfig(FastGRPOPart):
+    """The thinking reward: a correct answer to an easy prompt earns scale x g(1 - L / max_new_tokens), a wrong
+    answer to a hard prompt scale x g(L / max_new_tokens); difficulty = (1 - pass rate) x normalised complexity,
+    easy = at or below its `percentile`-th value over the step's prompts. Estimates online from the group or from
+    `table` (JSONL rows {prompt, pass_rate, complexity})."""
+
+    percentile: float = Field(80.0, gt=0.0, lt=100.0)
+    scale: float = Field(0.5, gt=0.0, lt=1.0)  # < 1: a wrong answer never outscores a right one
+    shape: Literal["linear", "cosine"] = "linear"
+    pass_rate: Literal["group", "table"] = "group"
+    complexity: Literal["response_len", "prompt_len", "table"] = "response_len"
+    table: str | None = None
+
+    @model_validator(mode="after")
+    def _table_when_read(self) -> "ThinkingRewardConfig":
+        reads = [k for k in ("pass_rate", "complexity") if getattr(self, k) == "table"]
+        if reads and not self.table:
+            raise ConfigProblem("table", f"required when {' and '.join(reads)} is 'table' (a JSONL file of rows "
+                                "{prompt, pass_rate, complexity})")
+        if self.table and not reads:
+            raise ConfigProblem("table", "is read only when pass_rate or complexity is 'table'")
+        if self.table and self.enabled and not Path(self.table).is_file():
+            raise ConfigProblem("table", f"{self.table}: no such file")
+        return self
+
+
+class DynamicKLConfig(FastGRPOPart):
+    """Group-accuracy-based KL: each group's KL coefficient beta_min + (beta_max - beta_min) x its accuracy, on the
+    low-variance (k3) estimator against the initial policy; replaces rl.kl_coef."""
+
+    beta_min: NonNegativeFloat = 0.001
+    beta_max: NonNegativeFloat = 0.01
+
+    @model_validator(mode="after")
+    def _order(self) -> "DynamicKLConfig":
+        if self.beta_min > self.beta_max:
+            raise ConfigProblem("beta_min", f"{self.beta_min} must be <= beta_max ({self.beta_max})")
+        return self
+
+
+AccuracyBounds = tuple[float, float]
+
+
+class Slow2FastConfig(FastGRPOPart):
+    """Slow2Fast sampling: keep the groups whose accuracy lies in `slow` during the first `switch` share of
+    training, in `fast` after it (bounds inclusive); refill the step by sampling more prompts (resample, at most
+    max_rounds extra rounds) or train on the groups kept (shrink)."""
+
+    switch: float = Field(0.5, gt=0.0, lt=1.0)
+    slow: AccuracyBounds = (0.3, 0.99)
+    fast: AccuracyBounds = (0.01, 0.7)
+    refill: Literal["resample", "shrink"] = "resample"
+    max_rounds: PositiveInt = 4
+
+    @field_validator("slow", "fast")
+    @classmethod
+    def _bounds(cls, v: AccuracyBounds) -> AccuracyBounds:
+        low, high = v
+        if not 0.0 <= low <= high <= 1.0:
+            raise ConfigProblem("", f"[{low}, {high}]: accuracy bounds need 0 <= low <= high <= 1")
+        return v
+
+
 class RLConfig(Strict):
     """GRPO and its common variants (DAPO clip-higher, Dr.GRPO no-std / token-sum), on-policy, with the policy
     update done by an update rule: grpo (one step), sfpo or gxpo (several steps on the same rollout batch)."""
@@ -258,6 +329,10 @@ class RLConfig(Strict):
     hpt: HPTConfig = HPTConfig()
     relift: ReLIFTConfig = ReLIFTConfig()
     prefix_rft: PrefixRFTConfig = PrefixRFTConfig()
+    # FAST-GRPO's parts (workflow/algos/fast_grpo.py), each on its own; part of the run id only when enabled
+    thinking_reward: ThinkingRewardConfig = ThinkingRewardConfig()
+    dynamic_kl: DynamicKLConfig = DynamicKLConfig()
+    slow2fast: Slow2FastConfig = Slow2FastConfig()
     steps: PositiveInt = 40
     prompts_per_step: PositiveInt = 32
     group_size: int = Field(8, ge=2)
@@ -293,12 +368,36 @@ class RLConfig(Strict):
                                 "plain on-policy rollout")
         return self
 
+    @model_validator(mode="after")
+    def _fast_grpo_parts_compose(self) -> "RLConfig":
+        parts = self.fast_grpo_parts
+        if parts and self.mix != "none":
+            raise ConfigProblem(f"{parts[0]}.enabled", f"FAST-GRPO's parts train on the policy's own groups; they "
+                                f"do not compose with a mixed-policy method (rl.mix {self.mix})")
+        if self.dynamic_kl.enabled and self.kl_coef > 0:
+            raise ConfigProblem("kl_coef", f"{self.kl_coef}: with dynamic_kl each group's coefficient comes from its "
+                                "accuracy (dynamic_kl.beta_min .. beta_max); set kl_coef to 0")
+        return self
+
+    @property
+    def fast_grpo_parts(self) -> list[str]:
+        """The FAST-GRPO sections switched on (rl.thinking_reward, rl.dynamic_kl, rl.slow2fast)."""
+        return [name for name in self.fast_sections() if getattr(self, name).enabled]
+
+    @property
+    def uses_reference(self) -> bool:
+        """Whether the step needs the reference policy's log-probs (a KL penalty)."""
+        return self.kl_coef > 0 or self.dynamic_kl.enabled
+
     @property
     def method(self) -> str:
-        """What `runs.method` calls this run: the update rule, or the mixed-policy method (+ its rule if not GRPO)."""
+        """What `runs.method` calls this run: the update rule, or the mixed-policy method (+ its rule if not GRPO),
+        + the FAST-GRPO parts switched on (e.g. grpo+thinking_reward+slow2fast)."""
         if self.mix == "none":
-            return self.update
-        return self.mix if self.update == "grpo" else f"{self.mix}+{self.update}"
+            base = self.update
+        else:
+            base = self.mix if self.update == "grpo" else f"{self.mix}+{self.update}"
+        return "+".join([base, *self.fast_grpo_parts])
 
     @classmethod
     def rule_sections(cls) -> tuple[str, ...]:
@@ -309,6 +408,11 @@ class RLConfig(Strict):
     def mix_sections(cls) -> tuple[str, ...]:
         """The names of the mixed-policy settings sections (`rl.luffy`, ...), each read only by its own method."""
         return cls._sections(MixSettings)
+
+    @classmethod
+    def fast_sections(cls) -> tuple[str, ...]:
+        """The FAST-GRPO sections, each part of a run's identity only when enabled."""
+        return cls._sections(FastGRPOPart)
 
     @classmethod
     def _sections(cls, kind: type) -> tuple[str, ...]:
@@ -400,6 +504,14 @@ class RunConfig(Strict):
                 raise ConfigProblem("sft.enabled", f"training sets {bare} have no demonstrations to fine-tune on; "
                                     "disable SFT or use sets with demonstrations "
                                     f"({', '.join(n for n, t in sorted(TRAINING_SETS.items()) if t.demonstrations)})")
+        return self
+
+    @model_validator(mode="after")
+    def _fast_grpo_runs_locally(self) -> "RunConfig":
+        parts = self.rl.fast_grpo_parts
+        if self.engine.name == "verl" and parts:
+            raise ConfigProblem(f"rl.{parts[0]}.enabled", "FAST-GRPO's parts run on the local engine only so far "
+                                "(the verl hooks are not written yet); use engine.name local")
         return self
 
     @model_validator(mode="after")

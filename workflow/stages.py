@@ -59,6 +59,9 @@ def stage_config(cfg: RunConfig, stage: str, *, sft_id: str | None = None, run_i
               and (k not in mixes or k == d["rl"]["mix"])}
         if rl["mix"] == "none":  # on-policy runs keep the ids they had before mixed-policy methods existed
             del rl["mix"]
+        for part in RLConfig.fast_sections():  # FAST-GRPO's parts: in the id only when switched on
+            if not rl[part]["enabled"]:
+                del rl[part]
         return {**common, "model": d["model"], "rl": rl, "seed": d["seed"], "sft_id": sft_id, **data}
     if stage == "eval":
         ev = {k: v for k, v in d["eval"].items() if k != "at_start" or v}  # off: the ids from before it existed

@@ -12,6 +12,7 @@ import copy
 import functools
 import math
 import time
+import warnings
 from pathlib import Path
 from typing import Callable
 
@@ -19,7 +20,7 @@ import numpy as np
 import torch
 
 from workflow import preemption
-from workflow.algos.flops import rl_step_flops, sft_flops
+from workflow.algos.flops import generation_flops, rl_step_flops, sft_flops
 from workflow.algos.losses import sft_loss, token_logprobs, token_weights
 from workflow.algos.registry import build_mix, build_update_rule
 from workflow.algos.schedules import constant, scaled_lr, warmup_cosine
@@ -155,12 +156,12 @@ class LocalEngine:
                               len(batch["input_ids"]), sft.micro_batch_size, sft.max_grad_norm)
         rl = stage.rl
         model = (load_model(init_ckpt) if init_ckpt else build_model(stage.model, TOKENIZER.vocab_size, stage.seed))
-        ref = copy.deepcopy(model).eval().requires_grad_(False) if rl.kl_coef > 0 else None
+        ref = copy.deepcopy(model).eval().requires_grad_(False) if rl.uses_reference else None
         mix = build_mix(rl)
         prompts = max(1, math.ceil(probe_rows(rl.prompts_per_step * rl.group_size, rl.micro_batch_size) /
                                    rl.group_size))
-        step, problems, _, _ = rollout(model, ref, mix, stage.task, rl.model_copy(update={"prompts_per_step": prompts}),
-                                       stage.seed, 0, rl.steps)
+        probe_rl = rl.model_copy(update={"prompts_per_step": prompts})
+        step, problems, _, _, _ = rollout(model, ref, mix, stage.task, probe_rl, stage.seed, 0, rl.steps)
         params = [p for p in model.parameters() if p.requires_grad]
         opt = make_optimizer(params, rl.lr, rl.weight_decay)
         if mix.interleaves_sft:  # what the method adds to GRPO is its SFT step: check that one (on this batch's)
@@ -200,7 +201,7 @@ class LocalEngine:
            on_checkpoint: Callable[[int], None] | None = None, data: Path | None = None) -> Path:
         model_cfg, task, rl, seed = stage.model, stage.task, stage.rl, stage.seed
         init = load_model(init_ckpt) if init_ckpt else build_model(model_cfg, TOKENIZER.vocab_size, seed)
-        ref = copy.deepcopy(init).eval().requires_grad_(False) if rl.kl_coef > 0 else None
+        ref = copy.deepcopy(init).eval().requires_grad_(False) if rl.uses_reference else None
         tr = _Trainer(init, rl.lr, rl.weight_decay, constant(), out_dir, log, rl.steps, rl.checkpoint_every,
                       rule=build_update_rule(rl), mix=build_mix(rl))
         progress = StepProgress(f"rl {log.run_id}", rl.steps, start=tr.step)
@@ -214,8 +215,16 @@ class LocalEngine:
 
     def _rl_step(self, tr: _Trainer, ref, task: TaskConfig, rl: RLConfig, seed: int) -> dict:
         t0 = time.perf_counter()
-        step, problems, rewards, truncated = rollout(tr.model, ref, tr.mix, task, rl, seed, tr.step, tr.total)
+        step, problems, rewards, truncated, fast = rollout(tr.model, ref, tr.mix, task, rl, seed, tr.step, tr.total)
         t_gen = time.perf_counter()
+        if step is None:  # Slow2Fast kept no group: no update; the lr schedule still counts the step
+            lr = tr.lr
+            with warnings.catch_warnings():  # (torch warns of a schedule step before any optimizer step)
+                warnings.simplefilter("ignore", UserWarning)
+                tr.sched.step()
+            return {**fast, "backward_passes": 0, "optimizer_steps": 0, "lr": lr, "entropy": None,
+                    "flops": generation_flops(tr.n_params, fast["tokens"]), "wall_s": time.perf_counter() - t0,
+                    "gen_s": t_gen - t0, "update_s": 0.0}
         record: dict[str, float | None] = {}
         closure = mixed_closure(tr.model, tr.opt, step, rl, rl.micro_batch_size, record)
         tr.rule.on_rollout(step.signals)  # SFPO's trigger looks at the policy entropy of this rollout
@@ -244,4 +253,4 @@ class LocalEngine:
                    gen_s=t_gen - t0, update_s=t_end - t_gen)
         if tr.mix.name != "none":
             row.update(step.mix_metrics(row["loss"], sft_term), **tr.mix.step_metrics())
-        return row
+        return {**row, **fast}  # (with Slow2Fast: rollouts = every sequence sampled, dropped groups included)

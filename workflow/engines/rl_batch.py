@@ -13,6 +13,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from workflow.algos.fast_grpo import ThinkingReward, group_accuracy, group_kl_coef, slow2fast_keep
 from workflow.algos.losses import (group_advantages, kl_k3, mixed_token_loss, sft_loss, token_entropy,
                                    token_logprobs, token_weights)
 from workflow.algos.mix import LossPlan, MixedPolicy, Slot, sft_loss_share, step_columns
@@ -23,22 +24,112 @@ from workflow.tasks.arithmetic import Problem, reward, sample_train
 
 
 def rollout(model, ref, mix: MixedPolicy, task: TaskConfig, rl: RLConfig, seed: int, step: int,
-            total: int) -> tuple[StepBatch, list[Problem], np.ndarray, list[bool]]:
+            total: int) -> tuple[StepBatch | None, list[Problem], np.ndarray, list[bool], dict]:
     """Step `step`'s rollout: its problems (drawn from (seed, step) alone, so a resumed run replays it), the
-    method's slots sampled and scored, the trained batch built. Returns the batch, the problems, the rewards
-    [P, G] and which sequences hit max_new_tokens."""
-    problems = sample_train(task, np.random.default_rng([seed, step, 1]), rl.prompts_per_step)
+    method's slots sampled and scored, FAST-GRPO's parts applied (workflow/algos/fast_grpo.py), the trained batch
+    built. Returns the batch (None when Slow2Fast kept no group: the step trains nothing), the problems, the rewards
+    [P, G] and which sequences hit max_new_tokens, of the groups trained on, and FAST-GRPO's columns of the step
+    (workflow/results/schemas.py)."""
+    gen = torch.Generator(device=device()).manual_seed(step_seed(seed, step, 2))
+    groups = sample_groups(model, mix, task, rl, seed, step, step / total, gen)
+    sampled = groups
+    columns: dict[str, float] = {}
+    if rl.slow2fast.enabled:
+        groups, columns = slow2fast(model, mix, task, rl, seed, step, step / total, gen, groups)
+        sampled = columns.pop("_sampled")
+        columns["rollouts"] = len(sampled.slots)  # every sequence sampled, those of dropped groups included
+    if not groups.problems:  # the step trains nothing; what it sampled still cost its generation
+        columns.update(tokens=sampled.tokens(), reward=float(sampled.rewards.mean()))
+        return None, [], np.zeros((0, rl.group_size)), [], columns
+    advantage_rewards, kl_coef = groups.rewards, None
+    if rl.thinking_reward.enabled:
+        bonus, bonus_columns = ThinkingReward(rl.thinking_reward).bonus(
+            groups.rewards, groups.lengths(), rl.max_new_tokens, [p.prompt for p in groups.problems],
+            [len(p) for p in groups.prompts])
+        advantage_rewards = groups.rewards + bonus
+        columns.update(bonus_columns)
+    if rl.dynamic_kl.enabled:
+        kl_coef = group_kl_coef(group_accuracy(groups.rewards), rl.dynamic_kl)
+        columns["kl_coef_mean"] = float(kl_coef.mean())
+    batch = build_step_batch(model, ref, mix, rl, groups.prompts, groups.demos, groups.slots, groups.responses,
+                             groups.truncated, advantage_rewards, kl_coef=kl_coef)
+    dropped = sampled.tokens() - groups.tokens()  # generated, then dropped by Slow2Fast: generation FLOPs only
+    batch.generated_tokens += dropped
+    batch.tokens += dropped
+    return batch, groups.problems, groups.rewards, groups.truncated, columns
+
+
+@dataclass
+class Groups:
+    """One or more rounds of a step's sampled groups: per prompt its problem, tokens, demonstration and the G
+    slots' sequences, truncation flags and rewards (row p * G + g)."""
+
+    problems: list[Problem]
+    prompts: list[list[int]]
+    demos: list[list[int]]
+    slots: list[Slot]
+    responses: list[list[int]]
+    truncated: list[bool]
+    rewards: np.ndarray  # [P, G]
+
+    def select(self, keep: np.ndarray) -> "Groups":
+        g = self.rewards.shape[1]
+        rows = [i for i in range(len(self.slots)) if keep[i // g]]
+        return Groups([p for p, k in zip(self.problems, keep) if k], [p for p, k in zip(self.prompts, keep) if k],
+                      [d for d, k in zip(self.demos, keep) if k], [self.slots[i] for i in rows],
+                      [self.responses[i] for i in rows], [self.truncated[i] for i in rows], self.rewards[keep])
+
+    def __add__(self, other: "Groups") -> "Groups":
+        return Groups(self.problems + other.problems, self.prompts + other.prompts, self.demos + other.demos,
+                      self.slots + other.slots, self.responses + other.responses, self.truncated + other.truncated,
+                      np.concatenate([self.rewards, other.rewards]))
+
+    def lengths(self) -> np.ndarray:
+        """[P, G] response tokens."""
+        return np.asarray([len(r) for r in self.responses], float).reshape(self.rewards.shape)
+
+    def tokens(self) -> int:
+        """Prompt + response tokens of the sequences the policy generated."""
+        g = max(self.rewards.shape[1], 1)
+        return sum(len(self.prompts[i // g]) + len(r) + (not t)  # + the eos of a finished response
+                   for i, (r, s, t) in enumerate(zip(self.responses, self.slots, self.truncated)) if s.generate)
+
+
+def sample_groups(model, mix: MixedPolicy, task: TaskConfig, rl: RLConfig, seed: int, step: int, progress: float,
+                  gen: torch.Generator, round_: int = 0) -> Groups:
+    """rl.prompts_per_step problems of the step (round 0: drawn from (seed, step); a refill round r > 0 from
+    (seed, step, r)), the method's slots sampled with `gen` and scored."""
+    rng = np.random.default_rng([seed, step, 1] + ([round_] if round_ else []))
+    problems = sample_train(task, rng, rl.prompts_per_step)
     prompts = [TOKENIZER.encode(p.prompt) for p in problems]
     demos = [TOKENIZER.encode(p.solution) for p in problems]  # the demonstrations: the worked solutions
     slots = [s for row in mix.rollout_slots([len(d) for d in demos], rl.group_size,
-                                            np.random.default_rng([seed, step, 3]), progress=step / total)
+                                            np.random.default_rng([seed, step, 3]), progress=progress)
              for s in row]
-    gen = torch.Generator(device=device()).manual_seed(step_seed(seed, step, 2))
     responses, truncated = sample_slots(model, prompts, demos, slots, rl, gen)
     rewards = np.array([reward(TOKENIZER.decode(r), problems[i // rl.group_size].answer)
                         for i, r in enumerate(responses)]).reshape(len(problems), rl.group_size)
-    batch = build_step_batch(model, ref, mix, rl, prompts, demos, slots, responses, truncated, rewards)
-    return batch, problems, rewards, truncated
+    return Groups(problems, prompts, demos, slots, responses, truncated, rewards)
+
+
+def slow2fast(model, mix: MixedPolicy, task: TaskConfig, rl: RLConfig, seed: int, step: int, progress: float,
+              gen: torch.Generator, first: Groups) -> tuple[Groups, dict]:
+    """FAST-GRPO's Slow2Fast sampling: the groups the schedule's phase keeps; with refill `resample`, more rounds
+    of prompts until rl.prompts_per_step groups are kept (at most slow2fast.max_rounds extra rounds, then the
+    step trains on those it has). Returns the kept groups (at most prompts_per_step) and the step's columns
+    kept_groups, dropped_groups, extra_rollouts (and under "_sampled" every group sampled: rollouts, FLOPs)."""
+    cfg = rl.slow2fast
+    sampled, kept = first, first.select(slow2fast_keep(group_accuracy(first.rewards), progress, cfg))
+    rounds = 0
+    while cfg.refill == "resample" and len(kept.problems) < rl.prompts_per_step and rounds < cfg.max_rounds:
+        rounds += 1
+        more = sample_groups(model, mix, task, rl, seed, step, progress, gen, round_=rounds)
+        sampled = sampled + more
+        kept = kept + more.select(slow2fast_keep(group_accuracy(more.rewards), progress, cfg))
+    trained = kept.select(np.arange(len(kept.problems)) < rl.prompts_per_step)
+    n_sampled = len(sampled.problems)
+    return trained, {"kept_groups": len(trained.problems), "dropped_groups": n_sampled - len(kept.problems),
+                     "extra_rollouts": rounds * rl.prompts_per_step * rl.group_size, "_sampled": sampled}
 
 
 def sample_slots(model, prompts: list[list[int]], demos: list[list[int]], slots: list[Slot], rl: RLConfig,
@@ -67,7 +158,7 @@ class StepBatch:
     shaped: torch.Tensor  # bool: off-policy tokens trained with the shaped loss
     adv: torch.Tensor  # per-token advantage (0 on SFT rows and on off-policy tokens the method leaves out)
     w_pol: torch.Tensor  # RL weight: rl.loss_agg weights over the RL rows x the plan's rl_scale
-    w_kl: torch.Tensor  # the same without rl_scale (the KL penalty's)
+    w_kl: torch.Tensor  # the same without rl_scale, times the KL coefficient (rl.kl_coef or dynamic_kl's, per group)
     w_sft: torch.Tensor  # SFT weight: the plan's sft_weight / SFT tokens of the batch
     old_logp: torch.Tensor
     ref_logp: torch.Tensor | None
@@ -98,8 +189,9 @@ class StepBatch:
 
 def build_step_batch(model, ref, mix: MixedPolicy, rl: RLConfig, prompts: list[list[int]], demos: list[list[int]],
                      slots: list[Slot], responses: list[list[int]], truncated: list[bool],
-                     rewards: np.ndarray) -> StepBatch:
-    """Score the step's sequences with the behaviour policy, let the method plan the loss, keep the rows it trains."""
+                     rewards: np.ndarray, kl_coef: np.ndarray | None = None) -> StepBatch:
+    """Score the step's sequences with the behaviour policy, let the method plan the loss, keep the rows it trains.
+    `kl_coef` [P]: each group's KL coefficient (FAST-GRPO's dynamic KL) instead of rl.kl_coef."""
     n_prompts, group = rewards.shape
     n_seq = len(slots)
     with_demos = mix.trains_on_demonstrations
@@ -133,6 +225,9 @@ def build_step_batch(model, ref, mix: MixedPolicy, rl: RLConfig, prompts: list[l
         w_sft[~is_rl.squeeze(1)] = mask[sft_idx] / mask[sft_idx].sum() * per_prompt.unsqueeze(1)
     scale = torch.ones(len(idx))
     scale[is_rl.squeeze(1)] = torch.tensor(plan.rl_scale, dtype=torch.float32)[rl_idx]
+    beta = torch.full((len(idx),), float(rl.kl_coef))
+    if kl_coef is not None:
+        beta[is_rl.squeeze(1)] = torch.as_tensor(np.repeat(kl_coef, group), dtype=torch.float32)[rl_idx]
     off = off_policy[idx] & is_rl
     adv_tok = torch.cat([adv, torch.zeros(len(mask) - n_seq)])[idx].unsqueeze(1) * is_rl
     adv_tok = adv_tok * advantage_kept(off, ent[idx], mix.off_policy_entropy_top)
@@ -143,7 +238,8 @@ def build_step_batch(model, ref, mix: MixedPolicy, rl: RLConfig, prompts: list[l
     return StepBatch(
         rows={k: batch[k][idx].to(d) for k in ("input_ids", "attention_mask", "labels")},
         rl_mask=(kept * is_rl).to(d), shaped=(off & (mix.off_policy_loss == "shaped")).to(d),
-        adv=adv_tok.to(d), w_pol=(w_rl * scale.unsqueeze(1)).to(d), w_kl=w_rl.to(d), w_sft=w_sft.to(d),
+        adv=adv_tok.to(d), w_pol=(w_rl * scale.unsqueeze(1)).to(d), w_kl=(w_rl * beta.unsqueeze(1)).to(d),
+        w_sft=w_sft.to(d),
         old_logp=old_logp[idx].to(d), ref_logp=ref_logp[idx].to(d) if ref_logp is not None else None,
         lam=mix.lam, signals=signals, plan=plan, slots=slots, off_policy_tokens=int(off.sum()),
         generated_tokens=int(tokens[generated].sum()), trained_tokens=int(tokens[idx].sum()),
@@ -171,7 +267,7 @@ def mixed_closure(model, opt, step: StepBatch, rl: RLConfig, micro_batch_size: i
             loss = (pl * step.w_pol[rows]).sum() + sft
             if step.ref_logp is not None:
                 kl = kl_k3(logp, step.ref_logp[rows])
-                loss = loss + rl.kl_coef * (kl * step.w_kl[rows]).sum()
+                loss = loss + (kl * step.w_kl[rows]).sum()
                 kl_sum += float((kl.detach() * step.rl_mask[rows]).sum())
             loss.backward()
             total += loss.detach()

@@ -36,6 +36,9 @@ TRAIN_STEPS = pa.schema([
     ("off_policy_frac", F), ("sft_frac", F), ("sft_loss", F), ("sft_loss_share", F), ("sft_weight", F),
     ("sft_prompt_frac", F), ("trace_reward", F), ("rl_weight", F), ("prefix_len", F), ("buffer_size", I),
     ("interleaved_sft_rows", I), ("interleaved_sft_loss", F),
+    # FAST-GRPO's parts (README, "FAST-GRPO"): thinking reward, dynamic KL, Slow2Fast sampling
+    ("thinking_bonus", F), ("easy_frac", F), ("hard_frac", F), ("kl_coef_mean", F),
+    ("kept_groups", I), ("dropped_groups", I), ("extra_rollouts", I),
 ])
 
 EVAL_SAMPLES = pa.schema([
