@@ -160,3 +160,14 @@ def test_bad_settings_are_refused_naming_the_key(tmp_path):
     assert problems({"rl": {"dynamic_kl": {"enabled": True}},
                      "engine": {"name": "verl", "verl": {"model_path": "m"}}}).startswith(
         "rl.dynamic_kl.enabled: FAST-GRPO's parts run on the local engine only so far")
+
+
+def test_the_ablation_sweep_is_grpo_each_part_alone_and_all_three():
+    from collections import Counter
+    from conftest import REPO
+    from workflow.sweep.expand import load_sweep
+    sweep = load_sweep(REPO / "sweeps" / "fast_grpo.yaml")
+    assert Counter(r.method for r in sweep.runs) == {m: 3 for m in (
+        "grpo", "grpo+thinking_reward", "grpo+dynamic_kl", "grpo+slow2fast",
+        "grpo+thinking_reward+dynamic_kl+slow2fast")}
+    assert len(sweep.sft_configs) == 1  # every setting starts from the same SFT checkpoint
