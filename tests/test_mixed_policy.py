@@ -139,8 +139,6 @@ def test_mix_settings_are_validated_naming_the_key(tmp_path):
         "rl.luffy.n_off: 4 must be < group_size (4)")
     assert problems({"rl": {"mix": "prefix_rft", "prefix_rft": {"min_frac": 0.9, "max_frac": 0.1}}}).startswith(
         "rl.prefix_rft.min_frac: 0.9 must be <= max_frac (0.1)")
-    assert problems({"rl": {"mix": "prefix_rft"}, "engine": {"name": "verl", "verl": {"model_path": "m"}}}).startswith(
-        "rl.mix: prefix_rft: not on the verl engine yet")
     assert problems({"rl": {"hpt": {"treshold": 1}}}).startswith("rl.hpt.treshold")
     sweep = tmp_path / "bad.yaml"
     sweep.write_text("name: bad\ngrid:\n  rl.mix: [none, luffy]\n  rl.luffy.n_off: [8]\n")

@@ -173,13 +173,15 @@ def test_modules_verl_loads_by_name_import_and_hold_what_is_named():
     assert worker.RlsweepTrainer and worker.RuleActorRolloutRefWorker
     sft = importlib.import_module(translate.SFT_TRAINER_MODULE)
     assert callable(sft.main)
+    assert importlib.import_module(translate.AGENT_MODULE).PrefixAgentLoop  # registered as it is imported
     from workflow.engines.verl import preflight  # torchrun runs it by name: python -m MODULE
     assert preflight.MODULE == preflight.__name__ and callable(preflight.main)
     # and the translated config names exactly these
     from workflow.config import RunConfig
     out = translate.translate(RunConfig.model_validate({"engine": {"name": "verl", "verl": {"model_path": "m"}},
                                                         "sft": {"enabled": False}}))
-    assert out["ray_kwargs.ray_init.runtime_env.env_vars"]["VERL_USE_EXTERNAL_MODULES"] == translate.WORKER_MODULE
+    assert out["ray_kwargs.ray_init.runtime_env.env_vars"]["VERL_USE_EXTERNAL_MODULES"] == \
+        f"{translate.WORKER_MODULE},{translate.AGENT_MODULE}"
     assert (out["reward.custom_reward_function.path"], out["reward.custom_reward_function.name"]) == \
         translate.REWARD_FN
 

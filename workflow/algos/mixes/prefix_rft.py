@@ -27,7 +27,7 @@ class PrefixRFT(MixedPolicy):
                  entropy_top: float = 0.2):
         self.n_prefixed, self.min_frac, self.max_frac = n_prefixed, min_frac, max_frac
         self.off_policy_entropy_top = entropy_top
-        self.last_prefix: list[int] = []
+        self.last_prefix: list[int] = []  # prefixes drawn since the last loss_plan (verl draws prompt by prompt)
 
     def upper(self, progress: float) -> float:
         """The prefix fraction's upper bound after `progress` (0..1) of training: max_frac -> min_frac, cosine."""
@@ -38,10 +38,11 @@ class PrefixRFT(MixedPolicy):
             raise ValueError(f"Prefix-RFT's n_prefixed ({self.n_prefixed}) must be < the group size ({group_size})")
         frac = rng.uniform(self.min_frac, self.upper(progress), size=(len(demo_lens), self.n_prefixed))
         prefixes = [[int(math.floor(f * n)) for f in row] for row, n in zip(frac, demo_lens)]
-        self.last_prefix = [k for row in prefixes for k in row]
+        self.last_prefix += [k for row in prefixes for k in row]
         return [[ON_POLICY] * (group_size - self.n_prefixed) + [Slot(prefix=k) for k in row] for row in prefixes]
 
     def loss_plan(self, rewards: np.ndarray, signals) -> LossPlan:
         plan = LossPlan.on_policy(*rewards.shape)
         plan.metrics["prefix_len"] = float(np.mean(self.last_prefix)) if self.last_prefix else 0.0
+        self.last_prefix = []
         return plan

@@ -16,6 +16,8 @@ rollouts) running our update rules. One module per piece:
     rule_step.py     one update rule step on verl's training engine
     worker.py        inside verl's Ray processes: our TrainingWorker and trainer (VERL_USE_EXTERNAL_MODULES)
     metrics.py       verl's step metrics -> our train_steps rows
+    mix_hooks.py     a mixed-policy method (rl.mix) on the driver, around verl's step; mix_batch.py what its rows
+                     hold; mix_loss.py the workers' loss; prefix_agent.py Prefix-RFT's agent loop (prefixed rollouts)
 """
 
 __all__ = ["VerlEngine"]

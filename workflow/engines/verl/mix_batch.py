@@ -9,7 +9,9 @@ verl samples every prompt's `rollout.n` = G sequences itself; a method's slots a
   max_new_tokens like a rollout), scored by the run's reward like any response. Its tokens are off-policy.
 - a prompt the plan trains with SFT but whose group has no trace row (HPT: its rollouts left the RL loss) gets one
   of its rollouts replaced by the demonstration after the plan, as an SFT-only row. verl's batch keeps P x G rows.
-- continuing a demonstration prefix (Prefix-RFT) needs the prefix inside generation: refused (config.py).
+- a prefixed slot (Prefix-RFT: Slot(prefix=k, generate=True)) cannot be applied after generation: verl's agent
+  loop draws it itself (prefix_agent.py) and continues prompt + the demonstration's first k tokens. Agent loop and
+  driver draw a prompt's slots alike, from its dataset index and the step it was sampled at (prompt_slots).
 - an interleaved SFT step (ReLIFT) is a batch of its own after the RL update: demonstration rows built on a row of
   the step as template (demonstration_row), every token weighted 1 / (SFT tokens of that batch) (sft_weights).
 
@@ -40,6 +42,22 @@ def group_positions(keys: list[str]) -> list[list[int]]:
         uid, session, turn = key.rsplit("_", 2)
         groups.setdefault(uid, []).append((int(session), int(turn), pos))
     return [[pos for _, _, pos in sorted(rows)] for rows in groups.values()]
+
+
+def prompt_slots(mix: MixedPolicy, group_size: int, total_steps: int, demo_len: int, seed: int, step: int,
+                 index: int) -> list[Slot]:
+    """One prompt's G slots at `step` (1-based, verl's global step), drawn from a generator of its own (the run's
+    seed, the step, the prompt's dataset index): the same wherever they are drawn, so that verl's agent loop (which
+    sees one prompt) and the driver (which sees the batch) agree on which sessions continue which prefix."""
+    rng = np.random.default_rng([seed, step, 3, index])
+    return mix.rollout_slots([demo_len], group_size, rng, progress=(step - 1) / total_steps)[0]
+
+
+def prefix_len(slot: Slot, response_length: int) -> int:
+    """How many demonstration tokens a prefixed rollout starts with: the slot's prefix, cut at the response length
+    (verl's responses are at most rollout.response_length tokens; the continuation gets what is left, at least
+    one token)."""
+    return min(slot.prefix, response_length)
 
 
 def trace_response(demo: list[int], eos: int, max_len: int) -> tuple[list[int], int]:

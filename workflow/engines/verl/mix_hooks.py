@@ -2,7 +2,8 @@
 own step, reading and rewriting the step's rows in verl's TransferQueue (mix_batch.py decides their content, the
 workers' loss is mix_loss.py). verl's PPOTrainer._step_once order, and where each hook sits:
 
-    replay_buffer.sample (rollouts generated AND scored by verl's agent loop)
+    replay_buffer.sample (rollouts generated AND scored by verl's agent loop; Prefix-RFT's prefixed rollouts by
+                          our agent loop, prefix_agent.py)
     _balance_batch        <- place_traces: expert-trace slots replace their session's rollout (scored here)
     _compute_old_log_prob    (old log-probs and token entropies of every row, traces included)
     _compute_advantage    <- plan: verl's GRPO over the mixed groups, then the method's loss plan, demonstration
@@ -33,9 +34,10 @@ from workflow.config import RLConfig
 from workflow.engines.verl.data import compute_score
 from workflow.engines.verl.gates import UPDATE_KEY
 from workflow.engines.verl.mix_batch import (StepRows, demo_positions, demonstration_row, group_positions, loss_plan,
-                                             padded, rollout_metrics, sequence_fields, sft_weights, token_fields,
-                                             trace_response)
+                                             padded, prefix_len, prompt_slots, rollout_metrics, sequence_fields,
+                                             sft_weights, token_fields, trace_response)
 from workflow.engines.verl.mix_loss import FIELDS, LR_SCALE, MIX_KEY, SHAPED, W_KL, W_RL, W_SFT
+from workflow.engines.verl.translate import PREFIX_AGENT_LOOP
 
 METRIC = "rlsweep/mix/"  # the driver's mix columns in verl's step metrics (metrics.py reads them)
 
@@ -76,17 +78,17 @@ class DriverMix:
         groups = group_positions(batch.keys)
         infos = list(data["extra_info"])
         self.demos = [self._demo_tokens(infos[g[0]]) for g in groups]
-        rng = np.random.default_rng([self.seed, step, 3])
-        slots = self.mix.rollout_slots([len(d) for d in self.demos], len(groups[0]), rng,
-                                       progress=(step - 1) / self.rl.steps)
         self.slots = [None] * len(batch.keys)
-        for g, row in zip(groups, slots):
+        for g, demo in zip(groups, self.demos):
+            # the step the rows were sampled at (verl's tag), as the agent loop saw it
+            sampled_at = int(batch.tags[g[0]].get("global_steps", step))
+            row = prompt_slots(self.mix, len(g), self.rl.steps, len(demo), self.seed, sampled_at,
+                               int(infos[g[0]]["index"]))
             for pos, slot in zip(g, row):
                 self.slots[pos] = slot
-        if any(s.generate and s.prefix for s in self.slots):
-            raise NotImplementedError("prefixed rollouts (Prefix-RFT) need the prefix inside verl's generation")
         self.off_len = [0] * len(batch.keys)
         prompts, responses = unbind(data["prompts"]), unbind(data["responses"])
+        self._check_prefixes(groups, responses)
         sources, golds = list(data["data_source"]), list(data["reward_model"])
         self.discarded_tokens = 0
         keys, fields, tags = [], [], []
@@ -106,6 +108,23 @@ class DriverMix:
                 fields.append(row)
                 tags.append(self._retag(batch, pos, len(prompts[pos]), len(response)))
         self._put(batch, keys, fields, tags)
+
+    def _check_prefixes(self, groups, responses) -> None:
+        """Prefixed rollouts (Prefix-RFT): the agent loop (prefix_agent.py) put the demonstration's first tokens in
+        front of the continuation; their number becomes the row's off-policy length. A response that does not start
+        with them means the agent loop did not run (a raw override of rollout.agent.default_agent_loop?)."""
+        for p, g in enumerate(groups):
+            for pos in g:
+                slot = self.slots[pos]
+                if not (slot.generate and slot.prefix):
+                    continue
+                k = prefix_len(slot, self.rl.max_new_tokens)
+                if responses[pos][:k].tolist() != self.demos[p][:k]:
+                    raise RuntimeError(f"rl.mix prefix_rft: rollout {pos} should start with the first {k} tokens of "
+                                       "its demonstration, but verl's agent loop did not put them there (is "
+                                       "actor_rollout_ref.rollout.agent.default_agent_loop still "
+                                       f"{PREFIX_AGENT_LOOP}?)")
+                self.off_len[pos] = k
 
     @staticmethod
     def _row(prompt: torch.Tensor, response: list[int], score: float) -> dict[str, torch.Tensor]:

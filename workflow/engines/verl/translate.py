@@ -30,12 +30,16 @@ WORKER_MODULE = "workflow.engines.verl.worker"
 SFT_TRAINER_MODULE = "workflow.engines.verl.sft_trainer"
 CPU_MODULE = "workflow.engines.verl.cpu"  # engine.verl.device cpu: verl's CPU platform and the vLLM CPU shims
 PPO_MODULE = "workflow.engines.verl.ppo"  # the RL stage's verl process
+# Prefix-RFT's agent loop (rl.mix prefix_rft: the rollout continues a demonstration prefix inside generation),
+# registered under this name in verl's agent-loop registry when its module is imported (in the agent-loop workers)
+AGENT_MODULE = "workflow.engines.verl.prefix_agent"
+PREFIX_AGENT_LOOP = "rlsweep_prefix_rft"
 
 
 def external_modules(v) -> str:
     """VERL_USE_EXTERNAL_MODULES for a run's verl processes (the CPU platform first: it must be set up before
     anything asks verl for a device)."""
-    return ",".join([CPU_MODULE, WORKER_MODULE] if v.device == "cpu" else [WORKER_MODULE])
+    return ",".join(([CPU_MODULE] if v.device == "cpu" else []) + [WORKER_MODULE, AGENT_MODULE])
 
 
 # what vLLM's CPU build reads when it is imported: the CPU target, and 1 GB of RAM for the KV cache (tiny models)
@@ -152,6 +156,8 @@ def translate(cfg, *, model_path: str = PLACEHOLDER, train_files: str = PLACEHOL
     out["trainer.v1.rlsweep"] = rule_settings(rl)
     if rl.mix != "none":  # the driver builds the method from the run's RL config (mix_hooks.DriverMix)
         out["trainer.v1.rlsweep"]["mix"] = {"rl": rl.model_dump(mode="json")}
+    if rl.mix == "prefix_rft":  # every training rollout through our agent loop (it reads the same RL config)
+        out["actor_rollout_ref.rollout.agent.default_agent_loop"] = PREFIX_AGENT_LOOP
     if "entropy" in get_update_rule(rl.update).rollout_signals:  # e.g. SFPO's trigger: the rollout's entropy
         out[f"{actor}.calculate_entropy"] = True
     if scaled:
