@@ -83,7 +83,35 @@ def test_mixed_policy_methods_train_inside_verl(tmp_path, mix):
         if mix == "hpt":
             assert r["sft_prompt_frac"] is not None and r["off_policy_frac"] == 0.0
     assert all(r["grad_norm"] is not None for r in rows)
+    (job,) = query("SELECT preflight, preflight_grad_diff FROM runs WHERE stage = 'rl'", results).to_pylist()
+    assert job["preflight"] == "passed" and job["preflight_grad_diff"] < 1e-5  # verl's actor step, checked first
     assert Path(results / sweep.name / "rl" / run.run_id / "checkpoints" / "step_000002").is_dir()
     if mix == "relift":  # the buffer is saved with verl's checkpoint (a resumed run continues it)
         (state,) = (results / sweep.name / "rl" / run.run_id).rglob("global_step_2/rlsweep_mix.json")
         assert json.loads(state.read_text()) == {"buffer": [], "steps": 2}
+
+
+def test_rlsweep_preflight_checks_a_verl_mixed_policy_job_on_its_prepared_data(tmp_path):
+    """The on-demand check (`rlsweep preflight`) of a datasets task: it needs the data stage's rows, says so
+    before they exist, then checks verl's actor step on them."""
+    import subprocess
+    import sys
+    from workflow.launch import run_stage
+    from workflow.sweep.expand import load_sweep
+    path = write_sweep(tmp_path / "mix.yaml", "verl_pre", base="", body=SWEEP % {"mix": "prefix_rft",
+        "openr1": REPO / "tests" / "fixtures" / "datasets" / "openr1_math_46k.jsonl",
+        "gsm8k": REPO / "tests" / "fixtures" / "benchmarks" / "gsm8k.jsonl"})
+    results = tmp_path / "results"
+
+    def preflight() -> tuple[int, list[str]]:
+        out = subprocess.run([sys.executable, "-m", "workflow.cli", "preflight", str(path), "--results", str(results)],
+                             cwd=REPO, capture_output=True, text=True, timeout=600,
+                             env={**os.environ, "COLUMNS": "250"})
+        return out.returncode, [line for line in out.stdout.splitlines() if "prefix_rft" in line]
+    code, lines = preflight()
+    assert code == 0 and len(lines) == 1 and "needs its data stage" in lines[0]
+    sweep = load_sweep(path)
+    (run,) = sweep.runs
+    run_stage("data", sweep.name, run.data_id, sweep.data_configs[run.data_id], results_root=results)
+    code, lines = preflight()
+    assert code == 0 and len(lines) == 1 and "passed" in lines[0]

@@ -89,3 +89,40 @@ def test_a_verl_sft_job_that_fails_the_preflight_never_trains(tmp_path, monkeypa
     assert row["status"] == "failed" and row["preflight"] == "failed" and row["preflight_grad_diff"] > 1e-2
     assert not (tmp_path / "bad" / "sft" / stable_id(cfg) / "verl_sft.yaml").exists()  # verl's SFT never started
     assert not query("SELECT * FROM train_steps", tmp_path).num_rows
+
+
+# ---------------------------------------------------------------------------- a mixed-policy RL job's actor step
+MIXED_MEAN_OF_MEANS = "verl_preflight_bugs:mixed_mean_of_micro_batch_means"
+
+
+def rl_stage(mix: str, **rl):
+    cfg = RunConfig.model_validate({
+        "engine": {"name": "verl", "verl": {"model_path": "rlsweep:tiny", "device": "cpu"}},
+        "eval": {"backend": "vllm"},
+        "rl": {"mix": mix, "steps": 4, "prompts_per_step": 4, "group_size": 4, "micro_batch_size": 2,
+               "max_new_tokens": 24, **rl}})
+    return parse_stage("rl", stage_config(cfg, "rl"))
+
+
+def test_a_correct_mixed_policy_rl_step_on_verl_passes():
+    """SRFT's step has every kind of token the mixed loss weighs: on-policy (clipped), expert (shaped), SFT."""
+    import torch
+    probe = VerlEngine().integrity_probe(rl_stage("srft"))
+    rows = torch.load(Path(probe.workdir.name) / "rows.pt")  # the planned step the child trained on
+    assert (probe.ranks, probe.n_rows, probe.micro_batch_size) == (2, 8, 2) and len(rows) == 8
+    assert all(float(r["rlsweep_shaped"].sum()) > 0 for r in rows[3::4])  # each group's trace: expert tokens
+    assert sum(float(r["rlsweep_w_sft"].sum()) for r in rows) > 0 and sum(float(r["rlsweep_w_rl"].sum()) for r in rows)
+    result = preflight.check(probe)
+    assert result.passed and not result.vacuous, result.problems
+    assert result.grad_diff < 1e-5 and result.update_diff < 1e-4
+
+
+def test_a_mixed_loss_that_is_a_mean_of_micro_batch_means_is_caught_on_verl():
+    result = preflight.check(VerlEngine().integrity_probe(rl_stage("hpt"), accumulate=MIXED_MEAN_OF_MEANS))
+    assert not result.passed and result.grad_diff > 1e-2
+    assert result.problems[0].startswith("(a) gradient") and "not the global token mean" in result.problems[0]
+
+
+def test_a_mixed_policy_step_whose_optimizer_sees_only_the_first_micro_batch_is_caught_on_verl():
+    result = preflight.check(VerlEngine().integrity_probe(rl_stage("luffy"), optimizer=FIRST_ONLY))
+    assert result.grad_diff < 1e-5 and [p[:10] for p in result.problems] == ["(b) update"]

@@ -46,3 +46,15 @@ def first_micro_batch_only(engine) -> None:
     engine.forward_backward_batch = recording_forward_backward
     engine.forward_step = recording_forward_step
     engine.optimizer_step = stepping_on_the_first
+
+
+def mixed_mean_of_micro_batch_means(config, model_output, data, dp_group=None, lam: float = 0.1):
+    """Our mixed-policy loss (mix_loss.mixed_loss) with the same bug: each micro-batch's weighted sum divided by the
+    micro-batch's own total weight (its mean), weighted by its share of the rank's sequences, instead of the
+    weights the driver computed over the whole batch."""
+    from workflow.engines.verl.mix_loss import W_RL, W_SFT, mixed_loss
+    loss, metrics = mixed_loss(config, model_output, data, dp_group, lam=lam)
+    weights = data.select(W_RL, W_SFT).to_padded_tensor()
+    own = float(weights[W_RL].abs().sum() + weights[W_SFT].sum())
+    share = data["response_mask"].size(0) / (data["global_batch_size"] / data["dp_size"])
+    return loss / own * share, metrics

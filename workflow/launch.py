@@ -233,7 +233,7 @@ def _preflight(engine, typed, init_ckpt: Path | None, data: Path | None, runs_ro
     raises IntegrityError (the job fails, saying which property broke and by how much) before anything trains."""
     make_probe = getattr(engine, "integrity_probe", None)
     probe = make_probe(typed, init_ckpt, data) if make_probe is not None else None
-    if probe is None:  # an engine or stage without a probe (so far: verl's mixed-policy RL stage)
+    if probe is None:  # an engine without a probe
         runs_row["preflight"] = "not available"
         return
     from workflow import preflight  # imports torch: only training jobs pay for it

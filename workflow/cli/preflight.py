@@ -19,12 +19,13 @@ def cmd_preflight(a) -> int:
 
     sweep = load_sweep(a.sweep_file)
     root = results_root(a)
-    jobs = [("sft", sft_id, cfg, None) for sft_id, cfg in sweep.sft_configs.items()]
+    data_of = {r.sft_id: r.data_id for r in sweep.runs if r.sft_id}  # a datasets task's prepared rows
+    jobs = [("sft", sft_id, cfg, None, data_of.get(sft_id)) for sft_id, cfg in sweep.sft_configs.items()]
     for r in sweep.runs:
         if r.config.rl.mix != "none":
             sft_done = done_path(root, sweep.name, "sft", r.sft_id) if r.sft_id else None
             init = read_done(sft_done)["checkpoint_path"] if sft_done and sft_done.is_file() else None
-            jobs.append(("rl", r.run_id, r.stage_config("rl"), init))
+            jobs.append(("rl", r.run_id, r.stage_config("rl"), init, r.data_id))
     if not jobs:
         err.print(f"{sweep.name}: no SFT or mixed-policy job to check")
         return 0
@@ -32,12 +33,18 @@ def cmd_preflight(a) -> int:
     for col in ("stage", "id", "method", "micro-batch", "splits checked", "gradient diff", "update diff", "result"):
         t.add_column(col)
     failed = []
-    for stage, stage_id, cfg, init in jobs:
+    for stage, stage_id, cfg, init, data_id in jobs:
         typed = parse_stage(stage, cfg)
         make_probe = getattr(get_engine(typed.engine.name), "integrity_probe", None)
         method = typed.rl.method if stage == "rl" else "sft"
         micro = (typed.rl if stage == "rl" else typed.sft).micro_batch_size
-        probe = make_probe(typed, init) if make_probe is not None else None
+        data_done = done_path(root, sweep.name, "data", data_id) if data_id else None
+        if data_done is not None and not data_done.is_file():  # the probe trains on the job's own rows
+            t.add_row(stage, stage_id, method, str(micro or "whole"), "-", "-", "-",
+                      f"needs its data stage {data_id} first (snakemake ... runs it)")
+            continue
+        data = read_done(data_done)["output_path"] if data_done else None
+        probe = make_probe(typed, init, data) if make_probe is not None else None
         if probe is None:
             t.add_row(stage, stage_id, method, str(micro or "whole"), "-", "-", "-",
                       f"not available on engine {typed.engine.name}")

@@ -11,7 +11,8 @@ rollouts) running our update rules. One module per piece:
     data.py          the task as verl's RLHF / SFT parquet, and the reward hook verl calls
     export.py        verl's sharded checkpoints -> our checkpoints/step_N (Hugging Face directories)
     sft_launch.py    the torchrun (and srun) command of SFT;  sft_trainer.py  what it runs on every rank
-    preflight.py     the integrity preflight of an SFT stage on verl's own engine (a torchrun child)
+    preflight.py     the integrity preflight of an SFT or mixed-policy RL stage on verl's own engine (a torchrun
+                     child); probe_batch.py the planned RL step it trains on
     gates.py         the driver's gate decisions and the per-update spec the workers follow
     rule_step.py     one update rule step on verl's training engine
     worker.py        inside verl's Ray processes: our TrainingWorker and trainer (VERL_USE_EXTERNAL_MODULES)

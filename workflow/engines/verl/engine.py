@@ -17,9 +17,9 @@ PPO run (Ray, FSDP2 actor, vLLM rollouts) with our update rules.
          (slurm/ray_cluster.py); one node lets verl start a local Ray
       4. verl's run_ppo with its v1 task runner -> our trainer (trainer_mode rlsweep) and workers (worker.py)
       5. every verl checkpoint exported into out_dir/checkpoints/step_N (export.py) for the eval stage
-    integrity_probe(stage): the integrity preflight's figures (workflow/preflight.py) from verl's SFT trainer built
-      from the job's config, on its first rows, in a torchrun child with 2 ranks on a CPU, the node's GPUs on GPUs
-      (preflight.py)
+    integrity_probe(stage): the integrity preflight's figures (workflow/preflight.py) from verl's SFT trainer (an
+      SFT stage) or the job's actor worker on a planned step (a mixed-policy RL stage) built from the job's config,
+      on its first rows, in a torchrun child with 2 ranks on a CPU, the node's GPUs on GPUs (preflight.py)
 verl runs in child processes the engine supervises (process.py: a time limit, engine.verl.timeout_min, and no Ray
 processes or shared-memory segments left behind). `engine.verl.device: cpu` runs the same chain on CPUs with
 vLLM's CPU build (cpu.py), on the tiny model `rlsweep:tiny` (tiny_model.py): how CI runs it for real.
@@ -42,8 +42,8 @@ from workflow.engines.verl.preflight import MODULE as PREFLIGHT_MODULE, VerlProb
 from workflow.engines.verl.process import run_supervised
 from workflow.engines.verl.sft_launch import command as sft_command
 from workflow.engines.verl.tiny_model import resolve_model
-from workflow.engines.verl.translate import CPU_MODULE, PPO_MODULE, external_modules, process_env, translate, \
-    translate_sft
+from workflow.engines.verl.translate import CPU_MODULE, FP32, PPO_MODULE, WORKER_MODULE, external_modules, \
+    process_env, translate, translate_sft
 from workflow.layout import CHECKPOINTS
 from workflow.results.train_log import TrainLog
 from workflow.slurm.ray_cluster import allocation_nodes, start_commands
@@ -73,6 +73,11 @@ def _allocation(nnodes: int, stage: str) -> list[str]:
     return nodes[:nnodes]
 
 
+# PROBE_PRECISION: the preflight computes in fp32 whatever the job's mixed precision: bf16 rounds differently for
+# every micro-batch shape (the gradients of two splits of one batch differ by ~2e-3, relative), which would drown
+# the check's tolerance; the bugs it looks for are in the aggregation and the optimizer, not in the precision.
+
+
 class VerlEngine:
     def __init__(self, launch: Callable | None = None):
         self.launch = launch  # a stand-in for verl's run_ppo(config) (tests); None: the real one, supervised
@@ -80,13 +85,13 @@ class VerlEngine:
     def integrity_probe(self, stage: SFTStage | RLStage, init_ckpt: Path | None = None, data: Path | None = None, *,
                         accumulate: str | None = None, optimizer: str | None = None) -> VerlProbe | None:
         """The preflight's probe of an SFT stage: verl's SFT trainer with this job's composed config (as sft()
-        composes it) on the first rows of its SFT data, run in a torchrun child (preflight.py says why). Tests plant
+        composes it) on the first rows of its SFT data, run in a torchrun child (preflight.py says why); of a
+        mixed-policy RL stage, _mix_probe. Tests plant
         bugs by name ("module:function"; the child imports them): `accumulate` a loss in verl's signature instead
         of sft_loss, `optimizer` f(engine) that changes the engine's optimizer step."""
-        if not isinstance(stage, SFTStage):  # a mixed-policy RL job: no probe of verl's PPO step yet (issue 15)
-            return None
+        if isinstance(stage, RLStage):
+            return self._mix_probe(stage, init_ckpt, data, accumulate=accumulate, optimizer=optimizer)
         import pyarrow.parquet as pq
-        import torch
         from omegaconf import OmegaConf
         v = stage.engine.verl
         work = tempfile.TemporaryDirectory(prefix="rlsweep-preflight-")
@@ -103,19 +108,60 @@ class VerlEngine:
             rows = write_sft_data(stage, root / "data", data, limit=n)
         config.data.train_files, config.data.train_batch_size = str(rows), n
         config.trainer.n_gpus_per_node, config.trainer.nnodes, config.trainer.resume_mode = ranks, 1, "disable"
+        config.engine.mixed_precision = FP32  # PROBE_PRECISION
         config_path = root / "verl_sft.yaml"
         OmegaConf.save(config, config_path, resolve=True)
+        run = self._probe_child(v, root, config_path, ranks, {"runner": "sft", "loss": accumulate, "plant": optimizer})
+        return VerlProbe(run, n, micro, ranks, workdir=work)
+
+    def _mix_probe(self, stage: RLStage, init_ckpt: Path | None, data: Path | None, *, accumulate: str | None,
+                   optimizer: str | None) -> VerlProbe | None:
+        """The preflight's probe of a mixed-policy RL stage: the actor of the job's composed PPO config (as rl()
+        composes it, from the model it starts from) trained on one planned step of its own prompts and method
+        (probe_batch.py), in a torchrun child (preflight.MixRunner). `accumulate` names a mixed loss in verl's
+        signature to use instead of ours (tests)."""
+        if stage.rl.mix == "none":  # plain GRPO is verl's own loss; the preflight is for SFT and mixed-policy jobs
+            return None
+        from omegaconf import OmegaConf, open_dict
+        from workflow.algos.registry import build_mix
+        from workflow.engines.verl.mix_loss import FIELDS
+        from workflow.engines.verl.probe_batch import stage_rows
+        import torch
+        v = stage.engine.verl
+        work = tempfile.TemporaryDirectory(prefix="rlsweep-preflight-")
+        root = Path(work.name)
+        model = str(init_ckpt) if init_ckpt else resolve_model(v.model_path, root)
+        config = compose(translate(stage, model_path=model, out_dir=str(root / "verl")), set(v.overrides))
+        ranks = 2 if v.device == "cpu" else v.n_gpus_per_node
+        micro = config.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu
+        rows = stage_rows(stage, model, data, ranks, micro)
+        torch.save(rows, root / "rows.pt")
+        with open_dict(config):  # what verl's trainer sets before it builds the workers
+            config.actor_rollout_ref.actor.optim.total_training_steps = stage.rl.steps
+            config.actor_rollout_ref.actor.fsdp_config.mixed_precision = FP32  # PROBE_PRECISION
+        config_path = root / "verl_ppo.yaml"
+        OmegaConf.save(config, config_path, resolve=True)
+        request = {"runner": "mix", "worker_module": WORKER_MODULE, "rows": str(root / "rows.pt"), "loss": accumulate,
+                   "plant": optimizer,
+                   "mix": {"lam": float(build_mix(stage.rl).lam), "fields": list(FIELDS)}}
+        return VerlProbe(self._probe_child(v, root, config_path, ranks, request), len(rows), micro, ranks,
+                         workdir=work)
+
+    @staticmethod
+    def _probe_child(v, root: Path, config_path: Path, ranks: int, base: dict) -> Callable[[dict], dict]:
+        """run(request) for a VerlProbe: the preflight's torchrun child on `ranks` ranks (preflight.py)."""
+        import torch
         env = _env(v, CPU_MODULE if v.device == "cpu" else "")
 
         def run(request: dict) -> dict:
             request_path, out = root / "request.json", root / "figures.pt"
-            request_path.write_text(json.dumps({**request, "loss": accumulate, "plant": optimizer}))
+            request_path.write_text(json.dumps({**request, **base}))
             argv = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={ranks}", "--standalone",
                     "-m", PREFLIGHT_MODULE, str(config_path), str(request_path), str(out)]
             run_supervised(argv, env, what="the integrity preflight on verl", timeout_s=_timeout_s(v),
                            log=root / "preflight.log")
             return torch.load(out)
-        return VerlProbe(run, n, micro, ranks, workdir=work)
+        return run
 
     def sft(self, stage: SFTStage, out_dir: Path, log: TrainLog, data: Path | None = None) -> Path:
         from omegaconf import OmegaConf

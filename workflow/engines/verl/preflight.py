@@ -1,6 +1,8 @@
-"""The integrity preflight (workflow/preflight.py) of an SFT stage on verl: the figures come from verl's own SFT
-trainer built from the job's own composed config (model, micro-batch size, optimizer, clipping, offload settings,
-sft_overrides included), on the first rows of the job's own SFT data.
+"""The integrity preflight (workflow/preflight.py) of an SFT or mixed-policy RL stage on verl: the figures come from
+one of verl's TrainingWorkers built from the job's own composed config (model, micro-batch size, optimizer,
+clipping, offload settings, raw overrides included): an SFT stage's is verl's SFT trainer on the first rows of the
+job's SFT data (SFTRunner); a mixed-policy RL stage's is the job's actor, our RuleTrainingWorker with its mixed loss,
+on a planned step of the job's own prompts and method (MixRunner, probe_batch.py).
 
 Why a child process (torchrun, like the SFT stage itself) and not the stage's process: verl's FSDP engine needs a
 torch.distributed process group and, on GPUs, device memory that a process cannot give back (the CUDA context);
@@ -9,8 +11,8 @@ and it can have several data-parallel ranks, which is the only way to see a per-
 
     python -m workflow.engines.verl.preflight CONFIG.yaml REQUEST.json OUT.pt      # on every torchrun rank
 
-Each rank builds verl's SFTTrainer (dataset, TrainingWorker, FSDP engine, sft_loss, optimizer), takes its share
-of the probe's rows and runs, for every split the request names, verl's own TrainingWorker.train_batch:
+Each rank builds the worker (FSDP engine, loss, optimizer), takes its share of the probe's rows and runs, for every
+split the request names, the worker's own train_batch:
   gradient(m)  the optimizer step replaced by a copy of the gradient it would have been handed (no update);
   update(m)    the real step (clip + optimizer, offload context and all), the parameters' change read, then the
                parameters and optimizer state put back.
@@ -112,22 +114,18 @@ class Sampler:
 
 
 class Runner:
-    """verl's SFTTrainer on this rank, and the probe's two measurements on its train_batch."""
+    """One of verl's TrainingWorkers on this rank (`worker`, its `engine`) and the probe's two measurements on its
+    train_batch. A subclass builds the worker and its rows (`items`, dicts of per-row tensors) and says how a
+    rank's rows become verl's batch (`batch`)."""
 
-    def __init__(self, config, request: dict):
-        from verl.trainer.sft_trainer import SFTTrainer
-        self.trainer = SFTTrainer(config)  # verl's own: dataset, TrainingWorker + FSDP engine, sft_loss, optimizer
-        self.engine, self.worker, self.config = self.trainer.engine, self.trainer.training_client, config
-        if request.get("loss"):  # tests: a loss in verl's signature instead of sft_loss
-            from functools import partial
-            self.worker.set_loss_fn(partial(_load(request["loss"]), config=None))
-        if request.get("plant"):  # tests: f(engine) that breaks the engine's optimizer step
-            _load(request["plant"])(self.engine)
+    worker: object
+    engine: object
+    items: list
+
+    def _measure(self, max_coords: int, tokens: list[int]) -> None:
+        """After the worker and rows exist: the parameters to read, and the rows in order of their loss tokens."""
         self.params = [p for p in self.engine.module.parameters() if p.requires_grad]
-        self.sample = Sampler(self.params, request.get("max_coords", MAX_COORDS))
-        dataset = self.trainer.train_dataset
-        self.items = [dataset[i] for i in range(len(dataset))]
-        tokens = [int(it["loss_mask"].sum()) for it in self.items]
+        self.sample = Sampler(self.params, max_coords)
         self.order = sorted(range(len(self.items)), key=lambda i: (tokens[i], i))
 
     def _rows(self, m: int | None) -> list[int]:
@@ -140,20 +138,7 @@ class Runner:
         return self.order[rank * share:(rank + 1) * share]
 
     def batch(self, m: int | None):
-        """verl's batch for this rank, with the meta data SFTTrainer.fit gives every batch (fit builds it inline)."""
-        from tensordict.tensorclass import NonTensorData
-        from verl.utils import tensordict_utils as tu
-        rows, cfg = self._rows(m), self.config
-        meta = {"use_remove_padding": cfg.model.use_remove_padding,
-                "use_dynamic_bsz": False,  # the probe chooses the splits (the loss's normalisation is the same)
-                "max_token_len_per_gpu": cfg.data.max_token_len_per_gpu, "micro_batch_size_per_gpu": m or len(rows),
-                "temperature": 1.0, "global_batch_size": len(self.items), "pad_mode": cfg.data.pad_mode,
-                "pad_token_id": self.trainer.model_config.tokenizer.pad_token_id}
-        data = tu.get_tensordict(tensor_dict=self.trainer.collate_fn([self.items[i] for i in rows]),
-                                 non_tensor_dict=meta)
-        seqlens = [int(it["input_ids"].numel()) for it in self.items]  # for verl's MFU metric only
-        tu.assign_non_tensor(data, update_lr_scheduler=False, global_token_num=NonTensorData(seqlens))
-        return data
+        raise NotImplementedError
 
     def gradient(self, m: int | None) -> torch.Tensor:
         """The gradient train_batch hands the optimizer (the step itself replaced by a copy of it)."""
@@ -186,6 +171,98 @@ class Runner:
         optimizer.load_state_dict(state)
         return delta
 
+    def _plant(self, request: dict) -> None:
+        if request.get("plant"):  # tests: f(engine) that breaks the engine's optimizer step
+            _load(request["plant"])(self.engine)
+
+
+class SFTRunner(Runner):
+    """verl's SFTTrainer: its dataset, TrainingWorker + FSDP engine, sft_loss and optimizer."""
+
+    def __init__(self, config, request: dict):
+        from verl.trainer.sft_trainer import SFTTrainer
+        self.trainer = SFTTrainer(config)
+        self.engine, self.worker, self.config = self.trainer.engine, self.trainer.training_client, config
+        if request.get("loss"):  # tests: a loss in verl's signature instead of sft_loss
+            from functools import partial
+            self.worker.set_loss_fn(partial(_load(request["loss"]), config=None))
+        self._plant(request)
+        dataset = self.trainer.train_dataset
+        self.items = [dataset[i] for i in range(len(dataset))]
+        self._measure(request.get("max_coords", MAX_COORDS), [int(it["loss_mask"].sum()) for it in self.items])
+
+    def batch(self, m: int | None):
+        """verl's batch for this rank, with the meta data SFTTrainer.fit gives every batch (fit builds it inline)."""
+        from tensordict.tensorclass import NonTensorData
+        from verl.utils import tensordict_utils as tu
+        rows, cfg = self._rows(m), self.config
+        meta = {"use_remove_padding": cfg.model.use_remove_padding,
+                "use_dynamic_bsz": False,  # the probe chooses the splits (the loss's normalisation is the same)
+                "max_token_len_per_gpu": cfg.data.max_token_len_per_gpu, "micro_batch_size_per_gpu": m or len(rows),
+                "temperature": 1.0, "global_batch_size": len(self.items), "pad_mode": cfg.data.pad_mode,
+                "pad_token_id": self.trainer.model_config.tokenizer.pad_token_id}
+        data = tu.get_tensordict(tensor_dict=self.trainer.collate_fn([self.items[i] for i in rows]),
+                                 non_tensor_dict=meta)
+        seqlens = [int(it["input_ids"].numel()) for it in self.items]  # for verl's MFU metric only
+        tu.assign_non_tensor(data, update_lr_scheduler=False, global_token_num=NonTensorData(seqlens))
+        return data
+
+
+class MixRunner(Runner):
+    """The actor of a mixed-policy RL job: our RuleTrainingWorker (worker.py: a planned batch trains with
+    mix_loss.mixed_loss) built from the job's PPO config as verl's ActorRolloutRefWorker builds its actor (model,
+    FSDP engine, optimizer, micro-batch size, offload settings), on the planned rows of probe_batch.py."""
+
+    def __init__(self, config, request: dict):
+        from functools import partial
+        from verl.utils.config import omega_conf_to_dataclass
+        from verl.workers.engine_workers import TrainingWorkerConfig
+        from verl.workers.utils.losses import ppo_loss
+        # our worker module, by name as verl's own processes load it (translate.WORKER_MODULE, from the engine)
+        ours = importlib.import_module(request["worker_module"])
+        if request.get("loss"):  # tests: a mixed loss in verl's signature instead of ours
+            ours.mixed_loss = _load(request["loss"])
+        self.config = config
+        model = omega_conf_to_dataclass(config.actor_rollout_ref.model)
+        actor = omega_conf_to_dataclass(config.actor_rollout_ref.actor)
+        actor.model_config = model
+        training = TrainingWorkerConfig(model_type="language_model", model_config=model, engine_config=actor.engine,
+                                        optimizer_config=actor.optim, checkpoint_config=actor.checkpoint)
+        training.engine_config.use_dynamic_bsz = False  # the probe chooses the splits
+        training.engine_config.micro_batch_size_per_gpu = actor.ppo_micro_batch_size_per_gpu
+        training.engine_config.max_token_len_per_gpu = actor.ppo_max_token_len_per_gpu
+        training.engine_config.use_remove_padding = model.get("use_remove_padding", False)
+        self.worker = ours.RuleTrainingWorker(config=training)
+        self.worker.reset()
+        self.worker.set_loss_fn(partial(ppo_loss, config=actor))  # what the job's worker holds; ours swaps it
+        self.engine = self.worker.engine
+        self._plant(request)
+        self.items = torch.load(request["rows"])
+        self.mix_entry = request["mix"]
+        self._measure(request.get("max_coords", MAX_COORDS), [int(r["response_mask"].sum()) for r in self.items])
+
+    def batch(self, m: int | None):
+        """This rank's rows as verl's TransferQueue hands them to update_actor (nested per-token fields), with the
+        meta data the trainer's _update_actor and the driver's plan give it."""
+        from tensordict.tensorclass import NonTensorData
+        from verl.utils import tensordict_utils as tu
+        from workflow.engines.verl.mix_loss import MIX_KEY
+        rows = [self.items[i] for i in self._rows(m)]
+        fields = {k: torch.nested.as_nested_tensor([r[k] for r in rows], layout=torch.jagged) for k in rows[0]}
+        actor = self.config.actor_rollout_ref.actor
+        meta = {"use_remove_padding": self.config.actor_rollout_ref.model.use_remove_padding,
+                "use_dynamic_bsz": False, "max_token_len_per_gpu": actor.ppo_max_token_len_per_gpu,
+                "micro_batch_size_per_gpu": m or len(rows), "use_fused_kernels": False,
+                "calculate_entropy": False, "temperature": self.config.actor_rollout_ref.rollout.temperature,
+                "global_batch_size": len(self.items), MIX_KEY: self.mix_entry}
+        data = tu.get_tensordict(tensor_dict=fields, non_tensor_dict=meta)
+        seqlens = [len(r["input_ids"]) for r in self.items]  # for verl's MFU metric only
+        tu.assign_non_tensor(data, update_lr_scheduler=False, global_token_num=NonTensorData(seqlens))
+        return data
+
+
+RUNNERS = {"sft": SFTRunner, "mix": MixRunner}
+
 
 def main(argv: list[str]) -> int:
     from omegaconf import OmegaConf
@@ -193,7 +270,7 @@ def main(argv: list[str]) -> int:
     config_path, request_path, out_path = argv
     request = json.loads(Path(request_path).read_text())
     initialize_global_process_group()
-    runner = Runner(OmegaConf.load(config_path), request)
+    runner = RUNNERS[request.get("runner", "sft")](OmegaConf.load(config_path), request)
     figures = {"gradients": {key(m): runner.gradient(m) for m in request["gradients"]},
                "updates": {key(m): runner.update(m) for m in request["updates"]}}
     if torch.distributed.get_rank() == 0:

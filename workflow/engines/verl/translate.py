@@ -52,6 +52,9 @@ def process_env(v) -> dict[str, str]:
     return {"TOKENIZERS_PARALLELISM": "false", **(VLLM_CPU_ENV if v.device == "cpu" else {})}
 
 
+FP32 = {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}  # FSDP mixed precision, all fp32
+
+
 def cpu_overrides(cfg) -> dict[str, Any]:
     """verl keys a CPU run needs (engine.verl.device: cpu; raw overrides still win): fp32 throughout, sdpa with
     padded micro-batches (packed sequences need flash attention to stay apart), no torch.compile, vLLM eager in
@@ -64,6 +67,9 @@ def cpu_overrides(cfg) -> dict[str, Any]:
         "actor_rollout_ref.model.override_config": {"attn_implementation": "sdpa"},
         "actor_rollout_ref.model.enable_gradient_checkpointing": False,
         "actor_rollout_ref.actor.fsdp_config.dtype": "float32",
+        # FSDP's compute dtype: without mixed_precision verl autocasts the actor and the reference to bf16
+        "actor_rollout_ref.actor.fsdp_config.mixed_precision": FP32,
+        "actor_rollout_ref.ref.fsdp_config.mixed_precision": FP32,
         "actor_rollout_ref.actor.fsdp_config.use_torch_compile": False,
         "actor_rollout_ref.actor.use_torch_compile": False,
         f"{rollout}.dtype": "float32",
@@ -89,7 +95,7 @@ def cpu_sft_overrides() -> dict[str, Any]:
     return {"trainer.device": "cpu", "model.use_remove_padding": False,
             "model.override_config": {"attn_implementation": "sdpa"}, "model.enable_gradient_checkpointing": False,
             "engine.use_torch_compile": False, "engine.dtype": "float32",
-            "engine.mixed_precision": {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"},
+            "engine.mixed_precision": FP32,
             "data.num_workers": 0}
 
 
