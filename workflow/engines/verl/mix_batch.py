@@ -60,6 +60,23 @@ def prefix_len(slot: Slot, response_length: int) -> int:
     return min(slot.prefix, response_length)
 
 
+def prompt_uid(key: str) -> str:
+    """The prompt (uid) of a TransferQueue key `{uid}_{session}_{turn}`."""
+    return key.rsplit("_", 2)[0]
+
+
+def by_group(values, groups: list[list[int]]) -> np.ndarray:
+    """Per-position values -> [P, G] in group order."""
+    return np.asarray([[values[pos] for pos in g] for g in groups])
+
+
+def user_text(messages) -> str:
+    """The text of a prompt's (last) user turn: what a FAST-GRPO difficulty table is keyed by, as on the local
+    engine (the problem's prompt without the chat markup)."""
+    turns = [m for m in list(messages) if m.get("role") == "user"]
+    return str(turns[-1]["content"]) if turns else ""
+
+
 def trace_response(demo: list[int], eos: int, max_len: int) -> tuple[list[int], int]:
     """A demonstration as a response: its tokens + eos, cut at max_len like a rollout. Returns the tokens and how
     many of them are the expert's: all of them, its eos included (as on the local engine, rl_batch)."""
@@ -130,7 +147,7 @@ class StepRows:
 
     def by_group(self, values: np.ndarray) -> np.ndarray:
         """Per-position values -> [P, G] in group order (the method's view: row p * G + g)."""
-        return np.asarray([[values[pos] for pos in g] for g in self.groups])
+        return by_group(values, self.groups)
 
     @property
     def order(self) -> np.ndarray:
@@ -182,6 +199,7 @@ class MixTokens:
 
     w_rl: torch.Tensor  # rl.loss_agg weights over the RL rows x the plan's rl_scale (0 elsewhere)
     w_kl: torch.Tensor  # the same without rl_scale (the KL penalty's)
+    kl_coef: torch.Tensor  # the KL penalty's coefficient of each row (rl.kl_coef, or its group's under dynamic_kl)
     w_sft: torch.Tensor  # sft_weight[prompt] / SFT tokens of the batch on demonstration rows
     shaped: torch.Tensor  # 1.0: off-policy token trained with the shaped loss -f(pi) A
     advantages: torch.Tensor  # per-token advantage (the plan's; 0 where the method leaves a token out)
@@ -189,9 +207,10 @@ class MixTokens:
 
 
 def token_fields(mix: MixedPolicy, plan: LossPlan, rows: StepRows, demos: dict[int, int], loss_agg: str,
-                 max_len: int) -> MixTokens:
+                 max_len: int, kl_coef: float | np.ndarray) -> MixTokens:
     """rl_batch.build_step_batch's weights for verl's rows. `rows` as they are after the demonstration rows were
-    put in place (their mask covers the demonstration; an SFT-only row's off mask is all 0)."""
+    put in place (their mask covers the demonstration; an SFT-only row's off mask is all 0). `kl_coef`: the KL
+    penalty's coefficient, one for the batch or one per row (batch order)."""
     order = rows.order
     rl_pos = order[np.asarray(plan.rl_rows, bool)]
     is_rl = torch.zeros(len(rows.mask), dtype=torch.bool)
@@ -214,7 +233,8 @@ def token_fields(mix: MixedPolicy, plan: LossPlan, rows: StepRows, demos: dict[i
     adv = torch.as_tensor(adv_rows, dtype=torch.float32).unsqueeze(1) * mask * is_rl.unsqueeze(1)
     adv = adv * advantage_kept(off, rows.entropy, mix.off_policy_entropy_top)
     metrics = mix_metrics(plan, rows, is_rl, off, w_sft)
-    return MixTokens(w_rl=w_rl * scale.unsqueeze(1), w_kl=w_rl, w_sft=w_sft,
+    beta = torch.as_tensor(np.broadcast_to(np.asarray(kl_coef, float), (len(mask),)).copy(), dtype=torch.float32)
+    return MixTokens(w_rl=w_rl * scale.unsqueeze(1), w_kl=w_rl, kl_coef=beta.unsqueeze(1) * mask, w_sft=w_sft,
                      shaped=(off & (mix.off_policy_loss == "shaped")).float(), advantages=adv, metrics=metrics)
 
 

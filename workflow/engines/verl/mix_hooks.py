@@ -4,17 +4,20 @@ workers' loss is mix_loss.py). verl's PPOTrainer._step_once order, and where eac
 
     replay_buffer.sample (rollouts generated AND scored by verl's agent loop; Prefix-RFT's prefixed rollouts by
                           our agent loop, prefix_agent.py)
-    _balance_batch        <- place_traces: expert-trace slots replace their session's rollout (scored here)
+    _balance_batch        <- place_traces: expert-trace slots replace their session's rollout (scored here);
+                             shape_rewards: the rows' own scores kept, FAST-GRPO's thinking bonus added to them
+                             (verl then reorders the rows: what the hooks decided is kept by TransferQueue key)
     _compute_old_log_prob    (old log-probs and token entropies of every row, traces included)
     _compute_advantage    <- plan: verl's GRPO over the mixed groups, then the method's loss plan, demonstration
-                             rows for the SFT term, per-token weights -> TransferQueue fields
+                             rows for the SFT term, per-token weights (and KL coefficients: FAST-GRPO's dynamic
+                             KL) -> TransferQueue fields
     _update_actor         <- the batch's MIX_KEY entry: the workers take mix_loss.mixed_loss for it
     (after the update)    <- interleaved_batch: the method's after_step; if it asks for an SFT step (ReLIFT), a
                              batch of demonstration rows of its own, trained by a second update of the actor (the
                              workers scale its lr by the method's lr_scale and leave verl's lr schedule alone)
 
 The method object lives here, on the driver, built from the run's RLConfig (registry.build_mix), as on the local
-engine; the workers only see tensors. Its state (ReLIFT's buffer) goes into verl's checkpoint (RlsweepTrainer).
+engine; the workers only see tensors. FAST-GRPO's parts use the same driver on plain GRPO (rl.mix none). Its state (ReLIFT's buffer) goes into verl's checkpoint (RlsweepTrainer).
 """
 
 from __future__ import annotations
@@ -29,14 +32,15 @@ import transfer_queue as tq
 from transfer_queue import KVBatchMeta
 from verl.utils import tensordict_utils as tu
 
+from workflow.algos.fast_grpo import ThinkingReward, group_accuracy, group_kl_coef
 from workflow.algos.registry import build_mix
 from workflow.config import RLConfig
 from workflow.engines.verl.data import compute_score
 from workflow.engines.verl.gates import UPDATE_KEY
-from workflow.engines.verl.mix_batch import (StepRows, demo_positions, demonstration_row, group_positions, loss_plan,
-                                             padded, prefix_len, prompt_slots, rollout_metrics, sequence_fields,
-                                             sft_weights, token_fields, trace_response)
-from workflow.engines.verl.mix_loss import FIELDS, LR_SCALE, MIX_KEY, SHAPED, W_KL, W_RL, W_SFT
+from workflow.engines.verl.mix_batch import (StepRows, by_group, demo_positions, demonstration_row, group_positions,
+                                             loss_plan, padded, prefix_len, prompt_slots, prompt_uid, rollout_metrics,
+                                             sequence_fields, sft_weights, token_fields, trace_response, user_text)
+from workflow.engines.verl.mix_loss import FIELDS, KL_COEF, LR_SCALE, MIX_KEY, SHAPED, W_KL, W_RL, W_SFT
 from workflow.engines.verl.translate import PREFIX_AGENT_LOOP
 
 METRIC = "rlsweep/mix/"  # the driver's mix columns in verl's step metrics (metrics.py reads them)
@@ -64,6 +68,14 @@ class DriverMix:
         self.discarded_tokens = 0
         self.step_items: list[list[list[int]]] = []  # per prompt of the step: [prompt ids, demonstration ids]
         self.step_rewards = np.zeros((0, 0))  # [P, G] what the policy's sequences scored
+        # what place_traces decided, by TransferQueue key (rows) and uid (prompts): verl's _balance_batch then
+        # reorders the batch, so plan() finds them by key, not by position
+        self.slot_of: dict[str, Any] = {}
+        self.off_of: dict[str, int] = {}
+        self.demo_of: dict[str, list[int]] = {}
+        self.score_of: dict[str, float] = {}  # the policy's own score of each row, before any FAST-GRPO bonus
+        self.fast_columns: dict[str, float] = {}
+        self.thinking = ThinkingReward(self.rl.thinking_reward) if self.rl.thinking_reward.enabled else None
 
     def _demo_tokens(self, info: dict) -> list[int]:
         demo = (info or {}).get("demo")
@@ -77,7 +89,8 @@ class DriverMix:
                                select_fields=["prompts", "responses", "extra_info", "data_source", "reward_model"])
         groups = group_positions(batch.keys)
         infos = list(data["extra_info"])
-        self.demos = [self._demo_tokens(infos[g[0]]) for g in groups]
+        on_policy = self.mix.name == "none"  # (FAST-GRPO's parts run on plain GRPO: no demonstrations)
+        self.demos = [[] if on_policy else self._demo_tokens(infos[g[0]]) for g in groups]
         self.slots = [None] * len(batch.keys)
         for g, demo in zip(groups, self.demos):
             # the step the rows were sampled at (verl's tag), as the agent loop saw it
@@ -108,6 +121,51 @@ class DriverMix:
                 fields.append(row)
                 tags.append(self._retag(batch, pos, len(prompts[pos]), len(response)))
         self._put(batch, keys, fields, tags)
+        self.slot_of = dict(zip(batch.keys, self.slots))
+        self.off_of = dict(zip(batch.keys, self.off_len))
+        self.demo_of = {prompt_uid(batch.keys[g[0]]): demo for g, demo in zip(groups, self.demos)}
+
+    def _align(self, keys: list[str]) -> list[list[int]]:
+        """place_traces' slots, off-policy lengths and demonstrations in the order of `keys` (verl's balanced
+        order); returns the groups of positions."""
+        unknown = [k for k in keys if k not in self.slot_of]
+        if unknown:  # e.g. rows verl padded the batch with (upsample_batch_to_divisible_size)
+            raise RuntimeError(f"rl.mix: verl's step batch has rows the driver did not plan ({unknown[:3]}); make "
+                               "rl.prompts_per_step x rl.group_size a multiple of the actor's ranks")
+        groups = group_positions(keys)
+        self.slots = [self.slot_of[k] for k in keys]
+        self.off_len = [self.off_of[k] for k in keys]
+        self.demos = [self.demo_of[prompt_uid(keys[g[0]])] for g in groups]
+        return groups
+
+    def shape_rewards(self, batch) -> None:
+        """After place_traces, before verl's advantages (which read rm_scores): each row's own score kept (the
+        reward column and dynamic_kl's group accuracy read it), and with FAST-GRPO's thinking reward each
+        response's bonus (workflow/algos/fast_grpo.py) added to its score, so that verl's GRPO sees reward + bonus
+        as the local engine's does."""
+        fields = ["prompts", "response_mask", "rm_scores"] + (["raw_prompt"] if self._reads_table() else [])
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
+        scores = [s.float() for s in unbind(data["rm_scores"])]
+        self.fast_columns = {}
+        self.score_of = {k: float(s.sum()) for k, s in zip(batch.keys, scores)}
+        if self.thinking is None:
+            return
+        groups = group_positions(batch.keys)
+        rewards = by_group(np.asarray([self.score_of[k] for k in batch.keys]), groups)
+        lengths = by_group(np.asarray([float(m.sum()) for m in unbind(data["response_mask"])]), groups)
+        prompts = unbind(data["prompts"])
+        texts = ([user_text(data["raw_prompt"][g[0]]) for g in groups] if self._reads_table()
+                 else [""] * len(groups))
+        bonus, self.fast_columns = self.thinking.bonus(rewards, lengths, self.rl.max_new_tokens, texts,
+                                                       [len(prompts[g[0]]) for g in groups])
+        for p, g in enumerate(groups):
+            for j, pos in enumerate(g):
+                scores[pos][-1] += float(bonus[p, j])
+        self._put(batch, list(batch.keys), [{"rm_scores": s} for s in scores])
+
+    def _reads_table(self) -> bool:
+        cfg = self.rl.thinking_reward
+        return self.thinking is not None and "table" in (cfg.pass_rate, cfg.complexity)
 
     def _check_prefixes(self, groups, responses) -> None:
         """Prefixed rollouts (Prefix-RFT): the agent loop (prefix_agent.py) put the demonstration's first tokens in
@@ -157,9 +215,11 @@ class DriverMix:
         names = ["prompts", "response_mask", "rm_scores", "entropy", "advantages", "old_log_probs"]
         extra = self.extra_fields
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=names + extra)
-        groups = group_positions(batch.keys)
+        groups = self._align(batch.keys)
         masks = [m.float() for m in unbind(data["response_mask"])]
-        reward = np.asarray([float(s.sum()) for s in unbind(data["rm_scores"])])
+        # the rows' own scores (without a thinking bonus: that one is in the advantages verl computed)
+        reward = np.asarray([self.score_of.get(k, float(s.sum())) for k, s in zip(batch.keys,
+                                                                                 unbind(data["rm_scores"]))])
         advantage = np.asarray([float(a[0]) if len(a) else 0.0 for a in unbind(data["advantages"])])
         entropy = unbind(data["entropy"])
         off = [torch.arange(len(m)) < n for m, n in zip(masks, self.off_len)]
@@ -185,18 +245,32 @@ class DriverMix:
             off[pos] = torch.zeros(len(response), dtype=torch.bool)
         self._put(batch, keys, fields, [batch.tags[batch.keys.index(k)] for k in keys])
         rows = self._rows(groups, reward, masks, off, entropy, advantage)
-        tokens = token_fields(self.mix, plan, rows, demos, self.rl.loss_agg, self.rl.max_new_tokens)
+        tokens = token_fields(self.mix, plan, rows, demos, self.rl.loss_agg, self.rl.max_new_tokens,
+                              self._kl_coef(rows))
         lengths = [len(m) for m in masks]
         per_token = {W_RL: tokens.w_rl, W_KL: tokens.w_kl, W_SFT: tokens.w_sft, SHAPED: tokens.shaped,
-                     "advantages": tokens.advantages}
+                     KL_COEF: tokens.kl_coef, "advantages": tokens.advantages}
         fields = {k: nested([v[i, :n] for i, n in enumerate(lengths)]) for k, v in per_token.items()}
         planned = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=tu.get_tensordict(fields))
         planned.tags = batch.tags
         planned.extra_info = {**(batch.extra_info or {}), MIX_KEY: self._mix_entry()}
         out.update(tokens.metrics)
+        out.update(self.fast_columns)
         out["discarded_tokens"] = self.discarded_tokens
         metrics.update({METRIC + k: v for k, v in out.items() if v is not None})
         return planned
+
+    def _kl_coef(self, rows: StepRows) -> float | np.ndarray:
+        """The KL penalty's coefficient: rl.kl_coef, or per row its group's under FAST-GRPO's dynamic_kl (from the
+        group's accuracy on the rows' own scores)."""
+        if not self.rl.dynamic_kl.enabled:
+            return self.rl.kl_coef
+        beta = group_kl_coef(group_accuracy(rows.by_group(rows.reward)), self.rl.dynamic_kl)
+        self.fast_columns["kl_coef_mean"] = float(beta.mean())
+        out = np.zeros(len(rows.reward))
+        for p, g in enumerate(rows.groups):
+            out[g] = beta[p]
+        return out
 
     def _mix_entry(self, **extra) -> dict:
         return {"lam": float(self.mix.lam), "fields": list(FIELDS), **extra}
@@ -225,7 +299,7 @@ class DriverMix:
         rows += [dict(rows[0]) for _ in range(-trained % (ranks * micro))]
         weights = sft_weights([r["response_mask"] for r in rows], trained)
         for row, w in zip(rows, weights):
-            row.update({W_SFT: w, W_RL: torch.zeros_like(w), W_KL: torch.zeros_like(w), SHAPED: torch.zeros_like(w)})
+            row.update({W_SFT: w, **{k: torch.zeros_like(w) for k in (W_RL, W_KL, SHAPED, KL_COEF)}})
         tag = dict(batch.tags[0])
         tags = []
         for row in rows:

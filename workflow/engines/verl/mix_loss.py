@@ -28,7 +28,10 @@ MIX_KEY = "rlsweep_mix"  # the batch's non-tensor entry: {"lam": f's constant}; 
 # schedule where it is (one schedule step per RL step, as on the local engine)
 LR_SCALE = "lr_scale"
 W_RL, W_KL, W_SFT, SHAPED = "rlsweep_w_rl", "rlsweep_w_kl", "rlsweep_w_sft", "rlsweep_shaped"
-FIELDS = (W_RL, W_KL, W_SFT, SHAPED)
+# the KL penalty's coefficient per token: rl.kl_coef, or its group's under FAST-GRPO's dynamic_kl (the driver's; the
+# actor's kl_loss_coef is verl's own loss's)
+KL_COEF = "rlsweep_kl_coef"
+FIELDS = (W_RL, W_KL, W_SFT, SHAPED, KL_COEF)
 
 
 def planned(data) -> dict | None:
@@ -61,8 +64,8 @@ def mixed_loss(config, model_output, data, dp_group=None, lam: float = 0.1):
     metrics = {}
     if config.use_kl_loss:
         kld = kl_penalty(logprob=log_prob, ref_logprob=d["ref_log_prob"], kl_penalty=config.kl_loss_type)
-        kl = (kld * d[W_KL]).sum()
-        loss = loss + config.kl_loss_coef * kl
+        kl = (kld * d[W_KL]).sum()  # the KL itself (the column), its coefficients per token in the loss
+        loss = loss + (kld * d[W_KL] * d[KL_COEF]).sum()
         metrics["kl_loss"] = Metric(value=kl.detach() * dp_size, aggregation=AggregationType.SUM)
     on_policy = mask & ~shaped & (d[W_RL] > 0)
     metrics["actor/pg_clipfrac"] = Metric(

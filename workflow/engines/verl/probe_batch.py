@@ -30,7 +30,7 @@ from workflow.algos.mix import MixedPolicy
 from workflow.config import RLConfig
 from workflow.engines.verl.mix_batch import (StepRows, demo_positions, loss_plan, padded, prefix_len, prompt_slots,
                                              sequence_fields, sft_weights, token_fields, trace_response)
-from workflow.engines.verl.mix_loss import SHAPED, W_KL, W_RL, W_SFT
+from workflow.engines.verl.mix_loss import KL_COEF, SHAPED, W_KL, W_RL, W_SFT
 
 STEP = 1  # the step whose slots the probe draws (Prefix-RFT's schedule: its longest prefixes)
 
@@ -60,7 +60,7 @@ def interleaved_rows(rl: RLConfig, prompts: list[list[int]], demos: list[list[in
     rows = [_row(p, trace_response(d, eos, rl.max_new_tokens)[0]) for p, d in zip(prompts, demos)]
     w_sft = sft_weights([r["response_mask"] for r in rows], len(rows))
     zeros = [torch.zeros_like(w) for w in w_sft]
-    return _finish(rows, {W_SFT: w_sft, W_RL: zeros, W_KL: zeros, SHAPED: zeros}, zeros, kl)
+    return _finish(rows, {W_SFT: w_sft, W_RL: zeros, W_KL: zeros, SHAPED: zeros, KL_COEF: zeros}, zeros, kl)
 
 
 def step_rows(rl: RLConfig, mix: MixedPolicy, prompts: list[list[int]], demos: list[list[int]], indexes: list[int],
@@ -99,10 +99,11 @@ def step_rows(rl: RLConfig, mix: MixedPolicy, prompts: list[list[int]], demos: l
             responses[pos] = traces[p]
             masks[pos], off[pos] = torch.ones(len(traces[p])), torch.zeros(len(traces[p]), dtype=torch.bool)
             entropy[pos] = torch.zeros(len(traces[p]))
-    tokens = token_fields(mix, plan, step(masks, off, entropy), demo_rows, rl.loss_agg, rl.max_new_tokens)
+    tokens = token_fields(mix, plan, step(masks, off, entropy), demo_rows, rl.loss_agg, rl.max_new_tokens,
+                          rl.kl_coef)
     rows = [_row(prompts[i // G], r) for i, r in enumerate(responses)]
     weights = {W_RL: list(tokens.w_rl), W_KL: list(tokens.w_kl), W_SFT: list(tokens.w_sft),
-               SHAPED: list(tokens.shaped)}
+               SHAPED: list(tokens.shaped), KL_COEF: list(tokens.kl_coef)}
     return _finish(rows, weights, list(tokens.advantages), kl)
 
 

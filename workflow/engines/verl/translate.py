@@ -130,7 +130,9 @@ def translate(cfg, *, model_path: str = PLACEHOLDER, train_files: str = PLACEHOL
         f"{actor}.clip_ratio_low": rl.clip_low,
         f"{actor}.clip_ratio_high": rl.clip_high,
         f"{actor}.loss_agg_mode": agg,
-        f"{actor}.use_kl_loss": rl.kl_coef > 0,
+        # the KL penalty (and the reference it needs) also with FAST-GRPO's dynamic_kl, whose per-group coefficients
+        # travel with the rows (mix_hooks.DriverMix._kl_coef); kl_loss_coef is verl's own loss's
+        f"{actor}.use_kl_loss": rl.uses_reference,
         f"{actor}.kl_loss_coef": rl.kl_coef,
         f"{actor}.kl_loss_type": "low_var_kl",  # the k3 estimator, as the local engine
         f"{actor}.entropy_coeff": 0.0,
@@ -160,7 +162,8 @@ def translate(cfg, *, model_path: str = PLACEHOLDER, train_files: str = PLACEHOL
     # our update rules inside verl: the registered trainer decides the gates and hands the workers their spec
     out["trainer.v1.trainer_mode"] = "rlsweep"
     out["trainer.v1.rlsweep"] = rule_settings(rl)
-    if rl.mix != "none":  # the driver builds the method from the run's RL config (mix_hooks.DriverMix)
+    if rl.mix != "none" or rl.fast_grpo_parts:  # the driver builds the method from the run's RL config, and plans
+        # the step's rows (mix_hooks.DriverMix); FAST-GRPO's parts are driver hooks on plain GRPO
         out["trainer.v1.rlsweep"]["mix"] = {"rl": rl.model_dump(mode="json")}
     if rl.mix == "prefix_rft":  # every training rollout through our agent loop (it reads the same RL config)
         out["actor_rollout_ref.rollout.agent.default_agent_loop"] = PREFIX_AGENT_LOOP
@@ -168,7 +171,7 @@ def translate(cfg, *, model_path: str = PLACEHOLDER, train_files: str = PLACEHOL
         out[f"{actor}.calculate_entropy"] = True
     if scaled:
         out[f"{actor}.loss_scale_factor"] = rl.max_new_tokens
-    if rl.kl_coef > 0:
+    if rl.uses_reference:
         out["actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"] = micro
     if v.device == "cpu":
         out.update(cpu_overrides(cfg))

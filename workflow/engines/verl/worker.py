@@ -124,10 +124,11 @@ class RlsweepTrainer(PPOTrainerSync):
 
     def _balance_batch(self, batch, metrics, *args, **kwargs):
         """Before verl balances the rows over ranks: the method's expert traces in place of their rollouts (so
-        balancing, old log-probs and advantages all see the trained rows)."""
+        balancing, old log-probs and advantages all see the trained rows), then the scores FAST-GRPO shapes."""
         mix = self._driver_mix()
         if mix is not None:
             mix.place_traces(batch, self.global_steps)
+            mix.shape_rewards(batch)
         return super()._balance_batch(batch, metrics, *args, **kwargs)
 
     def _compute_advantage(self, batch, metrics: dict):
