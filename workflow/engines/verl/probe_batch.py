@@ -108,9 +108,9 @@ def step_rows(rl: RLConfig, mix: MixedPolicy, prompts: list[list[int]], demos: l
 
 
 def stage_rows(stage, model_path: str, data, ranks: int, micro: int) -> list[dict]:
-    """The probe's rows for an RL stage (its own model's tokenizer, its first training prompts): per rank two of
-    the job's micro-batches (no more than the job's share, at least 2 rows), rounded up to whole groups and whole
-    micro-batches."""
+    """The probe's rows for an RL stage (its own model's tokenizer, its first training prompts, reused when a small
+    run has fewer): per rank two of the job's micro-batches (no more than the job's share, at least 2 rows), rounded
+    up to whole groups and whole micro-batches."""
     from transformers import AutoTokenizer
     from workflow.algos.registry import build_mix
     from workflow.engines.verl.data import rl_rows
@@ -122,8 +122,9 @@ def stage_rows(stage, model_path: str, data, ranks: int, micro: int) -> list[dic
         per_rank += 1
     n_prompts = per_rank * ranks // group
     source = rl_rows(stage, data)[:n_prompts]
-    if len(source) < n_prompts:
-        raise ValueError(f"the integrity preflight needs {n_prompts} training prompts, the data has {len(source)}")
+    if not source:
+        raise ValueError("the integrity preflight found no training prompts in the job's data")
+    source = [source[i % len(source)] for i in range(n_prompts)]  # a small run's prompts, reused to fill the batch
     tok = AutoTokenizer.from_pretrained(model_path)
     prompts = [tok.encode(tok.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False),
                           add_special_tokens=False) for r in source]
