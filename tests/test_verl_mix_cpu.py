@@ -114,7 +114,8 @@ def test_rlsweep_preflight_checks_a_verl_mixed_policy_job_on_its_prepared_data(t
         out = subprocess.run([sys.executable, "-m", "workflow.cli", "preflight", str(path), "--results", str(results)],
                              cwd=REPO, capture_output=True, text=True, timeout=600,
                              env={**os.environ, "COLUMNS": "250"})
-        return out.returncode, [line for line in out.stdout.splitlines() if "prefix_rft" in line]
+        return out.returncode, [line for line in out.stdout.splitlines() if "prefix_rft" in line and "│" in line
+                                and "integrity preflight" not in line]
     code, lines = preflight()
     assert code == 0 and len(lines) == 1 and "needs its data stage" in lines[0]
     sweep = load_sweep(path)
