@@ -17,7 +17,8 @@ workers' loss is mix_loss.py). verl's PPOTrainer._step_once order, and where eac
                              workers scale its lr by the method's lr_scale and leave verl's lr schedule alone)
 
 The method object lives here, on the driver, built from the run's RLConfig (registry.build_mix), as on the local
-engine; the workers only see tensors. FAST-GRPO's parts use the same driver on plain GRPO (rl.mix none). Its state (ReLIFT's buffer) goes into verl's checkpoint (RlsweepTrainer).
+engine; the workers only see tensors. FAST-GRPO's parts use the same driver on plain GRPO (rl.mix none). Its
+state (ReLIFT's buffer) goes into verl's checkpoint (RlsweepTrainer).
 """
 
 from __future__ import annotations
@@ -143,7 +144,8 @@ class DriverMix:
         reward column and dynamic_kl's group accuracy read it), and with FAST-GRPO's thinking reward each
         response's bonus (workflow/algos/fast_grpo.py) added to its score, so that verl's GRPO sees reward + bonus
         as the local engine's does."""
-        fields = ["prompts", "response_mask", "rm_scores"] + (["raw_prompt"] if self._reads_table() else [])
+        fields = ["rm_scores"] + (["prompts", "response_mask"] if self.thinking is not None else []) + \
+            (["raw_prompt"] if self._reads_table() else [])
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
         scores = [s.float() for s in unbind(data["rm_scores"])]
         self.fast_columns = {}
@@ -212,14 +214,13 @@ class DriverMix:
     def plan(self, batch, metrics: dict):
         """After verl's advantages: the method's plan, the demonstration rows, the per-token fields. Returns the
         batch's new TransferQueue handle (its field list names ours: the workers read only the fields it lists)."""
-        names = ["prompts", "response_mask", "rm_scores", "entropy", "advantages", "old_log_probs"]
+        names = ["prompts", "response_mask", "entropy", "advantages", "old_log_probs"]
         extra = self.extra_fields
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=names + extra)
         groups = self._align(batch.keys)
         masks = [m.float() for m in unbind(data["response_mask"])]
-        # the rows' own scores (without a thinking bonus: that one is in the advantages verl computed)
-        reward = np.asarray([self.score_of.get(k, float(s.sum())) for k, s in zip(batch.keys,
-                                                                                 unbind(data["rm_scores"]))])
+        # the rows' own scores, as shape_rewards kept them (without a thinking bonus: that one is in the advantages)
+        reward = np.asarray([self.score_of[k] for k in batch.keys])
         advantage = np.asarray([float(a[0]) if len(a) else 0.0 for a in unbind(data["advantages"])])
         entropy = unbind(data["entropy"])
         off = [torch.arange(len(m)) < n for m, n in zip(masks, self.off_len)]
