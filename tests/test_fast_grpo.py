@@ -158,8 +158,13 @@ def test_bad_settings_are_refused_naming_the_key(tmp_path):
     assert problems({"rl": {"slow2fast": {"enabled": True}, "mix": "luffy"}}).startswith(
         "rl.slow2fast.enabled: FAST-GRPO's parts train on the policy's own groups")
     verl = {"name": "verl", "verl": {"model_path": "m"}}
-    assert problems({"rl": {"slow2fast": {"enabled": True}}, "engine": verl}).startswith(
-        "rl.slow2fast.enabled: Slow2Fast sampling runs on the local engine only so far")
+    RunConfig.model_validate({"rl": {"slow2fast": {"enabled": True}}, "engine": verl})  # runs on verl too
+    sampler = "trainer.v1.sampler.custom_sampler.name"
+    assert problems({"rl": {"slow2fast": {"enabled": True}}, "engine": {**verl, "verl": {
+        "model_path": "m", "overrides": {sampler: "Mine"}}}}).startswith(
+        f"engine.verl.overrides.{sampler}: with rl.slow2fast refill resample verl's sampling runs through rlsweep's")
+    RunConfig.model_validate({"rl": {"slow2fast": {"enabled": True, "refill": "shrink"}}, "engine": {**verl, "verl": {
+        "model_path": "m", "overrides": {sampler: "Mine"}}}})  # shrink: verl's own sampler, whichever it is
     assert problems({"rl": {"dynamic_kl": {"enabled": True}}, "engine": {**verl, "verl": {
         "model_path": "m", "overrides": {"actor_rollout_ref.actor.ppo_epochs": 2}}}}).startswith(
         "engine.verl.overrides.actor_rollout_ref.actor.ppo_epochs: 2: with rl.dynamic_kl it must be 1")

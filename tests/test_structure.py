@@ -174,6 +174,9 @@ def test_modules_verl_loads_by_name_import_and_hold_what_is_named():
     sft = importlib.import_module(translate.SFT_TRAINER_MODULE)
     assert callable(sft.main)
     assert importlib.import_module(translate.AGENT_MODULE).PrefixAgentLoop  # registered as it is imported
+    path, name = translate.SLOW2FAST_SAMPLER  # verl's load_extern_type: a ReplayBuffer subclass
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+    assert path.startswith("pkg://") and issubclass(getattr(importlib.import_module(path[6:]), name), ReplayBuffer)
     from workflow.engines.verl import preflight  # torchrun runs it by name: python -m MODULE
     assert preflight.MODULE == preflight.__name__ and callable(preflight.main)
     # and the translated config names exactly these

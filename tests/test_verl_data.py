@@ -43,6 +43,18 @@ def test_rl_data_is_the_local_engines_problems_in_step_order_and_verl_loads_it(t
     assert item["raw_prompt"][0]["content"] == want[5].prompt
 
 
+def test_slow2fast_resample_runs_get_rows_for_their_refills_after_the_steps_batches(tmp_path):
+    cfg = CFG.model_copy(update={"rl": CFG.rl.model_copy(update={"slow2fast": CFG.rl.slow2fast.model_copy(
+        update={"enabled": True, "max_rounds": 2})})})
+    rows = read_rows(write_rl_data(cfg, tmp_path)[0])
+    plain = read_rows(write_rl_data(CFG, tmp_path / "plain")[0])
+    assert len(rows) == 3 * 4 * (1 + 2) and rows[:12] == plain  # the steps' batches first, as without it
+    assert len({r["prompt"][0]["content"] for r in rows}) > 12  # fresh problems for the refills
+    shrink = cfg.rl.slow2fast.model_copy(update={"refill": "shrink"})
+    cfg = cfg.model_copy(update={"rl": cfg.rl.model_copy(update={"slow2fast": shrink})})
+    assert read_rows(write_rl_data(cfg, tmp_path / "shrink")[0]) == plain  # shrink never refills
+
+
 def test_reward_is_loaded_by_verl_and_scores_the_boxed_answer():
     from verl.trainer.ppo.reward import get_custom_reward_fn
     fn = get_custom_reward_fn(compose(translate(CFG)))

@@ -525,14 +525,21 @@ class FakeQueue:
         return {f: [self.rows[k][f] for k in keys] for f in select_fields}
 
     def kv_batch_put(self, keys, partition_id, fields=None, tags=None):
+        from transfer_queue import KVBatchMeta
         for name in fields.keys():
             for key, value in zip(keys, fields[name].unbind()):
-                self.rows[key][name] = value
+                self.rows.setdefault(key, {})[name] = value
+        return KVBatchMeta(keys=list(keys), tags=list(tags or [{} for _ in keys]), partition_id=partition_id)
+
+    def kv_clear(self, keys, partition_id):
+        for key in keys:
+            del self.rows[key]
 
 
-def fast_driver(monkeypatch, rl: dict, scores: list[list[float]], lengths: list[list[int]]):
-    """A DriverMix on plain GRPO with FAST-GRPO parts, over a fake queue holding P x G scored rows."""
-    from types import SimpleNamespace
+def fast_driver(monkeypatch, rl: dict, scores: list[list[float]], lengths: list[list[int]], place: bool = True):
+    """A DriverMix on plain GRPO with FAST-GRPO parts, over a fake queue holding P x G scored rows (prompt p has
+    3 + p tokens), after place_traces (unless `place` is False)."""
+    from transfer_queue import KVBatchMeta
     from workflow.engines.verl import mix_hooks
 
     class Tok:
@@ -549,10 +556,11 @@ def fast_driver(monkeypatch, rl: dict, scores: list[list[float]], lengths: list[
             keys.append(key)
     queue = FakeQueue(rows)
     monkeypatch.setattr(mix_hooks, "tq", queue)
-    batch = SimpleNamespace(keys=keys, partition_id="train", tags=[{"global_steps": 1} for _ in keys],
-                            extra_info={})
+    tags = [{"global_steps": 1, "seq_len": len(rows[k]["prompts"]) + len(rows[k]["responses"])} for k in keys]
+    batch = KVBatchMeta(keys=keys, partition_id="train", tags=tags, extra_info={})
     driver = mix_hooks.DriverMix({"group_size": len(scores[0]), "max_new_tokens": 8, **rl}, 0, Tok())
-    driver.place_traces(batch, 1)
+    if place:
+        driver.place_traces(batch, 1)
     return driver, batch, queue
 
 
@@ -600,3 +608,136 @@ def test_the_driver_finds_its_slots_and_demonstrations_by_key_after_verl_reorder
     assert groups == [[2, 0], [1, 3]] and driver.demos == [[6], [5]]  # uid1 first now, its sessions in order
     with pytest.raises(RuntimeError, match="did not plan"):
         driver._align(keys + ["padabc_0_0"])
+
+
+# ------------------------------------------------------------------------------ Slow2Fast inside verl's step
+def group_scores(accuracies: list[float], group_size: int = 4) -> list[list[float]]:
+    """Per group, `accuracy x group_size` correct responses (score 1) first, the rest wrong (0)."""
+    return [[1.0 if s < round(a * group_size) else 0.0 for s in range(group_size)] for a in accuracies]
+
+
+def test_slow2fast_drops_the_groups_outside_the_phases_band_from_verls_batch(monkeypatch):
+    from workflow.engines.verl.slow2fast import EVICTED_GROUPS, EVICTED_TOKENS
+    accuracies = [0.0, 0.25, 0.75, 1.0]  # slow [0.3, 0.99] keeps only 0.75, fast [0.01, 0.7] only 0.25
+    rl = {"steps": 2, "slow2fast": {"enabled": True}}
+    for step, kept in [(1, 2), (2, 1)]:  # verl's step 1 is progress 0 (slow), step 2 progress 0.5 (fast)
+        driver, batch, queue = fast_driver(monkeypatch, rl, group_scores(accuracies), [[5] * 4] * 4, place=False)
+        sampled = {EVICTED_GROUPS: 1, EVICTED_TOKENS: 30}  # what verl's sampler dropped and refilled before
+        out = driver.keep_groups(batch, step, sampled)
+        assert out.keys == [f"uid{kept}_{s}_0" for s in range(4)] and sorted(queue.rows) == out.keys
+        dropped_tokens = sum((3 + p + 5) * 4 for p in range(4) if p != kept)  # prompt 3 + p, response 5 tokens
+        assert driver.sampling_columns == {"kept_groups": 1, "dropped_groups": 1 + 3, "extra_rollouts": 1 * 4,
+                                           "rollouts": (4 + 1) * 4, "dropped_tokens": 30 + dropped_tokens}
+        assert not driver.trains_nothing
+
+
+def test_a_step_slow2fast_leaves_without_a_group_keeps_verls_batch_and_takes_no_update(monkeypatch):
+    driver, batch, queue = fast_driver(monkeypatch, {"steps": 2, "slow2fast": {"enabled": True}},
+                                       group_scores([0.0, 0.0]), [[5] * 4] * 2, place=False)
+    out = driver.keep_groups(batch, 1, {})
+    assert out.keys == batch.keys and len(queue.rows) == 8 and driver.trains_nothing
+    assert driver.sampling_columns["kept_groups"] == 0 and driver.sampling_columns["dropped_groups"] == 2
+    assert driver.sampling_columns["untrained_tokens"] == sum(t["seq_len"] for t in batch.tags)
+    off, _, _ = fast_driver(monkeypatch, {"steps": 2}, group_scores([0.0]), [[5] * 4], place=False)
+    assert off.keep_groups(batch, 1, {}) is batch and off.sampling_columns == {}  # Slow2Fast off: untouched
+
+
+def test_rows_verl_pads_the_shrunk_batch_with_weigh_nothing_and_the_kept_rows_are_one_token_mean(monkeypatch):
+    from transfer_queue import KVBatchMeta
+    from workflow.engines.verl.mix_loss import W_KL, W_RL
+    driver, batch, queue = fast_driver(monkeypatch, {"steps": 2, "slow2fast": {"enabled": True}},
+                                       group_scores([0.0, 0.75]), [[5, 6, 7, 8], [4] * 4], place=False)
+    batch = driver.keep_groups(batch, 1, {})  # keeps uid1 (0.75)
+    driver.place_traces(batch, 1)
+    driver.shape_rewards(batch)
+    for key in batch.keys:  # what verl's old-log-prob and advantage steps add
+        n = len(queue.rows[key]["responses"])
+        queue.rows[key].update(entropy=torch.ones(n), advantages=torch.full((n,), 0.5), old_log_probs=torch.zeros(n))
+    pads = [f"pad9_{i}_0" for i in range(4)]  # verl's upsample_batch_to_divisible_size: 1-token rows, no weight
+    for key in pads:
+        queue.rows[key] = {"prompts": torch.arange(2), "response_mask": torch.zeros(1, dtype=torch.int64),
+                           "entropy": torch.zeros(1), "advantages": torch.zeros(1), "old_log_probs": torch.zeros(1)}
+    keys = [pads[0], *batch.keys[:2], *pads[1:], *batch.keys[2:]]  # verl's balancing interleaves them
+    tags = {**dict(zip(batch.keys, batch.tags)), **{k: {"is_padding": True, "seq_len": 3} for k in pads}}
+    padded_batch = KVBatchMeta(keys=keys, tags=[tags[k] for k in keys], partition_id="train", extra_info={})
+    metrics = {}
+    planned = driver.plan(padded_batch, metrics)
+    assert planned.keys == keys and planned.tags == padded_batch.tags
+    assert all(float(queue.rows[k][W_RL].abs().sum()) == 0 and float(queue.rows[k][W_KL].abs().sum()) == 0
+               for k in pads)
+    assert sum(float(queue.rows[k][W_RL].sum()) for k in batch.keys) == pytest.approx(1.0)  # 16 tokens, 1/16 each
+    assert metrics["rlsweep/mix/padding_tokens"] == 12 and metrics["rlsweep/mix/kept_groups"] == 1
+    assert metrics["rlsweep/mix/reward"] == 0.75  # the kept group's rows only
+
+
+def test_a_slow2fast_steps_row_counts_every_token_generated_and_trains_only_the_kept(monkeypatch):
+    from workflow.algos.flops import rl_step_flops
+    from workflow.engines.verl.metrics import train_steps_row
+    step = {"perf/total_num_tokens": 100, "rlsweep/mix/padding_tokens": 12, "rlsweep/mix/dropped_tokens": 50,
+            "rlsweep/mix/kept_groups": 1, "rlsweep/mix/dropped_groups": 3, "rlsweep/mix/extra_rollouts": 4,
+            "rlsweep/mix/rollouts": 20}
+    row = train_steps_row(step, step=1, rollouts=8, n_params=1000, ref_model=True)
+    assert row["tokens"] == 88 + 50 and row["rollouts"] == 20  # every sequence sampled, verl's padding left out
+    assert (row["kept_groups"], row["dropped_groups"], row["extra_rollouts"]) == (1, 3, 4)
+    assert row["flops"] == rl_step_flops(1000, 138, 1, trained_tokens=88, ref_model=True)
+    idle = {**step, "rlsweep/mix/padding_tokens": 0, "rlsweep/mix/untrained_tokens": 100,
+            "actor/rlsweep/backward_passes": 0, "actor/rlsweep/optimizer_steps": 0}
+    row = train_steps_row(idle, step=1, rollouts=8, n_params=1000, ref_model=True)
+    assert row["backward_passes"] == row["optimizer_steps"] == 0 and row["tokens"] == 150
+    assert row["flops"] == rl_step_flops(1000, 150, 0, trained_tokens=0)  # generation only
+
+
+class RolloutWorld:
+    """TransferQueue as verl's replay buffer sees it in a sync step: every prompt submitted finishes at once with G
+    scored sessions, the next accuracy of `accuracies` (refills included)."""
+
+    def __init__(self, accuracies: list[float], group_size: int = 4):
+        self.accuracies, self.group_size = list(accuracies), group_size
+        self.tags: dict[str, dict] = {}
+        self.rows: dict[str, dict] = {}
+        self.submitted: list[str] = []
+
+    def submit(self, n: int) -> int:
+        for _ in range(n):
+            uid = f"u{len(self.submitted)}"
+            accuracy = self.accuracies[len(self.submitted)]
+            self.submitted.append(uid)
+            self.tags[uid] = {"is_prompt": True, "status": "finished", "global_steps": 1}
+            for s, score in enumerate(group_scores([accuracy], self.group_size)[0]):
+                self.tags[f"{uid}_{s}_0"] = {"seq_len": 10, "global_steps": 1}
+                self.rows[f"{uid}_{s}_0"] = {"rm_scores": torch.tensor([0.0, score])}
+        return n
+
+    def kv_list(self):
+        return {"train": dict(self.tags)}
+
+    def kv_clear(self, keys, partition_id):
+        for key in keys:
+            self.tags.pop(key, None)
+            self.rows.pop(key, None)
+
+    def kv_batch_get(self, keys, partition_id, select_fields):
+        return {f: [self.rows[k][f] for k in keys] for f in select_fields}
+
+
+@pytest.mark.parametrize("accuracies, trained, evicted", [
+    ([0.0, 0.75, 0.25, 0.5], ["u1", "u3"], 2),  # 0.0 and its refill 0.25 evicted, the second refill kept
+    ([0.0, 0.75, 0.25, 0.0], ["u1", "u3"], 2),  # the budget (max_rounds 1 x 2 prompts) spent: u3 stays
+    ([0.5, 0.75], ["u0", "u1"], 0),
+])
+def test_verls_sampler_refills_each_group_slow2fast_drops_with_one_prompt_within_its_budget(
+        monkeypatch, accuracies, trained, evicted):
+    from verl.trainer.ppo.v1 import replay_buffer
+    from workflow.engines.verl import slow2fast
+    world = RolloutWorld(accuracies)
+    monkeypatch.setattr(replay_buffer, "tq", world)
+    monkeypatch.setattr(slow2fast, "tq", world)
+    rl = {"steps": 4, "prompts_per_step": 2, "group_size": 4, "slow2fast": {"enabled": True, "max_rounds": 1}}
+    sampler = slow2fast.Slow2FastSampler(trainer_mode="rlsweep", trainer_config={"mix": {"rl": rl}},
+                                         max_off_policy_threshold=None, max_off_policy_strategy="drop",
+                                         sampler_kwargs={}, refill_fn=world.submit, poll_interval=0.0)
+    world.submit(2)  # verl's step submits its batch's prompts first
+    batch, metrics = sampler.sample(global_steps=1, partition_id="train", batch_size=2)
+    assert sorted({k.split("_")[0] for k in batch.keys}) == trained and len(batch.keys) == 2 * 4
+    assert world.submitted == [f"u{i}" for i in range(2 + evicted)]  # one fresh prompt per evicted group
+    assert metrics[slow2fast.EVICTED_GROUPS] == evicted and metrics[slow2fast.EVICTED_TOKENS] == evicted * 4 * 10

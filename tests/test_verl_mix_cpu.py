@@ -125,18 +125,28 @@ def test_rlsweep_preflight_checks_a_verl_mixed_policy_job_on_its_prepared_data(t
     assert code == 0 and len(lines) == 1 and "passed" in lines[0]
 
 
-def test_fast_grpo_thinking_reward_and_dynamic_kl_train_inside_verl(tmp_path):
-    """FAST-GRPO's parts on verl's engine: the bonus added to verl's scores before its GRPO, each group's KL
-    coefficient from its accuracy (with the reference model it needs); train_steps shows both."""
+def test_fast_grpo_thinking_reward_dynamic_kl_and_slow2fast_train_inside_verl(tmp_path):
+    """FAST-GRPO's three parts together on verl's engine (one run: a verl start costs a minute). The untrained model
+    solves nothing (every group's accuracy is 0). Slow2Fast: step 1 (the slow phase, band [0.5, 1]) drops both
+    groups; verl's sampler refills each with one fresh prompt (max_rounds 1: a budget of 2), drops those too, and
+    the step, left without a group, takes no update; step 2 (the fast phase, band [0, 0.7]) keeps both groups. On
+    them the thinking bonus is added to verl's scores before its GRPO and each group's KL coefficient comes from its
+    accuracy (with the reference model it needs); train_steps shows all three."""
     from workflow.results.catalog import query
     results = tmp_path / "results"
-    train(sweep_file(tmp_path, "none", ", thinking_reward: {enabled: true}, dynamic_kl: {enabled: true}"), results)
-    rows = query("SELECT step, reward, thinking_bonus, easy_frac, hard_frac, kl_coef_mean, kl, rollouts, "
+    train(sweep_file(tmp_path, "none", ", thinking_reward: {enabled: true}, dynamic_kl: {enabled: true}, slow2fast: "
+                                       "{enabled: true, slow: [0.5, 1.0], fast: [0.0, 0.7], max_rounds: 1}"), results)
+    rows = query("SELECT step, kept_groups, dropped_groups, extra_rollouts, rollouts, backward_passes, "
+                 "optimizer_steps, reward, tokens, flops, thinking_bonus, easy_frac, hard_frac, kl_coef_mean, kl, "
                  "off_policy_frac FROM train_steps WHERE stage = 'rl' ORDER BY step", results).to_pylist()
-    assert [r["step"] for r in rows] == [1, 2]
+    assert [(r["kept_groups"], r["dropped_groups"], r["extra_rollouts"], r["rollouts"]) for r in rows] == [
+        (0, 4, 2 * 4, (2 + 2) * 4), (2, 0, 0, 2 * 4)]
+    assert [(r["backward_passes"], r["optimizer_steps"]) for r in rows] == [(0, 0), (1, 1)]
+    assert all(r["reward"] == 0.0 and r["tokens"] > 0 and r["flops"] > 0 for r in rows)
+    assert rows[0]["tokens"] > rows[1]["tokens"]  # step 1 generated 4 groups, step 2 two
     for r in rows:
         assert r["thinking_bonus"] is not None and r["thinking_bonus"] >= 0 and r["easy_frac"] + r["hard_frac"] == 1
-        assert 0.001 <= r["kl_coef_mean"] <= 0.01 and r["kl"] is not None  # beta_min .. beta_max; the KL term ran
-        assert r["rollouts"] == 2 * 4 and r["off_policy_frac"] == 0.0  # plain GRPO's groups
+        assert r["kl_coef_mean"] == 0.001 and r["off_policy_frac"] == 0.0  # accuracy 0: beta_min; GRPO's groups
+    assert rows[0]["kl"] is None and rows[1]["kl"] is not None  # the KL term ran in step 2's update only
     (job,) = query("SELECT method FROM runs WHERE stage = 'rl'", results).to_pylist()
-    assert job["method"] == "grpo+thinking_reward+dynamic_kl"
+    assert job["method"] == "grpo+thinking_reward+dynamic_kl+slow2fast"

@@ -499,14 +499,6 @@ class RunConfig(Strict):
         return self
 
     @model_validator(mode="after")
-    def _slow2fast_runs_locally(self) -> "RunConfig":
-        if self.engine.name == "verl" and self.rl.slow2fast.enabled:
-            raise ConfigProblem("rl.slow2fast.enabled", "Slow2Fast sampling runs on the local engine only so far "
-                                "(dropping and refilling groups inside verl's step is not written yet); use "
-                                "engine.name local (rl.thinking_reward and rl.dynamic_kl run on verl)")
-        return self
-
-    @model_validator(mode="after")
     def _mixed_policy_methods_verl_runs(self) -> "RunConfig":
         if self.engine.name != "verl" or (self.rl.mix == "none" and not self.rl.fast_grpo_parts):
             return self
@@ -523,6 +515,11 @@ class RunConfig(Strict):
         if self.rl.mix == "prefix_rft" and agent in self.engine.verl.overrides:
             raise ConfigProblem(f"engine.verl.overrides.{agent}", "with rl.mix prefix_rft the rollouts run through "
                                 "rlsweep's agent loop, which continues the demonstration prefixes; leave it unset")
+        sampler = [k for k in self.engine.verl.overrides if k.startswith("trainer.v1.sampler.custom_sampler")]
+        if self.rl.slow2fast.enabled and self.rl.slow2fast.refill == "resample" and sampler:
+            raise ConfigProblem(f"engine.verl.overrides.{sampler[0]}", "with rl.slow2fast refill resample verl's "
+                                "sampling runs through rlsweep's sampler, which drops and refills the groups; "
+                                "leave it unset")
         return self
 
     @model_validator(mode="after")

@@ -12,7 +12,8 @@ loss on the assistant turn). `cfg` below is a stage's typed config (workflow/sta
   seeded by (seed, epoch)), each problem put to the model by `task.template` (eval/prompts.py: boxed, or the
   seed-003 system prompt); SFT trains on the rows' demonstrations; reward = the eval scorer (last \\boxed{}
   compared with the gold by math-verify, in a worker process with a time limit).
-`rl.steps x rl.prompts_per_step` rows in order, so verl (with shuffle off) sees the same problems in the same steps.
+`rl.steps x rl.prompts_per_step` rows in order, so verl (with shuffle off) sees the same problems in the same steps
+(with Slow2Fast's resample, rows for its refills after them: rl_prompt_count).
 """
 
 from __future__ import annotations
@@ -54,19 +55,28 @@ def read_rows(path: Path) -> list[dict]:
     return pq.read_table(path).to_pylist()
 
 
+def rl_prompt_count(rl) -> int:
+    """How many prompts a run may draw from its data stream: one batch a step, and with Slow2Fast's resample as many
+    refill prompts as its budget allows (max_rounds x prompts_per_step a step, slow2fast.py). verl refills from the
+    same stream, so a step after a refill starts further on in it; the rows are there so that it never wraps round
+    to the first step's problems."""
+    rounds = 1 + (rl.slow2fast.max_rounds if rl.slow2fast.enabled and rl.slow2fast.refill == "resample" else 0)
+    return rl.steps * rl.prompts_per_step * rounds
+
+
 def rl_rows(cfg, data: Path | None = None) -> list[dict]:
     """With a mixed-policy method (rl.mix), each row's extra_info carries its demonstration (`demo`: the worked
     solution, or the prepared row's solution), which verl's dataset hands through to the driver's mix hooks."""
     rl, rows = cfg.rl, []
     demo = rl.mix != "none"
-    if cfg.task.name == "arithmetic":
-        for step in range(rl.steps):
+    if cfg.task.name == "arithmetic":  # (the refill rows are drawn as further steps would be)
+        for step in range(rl_prompt_count(rl) // rl.prompts_per_step):
             for p in sample_train(cfg.task, np.random.default_rng([cfg.seed, step, 1]), rl.prompts_per_step):
                 rows.append(_row(DATA_SOURCE, [{"role": "user", "content": p.prompt}], p.answer, "train", len(rows),
                                  step, **({"demo": p.solution} if demo else {})))
         return rows
     prepared = read_rows(data)
-    for i, k in enumerate(epoch_order(len(prepared), cfg.seed, rl.steps * rl.prompts_per_step, 1)):
+    for i, k in enumerate(epoch_order(len(prepared), cfg.seed, rl_prompt_count(rl), 1)):
         r = prepared[k]
         rows.append(_row(MATH_SOURCE, messages(r["problem"], cfg.task.template), r["answer"], "train", i,
                          i // rl.prompts_per_step, id=r["id"], **({"demo": r["solution"] or ""} if demo else {})))

@@ -31,12 +31,14 @@ _FROM_VERL = {
 }
 _FROM_RULE = ("loss", "grad_norm", "backward_passes", "optimizer_steps", "alpha", "gxpo_ratio_p10", "gxpo_ratio_p50",
               "gxpo_ratio_p90", "gxpo_scale_mean", "gxpo_inactive_frac", "gxpo_cos_g0_gcorr", "gxpo_gcorr_norm")
-_INTS = {"backward_passes", "optimizer_steps", "tokens", "rollouts", "buffer_size", "interleaved_sft_rows"}
+_INTS = {"backward_passes", "optimizer_steps", "tokens", "rollouts", "buffer_size", "interleaved_sft_rows",
+         "kept_groups", "dropped_groups", "extra_rollouts"}
 # a mixed-policy method's columns (README, "Mixed-policy methods") <- the driver's "rlsweep/mix/<col>" (mix_hooks.py)
 MIX_COLUMNS = ("off_policy_frac", "sft_frac", "sft_weight", "sft_prompt_frac", "trace_reward", "rl_weight",
                "prefix_len", "buffer_size", "interleaved_sft_rows", "interleaved_sft_loss",
                # FAST-GRPO's (workflow/algos/fast_grpo.py), from the same driver
-               "thinking_bonus", "easy_frac", "hard_frac", "kl_coef_mean")
+               "thinking_bonus", "easy_frac", "hard_frac", "kl_coef_mean", "kept_groups", "dropped_groups",
+               "extra_rollouts")
 # the policy's own sequences only (an expert trace is not a rollout), as on the local engine
 _MIX_OVERRIDES = ("reward", "response_len", "rollouts")
 
@@ -63,20 +65,26 @@ def param_count(model_path: str) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def _mix_columns(row: dict[str, Any], metrics: dict[str, Any]) -> None:
-    """rl.mix's columns: the driver's plan metrics, the workers' SFT term (sft_loss, and its share of the loss
-    |sft| / (|rl| + |sft|)), and `tokens` counting the rollouts verl generated and a trace then replaced."""
+def _mix_columns(row: dict[str, Any], metrics: dict[str, Any]) -> int | None:
+    """rl.mix's (and FAST-GRPO's) columns: the driver's plan metrics, the workers' SFT term (sft_loss, and its share
+    of the loss |sft| / (|rl| + |sft|)), and `tokens` as the local engine counts them: verl's count without its
+    padding rows, plus what was generated and then left out of verl's batch (rollouts a trace replaced, groups
+    Slow2Fast dropped). Returns the tokens trained on (None when the driver did not run)."""
     if not any(k.startswith("rlsweep/mix/") for k in metrics):
-        return
+        return None
     for col in MIX_COLUMNS + _MIX_OVERRIDES:
         value = scalar(metrics.get(f"rlsweep/mix/{col}"))
         if value is not None or col in MIX_COLUMNS:
             row[col] = value
     sft, rl = scalar(metrics.get("actor/rlsweep/sft_loss")), scalar(metrics.get("actor/rlsweep/rl_loss"))
     row["sft_loss"], row["sft_loss_share"] = sft, sft_loss_share(rl or 0.0, sft) if sft is not None else None
-    discarded = scalar(metrics.get("rlsweep/mix/discarded_tokens"))
-    if row.get("tokens") is not None and discarded:
-        row["tokens"] += discarded
+    if row.get("tokens") is None:
+        return None
+    count = {k: scalar(metrics.get(f"rlsweep/mix/{k}_tokens")) or 0.0
+             for k in ("discarded", "dropped", "padding", "untrained")}
+    in_batch = row["tokens"] - count["padding"]
+    row["tokens"] = in_batch + count["discarded"] + count["dropped"]
+    return int(in_batch - count["untrained"])
 
 
 def train_steps_row(metrics: dict[str, Any], step: int, rollouts: int, n_params: int | None = None,
@@ -93,7 +101,7 @@ def train_steps_row(metrics: dict[str, Any], step: int, rollouts: int, n_params:
         row[col] = value
     if row["backward_passes"] is None:  # verl's own step (no rule spec): one pass, one optimizer step
         row["backward_passes"] = row["optimizer_steps"] = 1
-    _mix_columns(row, metrics)
+    trained = _mix_columns(row, metrics)
     row["z"] = scalar(metrics.get("rlsweep/gate_z"))
     tripped = metrics.get("rlsweep/gate_tripped")
     row["gate_tripped"] = bool(tripped) if tripped is not None else None
@@ -101,7 +109,8 @@ def train_steps_row(metrics: dict[str, Any], step: int, rollouts: int, n_params:
         if row.get(col) is not None:
             row[col] = int(round(row[col]))
     if n_params is not None and row["tokens"] is not None:
-        row["flops"] = rl_step_flops(n_params, row["tokens"], row["backward_passes"], ref_model=ref_model)
+        row["flops"] = rl_step_flops(n_params, row["tokens"], row["backward_passes"], trained_tokens=trained,
+                                     ref_model=ref_model and trained != 0)
     _interleaved_sft(row, metrics, n_params)
     return row
 

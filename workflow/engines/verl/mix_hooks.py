@@ -4,7 +4,9 @@ workers' loss is mix_loss.py). verl's PPOTrainer._step_once order, and where eac
 
     replay_buffer.sample (rollouts generated AND scored by verl's agent loop; Prefix-RFT's prefixed rollouts by
                           our agent loop, prefix_agent.py)
-    _balance_batch        <- place_traces: expert-trace slots replace their session's rollout (scored here);
+    _balance_batch        <- keep_groups: FAST-GRPO's Slow2Fast, the groups outside the phase's accuracy band
+                             leave the batch (those verl's sampling did not already drop and refill: slow2fast.py);
+                             place_traces: expert-trace slots replace their session's rollout (scored here);
                              shape_rewards: the rows' own scores kept, FAST-GRPO's thinking bonus added to them
                              (verl then reorders the rows: what the hooks decided is kept by TransferQueue key)
     _compute_old_log_prob    (old log-probs and token entropies of every row, traces included)
@@ -33,7 +35,7 @@ import transfer_queue as tq
 from transfer_queue import KVBatchMeta
 from verl.utils import tensordict_utils as tu
 
-from workflow.algos.fast_grpo import ThinkingReward, group_accuracy, group_kl_coef
+from workflow.algos.fast_grpo import ThinkingReward, group_accuracy, group_kl_coef, slow2fast_keep
 from workflow.algos.registry import build_mix
 from workflow.config import RLConfig
 from workflow.engines.verl.data import compute_score
@@ -42,6 +44,7 @@ from workflow.engines.verl.mix_batch import (StepRows, by_group, demo_positions,
                                              loss_plan, padded, prefix_len, prompt_slots, prompt_uid, rollout_metrics,
                                              sequence_fields, sft_weights, token_fields, trace_response, user_text)
 from workflow.engines.verl.mix_loss import FIELDS, KL_COEF, LR_SCALE, MIX_KEY, SHAPED, W_KL, W_RL, W_SFT
+from workflow.engines.verl.slow2fast import EVICTED_GROUPS, EVICTED_TOKENS, phase_progress
 from workflow.engines.verl.translate import PREFIX_AGENT_LOOP
 
 METRIC = "rlsweep/mix/"  # the driver's mix columns in verl's step metrics (metrics.py reads them)
@@ -57,8 +60,9 @@ def unbind(value) -> list[torch.Tensor]:
 
 class DriverMix:
     def __init__(self, rl: dict[str, Any], seed: int, tokenizer, extra_fields: tuple[str, ...] = ()):
-        """`extra_fields`: per-token fields verl keeps for this run besides ours (ref_log_prob with a reference
-        model, rollout_log_probs when the rollout returns log-probs); a replaced row needs them at its length."""
+        """`rl`: the run's RLConfig as plain data; `extra_fields`: per-token fields verl keeps for this run besides
+        ours (ref_log_prob with a reference model, rollout_log_probs when the rollout returns log-probs); a
+        replaced row needs them at its length."""
         self.rl = RLConfig(**rl)
         self.extra_fields = list(extra_fields)
         self.mix = build_mix(self.rl)
@@ -76,6 +80,8 @@ class DriverMix:
         self.demo_of: dict[str, list[int]] = {}
         self.score_of: dict[str, float] = {}  # the policy's own score of each row, before any FAST-GRPO bonus
         self.fast_columns: dict[str, float] = {}
+        self.sampling_columns: dict[str, float] = {}  # Slow2Fast's of the step (keep_groups)
+        self.trains_nothing = False  # Slow2Fast kept no group: the step takes no update
         self.thinking = ThinkingReward(self.rl.thinking_reward) if self.rl.thinking_reward.enabled else None
 
     def _demo_tokens(self, info: dict) -> list[int]:
@@ -83,6 +89,38 @@ class DriverMix:
         if not demo:
             raise ValueError(f"rl.mix {self.mix.name}: a training row has no demonstration (extra_info.demo)")
         return self.tokenizer.encode(demo, add_special_tokens=False)
+
+    def keep_groups(self, batch, step: int, metrics: dict):
+        """FAST-GRPO's Slow2Fast on the step's groups (their rows' own scores, before any bonus): the groups whose
+        accuracy lies outside the band of the phase at `step` leave the batch (their rows are cleared from the
+        TransferQueue; verl's sampler already dropped and refilled what its budget allowed, reported in `metrics`).
+        With no group left the batch stays whole (verl needs rows to go on) and the step takes no update
+        (`trains_nothing`; the local engine's empty step). Returns the batch verl goes on with; the step's columns
+        kept_groups, dropped_groups, extra_rollouts and rollouts (every sequence sampled) go into plan's metrics."""
+        self.trains_nothing, self.sampling_columns = False, {}
+        if not self.rl.slow2fast.enabled:
+            return batch
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["rm_scores"])
+        groups = group_positions(batch.keys)
+        scores = by_group(np.asarray([float(s.sum()) for s in unbind(data["rm_scores"])]), groups)
+        keep = slow2fast_keep(group_accuracy(scores), phase_progress(step, self.rl.steps), self.rl.slow2fast)
+        evicted, n = int(metrics.get(EVICTED_GROUPS, 0)), self.rl.group_size
+        dropped = [pos for g, kept in zip(groups, keep) if not kept for pos in g]
+        seq_len = [int(tag["seq_len"]) for tag in batch.tags]
+        self.sampling_columns = {"kept_groups": int(keep.sum()), "dropped_groups": evicted + int((~keep).sum()),
+                                 "extra_rollouts": evicted * n, "rollouts": (len(groups) + evicted) * n,
+                                 # generated, then left out of verl's batch (added to its token count)
+                                 "dropped_tokens": int(metrics.get(EVICTED_TOKENS, 0))}
+        if not keep.any():
+            self.trains_nothing = True
+            self.sampling_columns["untrained_tokens"] = sum(seq_len)  # in verl's batch, trained on by no update
+            return batch
+        if dropped:
+            self.sampling_columns["dropped_tokens"] += sum(seq_len[pos] for pos in dropped)
+            tq.kv_clear(keys=[batch.keys[pos] for pos in dropped], partition_id=batch.partition_id)
+            left = sorted(set(range(len(batch.keys))) - set(dropped))
+            batch = batch.select_keys([batch.keys[pos] for pos in left])
+        return batch
 
     def place_traces(self, batch, step: int) -> None:
         """The method's slots for this step; every expert-trace slot's rollout replaced by the trace."""
@@ -130,9 +168,8 @@ class DriverMix:
         """place_traces' slots, off-policy lengths and demonstrations in the order of `keys` (verl's balanced
         order); returns the groups of positions."""
         unknown = [k for k in keys if k not in self.slot_of]
-        if unknown:  # e.g. rows verl padded the batch with (upsample_batch_to_divisible_size)
-            raise RuntimeError(f"rl.mix: verl's step batch has rows the driver did not plan ({unknown[:3]}); make "
-                               "rl.prompts_per_step x rl.group_size a multiple of the actor's ranks")
+        if unknown:  # (verl's padding rows are left out by the caller)
+            raise RuntimeError(f"rl.mix: verl's step batch has rows the driver did not plan: {unknown[:3]}")
         groups = group_positions(keys)
         self.slots = [self.slot_of[k] for k in keys]
         self.off_len = [self.off_of[k] for k in keys]
@@ -213,25 +250,34 @@ class DriverMix:
 
     def plan(self, batch, metrics: dict):
         """After verl's advantages: the method's plan, the demonstration rows, the per-token fields. Returns the
-        batch's new TransferQueue handle (its field list names ours: the workers read only the fields it lists)."""
+        batch's new TransferQueue handle (its field list names ours: the workers read only the fields it lists).
+        Rows verl padded the batch with (its mini-batch size, e.g. after Slow2Fast dropped groups) get zero
+        weights."""
         names = ["prompts", "response_mask", "entropy", "advantages", "old_log_probs"]
         extra = self.extra_fields
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=names + extra)
-        groups = self._align(batch.keys)
-        masks = [m.float() for m in unbind(data["response_mask"])]
+        real = [i for i, tag in enumerate(batch.tags) if not tag.get("is_padding", False)]
+        keys = [batch.keys[i] for i in real]
+
+        def field(name: str) -> list:
+            values = unbind(data[name])
+            return [values[i] for i in real]
+
+        groups = self._align(keys)
+        masks = [m.float() for m in field("response_mask")]
         # the rows' own scores, as shape_rewards kept them (without a thinking bonus: that one is in the advantages)
-        reward = np.asarray([self.score_of[k] for k in batch.keys])
-        advantage = np.asarray([float(a[0]) if len(a) else 0.0 for a in unbind(data["advantages"])])
-        entropy = unbind(data["entropy"])
+        reward = np.asarray([self.score_of[k] for k in keys])
+        advantage = np.asarray([float(a[0]) if len(a) else 0.0 for a in field("advantages")])
+        entropy = field("entropy")
         off = [torch.arange(len(m)) < n for m, n in zip(masks, self.off_len)]
         rows = self._rows(groups, reward, masks, off, entropy, advantage)
         out = rollout_metrics(rows)
         plan, _ = loss_plan(self.mix, rows)
         demos = demo_positions(plan, rows)
-        prompts = unbind(data["prompts"])
+        prompts = field("prompts")
         self.step_items = [[prompts[g[0]].tolist(), list(self.demos[p])] for p, g in enumerate(groups)]
         self.step_rewards = rows.by_group(reward)
-        keys, fields = [], []
+        demo_keys, fields = [], []
         for p, pos in demos.items():
             if not self.slots[pos].generate:
                 continue  # the expert trace carries the demonstration already
@@ -239,25 +285,30 @@ class DriverMix:
             row = self._row(prompts[pos], response, 0.0)  # an SFT-only row: no RL term, so no reward
             for k in ["entropy", "advantages", "old_log_probs", *extra]:
                 row[k] = torch.zeros(len(response), dtype=torch.float32)
-            keys.append(batch.keys[pos])
+            demo_keys.append(keys[pos])
             fields.append(row)
-            self._retag(batch, pos, len(prompts[pos]), len(response))
+            self._retag(batch, real[pos], len(prompts[pos]), len(response))
             masks[pos], entropy[pos] = row["response_mask"].float(), row["entropy"]
             off[pos] = torch.zeros(len(response), dtype=torch.bool)
-        self._put(batch, keys, fields, [batch.tags[batch.keys.index(k)] for k in keys])
+        self._put(batch, demo_keys, fields, [batch.tags[batch.keys.index(k)] for k in demo_keys])
         rows = self._rows(groups, reward, masks, off, entropy, advantage)
         tokens = token_fields(self.mix, plan, rows, demos, self.rl.loss_agg, self.rl.max_new_tokens,
                               self._kl_coef(rows))
-        lengths = [len(m) for m in masks]
         per_token = {W_RL: tokens.w_rl, W_KL: tokens.w_kl, W_SFT: tokens.w_sft, SHAPED: tokens.shaped,
                      KL_COEF: tokens.kl_coef, "advantages": tokens.advantages}
-        fields = {k: nested([v[i, :n] for i, n in enumerate(lengths)]) for k, v in per_token.items()}
+        # every row of the batch in verl's order: a planned row's fields at its length, a padding row's zeros
+        at = {i: j for j, i in enumerate(real)}
+        lengths = [len(masks[at[i]]) if i in at else len(m) for i, m in enumerate(unbind(data["response_mask"]))]
+        fields = {k: nested([v[at[i], :n] if i in at else torch.zeros(n, dtype=v.dtype)
+                             for i, n in enumerate(lengths)]) for k, v in per_token.items()}
         planned = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=tu.get_tensordict(fields))
         planned.tags = batch.tags
         planned.extra_info = {**(batch.extra_info or {}), MIX_KEY: self._mix_entry()}
         out.update(tokens.metrics)
         out.update(self.fast_columns)
+        out.update(self.sampling_columns)
         out["discarded_tokens"] = self.discarded_tokens
+        out["padding_tokens"] = sum(int(tag["seq_len"]) for tag in batch.tags if tag.get("is_padding", False))
         metrics.update({METRIC + k: v for k, v in out.items() if v is not None})
         return planned
 

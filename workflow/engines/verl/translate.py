@@ -34,6 +34,8 @@ PPO_MODULE = "workflow.engines.verl.ppo"  # the RL stage's verl process
 # registered under this name in verl's agent-loop registry when its module is imported (in the agent-loop workers)
 AGENT_MODULE = "workflow.engines.verl.prefix_agent"
 PREFIX_AGENT_LOOP = "rlsweep_prefix_rft"
+# FAST-GRPO's Slow2Fast with refill resample: verl's replay buffer as ours (trainer.v1.sampler.custom_sampler)
+SLOW2FAST_SAMPLER = ("pkg://workflow.engines.verl.slow2fast", "Slow2FastSampler")
 
 
 def external_modules(v) -> str:
@@ -167,6 +169,9 @@ def translate(cfg, *, model_path: str = PLACEHOLDER, train_files: str = PLACEHOL
         out["trainer.v1.rlsweep"]["mix"] = {"rl": rl.model_dump(mode="json")}
     if rl.mix == "prefix_rft":  # every training rollout through our agent loop (it reads the same RL config)
         out["actor_rollout_ref.rollout.agent.default_agent_loop"] = PREFIX_AGENT_LOOP
+    if rl.slow2fast.enabled and rl.slow2fast.refill == "resample":  # dropped groups refilled inside verl's sampling
+        sampler = "trainer.v1.sampler.custom_sampler"
+        out[f"{sampler}.path"], out[f"{sampler}.name"] = SLOW2FAST_SAMPLER
     if "entropy" in get_update_rule(rl.update).rollout_signals:  # e.g. SFPO's trigger: the rollout's entropy
         out[f"{actor}.calculate_entropy"] = True
     if scaled:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import ray
 import transfer_queue as tq
+from omegaconf import OmegaConf
 from verl.trainer.ppo.v1 import register_trainer
 from verl.trainer.ppo.utils import need_reference_policy
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
@@ -118,15 +119,17 @@ class RlsweepTrainer(PPOTrainerSync):
                 from workflow.engines.verl.mix_hooks import DriverMix  # the driver only: it reads verl's TQ
                 extra = (["ref_log_prob"] if need_reference_policy(self.config) else []) + \
                     (["rollout_log_probs"] if self.config.actor_rollout_ref.rollout.calculate_log_probs else [])
-                self._rlsweep_mix = DriverMix(dict(settings["rl"]), int(self.config.data.seed), self.tokenizer,
-                                              tuple(extra))
+                rl = OmegaConf.to_container(settings["rl"], resolve=True)
+                self._rlsweep_mix = DriverMix(rl, int(self.config.data.seed), self.tokenizer, tuple(extra))
         return self._rlsweep_mix
 
     def _balance_batch(self, batch, metrics, *args, **kwargs):
-        """Before verl balances the rows over ranks: the method's expert traces in place of their rollouts (so
-        balancing, old log-probs and advantages all see the trained rows), then the scores FAST-GRPO shapes."""
+        """Before verl balances the rows over ranks: the groups Slow2Fast keeps, the method's expert traces in place
+        of their rollouts (so balancing, old log-probs and advantages all see the trained rows), then the scores
+        FAST-GRPO shapes."""
         mix = self._driver_mix()
         if mix is not None:
+            batch = mix.keep_groups(batch, self.global_steps, metrics)
             mix.place_traces(batch, self.global_steps)
             mix.shape_rewards(batch)
         return super()._balance_batch(batch, metrics, *args, **kwargs)
@@ -138,6 +141,11 @@ class RlsweepTrainer(PPOTrainerSync):
         return mix.plan(batch, metrics) if mix is not None else batch
 
     def _update_actor(self, batch, metrics: dict):
+        mix = self._driver_mix()
+        if mix is not None and mix.trains_nothing:  # Slow2Fast kept no group: no update (the lr is constant)
+            metrics.update({f"actor/{METRIC_PREFIX}backward_passes": 0, f"actor/{METRIC_PREFIX}optimizer_steps": 0,
+                            "actor/lr": float(self.config.actor_rollout_ref.actor.optim.lr)})
+            return batch
         gates = self.__dict__.get("_rlsweep_gates")
         if gates is None:
             gates = self._rlsweep_gates = DriverGates(dict(self.config.trainer.v1.rlsweep))
@@ -149,7 +157,6 @@ class RlsweepTrainer(PPOTrainerSync):
         if gates.last_z is not None:
             metrics[f"{METRIC_PREFIX}gate_z"] = gates.last_z
         metrics[f"{METRIC_PREFIX}gate_tripped"] = float(gates.tripped_now)
-        mix = self._driver_mix()
         if mix is not None:
             self._interleaved_sft(mix, batch, metrics)
         return batch
