@@ -40,13 +40,13 @@ base:
 """
 
 
-# SRFT takes LUFFY's path (a trace replacing a rollout, the shaped loss) plus an SFT term on the trace row.
 # ReLIFT: its own second actor update of the step (an SFT batch put into verl's TransferQueue, scaled lr).
 # Prefix-RFT: our agent loop inside verl's rollout workers (vLLM continues prompt + prefix).
-# LUFFY (SRFT's path without the SFT term) and HPT (an SFT-only row in place of a rollout: its plan and weights are
-# unit-tested in test_verl_mix.py and trained on verl's actor by the preflight tests) cost CI ~1.5 min each: they
-# run on demand (RLSWEEP_VERL_MIX_ALL=1), as they did when written.
-METHODS = ["srft", "relift", "prefix_rft"] + (["luffy", "hpt"] if os.environ.get("RLSWEEP_VERL_MIX_ALL") else [])
+# SRFT (LUFFY's path, a trace replacing a rollout with the shaped loss, plus an SFT term on the trace row), LUFFY and
+# HPT (an SFT-only row in place of a rollout) have their plans and weights unit-tested in test_verl_mix.py and are
+# trained on verl's actor by the preflight tests; each costs CI ~1.5-2 min here (a verl start), so they run on
+# demand (RLSWEEP_VERL_MIX_ALL=1), as they did when written.
+METHODS = ["relift", "prefix_rft"] + (["srft", "luffy", "hpt"] if os.environ.get("RLSWEEP_VERL_MIX_ALL") else [])
 
 
 def sweep_file(tmp_path: Path, mix: str, extra: str = "") -> Path:
