@@ -1,4 +1,4 @@
-# rlsweep: sweep YAML -> SFT -> RL -> eval -> aggregate.
+# rlsweep: sweep YAML -> SFT -> RL -> eval -> aggregate -> report.
 #
 #   snakemake                                   # sweeps/demo.yaml, local, all cores (profiles/default)
 #   snakemake --config sweep=sweeps/other.yaml  # another sweep
@@ -12,7 +12,7 @@
 import shlex
 import sys
 
-from workflow.layout import done_path, summary_path
+from workflow.layout import done_path, report_dir, summary_path
 from workflow.sweep.expand import load_sweep
 from workflow.sweep.identity import canonical_json
 from workflow.sweep.spec import SweepError
@@ -79,4 +79,4 @@ include: "rules/study.smk"
 
 rule all:
     default_target: True
-    input: STUDY_DONE if SWEEP.spec.optuna is not None else str(summary_path(RESULTS, SWEEP.name))
+    input: STUDY_DONE if SWEEP.spec.optuna is not None else str(report_dir(RESULTS, SWEEP.name) / "index.html")

@@ -1,7 +1,8 @@
-# Aggregate: the sweep's summary table (mean ± std over seeds), from SQL over its Parquet tables.
+# Aggregate: the sweep's summary table (mean ± std over seeds), then its report (rlsweep report: tables, curves,
+# efficiency against the baseline), both from SQL over its Parquet tables.
 
 # DuckDB over the sweep's tables takes seconds: on a cluster it runs where Snakemake runs instead of queueing.
-localrules: aggregate
+localrules: aggregate, report
 
 
 rule aggregate:
@@ -9,3 +10,10 @@ rule aggregate:
     output: str(summary_path(RESULTS, SWEEP.name))
     shell:
         "{PYTHON:q} {STAGE:q} aggregate --sweep {SWEEP.name} --results {RESULTS:q} --out {output:q}"
+
+
+rule report:
+    input: str(summary_path(RESULTS, SWEEP.name))
+    output: str(report_dir(RESULTS, SWEEP.name) / "index.html")
+    shell:
+        "{PYTHON:q} -m workflow.cli report {SWEEP_FILE:q} --results {RESULTS:q}"

@@ -230,6 +230,8 @@ def test_reading_a_sweep_imports_neither_torch_nor_optuna():
     (["query", "SELECT count(*) FROM runs"], ("torch", "optuna", "pydantic", "verl", "snakemake", "pandas")),
     (["status", "sweeps/demo.yaml"], ("torch", "optuna", "verl", "snakemake")),
     (["validate", "sweeps/demo.yaml"], ("torch", "optuna", "verl", "snakemake", "duckdb")),
+    (["plan", "sweeps/demo.yaml"], ("torch", "optuna", "verl", "snakemake")),
+    (["report", "sweeps/demo.yaml"], ("torch", "optuna", "verl", "snakemake")),
 ])
 def test_read_side_commands_import_only_what_they_use(tmp_path, argv, heavy):
     """`rlsweep query` answers in well under a second: it loads DuckDB and pyarrow, not the training stack."""

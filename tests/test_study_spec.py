@@ -128,7 +128,7 @@ BAD = [
      "optuna.objective: unknown objective 'math_avg_at_kk'"),
     ({"rl.lr": F(1e-5, 1e-3)}, {"objective": {"sql": "  "}}, "optuna.objective.sql: empty query"),
     ({"rl.lr": F(1e-5, 1e-3)}, {"objective": 3}, "optuna.objective: Value error, must be a built-in objective's "
-                                                 "name or {sql: <query>} (got 3)"),
+                                                 "name, {sql: <query>} or {avg_at_k_within: {KEY: N}} (got 3)"),
     ({"rl.lr": F(1e-5, 1e-3)}, {"storage": "results/study.db"},
      "optuna.storage: 'results/study.db' is neither a storage URL"),
     ({"rl.lr": F(1e-5, 1e-3)}, {"sampler": {"name": "bayes"}}, "optuna.sampler.name: Input should be 'tpe'"),
@@ -205,6 +205,27 @@ def test_named_objectives_come_from_the_registry(tmp_path):
     opt = load_sweep(path).spec.optuna
     assert opt.objective == "avg_at_k" and opt.study_directions == ["minimize"]
     assert study_name(opt, "opt") == "named"
+
+
+def test_a_compute_normalised_objective_reads_each_runs_last_evaluation_within_its_budget(tmp_path):
+    from workflow.results.writer import write_rows
+    from workflow.study.objective import objective_name, objective_sql, run_values
+    path = optuna_sweep(tmp_path, {"rl.lr": F(1e-5, 1e-3)}, objective={"avg_at_k_within": {"backward_passes": 3}})
+    opt = load_sweep(path).spec.optuna
+    assert objective_name(opt.objective) == "avg@k within 3 backward_passes"
+    two = optuna_sweep(tmp_path, {"rl.lr": F(1e-5, 1e-3)}, name="two",
+                       objective={"avg_at_k_within": {"backward_passes": 3, "flops": 1.0e9}})
+    assert "give exactly one budget (backward_passes, rollouts or flops)" in errors_of(two)
+    bad = optuna_sweep(tmp_path, {"rl.lr": F(1e-5, 1e-3)}, name="bad", objective={"avg_at_k_within": {"steps": 3}})
+    assert "avg_at_k_within" in errors_of(bad)
+    # run a: 1 backward pass a step, evaluated at steps 0, 2, 4; run b: 4 a step (SFPO-like), at steps 0 and 2
+    for run, passes, evals in (("a", 1, {0: 0.1, 2: 0.3, 4: 0.5}), ("b", 4, {0: 0.2, 2: 0.6})):
+        write_rows(tmp_path, "s", "train_steps", f"rl_{run}", [dict(run_id=run, sweep="s", stage="rl", step=t,
+                   backward_passes=passes) for t in range(1, 5)])
+        write_rows(tmp_path, "s", "eval_scores", run, [dict(run_id=run, sweep="s", step=t, benchmark="x", k=1,
+                   avg_at_k=v) for t, v in evals.items()])
+    # within 3 passes: a's step 2 (2 spent; step 4 has spent 4), b's step 0 (step 2 has spent 8)
+    assert run_values(objective_sql(opt.objective), tmp_path, "s") == {"a": [0.3], "b": [0.2]}
 
 
 def test_a_condition_on_the_value_an_unsampled_key_keeps_is_accepted(tmp_path):

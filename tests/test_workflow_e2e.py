@@ -20,8 +20,16 @@ def mtimes(root: Path) -> dict[str, float]:
     return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()}
 
 
+def planned(sweep: Path, results: Path) -> dict[str, dict[str, int]]:
+    """`rlsweep plan`'s jobs by stage and state (states with no job left out)."""
+    from workflow.sweep.expand import load_sweep
+    from workflow.sweep.plan import plan
+    return {p.stage: {k: v for k, v in p.counts.items() if v} for p in plan(load_sweep(sweep), results)}
+
+
 def test_tiny_sweep_end_to_end_then_cached_then_one_change(tmp_path):
     sweep = write_sweep(tmp_path / "tiny.yaml", "tiny", GRID)
+    assert planned(sweep, tmp_path / "results") == {"sft": {"new": 1}, "rl": {"new": 4}, "eval": {"new": 4}}
     t0 = time.monotonic()
     first = snakemake(tmp_path, sweep)
     elapsed = time.monotonic() - t0
@@ -34,6 +42,8 @@ def test_tiny_sweep_end_to_end_then_cached_then_one_change(tmp_path):
     assert out.returncode == 0, out.stderr
     assert len(out.stdout.strip().splitlines()) == 1 + 4  # header + one row per RL run
     assert (results / "tiny" / "summary.md").read_text().count("| arithmetic | grpo |") == 2  # two settings
+    report = (results / "tiny" / "report" / "report.md").read_text()  # the DAG's last rule: the sweep's report
+    assert "| rl.lr=0.0001 | grpo |" in report and "| rl.lr=0.0002 | grpo |" in report
     runs = run_cli("--results", str(results), "query",
                    "select stage, count(*) n, count_if(status = 'completed') ok from runs group by all order by stage",
                    "--format", "json")
@@ -41,20 +51,24 @@ def test_tiny_sweep_end_to_end_then_cached_then_one_change(tmp_path):
     assert json.loads(runs.stdout) == [{"stage": "eval", "n": 4, "ok": 4}, {"stage": "rl", "n": 4, "ok": 4},
                                        {"stage": "sft", "n": 1, "ok": 1}]
 
+    assert planned(sweep, results) == {"sft": {"done": 1}, "rl": {"done": 4}, "eval": {"done": 4}}
     # a second run after success does nothing
     before = mtimes(results)
     again = snakemake(tmp_path, sweep)
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
     assert mtimes(results) == before
 
-    # change one hyperparameter value: only its two runs (2 seeds) re-run, plus the aggregate
+    # change one hyperparameter value: only its two runs (2 seeds) re-run, plus the aggregate and the report
     sweep.write_text(sweep.read_text().replace("2.0e-4", "3.0e-4"))
     plan = snakemake(tmp_path, sweep, "-n")
-    assert planned_jobs(plan.stdout) == {"rl": 2, "eval": 2, "aggregate": 1, "all": 1}, plan.stdout[-2000:]
+    assert planned_jobs(plan.stdout) == {"rl": 2, "eval": 2, "aggregate": 1, "report": 1, "all": 1}, \
+        plan.stdout[-2000:]
+    assert planned(sweep, results) == {"sft": {"done": 1}, "rl": {"done": 2, "new": 2}, "eval": {"done": 2, "new": 2}}
     changed = snakemake(tmp_path, sweep)
     assert changed.returncode == 0, changed.stderr[-3000:]
     after = mtimes(results)
-    assert all(after[k] == v for k, v in before.items() if k in after and "summary.md" not in k)
+    assert all(after[k] == v for k, v in before.items()
+               if k in after and "summary.md" not in k and "/report/" not in k)
     assert set(before) - set(after) == set()  # nothing computed before was deleted
 
 
@@ -73,7 +87,8 @@ def test_intermediate_evals_every_n_steps(tmp_path):
     sweep.write_text(sweep.read_text().replace("eval: {k: 2, max_new_tokens: 16}",
                                                "eval: {k: 2, max_new_tokens: 16, every: 2}"))
     plan = snakemake(tmp_path, sweep, "-n")
-    assert planned_jobs(plan.stdout) == {"sft": 1, "rl": 1, "eval": 2, "aggregate": 1, "all": 1}, plan.stdout[-2000:]
+    assert planned_jobs(plan.stdout) == {"sft": 1, "rl": 1, "eval": 2, "aggregate": 1, "report": 1,
+                                           "all": 1}, plan.stdout[-2000:]
     res = snakemake(tmp_path, sweep)
     assert res.returncode == 0, res.stderr[-3000:]
     out = run_cli("--results", str(tmp_path / "results"), "query",

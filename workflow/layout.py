@@ -8,6 +8,7 @@ CLI and the study driver read it without importing torch).
       tables/<table>/*.parquet          runs, train_steps, eval_samples, eval_scores (file names: below)
       quarantine/<time>/...             what `rlsweep doctor --fix` moved aside (same relative paths)
       summary.md                        the aggregate stage's table
+      report/                           `rlsweep report`: index.html, report.md, queries.sql, figures/*.png|svg
       optuna.journal                    an Optuna study's default storage
       study/trials/trial_N.json         the parameters of every trial the study driver started
       study/logs/trial_N.log            each trial's nested snakemake output
@@ -50,6 +51,10 @@ def table_dir(results_root: str | Path, sweep: str, table: str) -> Path:
 
 def summary_path(results_root: str | Path, sweep: str) -> Path:
     return sweep_dir(results_root, sweep) / "summary.md"
+
+
+def report_dir(results_root: str | Path, sweep: str) -> Path:
+    return sweep_dir(results_root, sweep) / "report"
 
 
 def quarantine_dir(results_root: str | Path, sweep: str) -> Path:

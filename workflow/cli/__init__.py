@@ -5,6 +5,12 @@
                                          for an Optuna sweep also its study: trials by state, best value, params
     rlsweep query "SQL" [--sweep NAME] [--format table|records|csv|json]
                                          read-only DuckDB over the views runs, train_steps, eval_samples, eval_scores
+    rlsweep plan SWEEP.yaml              what running it would do: per stage the jobs done / partial (a checkpoint) /
+                                         failed / running / new, each job's SLURM ask, the GPU-hours left (from
+                                         finished jobs' per-step cost, else the time limits as an upper bound)
+    rlsweep report SWEEP.yaml            the sweep's report: accuracy (mean ± std, 95% interval over seeds), efficiency
+                                         against a baseline, training and accuracy curves, failed and missing runs;
+                                         results/<sweep>/report/ (index.html, report.md, queries.sql, figures/)
     rlsweep smoke SWEEP.yaml [--steps 2] [--dry-run] [--snakemake ARGS]
                                          the sweep's DAG shrunk to minutes on this machine (tiny model, a few
                                          steps) before it spends a GPU allocation: results/<name>-smoke
@@ -49,6 +55,12 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--sweep", help="the sweep's name, when its file is not at hand")
     d.add_argument("--fix", action="store_true", help="move what each problem lists to results/<sweep>/quarantine/")
     d.set_defaults(fn="doctor:cmd_doctor")
+    pl = sub.add_parser("plan", parents=[common], help="what running the sweep would do, and its GPU-hours")
+    pl.add_argument("sweep_file")
+    pl.set_defaults(fn="plan:cmd_plan")
+    rp = sub.add_parser("report", parents=[common], help="write the sweep's report (HTML, Markdown, figures)")
+    rp.add_argument("sweep_file")
+    rp.set_defaults(fn="report:cmd_report")
     v = sub.add_parser("validate", help="expand and validate a sweep file without running anything")
     v.add_argument("sweep_file")
     v.set_defaults(fn="validate:cmd_validate")

@@ -29,6 +29,7 @@ def cmd_validate(a) -> int:
 
 def _validate_study(sweep) -> int:
     from workflow.study.factory import journal_path, study_name  # Optuna: only for a sweep that has a study
+    from workflow.study.objective import objective_name
     opt = sweep.spec.optuna
     t = Table(title=f"{sweep.name}: Optuna study {study_name(opt, sweep.name)}, search space (sampled in this order)")
     for col in ("key", "type", "range / choices", "when"):
@@ -39,7 +40,7 @@ def _validate_study(sweep) -> int:
         t.add_row(key, p.type, rng, " ".join(f"{k}={v}" for k, v in p.when.items()))
     Console(highlight=False).print(t)
     storage = journal_path(opt, results_root(argparse.Namespace(results=None)), sweep.name) or opt.storage
-    objective = opt.objective if isinstance(opt.objective, str) else "sql"
+    objective = objective_name(opt.objective)
     err.print(f"{opt.n_trials} trials, {opt.in_flight} at once; {', '.join(opt.study_directions)} {objective}; "
                f"sampler {opt.sampler.name}, pruner {opt.pruner.name}; {len(sweep.spec.seeds)} run(s) per trial; "
                f"storage {storage}. Trials become runs as the study asks for them.")

@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from workflow.study.spec import BudgetObjective
+
 # each run's last evaluated step, the mean over its benchmarks of avg@k (one row per benchmark: avg@k does not
 # depend on the k of the row, pass@k does)
 _LAST_EVAL = """
@@ -40,12 +42,45 @@ OBJECTIVES: dict[str, str] = {
 }
 
 
+# a compute-normalised objective (spec.BudgetObjective): avg@k at each run's last evaluation within a budget of one
+# train_steps counter, its running total up to the evaluated step (step 0, eval.at_start, has spent nothing)
+_WITHIN_BUDGET = """
+WITH spent AS (
+    SELECT run_id, step, sum({counter}) OVER (PARTITION BY run_id ORDER BY step) AS spent
+    FROM train_steps WHERE stage = 'rl'
+), evals AS (
+    SELECT e.run_id, e.step, e.benchmark, max(e.avg_at_k) AS avg_at_k, coalesce(any_value(s.spent), 0) AS spent
+    FROM eval_scores e LEFT JOIN spent s ON s.run_id = e.run_id AND s.step = e.step
+    GROUP BY e.run_id, e.step, e.benchmark
+), within AS (
+    SELECT * FROM evals WHERE spent <= {budget!r}
+    QUALIFY step = max(step) OVER (PARTITION BY run_id)
+)
+SELECT run_id, avg(avg_at_k) AS value FROM within GROUP BY run_id
+"""
+
+
 class ObjectiveError(RuntimeError):
     pass
 
 
 def objective_sql(objective) -> str:
-    return OBJECTIVES[objective] if isinstance(objective, str) else objective.sql
+    if isinstance(objective, str):
+        return OBJECTIVES[objective]
+    if isinstance(objective, BudgetObjective):
+        ((counter, budget),) = objective.avg_at_k_within.items()
+        return _WITHIN_BUDGET.format(counter=counter, budget=float(budget))
+    return objective.sql
+
+
+def objective_name(objective) -> str:
+    """How status and validate name a study's objective."""
+    if isinstance(objective, str):
+        return objective
+    if isinstance(objective, BudgetObjective):
+        ((counter, budget),) = objective.avg_at_k_within.items()
+        return f"avg@k within {budget:g} {counter}"
+    return "sql"
 
 
 def run_values(sql: str, results_root: str | Path, sweep: str, n_values: int = 1) -> dict[str, list[float]]:

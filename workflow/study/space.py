@@ -14,7 +14,7 @@ from workflow.config import RLConfig, RunConfig
 from workflow.strict import format_validation_error, value_types
 from workflow.study.factory import JOURNAL_SUFFIXES, check_options, grid_search_space
 from workflow.study.objective import OBJECTIVES
-from workflow.study.spec import OptunaSpec, Param
+from workflow.study.spec import BudgetObjective, OptunaSpec, Param, SQLObjective
 from workflow.sweep.keys import (apply, check_key, leaf_annotation, lookup, options, same, unmet_condition,
                                  value_matches)
 
@@ -131,7 +131,10 @@ def _check_block(spec: SweepSpec) -> list[str]:
         problems.append(f"optuna.objective: the built-in {opt.objective!r} gives one value but there are "
                         f"{len(opt.study_directions)} directions; give {{sql: ...}} returning run_id and one value "
                         "column per direction")
-    elif not isinstance(opt.objective, str) and not opt.objective.sql.strip():
+    elif isinstance(opt.objective, BudgetObjective) and len(opt.study_directions) > 1:
+        problems.append("optuna.objective.avg_at_k_within gives one value but there are "
+                        f"{len(opt.study_directions)} directions; use {{sql: ...}}")
+    elif isinstance(opt.objective, SQLObjective) and not opt.objective.sql.strip():
         problems.append("optuna.objective.sql: empty query")
     if opt.n_trials < 1:
         problems.append(f"optuna.n_trials: must be at least 1 (got {opt.n_trials})")

@@ -6,7 +6,8 @@ optuna:
   storage: null                    # null: journal file results/<sweep>/optuna.journal; a path ending .journal or
                                    # .log: a journal file there; else an Optuna storage URL (sqlite:///x.db, ...)
   direction: maximize              # or `directions: [maximize, minimize]`, not both
-  objective: math_avg_at_k         # a built-in (workflow/study/objective.py) or {sql: "select run_id, ... AS value"}
+  objective: math_avg_at_k         # a built-in (workflow/study/objective.py), {sql: "select run_id, ... AS value"},
+                                   # or at equal compute: {avg_at_k_within: {backward_passes: 120}} (or rollouts, flops)
   sampler: {name: tpe, seed: 0}    # tpe | cmaes | gp | random | grid; `options:` go to its constructor
   pruner: {name: none}             # none | median | hyperband; `options:` go to its constructor
   n_trials: 6
@@ -76,12 +77,30 @@ class SQLObjective(Strict):
     sql: str
 
 
+Budgeted = Literal["backward_passes", "rollouts", "flops"]
+
+
+class BudgetObjective(Strict):
+    """A compute-normalised objective: each run's mean avg@k at its last evaluation whose running total of one
+    train_steps counter (backward passes, rollouts or FLOPs) is within the budget, e.g.
+    `{avg_at_k_within: {backward_passes: 120}}` (the runs need evaluations along the way: eval.every, at_start)."""
+
+    avg_at_k_within: dict[Budgeted, Annotated[float, Field(gt=0)]]
+
+    @field_validator("avg_at_k_within")
+    @classmethod
+    def _one_budget(cls, v: dict) -> dict:
+        if len(v) != 1:
+            raise ValueError(f"{sorted(v)}: give exactly one budget (backward_passes, rollouts or flops)")
+        return v
+
+
 class OptunaSpec(Strict):
     study: str | None = Field(None, min_length=1)
     storage: str | None = None
     direction: Direction | None = None
     directions: list[Direction] | None = None
-    objective: str | SQLObjective
+    objective: str | SQLObjective | BudgetObjective
     sampler: SamplerSpec = SamplerSpec()
     pruner: PrunerSpec = PrunerSpec()
     n_trials: int  # plain ints: check_space reports a bad count together with every other problem
@@ -91,8 +110,8 @@ class OptunaSpec(Strict):
     @field_validator("objective", mode="before")
     @classmethod
     def _one_error(cls, v: Any) -> Any:  # one clear line, not one per member of the union
-        if not isinstance(v, (str, dict, SQLObjective)):
-            raise ValueError("must be a built-in objective's name or {sql: <query>}")
+        if not isinstance(v, (str, dict, SQLObjective, BudgetObjective)):
+            raise ValueError("must be a built-in objective's name, {sql: <query>} or {avg_at_k_within: {KEY: N}}")
         return v
 
     @property

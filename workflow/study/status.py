@@ -10,6 +10,7 @@ from optuna.trial import TrialState
 from rich.table import Table
 
 from workflow.study.factory import journal_path, make_storage, study_name
+from workflow.study.objective import objective_name
 from workflow.study.trials import format_params
 
 
@@ -34,7 +35,7 @@ def study_report(spec, results_root: str | Path, sweep: str) -> tuple[Table | No
         line += f"; best {best.value:.4g} (trial {best.number})"
     storage = journal if journal is not None else spec.storage
     line += f"\n  storage: {storage}  (optuna-dashboard {storage})"
-    objective = spec.objective if isinstance(spec.objective, str) else "sql"
+    objective = objective_name(spec.objective)
     t = Table(title=f"study {name} ({', '.join(spec.study_directions)} {objective})")
     for col in ("trial", "state", "value", "params", "runs"):
         t.add_column(col)

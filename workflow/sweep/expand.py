@@ -183,6 +183,10 @@ def expand(spec: SweepSpec, path: str | Path = "<sweep>") -> list[Run]:
                 continue
             seen[key] = run.assignment
             runs.append(run)
+    labels = sorted({r.label for r in runs})
+    if spec.report.baseline is not None and spec.report.baseline not in labels:
+        problems.append(f"report.baseline: {spec.report.baseline!r} is none of the sweep's settings "
+                        f"({', '.join(repr(label) for label in labels)})")
     if problems:
         raise SweepError(path, problems)
     return runs

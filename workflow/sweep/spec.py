@@ -168,6 +168,14 @@ class Checks(Strict):
     max_train_overlap: float | None = Field(None, ge=0.0, le=1.0)
 
 
+class ReportSpec(Strict):
+    """What `rlsweep report` compares against; never part of a run's identity."""
+
+    # the setting the efficiency table measures against, as the report names settings (a run's label, e.g.
+    # "rl.update=grpo"); None: the one plain GRPO setting when there is exactly one
+    baseline: str | None = None
+
+
 class SweepSpec(Strict):
     name: str
     description: str = ""
@@ -178,6 +186,7 @@ class SweepSpec(Strict):
     seeds: list[Seed] = Field(default_factory=lambda: [0])
     resources: Resources = Resources()
     checks: Checks = Checks()
+    report: ReportSpec = ReportSpec()
     optuna: OptunaSpec | None = None  # a study over the run config instead of grid / zip / exclude
 
     @field_validator("name")

@@ -1,0 +1,246 @@
+"""`rlsweep report`: on tables small enough to check by hand (two settings x 3 seeds, one run failed), the accuracy
+table (mean ± std, the 95% t interval, the best marked, the starting point, a cell short of seeds), the efficiency
+table against the baseline, the figures, the runs marked, and the shipped queries giving the same numbers again."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+
+from conftest import run_cli, write_sweep
+from workflow.results.writer import write_rows
+
+SWEEP = """
+grid:
+  rl.update: [grpo, sfpo]
+seeds: [0, 1, 2]
+"""
+# avg@k at steps 2 and 4 per seed; sfpo's seed 2 failed before any evaluation
+ACC = {"grpo": {2: [0.2, 0.3, 0.4], 4: [0.4, 0.5, 0.6]}, "sfpo": {2: [0.5, 0.6], 4: [0.6, 0.7]}}
+# per problem, its two samples' correctness (every seed alike): grpo 0, .5, .5, 1; sfpo .5, .5, 1, 1
+SAMPLES = {"grpo": [(0, 0), (1, 0), (0, 1), (1, 1)], "sfpo": [(1, 0), (1, 0), (1, 1), (1, 1)]}
+PASSES = {"grpo": 1, "sfpo": 4}  # backward passes per step; flops = 100 x passes, wall_s = 1 s x (1 + (sfpo))
+
+
+@pytest.fixture
+def sweep_results(tmp_path):
+    from workflow.sweep.expand import load_sweep
+    path = write_sweep(tmp_path / "rep.yaml", "rep", SWEEP)
+    path.write_text(path.read_text().replace("eval: {k: 2, max_new_tokens: 16}",
+                                             "eval: {k: 2, max_new_tokens: 16, every: 2, at_start: true}"))
+    sweep = load_sweep(path)
+    results = tmp_path / "results"
+    for run in sweep.runs:
+        method, seed = run.method, run.config.seed
+        failed = method == "sfpo" and seed == 2
+        write_rows(results, "rep", "runs", f"rl_{run.run_id}", [dict(
+            run_id=run.run_id, sweep="rep", stage="rl", parent_id=run.sft_id, method=method, label=run.label,
+            seed=seed, status="failed" if failed else "completed", error="RuntimeError: boom" if failed else None)])
+        steps = 1 if failed else 4
+        write_rows(results, "rep", "train_steps", f"rl_{run.run_id}", [dict(
+            run_id=run.run_id, sweep="rep", stage="rl", step=s, reward=0.1 * s, entropy=1.0 - 0.1 * s,
+            backward_passes=PASSES[method], rollouts=16, flops=100.0 * PASSES[method],
+            wall_s=1.0 + (method == "sfpo"), gate_tripped=method == "sfpo" and s == 2) for s in range(1, steps + 1)])
+        if failed:
+            continue
+        scores = {0: 0.1, **{step: acc[seed] for step, acc in ACC[method].items()}}
+        correct = SAMPLES[method]  # the final evaluation's samples: 4 problems x 2 samples
+        write_rows(results, "rep", "eval_samples", run.run_id, [dict(
+            run_id=run.run_id, eval_id=run.eval_id, sweep="rep", step=4, benchmark="arithmetic",
+            problem_id=f"p{i}", sample_idx=j, correct=bool(c)) for i, pair in enumerate(correct)
+            for j, c in enumerate(pair)])
+        write_rows(results, "rep", "eval_scores", run.run_id, [dict(
+            run_id=run.run_id, eval_id=run.eval_id, sweep="rep", step=step, benchmark="arithmetic", k=2,
+            avg_at_k=a, pass_at_k=a, n_problems=16, n_samples=2, mean_len=5.0) for step, a in scores.items()])
+    return sweep, results
+
+
+def cells(markdown: str, section: str) -> dict[str, list[str]]:
+    """The rows of a section's table, by first cell."""
+    part = markdown.split(f"## {section}", 1)[1].split("\n## ", 1)[0]
+    rows = [[c.strip() for c in line.strip("|").split(" | ")] for line in part.splitlines() if line.startswith("| ")]
+    return {r[0] if section not in ("Efficiency", "Noise") else r[1]: r for r in rows[1:]}
+
+
+def test_the_report_shows_accuracy_efficiency_curves_and_the_failed_run(sweep_results):
+    from workflow.report.build import write_report
+    sweep, results = sweep_results
+    index = write_report(sweep, results)
+    out = index.parent
+    md = (out / "report.md").read_text()
+
+    acc = cells(md, "Accuracy")
+    t2, t1 = 4.302653, 12.706205  # Student's t 0.975 quantiles, 2 and 1 degrees of freedom
+    half = t2 * 0.1 / math.sqrt(3)
+    assert acc["rl.update=grpo"][2] == "3"  # seeds
+    assert acc["rl.update=grpo"][3] == f"0.500 ± 0.100 [{0.5 - half:.3f}, {0.5 + half:.3f}]"
+    sd = math.sqrt(0.005)  # seeds 0.6, 0.7
+    half = t1 * sd / math.sqrt(2)
+    assert acc["rl.update=sfpo"][3] == f"**0.650 ± {sd:.3f} [{0.65 - half:.3f}, 1.000] (n=2 of 3)**"  # clipped
+    assert acc["start (step 0)"][1:] == ["sft", "3", "0.100 ± 0.000 [0.100, 0.100]"]  # the SFT model, one row
+
+    eff = cells(md, "Efficiency")  # target: grpo's best mean, 0.5 at step 4 (sfpo reaches 0.55 at step 2)
+    assert eff["rl.update=grpo (baseline)"][2:9] == ["0.500", "0.500", "×1.00 (4)", "×1.00 (4)", "×1.00 (64)",
+                                                     "×1.00 (400)", "×1.00 (4)"]
+    assert eff["rl.update=sfpo"][2:11] == ["0.500", "0.650", "**×0.50 (2)**", "×2.00 (8)", "**×0.50 (32)**",
+                                           "×2.00 (800)", "×1.00 (4)", "—", "0.550"]
+    # at grpo's 4 backward passes sfpo had no evaluation yet (step 2 = 8 passes); at its 4 s, step 2's 0.55
+
+    noise = cells(md, "Noise")  # paired with grpo on seeds 0 and 1: per-problem differences .5, 0, .5, 0
+    assert noise["rl.update=sfpo"][2:4] == ["2", "4"] and noise["rl.update=sfpo"][4].startswith("+0.250 [")
+    low, high = (float(x) for x in re.findall(r"[+-]\d\.\d+", noise["rl.update=sfpo"][4])[1:])
+    p = float(noise["rl.update=sfpo"][5])  # a resample sees 0 when it draws only the two tied problems
+    assert 0 <= low < 0.25 < high <= 0.5 and 0.02 < p < 0.4
+
+    runs = cells(md, "Runs")
+    failed = [r for r in runs.values() if r[3] == "**FAILED**"]
+    assert len(failed) == 1 and failed[0][:2] == ["rl.update=sfpo", "2"] and failed[0][4] == "1/4"
+    assert "1 run(s) failed: rl.update=sfpo seed 2" in md
+
+    for name in ("train_curves", "accuracy_arithmetic"):
+        assert (out / "figures" / f"{name}.png").stat().st_size > 5000 and (out / "figures" / f"{name}.svg").is_file()
+    html = index.read_text()
+    assert html.count('src="data:image/png;base64,') == 2 and not re.search(r'(src|href)="(https?:)?//', html)
+    assert '<table id="accuracy">' in html and '<td class="failed"' in html and "RuntimeError: boom" in html
+
+
+def test_the_shipped_queries_give_the_reports_numbers_again(sweep_results):
+    from workflow.report.build import write_report
+    sweep, results = sweep_results
+    out = write_report(sweep, results).parent
+    text = (out / "queries.sql").read_text()
+    block = re.search(r"^-- name: accuracy\n(.*?)^;$", text, re.S | re.M)[1]
+    res = run_cli("--results", str(results), "query", block, "--sweep", "rep", "--format", "json")
+    assert res.returncode == 0, res.stderr
+    import json
+    rows = {(r["label"], r["start"]): r for r in json.loads(res.stdout)}
+    assert rows[("rl.update=grpo", False)]["mean"] == pytest.approx(0.5)
+    assert rows[("rl.update=sfpo", False)]["seeds"] == 2 and rows[("start", True)]["mean"] == pytest.approx(0.1)
+
+
+def test_the_cli_writes_the_report_and_a_baseline_must_be_a_setting(sweep_results, tmp_path):
+    from conftest import refusal
+    sweep, results = sweep_results
+    res = run_cli("report", sweep.path, "--results", str(results))
+    assert res.returncode == 0, res.stderr
+    assert (results / "rep" / "report" / "index.html").is_file() and "report.md" in res.stderr
+    bad = write_sweep(tmp_path / "bad.yaml", "rep", SWEEP + "report: {baseline: rl.update=gxpo}\n")
+    assert "report.baseline: 'rl.update=gxpo' is none of the sweep's settings ('rl.update=grpo', " \
+           "'rl.update=sfpo')" in refusal(bad)
+    nothing = run_cli("report", str(bad).replace("bad", "none"), "--results", str(tmp_path / "empty"))
+    assert nothing.returncode != 0
+
+
+def test_without_a_single_grpo_setting_the_report_says_how_to_name_the_baseline(tmp_path):
+    from workflow.report.build import write_report
+    from workflow.sweep.expand import load_sweep
+    path = write_sweep(tmp_path / "lr.yaml", "lr", "grid:\n  rl.lr: [1.0e-4, 2.0e-4]\n")
+    sweep = load_sweep(path)
+    results = tmp_path / "results"
+    for run in sweep.runs:
+        write_rows(results, "lr", "train_steps", f"rl_{run.run_id}",
+                   [dict(run_id=run.run_id, sweep="lr", stage="rl", step=1, reward=0.5)])
+    md = (write_report(sweep, results).parent / "report.md").read_text()
+    assert "name the baseline with `report: {baseline: SETTING}`" in md
+    assert "## Efficiency" not in md and "2 run(s) not finished" in md
+
+
+def test_the_readmes_example_sweep_loads_with_its_report_baseline(tmp_path):
+    from conftest import REPO
+    from workflow.sweep.expand import load_sweep
+    text = (REPO / "README.md").read_text().split("## A sweep file", 1)[1]
+    (tmp_path / "example.yaml").write_text(text.split("```yaml\n", 1)[1].split("```", 1)[0])
+    sweep = load_sweep(tmp_path / "example.yaml")
+    assert sweep.spec.report.baseline in {r.label for r in sweep.runs}
+
+
+def headless_browser() -> str:
+    """A Chromium to render the report with (scripts/headless_browser.sh installs Debian's as root); a skip where
+    there is none, a failure under RLSWEEP_REQUIRE_BROWSER=1 (CI)."""
+    import os
+    import subprocess
+    from conftest import REPO
+    found = subprocess.run([str(REPO / "scripts" / "headless_browser.sh")], capture_output=True, text=True,
+                           timeout=900)
+    if found.returncode != 0:
+        if os.environ.get("RLSWEEP_REQUIRE_BROWSER") == "1":
+            pytest.fail(f"RLSWEEP_REQUIRE_BROWSER is set but: {found.stderr.strip()}")
+        pytest.skip(found.stderr.strip())
+    return found.stdout.strip()
+
+
+# run in the page once it has loaded: what a reader would see (images decoded, tables with their rows)
+PROBE = """<script>window.addEventListener("load", () => document.body.setAttribute("data-check", JSON.stringify({
+images: [...document.images].map(i => i.naturalWidth),
+tables: Object.fromEntries([...document.querySelectorAll("table")].map(t => [t.id, t.rows.length]))})));</script>"""
+
+
+def test_the_html_report_renders_in_a_real_browser_from_a_file_url(sweep_results, tmp_path):
+    import html
+    import json
+    import shutil
+    import subprocess
+    from workflow.report.build import write_report
+    chromium = headless_browser()
+    sweep, results = sweep_results
+    index = write_report(sweep, results)
+    alone = tmp_path / "laptop" / "index.html"  # copied on its own: nothing it shows may come from beside it
+    alone.parent.mkdir()
+    shutil.copy(index, alone)
+    probe = alone.with_name("probe.html")
+    probe.write_text(alone.read_text().replace("</body>", PROBE + "</body>"))
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"]
+    dom = subprocess.run([chromium, *flags, "--virtual-time-budget=5000", "--dump-dom", probe.as_uri()],
+                         capture_output=True, text=True, timeout=120).stdout
+    seen = json.loads(html.unescape(re.search(r'data-check="([^"]*)"', dom)[1]))
+    assert len(seen["images"]) == 2 and all(width > 300 for width in seen["images"])  # both figures decoded
+    assert seen["tables"] == {"accuracy": 4, "efficiency": 3, "paired": 2, "runs": 7}  # header + rows
+    shot = tmp_path / "report.png"
+    subprocess.run([chromium, *flags, "--window-size=1280,2400", f"--screenshot={shot}", alone.as_uri()],
+                   capture_output=True, timeout=120)
+    assert shot.stat().st_size > 50_000  # a rendered page, not a blank one
+
+
+def test_gpu_hours_are_wall_clock_times_the_runs_gpus(sweep_results):
+    from dataclasses import replace
+    from workflow.report.build import planned_runs
+    from workflow.report.queries import fill, run_all
+    from workflow.report.tables import efficiency
+    from workflow.results.catalog import Catalog
+    sweep, results = sweep_results
+    on_gpus = [replace(r, gpus=2) for r in planned_runs(sweep)]  # as a verl run on 2 GPUs would be
+    assert {r.gpus for r in planned_runs(sweep)} == {0}  # the local engine: CPU, no GPU-hours
+    answers = run_all(Catalog(results, "rep"), fill(on_gpus, "rl.update=grpo"))
+    rows = {r["label"]: r for r in answers["efficiency"].to_pylist()}
+    assert rows["rl.update=grpo"]["gpu_hours"] == pytest.approx(4 * 1.0 * 2 / 3600)  # 4 steps of 1 s on 2 GPUs
+    assert rows["rl.update=sfpo"]["gpu_hours_ratio"] == pytest.approx(1.0)  # 2 steps of 2 s
+    assert "GPU-hours" in efficiency(list(rows.values()), "rl.update=grpo").columns
+
+
+def test_an_optuna_sweeps_report_shows_its_best_trials_history_and_importances(tmp_path):
+    import optuna
+    import yaml
+    from workflow.report.build import write_report
+    from workflow.study.factory import make_storage
+    from workflow.sweep.expand import load_sweep
+    space = {"rl.lr": {"type": "float", "low": 1.0e-5, "high": 1.0e-3, "log": True},
+             "rl.temperature": {"type": "float", "low": 0.5, "high": 1.0}}
+    block = {"objective": "avg_at_k", "sampler": {"name": "random", "seed": 0}, "n_trials": 6, "space": space}
+    sweep = load_sweep(write_sweep(tmp_path / "o.yaml", "o", yaml.safe_dump({"optuna": block})))
+    results = tmp_path / "results"
+    write_rows(results, "o", "runs", "rl_x", [dict(run_id="x", sweep="o", stage="rl", status="completed")])
+    study = optuna.create_study(study_name="o", direction="maximize",
+                                storage=make_storage(sweep.spec.optuna, results, "o"))
+    dists = {"rl.lr": optuna.distributions.FloatDistribution(1e-5, 1e-3, log=True),
+             "rl.temperature": optuna.distributions.FloatDistribution(0.5, 1.0)}
+    for i in range(5):  # the value follows the temperature: it is what matters
+        params = {"rl.lr": 1e-5 * 3 ** i % 1e-3 + 1e-5, "rl.temperature": 0.5 + 0.1 * i}
+        study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=0.1 * i))
+    md = (write_report(sweep, results).parent / "report.md").read_text()
+    section = md.split("## Optuna study", 1)[1].split("\n## ", 1)[0]
+    assert "5 of 6 trials complete" in section and "maximize avg_at_k" in section
+    rows = [line for line in section.splitlines() if line.startswith("| ")]
+    assert rows[1].startswith("| **4** | 0.4 | rl.lr=") and len(rows) == 1 + 5  # the best first, bold
+    assert "optuna_history.png" in md and "optuna_importances.png" in md

@@ -1,0 +1,38 @@
+"""`rlsweep plan SWEEP.yaml`: per stage, the jobs done / partial / failed / running / new, what each job to run asks
+of SLURM and the GPU-hours left (workflow/sweep/plan.py)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from workflow.cli.common import err, results_root
+from workflow.study.trials import recorded_runs
+from workflow.sweep.expand import load_sweep
+from workflow.sweep.plan import STATES, plan
+
+
+def cmd_plan(a) -> int:
+    sweep = load_sweep(a.sweep_file)
+    root = results_root(a)
+    if sweep.spec.optuna is not None:  # the trials started so far; the study may still ask for more
+        sweep.add_runs(recorded_runs(sweep.spec, root, sweep.name))
+        err.print("[yellow]an Optuna study: only the trials it has started so far are planned[/]")
+    stages = plan(sweep, root)
+    t = Table(title=f"{sweep.name}: {len(sweep.runs)} runs ({sweep.path}); results under {root / sweep.name}")
+    for col in ("stage", *STATES, "each job to run asks", "hours left", "GPU-hours left", "estimated from"):
+        t.add_column(col, justify="right" if col in STATES or "left" in col else "left")
+    total = 0.0
+    for p in stages:
+        to_run = p.measured + p.bounded
+        source = ("—" if not to_run else "finished jobs" if not p.bounded
+                  else "time limits (upper bound)" if not p.measured
+                  else f"finished jobs ({p.measured}), time limits ({p.bounded}, upper bound)")
+        t.add_row(p.stage, *[str(p.counts[s]) for s in STATES], p.asks if to_run else "—",
+                  f"{p.hours:.2f}", f"{p.gpu_hours:.2f}", source)
+        total += p.gpu_hours
+    Console(highlight=False).print(t)
+    bound = any(p.bounded for p in stages)
+    err.print(f"{total:.2f} GPU-hours left" + (" at most (some from time limits)" if bound else "")
+              + "; run it with `snakemake --config sweep=" + sweep.path + "` (--profile slurm on a cluster)")
+    return 0

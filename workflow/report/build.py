@@ -1,0 +1,88 @@
+"""`rlsweep report`: a sweep's report in results/<sweep>/report/ (workflow/layout.py): index.html, report.md,
+queries.sql (the queries every number comes from, as they ran) and figures/ (PNG and SVG).
+
+    queries.py  the numbers (DuckDB over the four tables)  ->  tables.py / figures.py  ->  render.py (md, HTML)
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+from workflow.atomic import write_text
+from workflow.layout import report_dir
+from workflow.report import figures, tables
+from workflow.report.queries import BOOTSTRAP, PlannedRun, fill, run_all
+from workflow.report.render import render
+from workflow.results.catalog import Catalog
+
+
+def planned_runs(sweep) -> list[PlannedRun]:
+    """The sweep's runs (an Optuna study's: the trials it has started) as the queries' `planned` table."""
+    return [PlannedRun(r.run_id, r.label, r.method, r.config.seed, r.config.rl.steps, gpus(r.config))
+            for r in sweep.runs]
+
+
+def gpus(cfg) -> int:
+    """The GPUs an RL job trains on: verl's (n_gpus_per_node x nnodes) on GPUs, none for the local engine or a
+    verl run on CPU."""
+    v = cfg.engine.verl
+    return v.n_gpus_per_node * v.nnodes if cfg.engine.name == "verl" and v.device != "cpu" else 0
+
+
+def _gaps(data: dict[str, list[dict]], baseline: str | None, study: bool) -> list[str]:
+    """Why a section is missing, in words (under the curves)."""
+    notes = []
+    if data["eval_curves"] and all(len(r["eval_steps"] or []) < 2 for r in data["runs"]):
+        notes.append("Accuracy curves need evaluations at several steps: set `eval.every` (and `eval.at_start`) in "
+                     "the sweep.")
+    if baseline is None and not study:
+        notes.append("No efficiency table: the sweep has no single plain GRPO setting; name the baseline with "
+                     "`report: {baseline: SETTING}`.")
+    elif baseline is not None and not data["efficiency"]:
+        notes.append(f"No efficiency table: `{baseline}` has no evaluation after step 0 with its training steps "
+                     "recorded.")
+    return notes
+
+
+def write_report(sweep, results_root: str | Path) -> Path:
+    """Write the report of `sweep` (workflow.sweep.expand.Sweep) from its tables under results_root; returns the
+    path of index.html. Raises QueryError when the sweep has no results at all."""
+    out = report_dir(results_root, sweep.name)
+    planned = planned_runs(sweep)
+    by_method: dict[str, set[str]] = {}
+    for r in planned:
+        by_method.setdefault(r.method, set()).add(r.label)
+    baseline = sweep.spec.report.baseline or tables.default_baseline(by_method)
+    sql = fill(planned, baseline)
+    catalog = Catalog(results_root, sweep.name)
+    data = {name: table.to_pylist() for name, table in run_all(catalog, sql).items()}
+    seeds: dict[str, int] = {}
+    for r in planned:
+        seeds[r.label] = seeds.get(r.label, 0) + 1
+    figs = [f for f in [figures.train_curves(data["train_curves"], out / "figures"),
+                        *figures.eval_curves(data["eval_curves"], out / "figures")] if f is not None]
+    curve_notes = _gaps(data, baseline, study=sweep.spec.optuna is not None)
+    study_table, study_notes = None, []
+    if sweep.spec.optuna is not None:  # (Optuna is imported only for a sweep with a study)
+        from workflow.report.study import study_section
+        study_table, study_figures, study_notes = study_section(sweep.spec.optuna, results_root, sweep.name,
+                                                                out / "figures")
+        figs += study_figures
+    missing = tables.missing(data["runs"])
+    missing += [f"Left out, unreadable: {d.table}/{d.path.name} (`rlsweep doctor` says how to recompute it)."
+                for d in catalog.damaged]
+    context = {"sweep": sweep.name, "description": sweep.spec.description, "results": str(results_root),
+               "generated": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+               "accuracy": tables.accuracy(data["accuracy"], seeds), "runs": tables.runs(data["runs"]),
+               "efficiency": tables.efficiency(data["efficiency"], baseline) if data["efficiency"] else None,
+               "paired": tables.paired(data["paired"], baseline, BOOTSTRAP) if data["paired"] else None,
+               "baseline": baseline, "figures": figs, "study": study_table, "study_notes": study_notes,
+               "curve_notes": curve_notes, "missing": missing}
+    markdown, html = render(context)
+    for stale in (out / "figures").glob("*.*"):  # figures an earlier report drew and this one does not
+        if stale.stem not in {f.name for f in figs}:
+            stale.unlink()
+    write_text(out / "queries.sql", sql)
+    write_text(out / "report.md", markdown)
+    return write_text(out / "index.html", html)

@@ -1,0 +1,87 @@
+"""The report's numbers: the named DuckDB queries of queries.sql, filled in with one sweep's values and run on
+its tables (workflow/results/catalog.py: read-only). The filled-in text is what the report ships as
+report/queries.sql, so every number in it can be rerun or changed with `rlsweep query`."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from string import Template
+
+import pyarrow as pa
+
+from workflow.eval.benchmarks import MATH_SET, OOD_SET
+from workflow.results.catalog import Catalog
+
+SQL = Path(__file__).with_name("queries.sql")
+_BLOCK = re.compile(r"^-- name: (\w+)\n(.*?)^;$", re.S | re.M)
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """A run the sweep file plans (its RL job), as the queries' `planned` table holds it."""
+
+    run_id: str
+    label: str
+    method: str
+    seed: int
+    steps: int
+    gpus: int  # GPUs of its RL job (verl's n_gpus_per_node x nnodes; 0: the local engine, on CPU)
+
+
+def _literal(value) -> str:
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    return repr(value)
+
+
+def planned_sql(runs: list[PlannedRun]) -> str:
+    """The sweep's planned runs as a SELECT (VALUES ...) with named columns."""
+    if not runs:
+        return "SELECT NULL::VARCHAR AS run_id, NULL::VARCHAR AS label, NULL::VARCHAR AS method, " \
+               "NULL::BIGINT AS seed, NULL::BIGINT AS steps, NULL::BIGINT AS gpus WHERE false"
+    rows = ",\n        ".join("(" + ", ".join(_literal(v) for v in (r.run_id, r.label, r.method, r.seed, r.steps,
+                                                                    r.gpus)) + ")" for r in runs)
+    return f"SELECT * FROM (VALUES\n        {rows}) AS planned(run_id, label, method, seed, steps, gpus)"
+
+
+def t_quantiles(max_df: int = 100) -> str:
+    """Student's t 0.975 quantiles for 1..max_df degrees of freedom, as VALUES rows (df, t)."""
+    from scipy.stats import t
+    return ", ".join(f"({df}, {t.ppf(0.975, df):.6f})" for df in range(1, max_df + 1))
+
+
+BOOTSTRAP = 1000  # resamples of the paired comparison
+# each RL run's running totals of compute at each step (the efficiency and eval_curves queries' `spent`)
+SPENT = """
+    SELECT run_id, step,
+           sum(backward_passes) OVER w AS backward_passes, sum(rollouts) OVER w AS rollouts,
+           sum(flops) OVER w AS flops, sum(wall_s) OVER w AS wall_s
+    FROM train_steps WHERE stage = 'rl'
+    WINDOW w AS (PARTITION BY run_id ORDER BY step)
+"""
+
+
+def fill(runs: list[PlannedRun], baseline: str | None = None, text: str | None = None) -> str:
+    """queries.sql with the sweep's values in place of its $names (`baseline`: the setting the efficiency and
+    paired queries compare with; None: they return no rows)."""
+    sets = {"bootstrap": BOOTSTRAP, "baseline": "NULL" if baseline is None else _literal(baseline),
+            "baseline_name": baseline or "none",
+            "math_set": ", ".join(_literal(b) for b in MATH_SET), "n_math": len(MATH_SET),
+            "ood_set": ", ".join(_literal(b) for b in OOD_SET), "n_ood": len(OOD_SET)}
+    return Template(text or SQL.read_text()).substitute(planned=planned_sql(runs), t95=t_quantiles(), spent=SPENT,
+                                                        **sets)
+
+
+def blocks(text: str) -> dict[str, str]:
+    """The named queries of a (filled-in) queries.sql, by name."""
+    found = {name: body.strip() for name, body in _BLOCK.findall(text)}
+    if not found:
+        raise ValueError("no `-- name:` blocks in the report's queries")
+    return found
+
+
+def run_all(catalog: Catalog, text: str) -> dict[str, pa.Table]:
+    """Every named query of `text` on the catalog's tables."""
+    return {name: catalog.query(sql) for name, sql in blocks(text).items()}

@@ -1,0 +1,194 @@
+-- The queries behind every number of a sweep's report (`rlsweep report`), over the four tables of
+-- `rlsweep query`. The copy in results/<sweep>/report/queries.sql is the one that ran, with the sweep's own
+-- values filled in (its planned runs, the benchmark sets, Student's t quantiles, each run's running totals of
+-- compute as `spent`): rerun any block with
+--     rlsweep query "$$(sed -n '/-- name: accuracy/,/^;/p' results/<sweep>/report/queries.sql)" --sweep <sweep>
+-- A block runs from its `-- name:` line to the `;` line that closes it.
+
+-- name: runs
+-- Each run the sweep plans, with its RL job's status, the steps it trained and the steps it was evaluated at.
+WITH planned AS ($planned)
+SELECT p.label, p.method, p.seed, p.run_id, p.steps,
+       coalesce(r.status, 'not started') AS status, r.error,
+       (SELECT max(t.step) FROM train_steps t WHERE t.run_id = p.run_id AND t.stage = 'rl') AS trained_steps,
+       (SELECT list(DISTINCT e.step ORDER BY e.step) FROM eval_scores e WHERE e.run_id = p.run_id) AS eval_steps
+FROM planned p LEFT JOIN runs r ON r.run_id = p.run_id AND r.stage = 'rl'
+ORDER BY p.label, p.seed
+;
+
+-- name: accuracy
+-- Per setting and benchmark (and the seeds' set averages "Avg math" / "Avg OOD", taken per run over a complete
+-- set): avg@k of each run's final evaluation (its last planned step), mean and sample std over seeds, and the 95%
+-- interval of the mean (Student's t, clipped to [0, 1]). Step 0 evaluations (eval.at_start) are the model RL starts from: one row
+-- per SFT job, `start` true.
+WITH planned AS ($planned),
+t95(df, t) AS (VALUES $t95),
+scored AS (
+    SELECT p.label, p.method, p.seed, e.run_id, e.step = 0 AS start, r.parent_id AS sft_id, e.benchmark,
+           e.avg_at_k, e.pass_at_k, e.mean_len, e.n_samples AS k, e.n_problems
+    FROM eval_scores e JOIN planned p USING (run_id)
+    LEFT JOIN runs r ON r.run_id = e.run_id AND r.stage = 'rl'
+    WHERE e.k = e.n_samples AND (e.step = p.steps OR e.step = 0)
+),
+per_run AS (  -- the starting point of a run is its SFT job's: one row per SFT job and seed
+    SELECT CASE WHEN start THEN 'start' ELSE label END AS label, CASE WHEN start THEN 'sft' ELSE method END AS method,
+           start, CASE WHEN start THEN sft_id END AS sft_id, seed, run_id, benchmark, avg_at_k, pass_at_k, mean_len,
+           k, n_problems
+    FROM scored
+),
+sets AS (
+    SELECT label, method, start, sft_id, seed, run_id, 'Avg math' AS benchmark, avg(avg_at_k) AS avg_at_k
+    FROM per_run WHERE benchmark IN ($math_set) GROUP BY ALL HAVING count(DISTINCT benchmark) = $n_math
+    UNION ALL
+    SELECT label, method, start, sft_id, seed, run_id, 'Avg OOD' AS benchmark, avg(avg_at_k) AS avg_at_k
+    FROM per_run WHERE benchmark IN ($ood_set) GROUP BY ALL HAVING count(DISTINCT benchmark) = $n_ood
+),
+cells AS (
+    SELECT * FROM per_run UNION ALL BY NAME SELECT * FROM sets
+),
+stats AS (
+    SELECT label, method, start, sft_id, benchmark, count(DISTINCT seed) AS seeds, avg(avg_at_k) AS mean,
+           stddev_samp(avg_at_k) AS std, avg(pass_at_k) AS pass_at_k, avg(mean_len) AS mean_len,
+           any_value(k) AS k, any_value(n_problems) AS n_problems
+    FROM (SELECT DISTINCT ON (label, sft_id, seed, benchmark) * FROM cells)  -- a start is one model per seed
+    GROUP BY ALL
+)
+SELECT s.*,  -- (an accuracy's interval clipped to [0, 1]: with 2 seeds the t interval is wider than the scale)
+       greatest(0, s.mean - t.t * s.std / sqrt(s.seeds)) AS ci_low,
+       least(1, s.mean + t.t * s.std / sqrt(s.seeds)) AS ci_high
+FROM stats s LEFT JOIN t95 t ON t.df = s.seeds - 1
+ORDER BY NOT start, label, benchmark
+;
+
+-- name: train_curves
+-- Per setting and RL step: mean, min and max over seeds of reward, entropy, response length and KL, and how many
+-- seeds' update gates (SFPO / GXPO) tripped at that step.
+WITH planned AS ($planned)
+SELECT p.label, t.step, u.metric, avg(u.value) AS mean, min(u.value) AS low, max(u.value) AS high,
+       count(u.value) AS seeds, count_if(t.gate_tripped)::BIGINT AS gate_trips
+FROM train_steps t JOIN planned p USING (run_id)
+JOIN (UNPIVOT (SELECT run_id, step, reward, entropy, response_len, kl FROM train_steps WHERE stage = 'rl')
+      ON reward, entropy, response_len, kl INTO NAME metric VALUE value) u USING (run_id, step)
+WHERE t.stage = 'rl'
+GROUP BY ALL
+ORDER BY p.label, u.metric, t.step
+;
+
+-- name: eval_curves
+-- Per setting, benchmark and evaluated step: avg@k (mean, min and max over seeds) and the compute spent to get
+-- there, each run's running totals of backward passes, rollouts, FLOPs and wall-clock seconds (mean over seeds).
+WITH planned AS ($planned),
+spent AS ($spent)
+SELECT p.label, e.benchmark, e.step, count(*) AS seeds, avg(e.avg_at_k) AS mean, min(e.avg_at_k) AS low,
+       max(e.avg_at_k) AS high, avg(coalesce(s.backward_passes, 0)) AS backward_passes,
+       avg(coalesce(s.rollouts, 0)) AS rollouts, avg(coalesce(s.flops, 0)) AS flops,
+       avg(coalesce(s.wall_s, 0)) AS wall_s
+FROM eval_scores e JOIN planned p USING (run_id)
+LEFT JOIN spent s ON s.run_id = e.run_id AND s.step = e.step
+WHERE e.k = e.n_samples
+GROUP BY ALL
+ORDER BY p.label, e.benchmark, e.step
+;
+
+-- name: efficiency
+-- Against the baseline setting ($baseline_name), per setting and benchmark on the evaluations after step 0 (mean
+-- avg@k over seeds at each evaluated step, with the seeds' mean running totals of compute): the step, backward
+-- passes, rollouts, FLOPs, wall-clock and GPU-hours (wall-clock x the run's GPUs; null on CPU) each setting needed
+-- to first reach the baseline's best mean, and the same for the baseline (reached: null where a setting never
+-- does); then each setting's mean at the baseline's total backward passes and total wall-clock (its last
+-- evaluation within that budget).
+WITH planned AS ($planned),
+spent AS ($spent),
+curve AS (
+    SELECT p.label, e.benchmark, e.step, avg(e.avg_at_k) AS acc, avg(s.backward_passes) AS backward_passes,
+           avg(s.rollouts) AS rollouts, avg(s.flops) AS flops, avg(s.wall_s) AS wall_s,
+           avg(s.wall_s * nullif(p.gpus, 0)) / 3600 AS gpu_hours
+    FROM eval_scores e JOIN planned p USING (run_id)
+    JOIN spent s ON s.run_id = e.run_id AND s.step = e.step
+    WHERE e.k = e.n_samples AND e.step > 0
+    GROUP BY ALL
+),
+target AS (SELECT benchmark, max(acc) AS best FROM curve WHERE label = $baseline GROUP BY ALL),
+reach AS (
+    SELECT c.label, c.benchmark, min(c.step) AS step, arg_min(c.backward_passes, c.step) AS backward_passes,
+           arg_min(c.rollouts, c.step) AS rollouts, arg_min(c.flops, c.step) AS flops,
+           arg_min(c.wall_s, c.step) AS wall_s, arg_min(c.gpu_hours, c.step) AS gpu_hours
+    FROM curve c JOIN target t USING (benchmark) WHERE c.acc >= t.best
+    GROUP BY ALL
+),
+budget AS (
+    SELECT benchmark, max(backward_passes) AS backward_passes, max(wall_s) AS wall_s
+    FROM curve WHERE label = $baseline GROUP BY ALL
+),
+at_budget AS (
+    SELECT c.label, c.benchmark,
+           arg_max(c.acc, c.step) FILTER (WHERE c.backward_passes <= b.backward_passes) AS acc_at_backward_passes,
+           arg_max(c.acc, c.step) FILTER (WHERE c.wall_s <= b.wall_s) AS acc_at_wall_s
+    FROM curve c JOIN budget b USING (benchmark)
+    GROUP BY ALL
+)
+SELECT s.label, s.benchmark, t.best AS target, s.label = $baseline AS baseline, s.final_acc,
+       r.step, r.backward_passes, r.rollouts, r.flops, r.wall_s, r.gpu_hours,
+       r.step / base.step AS step_ratio, r.backward_passes / base.backward_passes AS backward_passes_ratio,
+       r.rollouts / base.rollouts AS rollouts_ratio, r.flops / base.flops AS flops_ratio,
+       r.wall_s / base.wall_s AS wall_s_ratio, r.gpu_hours / base.gpu_hours AS gpu_hours_ratio,
+       a.acc_at_backward_passes, a.acc_at_wall_s
+FROM (SELECT label, benchmark, arg_max(acc, step) AS final_acc FROM curve GROUP BY ALL) s
+JOIN target t USING (benchmark)
+LEFT JOIN reach r USING (label, benchmark)
+LEFT JOIN reach base ON base.benchmark = s.benchmark AND base.label = $baseline
+LEFT JOIN at_budget a USING (label, benchmark)
+ORDER BY s.benchmark, NOT baseline, s.label
+;
+
+-- name: paired
+-- Each setting against the baseline ($baseline_name) at their final evaluations, paired by seed and problem: the
+-- per-problem accuracy over samples, its difference setting - baseline on the seeds and problems both have, and the
+-- mean difference with a 95% interval and two-sided p-value from $bootstrap bootstrap resamples of the seeds and,
+-- independently, of the problems (each draw is a hash of (resample, position): rerunning gives the same numbers).
+WITH planned AS ($planned),
+acc AS (
+    SELECT p.label, p.seed, s.benchmark, s.problem_id, avg(s.correct::INT) AS acc
+    FROM eval_samples s JOIN planned p USING (run_id)
+    WHERE s.step = p.steps
+    GROUP BY ALL
+),
+diffs AS (
+    SELECT a.label, a.benchmark, a.seed, a.problem_id, a.acc - b.acc AS diff
+    FROM acc a JOIN acc b ON b.label = $baseline AND a.label <> b.label AND a.benchmark = b.benchmark
+         AND a.seed = b.seed AND a.problem_id = b.problem_id
+),
+indexed AS (
+    SELECT *, dense_rank() OVER (PARTITION BY label, benchmark ORDER BY seed) - 1 AS s_idx,
+           dense_rank() OVER (PARTITION BY label, benchmark ORDER BY problem_id) - 1 AS p_idx
+    FROM diffs
+),
+sizes AS (
+    SELECT label, benchmark, max(s_idx) + 1 AS n_seeds, max(p_idx) + 1 AS n_problems, avg(diff) AS mean_diff
+    FROM indexed GROUP BY ALL
+),
+resamples AS (SELECT range AS b FROM range($bootstrap)),
+seed_draws AS (  -- resample b's seeds: position j draws a seed index from hash(b, j, 's')'s high 32 bits
+    -- (its low bits are not independent across positions: a mod of the whole hash draws correlated problems)
+    SELECT z.label, z.benchmark, r.b, (hash(r.b, j.range, 's') >> 32) % z.n_seeds AS s_idx
+    FROM sizes z, resamples r, range(z.n_seeds) j
+),
+problem_draws AS (
+    SELECT z.label, z.benchmark, r.b, (hash(r.b, i.range, 'p') >> 32) % z.n_problems AS p_idx
+    FROM sizes z, resamples r, range(z.n_problems) i
+),
+stats AS (  -- each resample's mean difference over its drawn seeds x drawn problems
+    SELECT sd.label, sd.benchmark, sd.b, avg(x.diff) AS mean_diff
+    FROM seed_draws sd
+    JOIN problem_draws pd ON pd.label = sd.label AND pd.benchmark = sd.benchmark AND pd.b = sd.b
+    JOIN indexed x ON x.label = sd.label AND x.benchmark = sd.benchmark AND x.s_idx = sd.s_idx
+         AND x.p_idx = pd.p_idx
+    GROUP BY ALL
+)
+SELECT z.label, z.benchmark, z.n_seeds, z.n_problems, z.mean_diff,
+       quantile_cont(s.mean_diff, 0.025) AS ci_low, quantile_cont(s.mean_diff, 0.975) AS ci_high,
+       least(1.0, 2 * least(avg((s.mean_diff <= 0)::INT), avg((s.mean_diff >= 0)::INT))) AS p_value
+FROM sizes z JOIN stats s USING (label, benchmark)
+GROUP BY ALL
+ORDER BY z.benchmark, z.label
+;
