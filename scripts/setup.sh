@@ -19,6 +19,16 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
+# nothing to do when this script, pyproject.toml and the extras are what the last successful set-up installed
+# (the README's commands run it before every demo and test run; a no-op pip pass costs ~15 s)
+STAMP="$VENV/.rlsweep-setup"
+WANT="$(cat pyproject.toml "$0" | sha256sum | cut -c1-16) $EXTRAS $PWD"
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] \
+   && "$VENV/bin/python" -c 'import torch, workflow' 2>/dev/null; then
+  echo "setup: up to date ($STAMP)"
+  exit 0
+fi
+rm -f "$STAMP"
 has_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }
 has_module() { "$VENV/bin/python" -c "import importlib.util as u, sys; sys.exit(u.find_spec('$1') is None)"; }
 
@@ -58,3 +68,4 @@ for m in torchvision torchaudio torchcodec; do
   fi
 done
 "$VENV/bin/python" -c 'import torch, workflow; print(f"setup: ok (torch {torch.__version__}, rlsweep {workflow.__version__})")'
+echo "$WANT" > "$STAMP"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -64,6 +65,20 @@ def test_vllm_backend_passes_settings_and_maps_outputs():
     assert [[s.text for s in row] for row in out] == [[f"{p} -> \\boxed{{{j}}}" for j in range(3)] for p in "ab"]
     assert [s.n_tokens for s in out[0]] == [1, 2, 3]
     assert [s.truncated for s in out[0]] == [False, False, True]  # finish_reason "length" = hit max_tokens
+
+
+def test_on_cpu_vllm_runs_in_this_process_in_fp32_unless_told_otherwise(monkeypatch):
+    for k in ("VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_TARGET_DEVICE"):
+        monkeypatch.delenv(k, raising=False)
+    fake = FakeVLLM()
+    VLLMBackend("/ckpt", device="cpu", vllm=fake)
+    assert fake.llm_kwargs == {"model": "/ckpt", "tensor_parallel_size": 1, "seed": 0, "dtype": "float32",
+                               "enforce_eager": True, "distributed_executor_backend": "uni"}
+    assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0" and os.environ["VLLM_TARGET_DEVICE"] == "cpu"
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")  # the user's setting wins
+    VLLMBackend("/ckpt", device="cpu", tensor_parallel_size=2, vllm=fake)
+    assert "distributed_executor_backend" not in fake.llm_kwargs
+    assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "1"
 
 
 def test_the_checkpoints_chat_template_shapes_every_eval_prompt():

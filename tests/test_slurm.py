@@ -168,6 +168,7 @@ def test_running_rl_job_survives_preemption_and_requeue_exactly(slurm, tmp_path)
     log = next((tmp_path / ".snakemake" / "slurm").glob(f"{job_id}/{job_id}_0_log.out")).read_text()
     stopped = int(re.search(r"after checkpointing step (\d+)", log).group(1))
     assert "requeued run #1" in log and "requeued run #2" in log
+    assert "rlsweep: stage stopped" in log  # the requeue followed the checkpoint, not the end of the grace period
     assert (ckpts / f"step_{stopped:06d}").is_dir()
 
     rl = runs_rows(tmp_path / "results", "stage = 'rl'")

@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 from submitit.slurm.slurm import _make_sbatch_string
 
+from workflow.preemption import PREEMPT_SIGNAL
 from workflow.runlock import LOCK_NAME, RunLocked, run_lock
 from workflow.slurm import cluster
-from workflow.slurm.job import RequeueLimitReached, SnakemakeJob
+from workflow.slurm.job import JobCommandFailed, RequeueLimitReached, SnakemakeJob
 from workflow.slurm.params import sbatch_parameters
 from workflow.sweep.spec import Resources, StageResources
 
@@ -160,32 +161,39 @@ time.sleep(60)
 
 
 def test_wrapper_forwards_the_signal_past_the_shell_and_waits_for_the_checkpoint(tmp_path, monkeypatch):
-    """The shell (and Snakemake) between the wrapper and the stage ignore the signal; the stage gets it, saves,
-    and exits before checkpoint() hands back the submission that submitit requeues."""
+    """As in a SLURM job: __call__ waits on the command in the main thread, the signal arrives there and submitit's
+    handler calls checkpoint() on top of that wait. The shell (and Snakemake) between the wrapper and the stage
+    ignore the signal; the stage gets it, saves and exits, and checkpoint() sees the exit at once (not at the end of
+    its grace period) before handing back the submission that submitit requeues."""
     monkeypatch.delenv("SLURM_RESTART_COUNT", raising=False)
     marker = tmp_path / "marker"
     (tmp_path / "stage.py").write_text(STAGE_STANDIN)
     job = SnakemakeJob(f"{sys.executable} {tmp_path / 'stage.py'} {marker}; rc=$?; echo shell-survived > "
-                       f"{tmp_path}/sh; exit $rc", max_requeues=3, grace_s=30)
-    errors = []
+                       f"{tmp_path}/sh; exit $rc", max_requeues=3, grace_s=60)
+    handled = {}
 
-    def run():
-        try:
+    def handler(signum, frame):  # what submitit's handler does, minus the requeue and exit
+        t0 = time.monotonic()
+        handled["resubmission"] = job.checkpoint()
+        handled["seconds"] = time.monotonic() - t0
+
+    def send_when_ready():
+        deadline = time.monotonic() + 30
+        while not Path(f"{marker}.ready").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.kill(os.getpid(), PREEMPT_SIGNAL)
+
+    previous = signal.signal(PREEMPT_SIGNAL, handler)
+    try:
+        threading.Thread(target=send_when_ready, daemon=True).start()
+        with pytest.raises(JobCommandFailed, match="exited with code 75"):  # fails this incarnation only
             job()
-        except Exception as e:  # noqa: BLE001
-            errors.append(e)
-    t = threading.Thread(target=run)
-    t.start()
-    deadline = time.monotonic() + 30
-    while not Path(f"{marker}.ready").exists():
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
-    resubmission = job.checkpoint()
+    finally:
+        signal.signal(PREEMPT_SIGNAL, previous)
     assert marker.read_text() == "checkpointed"
-    assert resubmission.function is job
-    t.join(30)
+    assert handled["resubmission"].function is job
+    assert handled["seconds"] < 20, f"checkpoint() waited {handled['seconds']:.0f}s for a stage that had exited"
     assert (tmp_path / "sh").read_text().strip() == "shell-survived"  # the shell ignored USR2
-    assert "exited with code 75" in str(errors[0])  # the non-zero exit fails this incarnation only
     assert "_child" not in job.__getstate__()
 
 

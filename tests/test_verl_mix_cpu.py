@@ -40,13 +40,14 @@ base:
 """
 
 
-# ReLIFT: its own second actor update of the step (an SFT batch put into verl's TransferQueue, scaled lr).
-# Prefix-RFT: our agent loop inside verl's rollout workers (vLLM continues prompt + prefix).
-# SRFT (LUFFY's path, a trace replacing a rollout with the shaped loss, plus an SFT term on the trace row), LUFFY and
-# HPT (an SFT-only row in place of a rollout) have their plans and weights unit-tested in test_verl_mix.py and are
-# trained on verl's actor by the preflight tests; each costs CI ~1.5-2 min here (a verl start), so they run on
-# demand (RLSWEEP_VERL_MIX_ALL=1), as they did when written.
-METHODS = ["relift", "prefix_rft"] + (["srft", "luffy", "hpt"] if os.environ.get("RLSWEEP_VERL_MIX_ALL") else [])
+# ReLIFT (its own second actor update of the step: an SFT batch put into verl's TransferQueue, scaled lr) runs in CI.
+# On demand (RLSWEEP_VERL_MIX_ALL=1), as they did when written, since each costs CI ~1.5-2 min (a verl start):
+# Prefix-RFT (our agent loop inside verl's rollout workers: vLLM continues prompt + prefix; the loop, the prefixed
+# server and the driver's off-policy marking are unit-tested in test_verl_mix.py), SRFT (LUFFY's path, a trace
+# replacing a rollout with the shaped loss, plus an SFT term on the trace row), LUFFY and HPT (an SFT-only row in
+# place of a rollout), whose plans and weights are unit-tested in test_verl_mix.py and whose actor steps the
+# preflight tests train on verl's actor.
+METHODS = ["relift"] + (["prefix_rft", "srft", "luffy", "hpt"] if os.environ.get("RLSWEEP_VERL_MIX_ALL") else [])
 
 
 def sweep_file(tmp_path: Path, mix: str, extra: str = "") -> Path:

@@ -40,6 +40,19 @@ def _ignore_preempt_signal() -> None:  # runs in the child between fork and exec
     signal.signal(PREEMPT_SIGNAL, signal.SIG_IGN)
 
 
+def _exit_status(pid: int) -> str | None:
+    """How the child ended, or None while it runs; it is not reaped. checkpoint() runs in submitit's signal handler
+    on top of __call__'s Popen.wait(), which holds the Popen's wait lock: Popen.wait/poll there cannot see the exit
+    (a wait with a timeout just runs out), so look with waitid(WNOWAIT) and leave the reaping to __call__."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:  # already reaped
+        return "exited"
+    if info is None:
+        return None
+    return f"exit code {info.si_status}" if info.si_code == os.CLD_EXITED else f"signal {info.si_status}"
+
+
 class SnakemakeJob(Checkpointable):
     def __init__(self, command: str, max_requeues: int, grace_s: float = 60.0):
         self.command = command
@@ -66,19 +79,21 @@ class SnakemakeJob(Checkpointable):
     def checkpoint(self, *args, **kwargs):
         """Called by submitit's signal handler: let the stage save, then ask for a requeue (or refuse one)."""
         child = self._child
-        if child is not None and child.poll() is None:
+        if child is not None and _exit_status(child.pid) is None:
             try:
                 os.killpg(child.pid, PREEMPT_SIGNAL)
             except ProcessLookupError:
                 pass
-            t0 = time.monotonic()
-            try:
-                child.wait(timeout=self.grace_s)
-                print(f"rlsweep: stage stopped {time.monotonic() - t0:.1f}s after the signal (exit code "
-                      f"{child.returncode})", file=sys.stderr, flush=True)
-            except subprocess.TimeoutExpired:
+            t0, status = time.monotonic(), None
+            while status is None and time.monotonic() - t0 < self.grace_s:
+                time.sleep(0.1)
+                status = _exit_status(child.pid)
+            if status is None:
                 print(f"rlsweep: stage still running {self.grace_s:.0f}s after the signal; requeueing anyway (it "
                       "resumes from its last periodic checkpoint)", file=sys.stderr, flush=True)
+            else:
+                print(f"rlsweep: stage stopped {time.monotonic() - t0:.1f}s after the signal ({status})",
+                      file=sys.stderr, flush=True)
         if slurm_restart_count() >= self.max_requeues:
             raise RequeueLimitReached(f"preempted or timed out after {slurm_restart_count()} requeues (max_requeues="
                                       f"{self.max_requeues}); its checkpoints are kept: run snakemake again to go on")
