@@ -25,7 +25,7 @@ STAMP="$VENV/.rlsweep-setup"
 WANT="$(cat pyproject.toml "$0" | sha256sum | cut -c1-16) $EXTRAS $PWD"
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] \
    && "$VENV/bin/python" -c 'import torch, workflow' 2>/dev/null; then
-  echo "setup: up to date ($STAMP)"
+  echo "setup: up to date (delete $STAMP to reinstall)"
   exit 0
 fi
 rm -f "$STAMP"
