@@ -73,6 +73,34 @@ def test_segments_another_process_still_maps_are_kept(tmp_path):
     assert remove_leaked_segments(before) == [name] and not path.exists()
 
 
+# another job's process on the node: a named semaphore as vLLM makes them (spawn start method: its workers open it
+# by name later; glibc maps a temporary file and links it to that name) and a segment created but not mapped yet
+HOLDER = textwrap.dedent("""
+    import multiprocessing, os, sys
+    sem = multiprocessing.get_context('spawn').Semaphore(1)
+    fd = os.open('/dev/shm/' + sys.argv[1], os.O_CREAT | os.O_RDWR)
+    print('ready', flush=True)
+    sys.stdin.read()
+""")
+
+
+def test_another_jobs_named_semaphores_and_open_segments_are_kept():
+    import subprocess
+    name = f"rlsweep-test-{uuid.uuid4().hex}"
+    before = {p.name for p in SHM.iterdir()}
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, name], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        theirs = {p.name for p in SHM.iterdir()} - before
+        assert name in theirs and any(n.startswith("sem.") for n in theirs)
+        assert not theirs & set(remove_leaked_segments(before))  # a job ending next to it removes none of them
+        assert all((SHM / n).exists() for n in theirs)
+    finally:
+        holder.communicate("")
+    assert name in remove_leaked_segments(before)  # its process gone, the segment it left is a leak
+
+
 def test_cpu_runs_translate_to_verls_cpu_settings_and_device_is_part_of_the_id():
     pytest.importorskip("verl")
     from workflow.engines.verl.compose import compose, validate

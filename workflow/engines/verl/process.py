@@ -1,8 +1,8 @@
 """verl's trainers run as child processes of the stage (torchrun for SFT, verl's PPO driver with its Ray cluster
 for RL), supervised here: the stage fails with the child's exit status, a time limit kills a run that hangs (a
 failing vLLM worker can hang instead of failing), and whatever the child leaves behind goes with it: every process
-it started (Ray's raylet and workers included) and the shared-memory segments it created and no live process maps
-(vLLM's CPU weight sync leaks 160-240 MB of them per run)."""
+it started (Ray's raylet and workers included) and the shared-memory segments it created that no live process
+maps or holds open (vLLM's CPU weight sync leaks 160-240 MB of them per run)."""
 
 from __future__ import annotations
 
@@ -94,27 +94,48 @@ def _segments() -> set[str]:
     return {p.name for p in SHM.iterdir()} if SHM.is_dir() else set()
 
 
-def _mapped() -> set[str]:
-    """Names under /dev/shm some live process maps (its own run's, or another job's on this node)."""
-    names = set()
-    for maps in Path("/proc").glob("[0-9]*/maps"):
+def _in_use() -> set[int]:
+    """Inodes under /dev/shm that some live process maps or holds open (its own run's, or another job's on this
+    node). By inode, not name: glibc's sem_open maps a temporary file and then links it to the semaphore's name, so
+    /proc/PID/maps names the temporary (deleted) file, never the name another process will open (vLLM's
+    multiprocessing semaphores, created with the spawn start method, are opened by name in its workers)."""
+    shm_dev = SHM.stat().st_dev
+    inodes = set()
+    for proc in Path("/proc").glob("[0-9]*"):
         try:
-            text = maps.read_text()
+            lines = (proc / "maps").read_text().splitlines()
+        except OSError:  # gone, or another user's
+            continue
+        # address perms offset dev inode path: every mapping of a file under /dev/shm
+        inodes.update(int(line.split()[4]) for line in lines if " /dev/shm/" in line)
+        try:
+            fds = list((proc / "fd").iterdir())
         except OSError:
             continue
-        names.update(line.rsplit("/dev/shm/", 1)[1].split()[0] for line in text.splitlines() if "/dev/shm/" in line)
-    return names
+        for fd in fds:  # created and not yet mapped (shm_open before mmap) counts as in use too
+            try:
+                st = fd.stat()
+            except OSError:
+                continue
+            if st.st_dev == shm_dev:
+                inodes.add(st.st_ino)
+    return inodes
 
 
 def remove_leaked_segments(before: set[str]) -> list[str]:
-    """Delete /dev/shm entries created since `before` that no live process maps; returns their names."""
+    """Delete /dev/shm entries created since `before` that no live process maps or holds open; returns their
+    names."""
     fresh = _segments() - before
     if not fresh:
         return []
-    leaked = sorted(fresh - _mapped())
-    for name in leaked:
+    in_use = _in_use()
+    leaked = []
+    for name in sorted(fresh):
         try:
+            if (SHM / name).stat().st_ino in in_use:
+                continue
             (SHM / name).unlink()
-        except OSError:
-            pass
+        except OSError:  # removed meanwhile, or another user's
+            continue
+        leaked.append(name)
     return leaked
