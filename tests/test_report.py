@@ -53,7 +53,8 @@ def sweep_results(tmp_path):
             for j, c in enumerate(pair)])
         write_rows(results, "rep", "eval_scores", run.run_id, [dict(
             run_id=run.run_id, eval_id=run.eval_id, sweep="rep", step=step, benchmark="arithmetic", k=2,
-            avg_at_k=a, pass_at_k=a, n_problems=16, n_samples=2, mean_len=5.0) for step, a in scores.items()])
+            avg_at_k=a, pass_at_k=a, n_problems=16, n_samples=2, mean_len=5.0, avg_ci_low=a - 0.05,
+            avg_ci_high=a + 0.05) for step, a in scores.items()])
     return sweep, results
 
 
@@ -79,7 +80,8 @@ def test_the_report_shows_accuracy_efficiency_curves_and_the_failed_run(sweep_re
     sd = math.sqrt(0.005)  # seeds 0.6, 0.7
     half = t1 * sd / math.sqrt(2)
     assert acc["rl.update=sfpo"][3] == f"**0.650 ± {sd:.3f} [{0.65 - half:.3f}, 1.000] (n=2 of 3)**"  # clipped
-    assert acc["start (step 0)"][1:] == ["sft", "3", "0.100 ± 0.000 [0.100, 0.100]"]  # the SFT model, one row
+    # the SFT model: one row, one evaluation with its interval over problems
+    assert acc["start (step 0)"][1:] == ["sft", "—", "0.100 [0.050, 0.150]"]
 
     eff = cells(md, "Efficiency")  # target: grpo's best mean, 0.5 at step 4 (sfpo reaches 0.55 at step 2)
     assert eff["rl.update=grpo (baseline)"][2:9] == ["0.500", "0.500", "×1.00 (4)", "×1.00 (4)", "×1.00 (64)",

@@ -156,3 +156,19 @@ def test_resources_do_not_change_run_ids_and_convert_for_schedulers(tmp_path):
     rl = b.spec.resources.rl
     assert (rl.time_minutes, rl.mem_gb, rl.threads) == (24 * 60 + 150, 64, 4)
     assert a.spec.resources.sft.gpus_per_node == 1 and a.spec.resources.sft.time == "12:00:00"
+
+
+def test_runs_share_a_step0_evaluation_only_with_the_same_sft_checkpoint_and_eval_settings(tmp_path):
+    body = "grid:\n  rl.lr: [1.0e-4, 2.0e-4]\n  sft.lr: [1.0e-3, 2.0e-3]\n  eval.k: [2, 4]\nseeds: [0, 1]\n"
+    sweep = load_sweep(write_sweep(tmp_path / "s.yaml", "s", body))
+    assert sweep.start_sources() == {}  # no eval.at_start: no step-0 evaluation to share
+    path = write_sweep(tmp_path / "a.yaml", "a", body)
+    path.write_text(path.read_text().replace("eval: {k: 2,", "eval: {at_start: true, k: 2,"))
+    sweep = load_sweep(path)
+    sources = sweep.start_sources()
+    assert len(sweep.runs) == 16 and len(sources) == 16 - 4  # one evaluation per SFT checkpoint x eval.k
+    for eval_id, source in sources.items():
+        run = next(r for r in sweep.runs if r.eval_id == eval_id)
+        assert source.eval_id not in sources and sweep.runs.index(source) < sweep.runs.index(run)
+        assert (source.sft_id, source.config.eval.k) == (run.sft_id, run.config.eval.k)
+    assert len({(r.sft_id, r.config.eval.k) for r in sweep.runs}) == 4

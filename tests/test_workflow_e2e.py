@@ -99,3 +99,43 @@ def test_intermediate_evals_every_n_steps(tmp_path):
                    "--format", "json")
     assert json.loads(runs.stdout) == [{"eval_step": 2, "eval_group": "arithmetic", "status": "completed"},
                                        {"eval_step": 4, "eval_group": "arithmetic", "status": "completed"}]
+
+
+def test_runs_starting_from_one_checkpoint_evaluate_it_once_and_without_waiting_for_rl(tmp_path):
+    """eval.at_start: two seeds start from one SFT checkpoint; its step-0 evaluation runs once, as soon as the SFT
+    stage is done, and the other run's step-0 job copies the rows."""
+    from workflow.layout import done_path
+    from workflow.sweep.expand import load_sweep
+    from workflow.sweep.plan import plan
+    sweep = write_sweep(tmp_path / "st.yaml", "st", "seeds: [0, 1]\n")
+    sweep.write_text(sweep.read_text().replace("eval: {k: 2, max_new_tokens: 16}",
+                                               "eval: {k: 2, max_new_tokens: 16, at_start: true}"))
+    first, second = load_sweep(sweep).runs
+    results = tmp_path / "results"
+    evals = next(p for p in plan(load_sweep(sweep), results) if p.stage == "eval")
+    assert evals.counts["new"] == 4 and evals.bounded == 3  # the copy needs no time or GPU of its own
+    copied = done_path(results, "st", "eval", second.eval_id, second.run_id, 0, "arithmetic")
+    dry = snakemake(tmp_path, sweep, "-n", str(copied.relative_to(tmp_path)))  # it needs the SFT stage, not RL
+    assert planned_jobs(dry.stdout) == {"sft": 1, "eval": 1, "eval_copy": 1}, dry.stdout[-2000:]
+
+    res = snakemake(tmp_path, sweep)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert json.loads(copied.read_text())["copied_from"] == {"run_id": first.run_id, "eval_id": first.eval_id}
+    rows = json.loads(run_cli("--results", str(results), "query",
+                              "select parent_id, eval_step, backend from runs where stage = 'eval' order by all",
+                              "--format", "json").stdout)
+    assert sorted((r["parent_id"], r["eval_step"], r["backend"] == "copy") for r in rows) == sorted(
+        [(first.run_id, 0, False), (first.run_id, 4, False), (second.run_id, 0, True), (second.run_id, 4, False)])
+    scores = json.loads(run_cli("--results", str(results), "query",
+                                "select run_id, eval_id, step, k, avg_at_k, pass_at_k, mean_len from eval_scores "
+                                "where step = 0 order by k, run_id", "--format", "json").stdout)
+    assert {(r["run_id"], r["eval_id"]) for r in scores} == {(first.run_id, first.eval_id),
+                                                            (second.run_id, second.eval_id)}
+    values = {r["run_id"]: [] for r in scores}
+    for r in scores:
+        values[r["run_id"]].append((r["k"], r["avg_at_k"], r["pass_at_k"], r["mean_len"]))
+    assert values[first.run_id] == values[second.run_id]  # the same numbers, under each run's own ids
+    samples = run_cli("--results", str(results), "query",
+                      "select run_id, count(*) n from eval_samples where step = 0 group by all", "--format", "json")
+    assert sorted(r["n"] for r in json.loads(samples.stdout)) == [32, 32]  # 16 problems x k=2, both runs
+    assert {p.stage: p.counts["done"] for p in plan(load_sweep(sweep), results)}["eval"] == 4

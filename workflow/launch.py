@@ -5,7 +5,8 @@
     stage.py sft     --sweep S --id SFT_ID --config JSON [--data DATA_DONE.json --overlap DONE.json ...]
     stage.py rl      --sweep S --id RUN_ID --config JSON [--init SFT_DONE.json] [--data ...] [--overlap ...]
                      [--max-train-overlap F]
-    stage.py eval    --sweep S --id EVAL_ID --config JSON --checkpoint-from RL_DONE.json
+    stage.py eval    --sweep S --id EVAL_ID --config JSON --checkpoint-from RL_DONE.json (or, at step 0, SFT_DONE.json)
+                     | --copy-from EVAL_DONE.json (another run's step-0 evaluation of the same start)
     stage.py aggregate --sweep S
 
 A stage writes its `runs` row when it starts (status running) and again when it ends (completed / failed /
@@ -36,9 +37,9 @@ from workflow.data.prepare import prepare
 from workflow.engines.registry import get_engine
 from workflow.eval.backends import make_backend, resolve_backend
 from workflow.hub import DatasetUnavailable
-from workflow.eval.harness import evaluate
+from workflow.eval.harness import copy_evaluation, evaluate
 from workflow.eval.plan import eval_groups
-from workflow.layout import CHECKPOINTS, DONE, runs_file, stage_dir, step_dir, summary_path
+from workflow.layout import CHECKPOINTS, DONE, eval_job_at, runs_file, stage_dir, step_dir, summary_path
 from workflow.preemption import EXIT_PREEMPTED, Preempted
 from workflow.provenance import provenance
 from workflow.results.summary import write_summary
@@ -65,10 +66,11 @@ class Inputs:
     """What a stage reads besides its config (the files its Snakemake rule hands it), and the gate on training."""
 
     init: Path | None = None  # the SFT stage's DONE.json an RL stage starts from
-    checkpoint_from: Path | None = None  # the RL stage's DONE.json an eval job evaluates
+    checkpoint_from: Path | None = None  # the RL stage's DONE.json an eval job evaluates (step 0: or the SFT stage's)
     data: Path | None = None  # the data stage's DONE.json (datasets tasks)
     overlaps: tuple[Path, ...] = ()  # overlap stages' DONE.json the training stages check
     max_train_overlap: float | None = None  # checks.max_train_overlap of the sweep
+    copy_from: Path | None = None  # an eval job's DONE.json whose rows a step-0 eval job copies (Sweep.start_sources)
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -111,16 +113,16 @@ class _RunsRow:
 def run_stage(stage: str, sweep: str, stage_id: str, cfg: dict, *, results_root: Path, init: Path | None = None,
               checkpoint_from: Path | None = None, label: str | None = None, step: int | None = None,
               group: str | None = None, data: Path | None = None, overlaps: tuple[Path, ...] = (),
-              max_train_overlap: float | None = None) -> Path:
+              max_train_overlap: float | None = None, copy_from: Path | None = None) -> Path:
     """Run one stage to completion; returns its DONE.json. An eval job evaluates the RL checkpoint at `step` on
     the benchmarks of `group` (default: the final checkpoint, every benchmark)."""
-    inputs = Inputs(init, checkpoint_from, data, tuple(overlaps), max_train_overlap)
+    inputs = Inputs(init, checkpoint_from, data, tuple(overlaps), max_train_overlap, copy_from)
     if stable_id(cfg) != stage_id:  # the id IS the hash of the config: a mismatch means a stale or hand-made call
         raise ValueError(f"{stage} id {stage_id} does not match its config (hash {stable_id(cfg)})")
     typed = parse_stage(stage, cfg)  # what the engine and the harness read
     job, names = {}, None  # names: the eval job's benchmarks (None = all)
     if stage == "eval":
-        step = step if step is not None else read_done(checkpoint_from)["step"]
+        step = step if step is not None else read_done(checkpoint_from or copy_from)["step"]
         groups = eval_groups(typed.eval)
         group = group or "all"
         if group != "all" and group not in groups:
@@ -168,6 +170,15 @@ def _run_locked(stage: str, sweep: str, stage_id: str, cfg: dict, typed, out_dir
                     done["init"] = os.path.relpath(read_done(inputs.init)["checkpoint_path"], out_dir)
                 elif typed.engine.name == "verl":
                     done["init_model"] = typed.engine.verl.model_path
+        elif inputs.copy_from is not None:
+            source = eval_job_at(Path(inputs.copy_from).resolve().parent)
+            if source is None or source.step != step or source.group != job["eval_group"]:
+                raise ValueError(f"{inputs.copy_from} is not the DONE.json of an eval job at step {step} of "
+                                 f"group {job['eval_group']}")
+            runs.row["backend"] = "copy"
+            copy_evaluation(source.run_id, source.stage_id, step, names or typed.eval.benchmarks,
+                            results_root=results_root, sweep=sweep, run_id=typed.run_id, eval_id=stage_id)
+            done.update(step=step, copied_from={"run_id": source.run_id, "eval_id": source.stage_id})
         else:
             ckpt = _checkpoint_at(Path(inputs.checkpoint_from), step)
             ev, device = typed.eval, typed.engine.verl.device if typed.engine.name == "verl" else "cuda"
@@ -194,9 +205,11 @@ def _run_locked(stage: str, sweep: str, stage_id: str, cfg: dict, typed, out_dir
 
 def _checkpoint_at(rl_done: Path, step: int) -> Path | str:
     """The RL run's checkpoint at `step`; step 0 is the model it started from (its SFT checkpoint, or verl's
-    model_path)."""
+    model_path), read from the RL stage's DONE.json or, when the job was handed the SFT stage's, from that."""
     if step == 0:
         done = read_done(rl_done)
+        if done.get("stage") == "sft":
+            return done["checkpoint_path"]
         start = done.get("init_path") or done.get("init_model")
         if start is None:
             raise FileNotFoundError(f"{rl_done} does not say what the RL run started from (eval.at_start)")
@@ -267,7 +280,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", type=Path, help="DONE.json of the data stage (datasets tasks)")
     p.add_argument("--overlap", type=Path, nargs="*", default=[], help="DONE.json of overlap checks to enforce")
     p.add_argument("--max-train-overlap", type=float, help="refuse to train above this benchmark overlap")
-    p.add_argument("--checkpoint-from", type=Path, help="DONE.json of the RL stage to evaluate")
+    p.add_argument("--checkpoint-from", type=Path, help="DONE.json of the RL stage to evaluate (step 0: or the SFT "
+                   "stage's)")
+    p.add_argument("--copy-from", type=Path, help="eval at step 0: DONE.json of another run's evaluation of the same "
+                   "start, whose rows this job copies")
     p.add_argument("--step", type=int, help="eval: the RL checkpoint step (default: the final one)")
     p.add_argument("--group", help="eval: the benchmark group (default: all benchmarks)")
     p.add_argument("--label")
@@ -287,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run_stage(a.stage, a.sweep, a.id, json.loads(a.config), results_root=a.results, init=a.init,
                   checkpoint_from=a.checkpoint_from, label=a.label, step=a.step, group=a.group, data=a.data,
-                  overlaps=tuple(a.overlap), max_train_overlap=a.max_train_overlap)
+                  overlaps=tuple(a.overlap), max_train_overlap=a.max_train_overlap, copy_from=a.copy_from)
     except (DatasetUnavailable, RunLocked, TrainOverlap) as e:  # a problem with a clear fix: the message, no traceback
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -85,11 +85,20 @@ def stage_jobs(results_root: str | Path, sweep: str) -> list[StageJob]:
     root = sweep_dir(results_root, sweep)
     found = [StageJob(stage, p.name) for stage in ("data", "overlap", "sft", "rl")
              for p in sorted((root / stage).glob("*")) if p.is_dir()]
-    for p in sorted((root / "eval").glob("*/*/step_*/*")):  # eval/<run_id>/<eval_id>/step_<N>/<group>
-        step = p.parent.name.removeprefix("step_")
-        if p.is_dir() and step.isdigit():
-            found.append(StageJob("eval", p.parent.parent.name, p.parent.parent.parent.name, int(step), p.name))
+    for p in sorted((root / "eval").glob("*/*/step_*/*")):
+        job = eval_job_at(p)
+        if job is not None and p.is_dir():
+            found.append(job)
     return found
+
+
+def eval_job_at(job_dir: str | Path) -> StageJob | None:
+    """The eval job a directory belongs to (eval/<run_id>/<eval_id>/step_<N>/<group>), None if it is none."""
+    p = Path(job_dir)
+    step = p.parent.name.removeprefix("step_")
+    if not p.parent.name.startswith("step_") or not step.isdigit() or p.parent.parent.parent.parent.name != "eval":
+        return None
+    return StageJob("eval", p.parent.parent.name, p.parent.parent.parent.name, int(step), p.name)
 
 
 # ---------------------------------------------------------------------------------------------- table files

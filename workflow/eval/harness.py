@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import pyarrow.parquet as pq
 
 from workflow.config import EvalConfig, TaskConfig
 from workflow.eval import benchmarks
@@ -18,7 +19,7 @@ from workflow.eval.benchmarks import Item
 from workflow.eval.metrics import benchmark_scores
 from workflow.eval.prompts import render
 from workflow.eval.scoring import MathVerifier, Verdict, format_mc, option_permutation, score_exact, score_mc
-from workflow.layout import eval_file
+from workflow.layout import eval_file, table_dir
 from workflow.progress import say
 from workflow.results.writer import write_rows
 
@@ -86,3 +87,18 @@ def evaluate(backend: GenerationBackend, task: TaskConfig, ev: EvalConfig, step:
                 f"pass@{ev.k}={by_k[ev.k]['pass_at_k']:.3f}")
             results[name] = by_k
     return results
+
+
+def copy_evaluation(source_run: str, source_eval: str, step: int, names: list[str], *, results_root: Path,
+                    sweep: str, run_id: str, eval_id: str) -> None:
+    """Another run's evaluation at `step` as this run's: its eval_samples and eval_scores rows of each benchmark
+    under this run's ids (a step-0 evaluation of a starting checkpoint several runs share; Sweep.start_sources)."""
+    for name in names:
+        for table in ("eval_samples", "eval_scores"):
+            path = table_dir(results_root, sweep, table) / f"{eval_file(source_run, source_eval, step, name)}.parquet"
+            if not path.is_file():
+                raise FileNotFoundError(f"{path}: the {table} of run {source_run}'s step-{step} evaluation on {name} "
+                                        f"that this job copies is missing (rlsweep doctor checks the tables)")
+            rows = [{**r, "run_id": run_id, "eval_id": eval_id} for r in pq.read_table(path).to_pylist()]
+            write_rows(results_root, sweep, table, eval_file(run_id, eval_id, step, name), rows)
+        say(f"[bold cyan]eval {run_id}[/] {name}: step {step} copied from run {source_run} (the same start)")

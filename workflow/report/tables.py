@@ -42,27 +42,28 @@ def accuracy(rows: list[dict], planned_seeds: dict[str, int]) -> Table:
     starts = sum(1 for key in settings if not key[0])
     for (trained, label, sft_id, method), cells in sorted(settings.items()):
         name = label if trained else ("start (step 0)" + (f", SFT {sft_id}" if starts > 1 else ""))
-        n = planned_seeds.get(label, 0) if trained else max(r["seeds"] for r in cells.values())
-        row = [Cell(name), Cell(method), Cell(str(n))]
+        row = [Cell(name), Cell(method), Cell(str(planned_seeds.get(label, 0)) if trained else "—")]
         for b in benchmarks:
             r = cells.get(b)
             if r is None:
                 row.append(Cell("—", note="not evaluated"))
                 continue
-            text = f"{fmt(r['mean'])} ± {fmt(r['std'] or 0.0)}"
+            text = fmt(r["mean"]) + (f" ± {fmt(r['std'] or 0.0)}" if trained else "")
             if r["ci_low"] is not None:
                 text += f" [{fmt(r['ci_low'])}, {fmt(r['ci_high'])}]"
             wanted = planned_seeds.get(label, r["seeds"]) if trained else r["seeds"]
             if r["seeds"] < wanted:
                 text += f" (n={r['seeds']} of {wanted})"
             is_best = trained and r["mean"] == best[b] and len(settings) > 1
+            runs = f"{r['seeds']} seeds" if trained else "one evaluation"
             row.append(Cell(text, mark="best" if is_best else "",
-                            note=f"{r['seeds']} seeds, k={r['k']}, {r['n_problems']} problems"))
+                            note=f"{runs}, k={r['k']}, {r['n_problems']} problems"))
         table.rows.append(row)
     table.notes.append("avg@k of each run's final evaluation: mean ± sample std over seeds [95% interval of the mean, "
                        "Student's t, clipped to [0, 1]]; bold: the best mean of the column among the trained "
-                       "settings (the start row is the model they all began from). With 2 or 3 seeds the interval "
-                       "is wide: a gap inside it is not a finding.")
+                       "settings. With 2 or 3 seeds the interval is wide: a gap inside it is not a finding. The "
+                       "start row is the model they all began from, evaluated once (its runs share the evaluation) "
+                       "[95% bootstrap interval over problems].")
     if any(b in SET_COLUMNS for b in benchmarks):
         table.notes.append("Avg math / Avg OOD: per run the unweighted mean over the complete set, then over seeds.")
     return table

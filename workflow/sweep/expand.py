@@ -55,6 +55,16 @@ class Run:
         """(RL step, benchmark group) of each of this run's eval jobs."""
         return eval_jobs(self.config)
 
+    @property
+    def start_key(self) -> str | None:
+        """What this run's step-0 evaluation (eval.at_start) evaluates, and how: its SFT checkpoint under its eval
+        settings (the eval stage's config but the run). Runs with the same key get the same step-0 samples (the
+        eval seed is a setting); None for a run without an SFT stage (verl's model_path: evaluated per run)."""
+        if self.sft_id is None:
+            return None
+        ev = {k: v for k, v in self.stage_config("eval").items() if k != "run_id"}
+        return stable_id({"sft_id": self.sft_id, "eval": ev})
+
 
 class PointError(ValueError):
     """A grid point or trial whose settings do not make valid runs: `problems` are `key: reason` lines for the
@@ -130,6 +140,22 @@ class Sweep:
                 self.overlap_configs.setdefault(r.overlap_id, r.stage_config("overlap"))
                 if r.sft_id is not None:
                     self.sft_overlaps.setdefault(r.sft_id, set()).add(r.overlap_id)
+
+
+    def start_sources(self) -> dict[str, Run]:
+        """Eval id -> the run whose step-0 evaluations that run copies: of the runs that evaluate the same starting
+        checkpoint the same way (Run.start_key), the first in the sweep evaluates it and the others copy its rows
+        (one eval job per start and benchmark group instead of one per run; a study's runs only ever grow, so the
+        first stays the first)."""
+        first: dict[str, Run] = {}
+        sources = {}
+        for r in self.runs:
+            if r.start_key is None or not r.config.eval.at_start:
+                continue
+            source = first.setdefault(r.start_key, r)
+            if source is not r:
+                sources[r.eval_id] = source  # (not the run id: runs that differ in eval settings share it)
+        return sources
 
 
 def load_sweep(path: str | Path) -> Sweep:

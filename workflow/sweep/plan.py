@@ -4,7 +4,8 @@ job to run asks of SLURM (the stage's resources), and an estimate of the GPU-hou
 
 - measured: the wall-clock per step (SFT / RL) or per job (data, eval) of this sweep's finished jobs of the same
   stage, engine, model and GPUs, times the steps (jobs) left, times the job's GPUs;
-- upper bound: the stage's time limit times its GPUs, for a job with no such finished job to go by.
+- upper bound: the stage's time limit times its GPUs, for a job with no such finished job to go by;
+- nothing for a step-0 eval job that copies another run's evaluation of the same start (Sweep.start_sources).
 
 GPU-hours are GPUs x hours of a job (a CPU-only stage counts 0 GPUs, its hours are shown as such).
 """
@@ -29,6 +30,7 @@ class Job:
     state: str
     steps_left: int | None  # SFT / RL: steps still to train (None for data / eval jobs)
     cost_key: tuple  # what makes two jobs cost the same: stage, engine, model, GPUs
+    copy: bool = False  # a step-0 eval job copying another run's rows (no GPU, no time to speak of)
 
 
 @dataclass
@@ -100,12 +102,15 @@ def sweep_jobs(sweep, root: Path, states: dict) -> list[Job]:
             found = latest_checkpoint(out / CHECKPOINTS)
             left = 0 if state == "done" else total - (found[0] if found else 0)
             jobs.append(Job(stage, stage_id, state, left, (stage, _model_key(cfg), gpus(stage))))
+    copies = sweep.start_sources()
     for r in sweep.runs:
         for step, group in r.eval_jobs:
             job = f"{r.eval_id}/{step}/{group}"
             state = _state(done_path(root, sweep.name, "eval", r.eval_id, r.run_id, step, group), None,
                            states.get(("eval", job)))
-            jobs.append(Job("eval", job, state, None, ("eval", _model_key(r.stage_config("eval")), gpus("eval"))))
+            copy = step == 0 and r.eval_id in copies
+            jobs.append(Job("eval", job, state, None, ("eval", _model_key(r.stage_config("eval")), gpus("eval"))
+                            + (("copy",) if copy else ()), copy))
     return jobs
 
 
@@ -125,7 +130,7 @@ def plan(sweep, root: Path) -> list[StagePlan]:
     for job in jobs:
         p = out[job.stage]
         p.counts[job.state] += 1
-        if job.state == "done":
+        if job.state == "done" or job.copy:
             continue
         res = getattr(sweep.spec.resources, job.stage)
         measured = samples.get(job.cost_key)
