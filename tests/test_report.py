@@ -205,6 +205,36 @@ def test_the_html_report_renders_in_a_real_browser_from_a_file_url(sweep_results
     assert shot.stat().st_size > 50_000  # a rendered page, not a blank one
 
 
+def test_each_starting_model_has_its_own_start_row(tmp_path):
+    """verl runs without SFT start from their model_path: a sweep over two models shows two start rows, each its
+    own model's step-0 evaluation."""
+    pytest.importorskip("verl")  # a verl sweep is validated by verl's config classes when it loads
+    from workflow.report.build import write_report
+    from workflow.sweep.expand import load_sweep
+    base = """
+    base:
+      engine: {name: verl, verl: {n_gpus_per_node: 2, model_path: Qwen/Qwen2.5-Math-1.5B}}
+      sft: {enabled: false}
+      rl: {steps: 4, prompts_per_step: 16, group_size: 4}
+      eval: {at_start: true, benchmarks: [arithmetic]}
+    """
+    body = "grid:\n  engine.verl.model_path: [Qwen/Qwen2.5-Math-1.5B, Qwen/Qwen2.5-1.5B]\nseeds: [0, 1]\n"
+    sweep = load_sweep(write_sweep(tmp_path / "m.yaml", "m", body, base=base))
+    results, start_acc = tmp_path / "results", {"Qwen/Qwen2.5-Math-1.5B": 0.4, "Qwen/Qwen2.5-1.5B": 0.2}
+    for run in sweep.runs:
+        write_rows(results, "m", "runs", f"rl_{run.run_id}", [dict(
+            run_id=run.run_id, sweep="m", stage="rl", parent_id=None, method="grpo", label=run.label,
+            seed=run.config.seed, status="completed", error=None)])
+        a0 = start_acc[run.start]
+        write_rows(results, "m", "eval_scores", run.run_id, [dict(
+            run_id=run.run_id, eval_id=run.eval_id, sweep="m", step=step, benchmark="arithmetic", k=2,
+            avg_at_k=a, pass_at_k=a, n_problems=16, n_samples=2, mean_len=5.0, avg_ci_low=a - 0.05,
+            avg_ci_high=a + 0.05) for step, a in ((0, a0), (4, a0 + 0.1))])
+    acc = cells((write_report(sweep, results).parent / "report.md").read_text(), "Accuracy")
+    assert acc["start (step 0), Qwen/Qwen2.5-Math-1.5B"][1:] == ["base", "—", "0.400 [0.350, 0.450]"]
+    assert acc["start (step 0), Qwen/Qwen2.5-1.5B"][1:] == ["base", "—", "0.200 [0.150, 0.250]"]
+
+
 def test_gpu_hours_are_wall_clock_times_the_runs_gpus(sweep_results):
     from dataclasses import replace
     from workflow.report.build import planned_runs

@@ -104,6 +104,22 @@ def test_a_verl_run_needs_a_model_to_start_from(tmp_path):
             ", model_path: Qwen/Qwen2.5-Math-1.5B", "")))
 
 
+
+def test_verl_runs_without_sft_share_the_step0_evaluation_of_their_model_path(tmp_path):
+    """eval.at_start without SFT evaluates verl's model_path: one evaluation per model (and eval settings), the
+    other runs copy it; the report names each start by its model."""
+    body = ("grid:\n  engine.verl.model_path: [Qwen/Qwen2.5-Math-1.5B, Qwen/Qwen2.5-1.5B]\n"
+            "  rl.update: [grpo, sfpo]\nseeds: [0, 1]\n")
+    base = VERL_BASE + "  eval: {at_start: true}\n"
+    sweep = load_sweep(write_sweep(tmp_path / "v.yaml", "v", body, base=base))
+    sources = sweep.start_sources()
+    assert len(sweep.runs) == 8 and len(sources) == 8 - 2  # one evaluation per model_path
+    for eval_id, source in sources.items():
+        run = next(r for r in sweep.runs if r.eval_id == eval_id)
+        assert source.start == run.start == run.config.engine.verl.model_path and source.eval_id not in sources
+    assert {r.start for r in sweep.runs} == {"Qwen/Qwen2.5-Math-1.5B", "Qwen/Qwen2.5-1.5B"}
+
+
 VERL_SFT_BASE = VERL_BASE.replace("sft: {enabled: false}", "sft: {steps: 10, batch_size: 8, micro_batch_size: 2}")
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import REPO
+from conftest import REPO, planned_jobs
 from workflow.results.catalog import query
 from workflow.sweep.expand import load_sweep
 
@@ -124,3 +124,47 @@ def test_nothing_is_left_behind(finished):
     ray = [p for p in psutil.process_iter(["name", "cmdline"])
            if "raylet" in (p.info["name"] or "") or "gcs_server" in (p.info["name"] or "")]
     assert not ray, [p.info for p in ray]
+
+
+START_SWEEP = """name: verl_start
+base:
+  engine: {name: verl, verl: {model_path: rlsweep:tiny, device: cpu}}
+  sft: {enabled: false}
+  rl: {steps: 2, prompts_per_step: 4, group_size: 4, max_new_tokens: 16}
+  eval:
+    at_start: true
+    benchmarks: [gsm8k]
+    paths: {gsm8k: tests/fixtures/benchmarks/gsm8k.jsonl}
+    k: 2
+    max_new_tokens: 16
+    backend: vllm
+grid:
+  rl.update: [grpo, sfpo]
+"""
+
+
+def test_runs_without_sft_evaluate_their_model_path_once_before_any_training(tmp_path):
+    """eval.at_start on verl without SFT: step 0 is verl's model_path (rlsweep:tiny, built by the eval job as the
+    RL stage builds it), evaluated with vLLM by the first run without waiting for any RL job; the other run's
+    step-0 job copies its rows."""
+    from workflow.layout import done_path
+    path = tmp_path / "start.yaml"
+    path.write_text(START_SWEEP)
+    sweep = load_sweep(path)
+    (source, copy), results = sweep.runs, tmp_path / "results"
+    assert sweep.start_sources() == {copy.eval_id: source}
+    (step, group), = [job for job in copy.eval_jobs if job[0] == 0]
+    target = done_path(results, sweep.name, "eval", copy.eval_id, copy.run_id, step, group)
+    res = subprocess.run([sys.executable, "-m", "snakemake", str(target), "--cores", "2", "--config", f"sweep={path}",
+                          f"results={results}"], cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    jobs = planned_jobs(res.stderr)
+    assert jobs.get("eval") == 1 and jobs.get("eval_copy") == 1 and "rl" not in jobs, jobs
+    evaluated = json.loads(done_path(results, sweep.name, "eval", source.eval_id, source.run_id, 0, group).read_text())
+    assert evaluated["model"] == "rlsweep:tiny" and json.loads(target.read_text())["copied_from"]["run_id"] == \
+        source.run_id
+    rows = query("SELECT run_id, avg_at_k, n_samples FROM eval_scores WHERE step = 0 AND k = 1 ORDER BY run_id",
+                 results).to_pylist()
+    assert len(rows) == 2 and rows[0]["avg_at_k"] == rows[1]["avg_at_k"] and rows[0]["n_samples"] == 2
+    backends = query("SELECT backend FROM runs WHERE stage = 'eval' ORDER BY backend", results).column(0).to_pylist()
+    assert backends == ["copy", "vllm"]

@@ -6,6 +6,7 @@
     stage.py rl      --sweep S --id RUN_ID --config JSON [--init SFT_DONE.json] [--data ...] [--overlap ...]
                      [--max-train-overlap F]
     stage.py eval    --sweep S --id EVAL_ID --config JSON --checkpoint-from RL_DONE.json (or, at step 0, SFT_DONE.json)
+                     | --start-model MODEL (step 0 without SFT: verl's model_path)
                      | --copy-from EVAL_DONE.json (another run's step-0 evaluation of the same start)
     stage.py aggregate --sweep S
 
@@ -35,6 +36,7 @@ from workflow.atomic import write_json
 from workflow.data.overlap import TrainOverlap, check as check_overlap, enforce as enforce_overlap
 from workflow.data.prepare import prepare
 from workflow.engines.registry import get_engine
+from workflow.engines.verl.tiny_model import resolve_model
 from workflow.eval.backends import make_backend, resolve_backend
 from workflow.hub import DatasetUnavailable
 from workflow.eval.harness import copy_evaluation, evaluate
@@ -71,6 +73,7 @@ class Inputs:
     overlaps: tuple[Path, ...] = ()  # overlap stages' DONE.json the training stages check
     max_train_overlap: float | None = None  # checks.max_train_overlap of the sweep
     copy_from: Path | None = None  # an eval job's DONE.json whose rows a step-0 eval job copies (Sweep.start_sources)
+    start_model: str | None = None  # the model a step-0 eval job evaluates when RL starts without SFT (model_path)
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -113,16 +116,20 @@ class _RunsRow:
 def run_stage(stage: str, sweep: str, stage_id: str, cfg: dict, *, results_root: Path, init: Path | None = None,
               checkpoint_from: Path | None = None, label: str | None = None, step: int | None = None,
               group: str | None = None, data: Path | None = None, overlaps: tuple[Path, ...] = (),
-              max_train_overlap: float | None = None, copy_from: Path | None = None) -> Path:
+              max_train_overlap: float | None = None, copy_from: Path | None = None,
+              start_model: str | None = None) -> Path:
     """Run one stage to completion; returns its DONE.json. An eval job evaluates the RL checkpoint at `step` on
     the benchmarks of `group` (default: the final checkpoint, every benchmark)."""
-    inputs = Inputs(init, checkpoint_from, data, tuple(overlaps), max_train_overlap, copy_from)
+    inputs = Inputs(init, checkpoint_from, data, tuple(overlaps), max_train_overlap, copy_from, start_model)
     if stable_id(cfg) != stage_id:  # the id IS the hash of the config: a mismatch means a stale or hand-made call
         raise ValueError(f"{stage} id {stage_id} does not match its config (hash {stable_id(cfg)})")
     typed = parse_stage(stage, cfg)  # what the engine and the harness read
     job, names = {}, None  # names: the eval job's benchmarks (None = all)
     if stage == "eval":
-        step = step if step is not None else read_done(checkpoint_from or copy_from)["step"]
+        if start_model is not None and step not in (None, 0):
+            raise ValueError(f"--start-model evaluates the model RL starts from: step 0, not {step}")
+        step = 0 if start_model is not None else step if step is not None else \
+            read_done(checkpoint_from or copy_from)["step"]
         groups = eval_groups(typed.eval)
         group = group or "all"
         if group != "all" and group not in groups:
@@ -180,10 +187,12 @@ def _run_locked(stage: str, sweep: str, stage_id: str, cfg: dict, typed, out_dir
                             results_root=results_root, sweep=sweep, run_id=typed.run_id, eval_id=stage_id)
             done.update(step=step, copied_from={"run_id": source.run_id, "eval_id": source.stage_id})
         else:
-            ckpt = _checkpoint_at(Path(inputs.checkpoint_from), step)
+            ckpt = inputs.start_model or _checkpoint_at(Path(inputs.checkpoint_from), step)
             ev, device = typed.eval, typed.engine.verl.device if typed.engine.name == "verl" else "cuda"
             runs.row["backend"] = resolve_backend(ev.backend, device)  # which backend produced the samples
-            backend = make_backend(ev.backend, ckpt, tensor_parallel_size=ev.tensor_parallel_size, seed=ev.seed,
+            # a model_path (str) is what verl's RL starts from: rlsweep:tiny is built here as the RL stage builds it
+            model = resolve_model(ckpt, out_dir) if isinstance(ckpt, str) else ckpt
+            backend = make_backend(ev.backend, model, tensor_parallel_size=ev.tensor_parallel_size, seed=ev.seed,
                                    device=device)
             evaluate(backend, typed.task, ev, step, results_root=results_root, sweep=sweep, run_id=typed.run_id,
                      eval_id=stage_id, names=names)
@@ -282,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-train-overlap", type=float, help="refuse to train above this benchmark overlap")
     p.add_argument("--checkpoint-from", type=Path, help="DONE.json of the RL stage to evaluate (step 0: or the SFT "
                    "stage's)")
+    p.add_argument("--start-model", help="eval at step 0 of an RL run without SFT: the model it starts from "
+                   "(verl's model_path)")
     p.add_argument("--copy-from", type=Path, help="eval at step 0: DONE.json of another run's evaluation of the same "
                    "start, whose rows this job copies")
     p.add_argument("--step", type=int, help="eval: the RL checkpoint step (default: the final one)")
@@ -303,7 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run_stage(a.stage, a.sweep, a.id, json.loads(a.config), results_root=a.results, init=a.init,
                   checkpoint_from=a.checkpoint_from, label=a.label, step=a.step, group=a.group, data=a.data,
-                  overlaps=tuple(a.overlap), max_train_overlap=a.max_train_overlap, copy_from=a.copy_from)
+                  overlaps=tuple(a.overlap), max_train_overlap=a.max_train_overlap, copy_from=a.copy_from,
+                  start_model=a.start_model)
     except (DatasetUnavailable, RunLocked, TrainOverlap) as e:  # a problem with a clear fix: the message, no traceback
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -28,9 +28,12 @@ class PlannedRun:
     seed: int
     steps: int
     gpus: int  # GPUs of its RL job (verl's n_gpus_per_node x nnodes; 0: the local engine, on CPU)
+    start_from: str | None = None  # the model its RL starts from (Run.start: `SFT <id>` or verl's model_path)
 
 
 def _literal(value) -> str:
+    if value is None:
+        return "NULL::VARCHAR"
     if isinstance(value, str):
         return "'" + value.replace("'", "''") + "'"
     return repr(value)
@@ -40,10 +43,11 @@ def planned_sql(runs: list[PlannedRun]) -> str:
     """The sweep's planned runs as a SELECT (VALUES ...) with named columns."""
     if not runs:
         return "SELECT NULL::VARCHAR AS run_id, NULL::VARCHAR AS label, NULL::VARCHAR AS method, " \
-               "NULL::BIGINT AS seed, NULL::BIGINT AS steps, NULL::BIGINT AS gpus WHERE false"
+               "NULL::BIGINT AS seed, NULL::BIGINT AS steps, NULL::BIGINT AS gpus, NULL::VARCHAR AS start_from " \
+               "WHERE false"
     rows = ",\n        ".join("(" + ", ".join(_literal(v) for v in (r.run_id, r.label, r.method, r.seed, r.steps,
-                                                                    r.gpus)) + ")" for r in runs)
-    return f"SELECT * FROM (VALUES\n        {rows}) AS planned(run_id, label, method, seed, steps, gpus)"
+                                                                    r.gpus, r.start_from)) + ")" for r in runs)
+    return f"SELECT * FROM (VALUES\n        {rows}) AS planned(run_id, label, method, seed, steps, gpus, start_from)"
 
 
 def t_quantiles(max_df: int = 100) -> str:

@@ -20,40 +20,40 @@ ORDER BY p.label, p.seed
 -- Per setting and benchmark (and the seeds' set averages "Avg math" / "Avg OOD", taken per run over a complete
 -- set): avg@k of each run's final evaluation (its last planned step), mean and sample std over seeds, and the 95%
 -- interval of the mean (Student's t, clipped to [0, 1]). Step 0 evaluations (eval.at_start) are the model RL starts
--- from: one row per SFT job, `start` true, one evaluation (its runs share it), with its bootstrap interval over
--- problems.
+-- from (planned.start_from: its SFT job, or verl's model_path): one row per starting model, `start` true, one
+-- evaluation (its runs share it), with its bootstrap interval over problems.
 WITH planned AS ($planned),
 t95(df, t) AS (VALUES $t95),
 scored AS (
-    SELECT p.label, p.method, p.seed, e.run_id, e.step = 0 AS start, r.parent_id AS sft_id, e.benchmark,
+    SELECT p.label, p.method, p.seed, e.run_id, e.step = 0 AS start, p.start_from, e.benchmark,
            e.avg_at_k, e.pass_at_k, e.mean_len, e.n_samples AS k, e.n_problems, e.avg_ci_low AS eval_ci_low,
            e.avg_ci_high AS eval_ci_high
     FROM eval_scores e JOIN planned p USING (run_id)
-    LEFT JOIN runs r ON r.run_id = e.run_id AND r.stage = 'rl'
     WHERE e.k = e.n_samples AND (e.step = p.steps OR e.step = 0)
 ),
-per_run AS (  -- the starting point of a run is its SFT job's: one evaluation per SFT job
-    SELECT CASE WHEN start THEN 'start' ELSE label END AS label, CASE WHEN start THEN 'sft' ELSE method END AS method,
-           start, CASE WHEN start THEN sft_id END AS sft_id, CASE WHEN start THEN NULL ELSE seed END AS seed, run_id,
-           benchmark, avg_at_k, pass_at_k, mean_len, k, n_problems, eval_ci_low, eval_ci_high
+per_run AS (  -- the starting point of a run is its starting model's: one evaluation per starting model
+    SELECT CASE WHEN start THEN 'start' ELSE label END AS label,
+           CASE WHEN NOT start THEN method WHEN starts_with(start_from, 'SFT ') THEN 'sft' ELSE 'base' END AS method,
+           start, CASE WHEN start THEN start_from END AS start_from, CASE WHEN start THEN NULL ELSE seed END AS seed,
+           run_id, benchmark, avg_at_k, pass_at_k, mean_len, k, n_problems, eval_ci_low, eval_ci_high
     FROM scored
 ),
 sets AS (
-    SELECT label, method, start, sft_id, seed, run_id, 'Avg math' AS benchmark, avg(avg_at_k) AS avg_at_k
+    SELECT label, method, start, start_from, seed, run_id, 'Avg math' AS benchmark, avg(avg_at_k) AS avg_at_k
     FROM per_run WHERE benchmark IN ($math_set) GROUP BY ALL HAVING count(DISTINCT benchmark) = $n_math
     UNION ALL
-    SELECT label, method, start, sft_id, seed, run_id, 'Avg OOD' AS benchmark, avg(avg_at_k) AS avg_at_k
+    SELECT label, method, start, start_from, seed, run_id, 'Avg OOD' AS benchmark, avg(avg_at_k) AS avg_at_k
     FROM per_run WHERE benchmark IN ($ood_set) GROUP BY ALL HAVING count(DISTINCT benchmark) = $n_ood
 ),
 cells AS (
     SELECT * FROM per_run UNION ALL BY NAME SELECT * FROM sets
 ),
 stats AS (
-    SELECT label, method, start, sft_id, benchmark, count(DISTINCT seed) AS seeds, avg(avg_at_k) AS mean,
+    SELECT label, method, start, start_from, benchmark, count(DISTINCT seed) AS seeds, avg(avg_at_k) AS mean,
            stddev_samp(avg_at_k) AS std, avg(pass_at_k) AS pass_at_k, avg(mean_len) AS mean_len,
            any_value(k) AS k, any_value(n_problems) AS n_problems, any_value(eval_ci_low) AS eval_ci_low,
            any_value(eval_ci_high) AS eval_ci_high
-    FROM (SELECT DISTINCT ON (label, sft_id, seed, benchmark) * FROM cells)  -- a start: one evaluation (seed NULL)
+    FROM (SELECT DISTINCT ON (label, start_from, seed, benchmark) * FROM cells)  -- a start: one evaluation (seed NULL)
     GROUP BY ALL
 )
 SELECT s.* EXCLUDE (eval_ci_low, eval_ci_high),  -- (clipped to [0, 1]: with 2 seeds the t interval is wider

@@ -34,14 +34,14 @@ def accuracy(rows: list[dict], planned_seeds: dict[str, int]) -> Table:
     benchmarks += [b for b in SET_COLUMNS if any(r["benchmark"] == b for r in rows)]
     settings: dict[tuple, dict[str, dict]] = {}
     for r in rows:
-        key = (not r["start"], r["label"], r["sft_id"] or "", r["method"])
+        key = (not r["start"], r["label"], r["start_from"] or "", r["method"])
         settings.setdefault(key, {})[r["benchmark"]] = r
     best = {b: max((cells[b]["mean"] for key, cells in settings.items() if key[0] and b in cells), default=None)
             for b in benchmarks}
     table = Table(["setting", "method", "seeds", *benchmarks])
     starts = sum(1 for key in settings if not key[0])
-    for (trained, label, sft_id, method), cells in sorted(settings.items()):
-        name = label if trained else ("start (step 0)" + (f", SFT {sft_id}" if starts > 1 else ""))
+    for (trained, label, start_from, method), cells in sorted(settings.items()):
+        name = label if trained else ("start (step 0)" + (f", {start_from}" if starts > 1 else ""))
         row = [Cell(name), Cell(method), Cell(str(planned_seeds.get(label, 0)) if trained else "—")]
         for b in benchmarks:
             r = cells.get(b)

@@ -56,14 +56,23 @@ class Run:
         return eval_jobs(self.config)
 
     @property
+    def start(self) -> str | None:
+        """The model this run's RL starts from, as step-0 evaluations (eval.at_start) and the report name it:
+        `SFT <sft_id>`, or verl's model_path when there is no SFT stage; None for the local engine without SFT
+        (a random initialisation per seed, nothing to evaluate)."""
+        if self.sft_id is not None:
+            return f"SFT {self.sft_id}"
+        return self.config.engine.verl.model_path if self.config.engine.name == "verl" else None
+
+    @property
     def start_key(self) -> str | None:
-        """What this run's step-0 evaluation (eval.at_start) evaluates, and how: its SFT checkpoint under its eval
+        """What this run's step-0 evaluation evaluates, and how: its starting model (Run.start) under its eval
         settings (the eval stage's config but the run). Runs with the same key get the same step-0 samples (the
-        eval seed is a setting); None for a run without an SFT stage (verl's model_path: evaluated per run)."""
-        if self.sft_id is None:
+        eval seed is a setting)."""
+        if self.start is None:
             return None
         ev = {k: v for k, v in self.stage_config("eval").items() if k != "run_id"}
-        return stable_id({"sft_id": self.sft_id, "eval": ev})
+        return stable_id({"start": self.start, "eval": ev})
 
 
 class PointError(ValueError):
