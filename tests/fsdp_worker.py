@@ -41,6 +41,9 @@ def run(rank: int, world: int, init_file: str, out: str, rule_name: str, steps: 
         stats.append(rule.step(list(model.parameters()), opt, mlp_closure(model, opt, x, y, scale)).as_row())
     full = {n: p.full_tensor().detach().clone() for n, p in model.named_parameters()}
     torch.save({"params": full, "stats": stats}, f"{out}/rank{rank}.pt")
+    # every rank's traffic done before either tears gloo down: a rank destroying its group while the other still
+    # finished its last all-gather aborted once in CI ("terminate called without an active exception")
+    dist.barrier()
     dist.destroy_process_group()
 
 

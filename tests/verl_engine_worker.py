@@ -169,4 +169,5 @@ results = {
     "sft_micro": {m: sft_grads(m) for m in (1, 2, 8 // WORLD)},
 }
 torch.save(results, Path(out_dir) / f"rank{rank}.pt")
+dist.barrier()  # both ranks done before either tears gloo down (see tests/fsdp_worker.py)
 dist.destroy_process_group()
