@@ -235,6 +235,39 @@ def test_each_starting_model_has_its_own_start_row(tmp_path):
     assert acc["start (step 0), Qwen/Qwen2.5-1.5B"][1:] == ["base", "—", "0.200 [0.150, 0.250]"]
 
 
+def test_one_checkpoint_evaluated_under_two_eval_settings_has_a_start_row_for_each(tmp_path):
+    """A grid over eval.temperature: the SFT checkpoint's step 0 is evaluated once per temperature, and each of
+    those evaluations is its own start row (not one of them standing for both)."""
+    from workflow.report.build import write_report
+    from workflow.sweep.expand import load_sweep
+    body = "grid:\n  eval.temperature: [0.6, 1.0]\nseeds: [0, 1]\n"
+    path = write_sweep(tmp_path / "t.yaml", "t", body)
+    path.write_text(path.read_text().replace("eval: {k: 2, max_new_tokens: 16}",
+                                             "eval: {k: 2, max_new_tokens: 16, at_start: true}"))
+    sweep = load_sweep(path)
+    # one SFT job and one RL job per seed, each RL run evaluated under both temperatures
+    assert len({r.sft_id for r in sweep.runs}) == 1 and len({r.run_id for r in sweep.runs}) == 2
+    assert len({r.start_key for r in sweep.runs}) == 2
+    results, start_acc = tmp_path / "results", {0.6: 0.4, 1.0: 0.2}
+    for run in sweep.runs:
+        write_rows(results, "t", "runs", f"rl_{run.run_id}", [dict(
+            run_id=run.run_id, sweep="t", stage="rl", parent_id=run.sft_id, method="grpo", label=run.label,
+            seed=run.config.seed, status="completed", error=None)])
+        a0 = start_acc[run.config.eval.temperature]
+        write_rows(results, "t", "eval_scores", f"{run.run_id}_{run.eval_id}", [dict(
+            run_id=run.run_id, eval_id=run.eval_id, sweep="t", step=step, benchmark="arithmetic", k=2,
+            avg_at_k=a, pass_at_k=a, n_problems=16, n_samples=2, mean_len=5.0, avg_ci_low=a - 0.05,
+            avg_ci_high=a + 0.05) for step, a in ((0, a0), (run.config.rl.steps, a0 + 0.1))])
+    acc = cells((write_report(sweep, results).parent / "report.md").read_text(), "Accuracy")
+    starts = {name: row[1:] for name, row in acc.items() if name.startswith("start (step 0)")}
+    sft = f"SFT {sweep.runs[0].sft_id}"
+    assert starts == {f"start (step 0), {sft} eval.temperature=0.6": ["sft", "—", "0.400 [0.350, 0.450]"],
+                      f"start (step 0), {sft} eval.temperature=1.0": ["sft", "—", "0.200 [0.150, 0.250]"]}
+    # and each temperature's final evaluations are its own setting's (both RL runs, none of the other's)
+    assert acc["eval.temperature=0.6"][3] == "**0.500 ± 0.000 [0.500, 0.500]**"  # (best of the column)
+    assert acc["eval.temperature=1.0"][3] == "0.300 ± 0.000 [0.300, 0.300]"
+
+
 def test_gpu_hours_are_wall_clock_times_the_runs_gpus(sweep_results):
     from dataclasses import replace
     from workflow.report.build import planned_runs

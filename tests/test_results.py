@@ -110,6 +110,24 @@ def test_summary_reports_set_averages_only_when_a_set_is_complete(tmp_path):
     assert f"| grpo | x | {expected:.3f} | — |" in text  # OOD set incomplete (only arc_c): no average
 
 
+def test_summary_keeps_one_run_evaluated_under_two_eval_settings_apart(tmp_path):
+    """A grid over an eval setting evaluates one RL run twice (two eval ids, one run id): two settings in the
+    summary, each with its own numbers (not the better of the two for both)."""
+    from workflow.results.summary import summarize
+    write_rows(tmp_path, "s", "runs", "rl_r1", [dict(run_id="r1", sweep="s", stage="rl", method="grpo",
+                                                     label="eval.temperature=0.6")])
+    for eval_id, temperature, acc in (("e1", "0.6", 0.2), ("e2", "1.0", 0.6)):
+        write_rows(tmp_path, "s", "runs", f"eval_{eval_id}", [dict(
+            run_id=eval_id, sweep="s", stage="eval", parent_id="r1", method="eval",
+            label=f"eval.temperature={temperature}")])
+        write_rows(tmp_path, "s", "eval_scores", f"r1_{eval_id}", [dict(
+            run_id="r1", eval_id=eval_id, sweep="s", step=5, benchmark="arithmetic", k=1, avg_at_k=acc,
+            pass_at_k=acc, n_samples=1, mean_len=3.0)])
+    rows = summarize(tmp_path, "s").select(["label", "method", "seeds", "avg_at_k"]).to_pylist()
+    assert rows == [{"label": "eval.temperature=0.6", "method": "grpo", "seeds": 1, "avg_at_k": 0.2},
+                    {"label": "eval.temperature=1.0", "method": "grpo", "seeds": 1, "avg_at_k": 0.6}]
+
+
 def test_results_option_works_before_and_after_the_subcommand(two_sweeps):
     sql = "SELECT count(*) AS n FROM eval_scores"
     before = run_cli("--results", str(two_sweeps), "query", sql, "--format", "json")

@@ -54,9 +54,10 @@ def cmd_status(a) -> int:
     catalog = Catalog(root, sweep.name)
     try:
         recorded = {r["run_id"]: r["status"] for r in catalog.query("SELECT run_id, status FROM runs").to_pylist()}
-        scores = {r["run_id"]: r["avg"] for r in catalog.query(
-            "SELECT run_id, avg_at_k AS avg FROM eval_scores WHERE k = 1 "
-            "QUALIFY step = max(step) OVER (PARTITION BY run_id)").to_pylist()}
+        # per run and eval settings (one RL run evaluated two ways is two rows): its last step, over benchmarks
+        scores = {(r["run_id"], r["eval_id"]): r["avg"] for r in catalog.query(
+            "SELECT run_id, eval_id, avg(avg_at_k) AS avg FROM eval_scores WHERE k = 1 GROUP BY run_id, eval_id, step "
+            "QUALIFY step = max(step) OVER (PARTITION BY run_id, eval_id)").to_pylist()}
     except QueryError:  # nothing has run yet
         recorded, scores = {}, {}
     t = Table(title=f"{sweep.name}: {len(sweep.runs)} runs, {len(sweep.sft_configs)} SFT jobs ({sweep.path})")
@@ -77,7 +78,7 @@ def cmd_status(a) -> int:
         ev = ("[green]done[/]" if n_done == len(jobs) else f"[yellow]{n_done}/{len(jobs)} jobs[/]" if n_done
               else "[dim]pending[/]")
         n_evaluated += n_done == len(jobs)
-        avg = scores.get(r.run_id)
+        avg = scores.get((r.run_id, r.eval_id))
         t.add_row(r.run_id, r.method, r.label, str(cfg.seed), *data, sft, rl, ev,
                   "" if avg is None else f"{avg:.3f}")
     Console(highlight=False).print(t)

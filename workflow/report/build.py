@@ -19,8 +19,8 @@ from workflow.results.catalog import Catalog
 
 def planned_runs(sweep) -> list[PlannedRun]:
     """The sweep's runs (an Optuna study's: the trials it has started) as the queries' `planned` table."""
-    return [PlannedRun(r.run_id, r.label, r.method, r.config.seed, r.config.rl.steps, gpus(r.config), r.start)
-            for r in sweep.runs]
+    return [PlannedRun(r.run_id, r.eval_id, r.label, r.method, r.config.seed, r.config.rl.steps, gpus(r.config),
+                       r.start_name) for r in sweep.runs]
 
 
 def gpus(cfg) -> int:

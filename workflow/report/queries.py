@@ -5,7 +5,7 @@ report/queries.sql, so every number in it can be rerun or changed with `rlsweep 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass, fields
 from pathlib import Path
 from string import Template
 
@@ -23,12 +23,13 @@ class PlannedRun:
     """A run the sweep file plans (its RL job), as the queries' `planned` table holds it."""
 
     run_id: str
+    eval_id: str  # its evaluations' id: runs of one RL job under different eval settings are different settings
     label: str
     method: str
     seed: int
     steps: int
     gpus: int  # GPUs of its RL job (verl's n_gpus_per_node x nnodes; 0: the local engine, on CPU)
-    start_from: str | None = None  # the model its RL starts from (Run.start: `SFT <id>` or verl's model_path)
+    start_from: str | None = None  # what its step 0 evaluates (Run.start_name: `SFT <id>` or a model_path)
 
 
 def _literal(value) -> str:
@@ -41,13 +42,12 @@ def _literal(value) -> str:
 
 def planned_sql(runs: list[PlannedRun]) -> str:
     """The sweep's planned runs as a SELECT (VALUES ...) with named columns."""
+    names = [f.name for f in fields(PlannedRun)]
     if not runs:
-        return "SELECT NULL::VARCHAR AS run_id, NULL::VARCHAR AS label, NULL::VARCHAR AS method, " \
-               "NULL::BIGINT AS seed, NULL::BIGINT AS steps, NULL::BIGINT AS gpus, NULL::VARCHAR AS start_from " \
-               "WHERE false"
-    rows = ",\n        ".join("(" + ", ".join(_literal(v) for v in (r.run_id, r.label, r.method, r.seed, r.steps,
-                                                                    r.gpus, r.start_from)) + ")" for r in runs)
-    return f"SELECT * FROM (VALUES\n        {rows}) AS planned(run_id, label, method, seed, steps, gpus, start_from)"
+        types = {f.name: "BIGINT" if f.type == "int" else "VARCHAR" for f in fields(PlannedRun)}
+        return "SELECT " + ", ".join(f"NULL::{types[n]} AS {n}" for n in names) + " WHERE false"
+    rows = ",\n        ".join("(" + ", ".join(_literal(v) for v in astuple(r)) + ")" for r in runs)
+    return f"SELECT * FROM (VALUES\n        {rows}) AS planned({', '.join(names)})"
 
 
 def t_quantiles(max_df: int = 100) -> str:

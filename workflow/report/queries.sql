@@ -11,7 +11,8 @@ WITH planned AS ($planned)
 SELECT p.label, p.method, p.seed, p.run_id, p.steps,
        coalesce(r.status, 'not started') AS status, r.error,
        (SELECT max(t.step) FROM train_steps t WHERE t.run_id = p.run_id AND t.stage = 'rl') AS trained_steps,
-       (SELECT list(DISTINCT e.step ORDER BY e.step) FROM eval_scores e WHERE e.run_id = p.run_id) AS eval_steps
+       (SELECT list(DISTINCT e.step ORDER BY e.step) FROM eval_scores e WHERE e.run_id = p.run_id
+        AND e.eval_id = p.eval_id) AS eval_steps
 FROM planned p LEFT JOIN runs r ON r.run_id = p.run_id AND r.stage = 'rl'
 ORDER BY p.label, p.seed
 ;
@@ -20,15 +21,16 @@ ORDER BY p.label, p.seed
 -- Per setting and benchmark (and the seeds' set averages "Avg math" / "Avg OOD", taken per run over a complete
 -- set): avg@k of each run's final evaluation (its last planned step), mean and sample std over seeds, and the 95%
 -- interval of the mean (Student's t, clipped to [0, 1]). Step 0 evaluations (eval.at_start) are the model RL starts
--- from (planned.start_from: its SFT job, or verl's model_path): one row per starting model, `start` true, one
--- evaluation (its runs share it), with its bootstrap interval over problems.
+-- from (planned.start_from: its SFT job, or verl's model_path, and the eval settings a grid point sets): one row per
+-- starting model and eval settings, `start` true, one evaluation (its runs share it), with its bootstrap interval
+-- over problems.
 WITH planned AS ($planned),
 t95(df, t) AS (VALUES $t95),
 scored AS (
     SELECT p.label, p.method, p.seed, e.run_id, e.step = 0 AS start, p.start_from, e.benchmark,
            e.avg_at_k, e.pass_at_k, e.mean_len, e.n_samples AS k, e.n_problems, e.avg_ci_low AS eval_ci_low,
            e.avg_ci_high AS eval_ci_high
-    FROM eval_scores e JOIN planned p USING (run_id)
+    FROM eval_scores e JOIN planned p USING (run_id, eval_id)
     WHERE e.k = e.n_samples AND (e.step = p.steps OR e.step = 0)
 ),
 per_run AS (  -- the starting point of a run is its starting model's: one evaluation per starting model
@@ -86,7 +88,7 @@ SELECT p.label, e.benchmark, e.step, count(*) AS seeds, avg(e.avg_at_k) AS mean,
        max(e.avg_at_k) AS high, avg(coalesce(s.backward_passes, 0)) AS backward_passes,
        avg(coalesce(s.rollouts, 0)) AS rollouts, avg(coalesce(s.flops, 0)) AS flops,
        avg(coalesce(s.wall_s, 0)) AS wall_s
-FROM eval_scores e JOIN planned p USING (run_id)
+FROM eval_scores e JOIN planned p USING (run_id, eval_id)
 LEFT JOIN spent s ON s.run_id = e.run_id AND s.step = e.step
 WHERE e.k = e.n_samples
 GROUP BY ALL
@@ -106,7 +108,7 @@ curve AS (
     SELECT p.label, e.benchmark, e.step, avg(e.avg_at_k) AS acc, avg(s.backward_passes) AS backward_passes,
            avg(s.rollouts) AS rollouts, avg(s.flops) AS flops, avg(s.wall_s) AS wall_s,
            avg(s.wall_s * nullif(p.gpus, 0)) / 3600 AS gpu_hours
-    FROM eval_scores e JOIN planned p USING (run_id)
+    FROM eval_scores e JOIN planned p USING (run_id, eval_id)
     JOIN spent s ON s.run_id = e.run_id AND s.step = e.step
     WHERE e.k = e.n_samples AND e.step > 0
     GROUP BY ALL
@@ -152,7 +154,7 @@ ORDER BY s.benchmark, NOT baseline, s.label
 WITH planned AS ($planned),
 acc AS (
     SELECT p.label, p.seed, s.benchmark, s.problem_id, avg(s.correct::INT) AS acc
-    FROM eval_samples s JOIN planned p USING (run_id)
+    FROM eval_samples s JOIN planned p USING (run_id, eval_id)
     WHERE s.step = p.steps
     GROUP BY ALL
 ),

@@ -18,15 +18,20 @@ from workflow.eval.metrics import set_average
 from workflow.results.catalog import Catalog, Damaged
 
 _PER_SETTING = """
-WITH final AS (  -- each run's last evaluated step
+WITH final AS (  -- each run's last evaluated step, per eval settings (eval id)
     SELECT s.* FROM eval_scores s
-    QUALIFY s.step = max(s.step) OVER (PARTITION BY s.run_id, s.benchmark)
+    QUALIFY s.step = max(s.step) OVER (PARTITION BY s.run_id, s.eval_id, s.benchmark)
+), evals AS (  -- an eval id's setting: one RL run evaluated under two eval settings is two settings (the label of
+              -- its latest job: an edit of the sweep file may have relabelled it)
+    SELECT run_id AS eval_id, coalesce(arg_max(label, started_at), any_value(label)) AS label
+    FROM runs WHERE stage = 'eval' GROUP BY ALL
 ), per_run AS (
-    SELECT r.label, r.method, f.run_id, f.benchmark, f.n_samples,
+    SELECT coalesce(e.label, r.label) AS label, r.method, f.run_id, f.eval_id, f.benchmark, f.n_samples,
            max(f.avg_at_k) AS avg_at_k,
            max(CASE WHEN f.k = f.n_samples THEN f.pass_at_k END) AS pass_at_n,
            max(f.mean_len) AS mean_len
     FROM final f JOIN runs r ON r.run_id = f.run_id AND r.stage = 'rl'
+    LEFT JOIN evals e USING (eval_id)
     GROUP BY ALL
 )
 SELECT label, method, benchmark, count(*) AS seeds, any_value(n_samples) AS k,

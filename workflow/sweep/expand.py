@@ -65,6 +65,15 @@ class Run:
         return self.config.engine.verl.model_path if self.config.engine.name == "verl" else None
 
     @property
+    def start_name(self) -> str | None:
+        """How the report names this run's starting point: Run.start and the eval settings this point sets, so that
+        step-0 evaluations of one model under different eval settings (a grid over eval.temperature) stay apart."""
+        if self.start is None:
+            return None
+        evals = [f"{k}={format_value(v)}" for k, v in self.assignment.items() if k.startswith("eval.")]
+        return " ".join([self.start, *evals])
+
+    @property
     def start_key(self) -> str | None:
         """What this run's step-0 evaluation evaluates, and how: its starting model (Run.start) under its eval
         settings (the eval stage's config but the run). Runs with the same key get the same step-0 samples (the
