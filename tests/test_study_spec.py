@@ -116,6 +116,9 @@ BAD = [
      "optuna.space.eval.every: low 4 is rejected: eval.every: 4 must be a multiple of rl.checkpoint_every (5)"),
     ({"rl.update": C("sfpo"), "rl.sfpo.K": F(1, 5, when={"rl.update": "sfpo"})}, {},
      "optuna.space.rl.sfpo.K: rl.sfpo.K takes whole numbers; search it with type int"),
+    # an eval setting is not part of the RL run's id: trials differing only in it would share a run
+    ({"rl.lr": F(1e-5, 1e-3), "eval.temperature": F(0.1, 1.0)}, {},
+     "optuna.space.eval.temperature: trials that differ only in eval settings would share one RL run"),
     # the block
     ({"rl.lr": F(1e-5, 1e-3)}, {"n_trials": 0}, "optuna.n_trials: must be at least 1 (got 0)"),
     ({"rl.lr": F(1e-5, 1e-3)}, {"in_flight": 0}, "optuna.in_flight: must be at least 1 (got 0)"),

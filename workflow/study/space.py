@@ -69,6 +69,12 @@ def check_space(spec: SweepSpec) -> list[str]:
             continue
         if key in varied:
             problems.append(f"{where}: also set by {varied[key]}.{key}; a key is searched or swept, not both")
+        if key.startswith("eval.") and key != "eval.every":
+            # eval settings are not part of the RL run's id, and objectives score a trial by its runs' ids
+            problems.append(f"{where}: trials that differ only in eval settings would share one RL run and read "
+                            "each other's evaluations; search training settings, and compare eval settings with a "
+                            "grid (each value its own setting in the summary and the report)")
+            continue
         shape = _check_shape(where, p)
         if opt.sampler.name == "grid" and p.type == "float" and p.step is None:
             shape.append(f"{where}: the grid sampler needs a finite list of values; give this float a `step:` "
