@@ -115,6 +115,25 @@ def test_sweep_runs_through_the_slurm_profile_with_provenance_and_arrays(slurm, 
     assert sacct_field(rl_job, "Timelimit") == "00:10:00"
 
 
+def test_shared_step0_evaluations_copy_on_the_submitting_machine(slurm, tmp_path):
+    """eval.at_start with two seeds through the SLURM profile: the start is evaluated by one SLURM job, the other
+    run's step-0 job is the local rule eval_copy (no SLURM job, no GPU asked for a copy) with the same scores."""
+    sweep = write_sweep(tmp_path / "s0.yaml", "s0", CPU_JOBS + "seeds: [0, 1]\n")
+    sweep.write_text(sweep.read_text().replace("eval: {k: 2, max_new_tokens: 16}",
+                                               "eval: {k: 2, max_new_tokens: 16, at_start: true}"))
+    res = snakemake_slurm(tmp_path, sweep)
+    assert res.returncode == 0, res.stderr[-4000:]
+    evals = runs_rows(tmp_path / "results", "stage = 'eval'")
+    assert len(evals) == 4 and {r["status"] for r in evals} == {"completed"}  # 2 runs x (step 0, final)
+    copies = [r for r in evals if r["backend"] == "copy"]
+    assert len(copies) == 1 and copies[0]["slurm_job_id"] is None, copies  # ran by snakemake itself
+    assert all(r["slurm_job_id"] for r in evals if r["backend"] != "copy")
+    out = run_cli("--results", str(tmp_path / "results"), "query", "select run_id, avg_at_k from eval_scores "
+                  "where step = 0 and k = 1", "--format", "json")
+    starts = json.loads(out.stdout)
+    assert len(starts) == 2 and starts[0]["avg_at_k"] == starts[1]["avg_at_k"]
+
+
 def _wait(predicate, what: str, proc: subprocess.Popen, timeout: float = 240):
     deadline = time.monotonic() + timeout
     while not predicate():
