@@ -126,10 +126,12 @@ def run_stage(stage: str, sweep: str, stage_id: str, cfg: dict, *, results_root:
     typed = parse_stage(stage, cfg)  # what the engine and the harness read
     job, names = {}, None  # names: the eval job's benchmarks (None = all)
     if stage == "eval":
-        if start_model is not None and step not in (None, 0):
-            raise ValueError(f"--start-model evaluates the model RL starts from: step 0, not {step}")
-        step = 0 if start_model is not None else step if step is not None else \
-            read_done(checkpoint_from or copy_from)["step"]
+        if start_model is not None:
+            if step not in (None, 0):
+                raise ValueError(f"--start-model evaluates the model RL starts from: step 0, not {step}")
+            step = 0
+        elif step is None:
+            step = read_done(checkpoint_from or copy_from)["step"]
         groups = eval_groups(typed.eval)
         group = group or "all"
         if group != "all" and group not in groups:
