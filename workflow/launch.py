@@ -36,7 +36,7 @@ from workflow.atomic import write_json
 from workflow.data.overlap import TrainOverlap, check as check_overlap, enforce as enforce_overlap
 from workflow.data.prepare import prepare
 from workflow.engines.registry import get_engine
-from workflow.engines.verl.tiny_model import resolve_model
+from workflow.models import resolve_model
 from workflow.eval.backends import make_backend, resolve_backend
 from workflow.hub import DatasetUnavailable
 from workflow.eval.harness import copy_evaluation, evaluate

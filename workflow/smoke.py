@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from workflow.engines.verl.tiny_model import TINY
+from workflow.models import TINY
 
 
 def smoke_sweep(raw: dict[str, Any], steps: int = 2) -> dict[str, Any]:

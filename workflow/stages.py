@@ -43,6 +43,8 @@ def stage_config(cfg: RunConfig, stage: str, *, sft_id: str | None = None, run_i
         return {"data_id": data_id, "benchmarks": names,
                 "paths": {b: p for b, p in d["eval"]["paths"].items() if b in names},
                 "revisions": {b: r for b, r in d["eval"]["revisions"].items() if b in names}}
+    if d["model"]["lora"] is None:  # full fine-tuning keeps the ids it had before LoRA existed
+        del d["model"]["lora"]
     engine = {"name": d["engine"]["name"]}  # engine.verl only for verl runs, as the rule sections below
     if engine["name"] == "verl":
         engine["verl"] = {k: d["engine"]["verl"][k] for k in VERL_STAGE_FIELDS[stage]}

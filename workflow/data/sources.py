@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from workflow.eval.answers import extract_boxed
 from workflow.hub import HubDataset, hub_records, normalized, read_records
+from workflow.tasks import word_problems
 
 
 @dataclass(frozen=True)
@@ -30,12 +31,17 @@ class Example:
 @dataclass(frozen=True)
 class TrainingSet:
     name: str
-    hub: HubDataset
-    normalize: Callable[[dict[str, Any], int], Example]
+    hub: HubDataset | None  # None: generated (`generate`)
+    normalize: Callable[[dict[str, Any], int], Example] | None
     demonstrations: bool  # whether examples carry a solution SFT can train on
     keep: Callable[[dict[str, Any]], bool] = field(default=lambda r: True)
     note: str = ""
     revision: str | None = None  # the Hub commit the mapping was checked on (None: whatever the cache holds)
+    generate: Callable[[], list[Example]] | None = None  # a generated set: no dataset, no file
+
+    @property
+    def synthetic(self) -> bool:
+        return self.generate is not None
 
 
 def _text(messages: Any) -> str:
@@ -119,6 +125,11 @@ def _gsm8k_train(r: dict, i: int) -> Example:
                    solution=f"{steps}\nThe answer is \\boxed{{{gold}}}.")
 
 
+def _word_problems() -> list[Example]:
+    return [Example(id=f"word_problems/{p.id}", problem=p.question, answer=p.answer, solution=p.solution)
+            for p in word_problems.split().train]
+
+
 REGISTRY: dict[str, TrainingSet] = {t.name: t for t in [
     TrainingSet("dapo_math_17k", HubDataset("BytedTsinghua-SIA/DAPO-Math-17k", None, "train",
                                             ("prompt", "reward_model", "extra_info")), _dapo, demonstrations=False,
@@ -134,6 +145,9 @@ REGISTRY: dict[str, TrainingSet] = {t.name: t for t in [
                 note="prompt + DeepSeek-R1 demonstration (target) + answer, at most 8192 tokens"),
     TrainingSet("gsm8k_train", HubDataset("openai/gsm8k", "main", "train", ("question", "answer")), _gsm8k_train,
                 demonstrations=True, note="gold = the number after ####"),
+    TrainingSet("word_problems", None, None, demonstrations=True, generate=_word_problems,
+                note="generated grade-school word problems with worked solutions (workflow/tasks/word_problems.py); "
+                     "disjoint from the word_problems benchmark"),
 ]}
 
 
@@ -148,6 +162,10 @@ def load(name: str, path: str | Path | None = None, revision: str | None = None)
     """The set's examples, from `path` if given, else from the Hugging Face cache."""
     t = get(name)
     what = f"training set {name}"
+    if t.generate is not None:
+        if path is not None:
+            raise ValueError(f"{what} is generated, not read from a file: drop its `path`")
+        return t.generate()
     records = (read_records(path) if path else
                hub_records(t.hub, revision or t.revision, what=what, path_key="task.datasets[].path", note=t.note))
     return normalized(records, t.normalize, t.keep, what=what, source=str(path or t.hub.hf_id), fields=t.hub.fields)

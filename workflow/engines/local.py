@@ -26,10 +26,11 @@ from workflow.algos.registry import build_mix, build_update_rule
 from workflow.algos.schedules import constant, scaled_lr, warmup_cosine
 from workflow.algos.sharded import clip_and_step
 from workflow.checkpoint import load_trainer_state, remove_stale_temporaries, save_checkpoint
-from workflow.config import RLConfig, TaskConfig
+from workflow.config import ModelConfig, RLConfig, TaskConfig
+from workflow.engines import lora
 from workflow.engines.rl_batch import mixed_closure, rollout
 from workflow.engines.tiny_lm import (TOKENIZER, build_model, device, forward_logits, load_model, micro_slices,
-                                      pack)
+                                      pack, step_seed)
 from workflow.layout import CHECKPOINTS, latest_checkpoint
 from workflow.preflight import TorchProbe
 from workflow.progress import StepProgress, say
@@ -69,13 +70,14 @@ class _Trainer:
     def __init__(self, model, lr: float, weight_decay: float, schedule, out_dir: Path, log: TrainLog,
                  total_steps: int, checkpoint_every: int, rule=None, mix=None):
         self.model = model.to(device())
-        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.params = lora.trainable(self.model)  # with LoRA: the adapters only
         self.opt = adamw(self.params, lr, weight_decay)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, schedule)
         self.rule, self.mix = rule, mix
         self.ckpt_root = out_dir / CHECKPOINTS
         self.log, self.total, self.every = log, total_steps, checkpoint_every
-        self.n_params = sum(p.numel() for p in self.params)
+        # the compute model's N: every parameter a token passes through (with LoRA the frozen base too)
+        self.n_params = sum(p.numel() for p in self.model.parameters())
         self.step = self._resume()
 
     def _resume(self) -> int:
@@ -85,7 +87,10 @@ class _Trainer:
             return 0
         step, path = found
         self.log.discard_after(step)  # rows of steps that the resumed run recomputes (see TrainLog)
-        self.model.load_state_dict(load_model(path).state_dict())
+        if lora.is_wrapped(self.model):  # the base is the stage's start, unchanged by training: the adapter only
+            lora.load_adapter(self.model, path)
+        else:
+            self.model.load_state_dict(load_model(path).state_dict())
         state = load_trainer_state(path)
         self.opt.load_state_dict(state["optimizer"])
         self.sched.load_state_dict(state["scheduler"])
@@ -108,7 +113,8 @@ class _Trainer:
                      "rule": self.rule.state_dict() if self.rule is not None else {},
                      "mix": self.mix.state_dict() if self.mix is not None else {}}
             save_checkpoint(self.ckpt_root, self.step, self.model, state,
-                            {"run_id": self.log.run_id, "stage": self.log.stage, "total_steps": self.total})
+                            {"run_id": self.log.run_id, "stage": self.log.stage, "total_steps": self.total},
+                            write_model=functools.partial(lora.write, self.model))
         if stop:
             raise preemption.Preempted(self.step)
         if on_interval and on_checkpoint is not None:
@@ -122,6 +128,18 @@ class _Trainer:
     @property
     def lr(self) -> float:
         return float(self.opt.param_groups[0]["lr"])
+
+
+def with_lora(model, cfg: ModelConfig, seed: int):
+    """The model as a stage trains it: wrapped in LoRA adapters when `model.lora` is set (workflow/engines/lora.py)."""
+    return lora.wrap(model, cfg.lora, seed) if cfg.lora is not None else model
+
+
+def seed_dropout(cfg: ModelConfig, *parts: int) -> None:
+    """LoRA dropout draws from torch's global generator: seed it per step, so that a resumed stage replays its steps
+    bit for bit (nothing else of the local engine draws from it, so without dropout nothing is seeded)."""
+    if cfg.lora is not None and cfg.lora.dropout > 0:
+        torch.manual_seed(step_seed(*parts, 11))
 
 
 def probe_rows(batch_size: int, micro_batch_size: int | None) -> int:
@@ -148,7 +166,8 @@ class LocalEngine:
         make_optimizer = optimizer or adamw
         if isinstance(stage, SFTStage):
             sft = stage.sft
-            model = build_model(stage.model, TOKENIZER.vocab_size, sft.seed).to(device())
+            model = with_lora(build_model(stage.model, TOKENIZER.vocab_size, sft.seed), stage.model, sft.seed)
+            model = model.to(device())
             batch = sft_batch(stage.task, sft.seed, 0, probe_rows(sft.batch_size, sft.micro_batch_size))
             params = [p for p in model.parameters() if p.requires_grad]
             backward = functools.partial(accumulate or sft_accumulate, model, batch)
@@ -157,6 +176,7 @@ class LocalEngine:
         rl = stage.rl
         model = (load_model(init_ckpt) if init_ckpt else build_model(stage.model, TOKENIZER.vocab_size, stage.seed))
         ref = copy.deepcopy(model).eval().requires_grad_(False) if rl.uses_reference else None
+        model = with_lora(model, stage.model, stage.seed)
         mix = build_mix(rl)
         prompts = max(1, math.ceil(probe_rows(rl.prompts_per_step * rl.group_size, rl.micro_batch_size) /
                                    rl.group_size))
@@ -176,13 +196,14 @@ class LocalEngine:
         model_cfg, task, sft = stage.model, stage.task, stage.sft
         schedule = (warmup_cosine(sft.steps, sft.warmup_ratio, sft.min_lr_ratio) if sft.schedule == "cosine"
                     else constant())
-        tr = _Trainer(build_model(model_cfg, TOKENIZER.vocab_size, sft.seed), sft.lr, sft.weight_decay, schedule,
-                      out_dir, log, sft.steps, sft.checkpoint_every)
+        tr = _Trainer(with_lora(build_model(model_cfg, TOKENIZER.vocab_size, sft.seed), model_cfg, sft.seed), sft.lr,
+                      sft.weight_decay, schedule, out_dir, log, sft.steps, sft.checkpoint_every)
         progress = StepProgress(f"sft {log.run_id}", sft.steps, start=tr.step)
         while tr.step < sft.steps:
             t0 = time.perf_counter()
             batch = sft_batch(task, sft.seed, tr.step, sft.batch_size)
             lr = tr.lr
+            seed_dropout(model_cfg, sft.seed, tr.step)
             tr.opt.zero_grad(set_to_none=True)
             loss = sft_accumulate(tr.model, batch, sft.micro_batch_size)
             norm, _ = clip_and_step(tr.params, tr.opt, sft.max_grad_norm)
@@ -202,10 +223,11 @@ class LocalEngine:
         model_cfg, task, rl, seed = stage.model, stage.task, stage.rl, stage.seed
         init = load_model(init_ckpt) if init_ckpt else build_model(model_cfg, TOKENIZER.vocab_size, seed)
         ref = copy.deepcopy(init).eval().requires_grad_(False) if rl.uses_reference else None
-        tr = _Trainer(init, rl.lr, rl.weight_decay, constant(), out_dir, log, rl.steps, rl.checkpoint_every,
-                      rule=build_update_rule(rl), mix=build_mix(rl))
+        tr = _Trainer(with_lora(init, model_cfg, seed), rl.lr, rl.weight_decay, constant(), out_dir, log, rl.steps,
+                      rl.checkpoint_every, rule=build_update_rule(rl), mix=build_mix(rl))
         progress = StepProgress(f"rl {log.run_id}", rl.steps, start=tr.step)
         while tr.step < rl.steps:
+            seed_dropout(model_cfg, seed, tr.step)
             row = self._rl_step(tr, ref, task, rl, seed)
             tr.step += 1
             log.record(step=tr.step, **row)

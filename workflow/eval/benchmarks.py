@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal
 
 from workflow.hub import HubDataset, hub_records, normalized, read_records
+from workflow.tasks import word_problems
 from workflow.tasks.arithmetic import split
 
 Kind = Literal["math", "mc"]
@@ -100,7 +101,14 @@ def _gpqa(r: dict, i: int) -> Item:
 
 
 def _arithmetic(task: Any) -> list[Item]:
+    if task is None:
+        raise ValueError("benchmark arithmetic is generated from the run's task settings: pass task=")
     return [Item(id=p.id, question=p.prompt, answer=p.answer) for p in split(task).heldout]
+
+
+def _word_problems(task: Any) -> list[Item]:
+    """The held-out word problems: fixed, whatever the run's task (workflow/tasks/word_problems.py)."""
+    return [Item(id=p.id, question=p.question, answer=p.answer) for p in word_problems.split().heldout]
 
 
 def _mmlu_pro(r: dict, i: int) -> Item:
@@ -137,6 +145,9 @@ REGISTRY: dict[str, Benchmark] = {b.name: b for b in [
     Benchmark("arithmetic", "math", "arithmetic", None, None, "heldout", ("prompt", "answer"), None,
               template="raw", generate=_arithmetic, exact_match=True,
               note="the synthetic held-out set of the run's task (task.split_seed, task.n_heldout)"),
+    Benchmark("word_problems", "math", "extra", None, None, "heldout", ("question", "answer"), None,
+              generate=_word_problems,
+              note="200 generated grade-school word problems (5 kinds), disjoint from the word_problems training set"),
 ]}
 
 MATH_SET = tuple(b.name for b in REGISTRY.values() if b.group == "math")
@@ -157,8 +168,6 @@ def load(name: str, path: str | Path | None = None, revision: str | None = None,
     from the run's task settings `task`."""
     b = get(name)
     if b.synthetic:
-        if task is None:
-            raise ValueError(f"benchmark {name} is generated from the run's task settings: pass task=")
         return b.generate(task)[:limit]
     what = f"benchmark {name}"
     records = (read_records(path) if path else

@@ -41,7 +41,7 @@ from workflow.engines.verl.export import export_all
 from workflow.engines.verl.preflight import MODULE as PREFLIGHT_MODULE, VerlProbe, probe_rows
 from workflow.engines.verl.process import run_supervised
 from workflow.engines.verl.sft_launch import command as sft_command
-from workflow.engines.verl.tiny_model import resolve_model
+from workflow.models import resolve_model
 from workflow.engines.verl.translate import CPU_MODULE, FP32, PPO_MODULE, WORKER_MODULE, external_modules, \
     process_env, translate, translate_sft
 from workflow.layout import CHECKPOINTS

@@ -1,6 +1,6 @@
 """A tiny random Qwen2 with a byte-level tokenizer, built locally (nothing is downloaded): the model the verl chain
-runs on CPUs (CI, a laptop, `rlsweep smoke`). Sweeps name it `engine.verl.model_path: rlsweep:tiny`; each stage
-builds the same weights (fixed seed) in its own directory.
+runs on CPUs (CI, a laptop, `rlsweep smoke`). Sweeps name it `engine.verl.model_path: rlsweep:tiny` (resolved by
+workflow/models.py); each stage builds the same weights (fixed seed) in its own directory.
 
 Byte-level because transformers 5 loads any model_type=qwen2 tokenizer as a byte-level Qwen2Tokenizer (a
 character vocabulary would map "\\n" and " " to nothing), and verl's agent loop needs "\\n" as one token and a
@@ -12,8 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from workflow.atomic import replacing
-
-TINY = "rlsweep:tiny"
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
                  "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
@@ -51,8 +49,7 @@ def write_tiny_model(path: str | Path, seed: int = 0, layers: int = 2, hidden: i
     return path
 
 
-def resolve_model(model_path: str, out_dir: Path) -> str:
-    """The model directory a stage starts from: `rlsweep:tiny` is built under out_dir, anything else is verl's."""
-    if model_path == TINY:
-        return str(write_tiny_model(Path(out_dir) / "tiny_model"))
-    return model_path
+
+def build_in(stage_dir: Path) -> Path:
+    """rlsweep:tiny for one stage (workflow/models.py's resolver): built in the stage's directory."""
+    return write_tiny_model(Path(stage_dir) / "tiny_model")
