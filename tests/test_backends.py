@@ -67,17 +67,24 @@ def test_vllm_backend_passes_settings_and_maps_outputs():
     assert [s.truncated for s in out[0]] == [False, False, True]  # finish_reason "length" = hit max_tokens
 
 
-def test_on_cpu_vllm_runs_in_this_process_in_fp32_unless_told_otherwise(monkeypatch):
+def test_on_cpu_vllm_runs_in_this_process_in_fp32_unless_told_otherwise(monkeypatch, tmp_path):
     for k in ("VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_TARGET_DEVICE"):
         monkeypatch.delenv(k, raising=False)
     fake = FakeVLLM()
     VLLMBackend("/ckpt", device="cpu", vllm=fake)
+    # whole prompts per engine step: a chunked prefill rewinds the seeded generator, which fails on a CPU
     assert fake.llm_kwargs == {"model": "/ckpt", "tensor_parallel_size": 1, "seed": 0, "dtype": "float32",
-                               "enforce_eager": True, "distributed_executor_backend": "uni"}
+                               "enforce_eager": True, "distributed_executor_backend": "uni",
+                               "enable_chunked_prefill": False, "max_num_batched_tokens": 2048}
     assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0" and os.environ["VLLM_TARGET_DEVICE"] == "cpu"
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")  # the user's setting wins
     VLLMBackend("/ckpt", device="cpu", tensor_parallel_size=2, vllm=fake)
     assert "distributed_executor_backend" not in fake.llm_kwargs
+    model = tmp_path / "model"  # a step as long as the model's context, which vLLM requires without chunking
+    model.mkdir()
+    (model / "config.json").write_text('{"max_position_embeddings": 8192}')
+    VLLMBackend(model, device="cpu", vllm=fake)
+    assert fake.llm_kwargs["max_num_batched_tokens"] == 8192
     assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "1"
 
 

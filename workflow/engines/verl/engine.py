@@ -60,6 +60,21 @@ def _env(v, modules: str) -> dict[str, str]:
     return env
 
 
+def largest_tensor_mb(model_dir: str | Path, bytes_per_value: int = 4) -> int:
+    """MB of the model's largest weight at `bytes_per_value` (fp32: what a CPU run syncs), from the safetensors
+    headers (no weights read); 0 where there are none (a Hugging Face id, resolved by verl itself)."""
+    from safetensors import safe_open
+    largest = 0
+    for f in sorted(Path(model_dir).glob("*.safetensors")) if Path(model_dir).is_dir() else []:
+        with safe_open(f, "pt") as st:
+            for key in st.keys():
+                n = 1
+                for d in st.get_slice(key).get_shape():
+                    n *= d
+                largest = max(largest, n)
+    return -(-largest * bytes_per_value // 2**20) + 1
+
+
 def _timeout_s(v) -> float | None:
     return v.timeout_min * 60.0 if v.timeout_min else None
 
@@ -167,8 +182,9 @@ class VerlEngine:
         from omegaconf import OmegaConf
         v, out_dir = stage.engine.verl, Path(out_dir)
         rows = write_sft_data(stage, out_dir / "data", data)
-        config = compose(translate_sft(stage, model_path=resolve_model(v.model_path, out_dir), train_files=str(rows),
-                                       out_dir=str(out_dir / "verl")), set(v.sft_overrides), SFT)
+        model = resolve_model(v.model_path, out_dir)
+        config = compose(translate_sft(stage, model_path=model, train_files=str(rows), out_dir=str(out_dir / "verl")),
+                         set(v.sft_overrides), SFT)
         config_path, log_path = out_dir / "verl_sft.yaml", out_dir / "verl_sft_log.json"
         OmegaConf.save(config, config_path, resolve=True)
         log_path.write_text(json.dumps({"results_root": str(log.results_root), "sweep": log.sweep,
@@ -179,7 +195,7 @@ class VerlEngine:
                            job_id=os.environ.get("SLURM_JOB_ID", log.run_id))
         env = _env(v, CPU_MODULE if v.device == "cpu" else "")  # torchrun ranks need only the CPU platform
         run_supervised(argv, env, what="verl's SFT trainer", timeout_s=_timeout_s(v))
-        return self._export(out_dir, log, stage.sft.steps, "sft", model_dir="")
+        return self._export(out_dir, log, stage.sft.steps, "sft", model_dir="", base_model=model)
 
     def rl(self, stage: RLStage, init_ckpt: Path | None, out_dir: Path, log: TrainLog,
            on_checkpoint: Callable[[int], None] | None = None, data: Path | None = None) -> Path:
@@ -194,6 +210,10 @@ class VerlEngine:
         with open_dict(config.trainer.v1.rlsweep):
             config.trainer.v1.rlsweep.log = {"results_root": str(log.results_root), "sweep": log.sweep,
                                              "run_id": log.run_id}
+        if v.device == "cpu":  # the shared-memory weight sync sends each tensor in one bucket: the largest must fit
+            engine = config.actor_rollout_ref.rollout.checkpoint_engine
+            engine.update_weights_bucket_megabytes = max(engine.update_weights_bucket_megabytes,
+                                                         largest_tensor_mb(model))
         ray = self._start_ray(stage)
         try:
             if self.launch is not None:
@@ -206,13 +226,14 @@ class VerlEngine:
         finally:
             for p in ray:
                 p.terminate()
-        return self._export(out_dir, log, stage.rl.steps, "rl", model_dir="actor")
+        return self._export(out_dir, log, stage.rl.steps, "rl", model_dir="actor", base_model=model)
 
     @staticmethod
-    def _export(out_dir: Path, log: TrainLog, steps: int, stage: str, model_dir: str) -> Path:
-        """verl's checkpoints -> ours; the one at the last step is the stage's result."""
+    def _export(out_dir: Path, log: TrainLog, steps: int, stage: str, model_dir: str, base_model: str) -> Path:
+        """verl's checkpoints -> ours; the one at the last step is the stage's result. `base_model` is what the stage
+        started from (a LoRA stage's adapter is folded into it)."""
         exported = export_all(out_dir / "verl", out_dir / CHECKPOINTS,
-                              {"run_id": log.run_id, "stage": stage, "total_steps": steps}, model_dir)
+                              {"run_id": log.run_id, "stage": stage, "total_steps": steps}, model_dir, base_model)
         final = [p for p in exported if p.name == f"step_{steps:06d}"]
         if not final:
             raise RuntimeError(f"verl ended without a checkpoint at step {steps} (found: "

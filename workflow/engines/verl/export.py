@@ -5,7 +5,9 @@ verl's PPO trainer saves `<default_local_dir>/global_step_N/actor/` (its SFT tra
 shards (`model_world_size_W_rank_R.pt`) plus the Hugging Face config and tokenizer (`huggingface/`), and resumes
 from them itself. Each of our checkpoints is the
 merged Hugging Face model directory (verl's own FSDPModelMerger) + meta.json, written to a temporary sibling and
-renamed into place like every checkpoint here. verl's merger writes bf16 whatever the training dtype.
+renamed into place like every checkpoint here. verl's merger writes bf16 whatever the training dtype; a LoRA run's
+adapter is folded into its start model in fp32 (workflow/engines/lora.py: the merger alone would leave the base
+weights, which evaluation would score as the trained policy).
 """
 
 from __future__ import annotations
@@ -32,8 +34,10 @@ def verl_checkpoints(verl_dir: Path, model_dir: str = "actor") -> list[tuple[int
     return sorted(found)
 
 
-def export_checkpoint(actor_dir: Path, step: int, ckpt_root: Path, meta: dict) -> Path:
-    """Merge one verl actor checkpoint into `ckpt_root/step_N` (kept if it already exists)."""
+def export_checkpoint(actor_dir: Path, step: int, ckpt_root: Path, meta: dict, base_model: str | None = None) -> Path:
+    """Merge one verl actor checkpoint into `ckpt_root/step_N` (kept if it already exists); `base_model` is the
+    model the stage started from (a LoRA run's adapter is folded into it)."""
+    from workflow.engines.lora import fold_exported_adapter
     from verl.model_merger.base_model_merger import ModelMergerConfig
     from verl.model_merger.fsdp_model_merger import FSDPModelMerger
     final = step_dir(ckpt_root, step)
@@ -43,10 +47,12 @@ def export_checkpoint(actor_dir: Path, step: int, ckpt_root: Path, meta: dict) -
         FSDPModelMerger(ModelMergerConfig(operation="merge", backend="fsdp", local_dir=str(actor_dir),
                                           target_dir=str(tmp),
                                           hf_model_config_path=str(Path(actor_dir) / "huggingface"))).merge_and_save()
+        fold_exported_adapter(tmp, base_model)
         write_meta(tmp, {**meta, "step": step, "engine": "verl"})
     return final
 
 
-def export_all(verl_dir: Path, ckpt_root: Path, meta: dict, model_dir: str = "actor") -> list[Path]:
+def export_all(verl_dir: Path, ckpt_root: Path, meta: dict, model_dir: str = "actor",
+               base_model: str | None = None) -> list[Path]:
     """Every verl checkpoint not exported yet (the eval stage evaluates every `eval.every` steps)."""
-    return [export_checkpoint(d, step, ckpt_root, meta) for step, d in verl_checkpoints(verl_dir, model_dir)]
+    return [export_checkpoint(d, step, ckpt_root, meta, base_model) for step, d in verl_checkpoints(verl_dir, model_dir)]

@@ -28,6 +28,7 @@ _FROM_VERL = {
     "gen_s": "timing_s/gen",
     "update_s": "timing_s/update_actor",
     "tokens": "perf/total_num_tokens",
+    "rollout_probs_diff_max": "training/rollout_probs_diff_max",
 }
 _FROM_RULE = ("loss", "grad_norm", "backward_passes", "optimizer_steps", "alpha", "gxpo_ratio_p10", "gxpo_ratio_p50",
               "gxpo_ratio_p90", "gxpo_scale_mean", "gxpo_inactive_frac", "gxpo_cos_g0_gcorr", "gxpo_gcorr_norm")

@@ -29,6 +29,7 @@ REWARD_FN = ("pkg://workflow.engines.verl.data", "compute_score")
 WORKER_MODULE = "workflow.engines.verl.worker"
 SFT_TRAINER_MODULE = "workflow.engines.verl.sft_trainer"
 CPU_MODULE = "workflow.engines.verl.cpu"  # engine.verl.device cpu: verl's CPU platform and the vLLM CPU shims
+VLLM_COMPAT_MODULE = "workflow.engines.verl.vllm_compat"  # what verl 0.9.1 expects of vLLM that our builds differ in
 PPO_MODULE = "workflow.engines.verl.ppo"  # the RL stage's verl process
 # Prefix-RFT's agent loop (rl.mix prefix_rft: the rollout continues a demonstration prefix inside generation),
 # registered under this name in verl's agent-loop registry when its module is imported (in the agent-loop workers)
@@ -41,7 +42,7 @@ SLOW2FAST_SAMPLER = ("pkg://workflow.engines.verl.slow2fast", "Slow2FastSampler"
 def external_modules(v) -> str:
     """VERL_USE_EXTERNAL_MODULES for a run's verl processes (the CPU platform first: it must be set up before
     anything asks verl for a device)."""
-    return ",".join(([CPU_MODULE] if v.device == "cpu" else []) + [WORKER_MODULE, AGENT_MODULE])
+    return ",".join(([CPU_MODULE] if v.device == "cpu" else []) + [VLLM_COMPAT_MODULE, WORKER_MODULE, AGENT_MODULE])
 
 
 # what vLLM's CPU build reads when it is imported: the CPU target, and 1 GB of RAM for the KV cache (tiny models)
@@ -99,6 +100,17 @@ def cpu_sft_overrides() -> dict[str, Any]:
             "engine.use_torch_compile": False, "engine.dtype": "float32",
             "engine.mixed_precision": FP32,
             "data.num_workers": 0}
+
+
+def lora_keys(prefix: str, lora) -> dict[str, Any]:
+    """model.lora as verl's FSDP LoRA keys (`actor_rollout_ref.model` for RL, `model` for SFT): peft adapters on the
+    target modules, only they train; rollouts get them through vLLM's LoRA support (vllm_compat.py), and the export
+    folds them into the checkpoint (export.py)."""
+    if lora is None:
+        return {}
+    alpha = int(lora.alpha) if float(lora.alpha).is_integer() else lora.alpha  # verl declares an int
+    return {f"{prefix}.lora_rank": lora.rank, f"{prefix}.lora_alpha": alpha,
+            f"{prefix}.target_modules": list(lora.target_modules)}
 
 
 def translate(cfg, *, model_path: str = PLACEHOLDER, train_files: str = PLACEHOLDER,
@@ -178,6 +190,7 @@ def translate(cfg, *, model_path: str = PLACEHOLDER, train_files: str = PLACEHOL
         out[f"{actor}.loss_scale_factor"] = rl.max_new_tokens
     if rl.uses_reference:
         out["actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"] = micro
+    out.update(lora_keys("actor_rollout_ref.model", cfg.model.lora))
     if v.device == "cpu":
         out.update(cpu_overrides(cfg))
     out.update(v.overrides)
@@ -217,6 +230,7 @@ def translate_sft(cfg, *, model_path: str | None = None, train_files: str = PLAC
         "trainer.logger": ["console"],
         "trainer.resume_mode": "auto",  # a requeued job resumes from verl's own checkpoints
     }
+    out.update(lora_keys("model", cfg.model.lora))
     if v.device == "cpu":
         out.update(cpu_sft_overrides())
     out.update(v.sft_overrides)

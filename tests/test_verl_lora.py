@@ -1,0 +1,100 @@
+"""model.lora on the verl engine, up to verl's processes: the translation into verl's FSDP LoRA keys (RL and SFT),
+verl's own checks passing without importing vLLM, what verl cannot do refused by name, the vLLM alias verl's adapter
+loader needs, and the export folding a LoRA run's adapter into its start model (verl's merger alone writes the
+base weights, which evaluation would score as the trained policy). End to end on CPU: tests/test_real_model.py."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+
+pytest.importorskip("verl")
+
+from conftest import refusal, write_sweep  # noqa: E402
+from workflow.engines import lora  # noqa: E402
+from workflow.engines.verl.translate import external_modules, translate, translate_sft  # noqa: E402
+from workflow.sweep.expand import load_sweep  # noqa: E402
+
+VERL_LORA = """
+base:
+  engine: {name: verl, verl: {model_path: "rlsweep:tiny", device: cpu, max_prompt_length: 128}}
+  model: {lora: {rank: 8, alpha: 16, target_modules: [q_proj, v_proj]}}
+  task: {name: datasets, datasets: [{name: word_problems}], limit: 64}
+  sft: {steps: 2, batch_size: 8, micro_batch_size: 8}
+  rl: {steps: 2, prompts_per_step: 4, group_size: 4, max_new_tokens: 16, micro_batch_size: 16}
+  eval: {benchmarks: [word_problems], k: 1}
+"""
+
+
+def test_model_lora_becomes_verls_lora_keys_for_rl_and_sft_and_passes_verls_checks(tmp_path):
+    sweep = load_sweep(write_sweep(tmp_path / "s.yaml", "s", base=VERL_LORA))  # verl's checks ran here
+    assert "vllm.config" not in sys.modules  # (verl's own rank check would import vLLM: ours checks it)
+    cfg = sweep.runs[0].config
+    rl = translate(cfg)
+    assert (rl["actor_rollout_ref.model.lora_rank"], rl["actor_rollout_ref.model.lora_alpha"]) == (8, 16)
+    assert rl["actor_rollout_ref.model.target_modules"] == ["q_proj", "v_proj"]
+    sft = translate_sft(cfg)
+    assert (sft["model.lora_rank"], sft["model.lora_alpha"], sft["model.target_modules"]) == (8, 16, ["q_proj",
+                                                                                                      "v_proj"])
+    plain = cfg.model_copy(update={"model": cfg.model.model_copy(update={"lora": None})})
+    assert not any("lora" in k for k in translate(plain)) and not any("lora" in k for k in translate_sft(plain))
+    # verl's vLLM processes get the alias its adapter loader needs on every device
+    assert "workflow.engines.verl.vllm_compat" in external_modules(cfg.engine.verl).split(",")
+
+
+@pytest.mark.parametrize("lora, message", [
+    ("{dropout: 0.1}", "base.model.lora.dropout: verl's FSDP LoRA has no dropout"),
+    ("{rank: 1024}", "base.model.lora.rank: 1024: vLLM serves adapters up to rank 512"),
+    ("{target_modules: []}", "base.model.lora.target_modules: .*name at least one module"),
+])
+def test_what_verls_lora_cannot_do_is_refused_naming_the_key(tmp_path, lora, message):
+    import re
+    body = VERL_LORA.replace("{rank: 8, alpha: 16, target_modules: [q_proj, v_proj]}", lora)
+    assert re.search(message, refusal(write_sweep(tmp_path / "s.yaml", "s", base=body)))
+
+
+def test_vllm_compat_gives_verl_the_adapter_mapper_it_calls():
+    pytest.importorskip("vllm")
+    import importlib
+
+    from vllm.model_executor.models.utils import WeightsMapper
+    importlib.reload(importlib.import_module("workflow.engines.verl.vllm_compat"))
+    mapper = WeightsMapper(orig_to_new_prefix={"model.": "language_model."})
+    assert WeightsMapper.get_unstacked_mapper is WeightsMapper.get_rename_mapper
+    assert mapper.get_unstacked_mapper is not None
+
+
+def test_the_export_folds_a_lora_adapter_into_the_start_model(tmp_path):
+    """What verl's merger leaves for a LoRA run (base weights in bf16 + lora_adapter/) becomes one Hugging Face model
+    whose outputs are the adapted policy's, with the adapter kept beside it."""
+    from peft import LoraConfig, PeftModel, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from workflow.engines.verl.tiny_model import write_tiny_model
+    start = write_tiny_model(tmp_path / "start")
+    torch.manual_seed(0)
+    policy = get_peft_model(AutoModelForCausalLM.from_pretrained(start, dtype=torch.float32),
+                            LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    for name, p in policy.named_parameters():  # a trained adapter: B no longer 0
+        if "lora_B" in name:
+            p.data.normal_(0, 0.2)
+    exported = tmp_path / "step_000002"
+    AutoModelForCausalLM.from_pretrained(start, dtype=torch.bfloat16).save_pretrained(exported)  # as verl's merger
+    policy.save_pretrained(exported / lora.VERL_ADAPTER)
+    ids = torch.tensor([list(range(3, 40))])
+    with torch.no_grad():
+        want = policy(input_ids=ids).logits
+        as_merger_left_it = AutoModelForCausalLM.from_pretrained(exported, dtype=torch.float32)(input_ids=ids).logits
+    assert (as_merger_left_it - want).abs().max() > 1e-2  # the bug: the exported model is not the policy
+
+    assert lora.fold_exported_adapter(exported, start)
+    folded = AutoModelForCausalLM.from_pretrained(exported, dtype=torch.float32)
+    with torch.no_grad():
+        assert (folded(input_ids=ids).logits - want).abs().max() < 1e-5
+    assert (exported / lora.ADAPTER / "adapter_model.safetensors").is_file()
+    assert not (exported / lora.VERL_ADAPTER).exists()
+    assert isinstance(PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(start), exported / lora.ADAPTER),
+                      PeftModel)
+    assert not lora.fold_exported_adapter(exported, start)  # done once; a full fine-tuning export has none
