@@ -1,6 +1,6 @@
 """model.lora on the verl engine, up to verl's processes: the translation into verl's FSDP LoRA keys (RL and SFT),
 verl's own checks passing without importing vLLM, what verl cannot do refused by name, the vLLM alias verl's adapter
-loader needs, and the export folding a LoRA run's adapter into its start model (verl's merger alone writes the
+loader needs (a raw `lora.merge: false`), and the export folding a LoRA run's adapter into its start model (verl's merger alone writes the
 base weights, which evaluation would score as the trained policy). End to end on CPU: tests/test_real_model.py."""
 
 from __future__ import annotations
@@ -30,11 +30,12 @@ base:
 
 def test_model_lora_becomes_verls_lora_keys_for_rl_and_sft_and_passes_verls_checks(tmp_path):
     sweep = load_sweep(write_sweep(tmp_path / "s.yaml", "s", base=VERL_LORA))  # verl's checks ran here
-    assert "vllm.config" not in sys.modules  # (verl's own rank check would import vLLM: ours checks it)
+    assert "vllm.config" not in sys.modules  # (merged sync: verl's check of vLLM's LoRA ranks, importing vLLM, is off)
     cfg = sweep.runs[0].config
     rl = translate(cfg)
     assert (rl["actor_rollout_ref.model.lora_rank"], rl["actor_rollout_ref.model.lora_alpha"]) == (8, 16)
     assert rl["actor_rollout_ref.model.target_modules"] == ["q_proj", "v_proj"]
+    assert rl["actor_rollout_ref.model.lora.merge"] is True  # vLLM gets merged weights (tied embeddings: lora_keys)
     sft = translate_sft(cfg)
     assert (sft["model.lora_rank"], sft["model.lora_alpha"], sft["model.target_modules"]) == (8, 16, ["q_proj",
                                                                                                       "v_proj"])
@@ -46,7 +47,6 @@ def test_model_lora_becomes_verls_lora_keys_for_rl_and_sft_and_passes_verls_chec
 
 @pytest.mark.parametrize("lora, message", [
     ("{dropout: 0.1}", "base.model.lora.dropout: verl's FSDP LoRA has no dropout"),
-    ("{rank: 1024}", "base.model.lora.rank: 1024: vLLM serves adapters up to rank 512"),
     ("{target_modules: []}", "base.model.lora.target_modules: .*name at least one module"),
 ])
 def test_what_verls_lora_cannot_do_is_refused_naming_the_key(tmp_path, lora, message):
@@ -55,15 +55,30 @@ def test_what_verls_lora_cannot_do_is_refused_naming_the_key(tmp_path, lora, mes
     assert re.search(message, refusal(write_sweep(tmp_path / "s.yaml", "s", base=body)))
 
 
-def test_vllm_compat_gives_verl_the_adapter_mapper_it_calls():
+def test_vllm_compat_gives_verl_what_it_expects_of_vllm():
+    """In verl's vLLM processes: the adapter mapper verl's loader calls, and no per-bucket tied-weight check (a tied
+    lm_head arrives in another bucket than its embedding)."""
     pytest.importorskip("vllm")
     import importlib
 
-    from vllm.model_executor.models.utils import WeightsMapper
-    importlib.reload(importlib.import_module("workflow.engines.verl.vllm_compat"))
-    mapper = WeightsMapper(orig_to_new_prefix={"model.": "language_model."})
-    assert WeightsMapper.get_unstacked_mapper is WeightsMapper.get_rename_mapper
-    assert mapper.get_unstacked_mapper is not None
+    from vllm.model_executor.models import utils
+
+    class Bucket:  # what vLLM's loader knows after a bucket that held lm_head but not embed_tokens
+        _loaded_params_are_complete = True
+        _skipped_aliases = {"lm_head.weight": "model.embed_tokens.weight"}
+        module = torch.nn.Module()  # (named in vLLM's message)
+
+    check, had_alias = utils.AutoWeightsLoader._check_skipped_aliases, "get_unstacked_mapper" in vars(utils.WeightsMapper)
+    with pytest.raises(ValueError, match="was skipped because it is tied"):
+        check(Bucket(), {"model.norm.weight"})
+    try:
+        importlib.reload(importlib.import_module("workflow.engines.verl.vllm_compat"))
+        assert utils.WeightsMapper.get_unstacked_mapper is utils.WeightsMapper.get_rename_mapper
+        assert utils.AutoWeightsLoader._check_skipped_aliases(Bucket(), {"model.norm.weight"}) is None
+    finally:  # this test process's vLLM as it was
+        utils.AutoWeightsLoader._check_skipped_aliases = check
+        if not had_alias:
+            del utils.WeightsMapper.get_unstacked_mapper
 
 
 def test_the_export_folds_a_lora_adapter_into_the_start_model(tmp_path):

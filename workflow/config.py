@@ -71,14 +71,11 @@ class EngineConfig(Strict):
     verl: VerlSettings = VerlSettings()  # read only when name = verl
 
 
-VLLM_MAX_LORA_RANK = 512  # the largest of vLLM's MaxLoRARanks (verl's rollouts load the adapter into vLLM)
-
-
 class LoRAConfig(Strict):
     """Low-rank adapters (Hu et al., arXiv:2106.09685) on `target_modules` of every layer: W x + (alpha / rank) B A x,
     A random, B zero at the start, only A and B trained (the update rules' extra state is adapter-sized). peft's
     LoraConfig on the local engine (workflow/engines/lora.py), verl's own LoRA settings on verl (translate.lora_keys:
-    vLLM rollouts get the adapter). Checkpoints hold the adapter and the merged model (what evaluation loads)."""
+    vLLM rollouts get the merged policy). Checkpoints hold the adapter and the merged model (what evaluation loads)."""
 
     rank: PositiveInt = 8
     alpha: PositiveFloat = 16.0
@@ -525,9 +522,6 @@ class RunConfig(Strict):
         if lora is not None and self.engine.name == "verl":
             if lora.dropout > 0:
                 raise ConfigProblem("model.lora.dropout", "verl's FSDP LoRA has no dropout; set 0 on engine verl")
-            if lora.rank > VLLM_MAX_LORA_RANK:
-                raise ConfigProblem("model.lora.rank", f"{lora.rank}: vLLM serves adapters up to rank "
-                                    f"{VLLM_MAX_LORA_RANK}")
         return self
 
     @model_validator(mode="after")

