@@ -69,3 +69,28 @@ def tmp_results(tmp_path: Path) -> Path:
     d = tmp_path / "results"
     d.mkdir()
     return d
+
+
+def kill_and_resume_rl(sweep: str, run_id: str, rcfg: dict, sft_done: Path, root: Path, total_steps: int,
+                       kill_at: int = 3, wait_s: float = 180) -> Path:
+    """Run an RL stage as `scripts/stage.py` would under Snakemake, SIGKILL it once its step-`kill_at` checkpoint
+    exists, start it again, and check that it resumed from its newest checkpoint. Returns its DONE.json."""
+    import json
+    import signal
+    import time
+    cmd = [sys.executable, "scripts/stage.py", "rl", "--sweep", sweep, "--id", run_id, "--init", str(sft_done),
+           "--results", str(root), "--config", json.dumps(rcfg)]
+    ckpts = root / sweep / "rl" / run_id / "checkpoints"
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + wait_s
+    while not (ckpts / f"step_{kill_at:06d}").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "stage ended before its first checkpoint"
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    newest = max(int(p.name[5:]) for p in ckpts.glob("step_*"))
+    assert newest < total_steps, "the stage finished before it was killed; the test proved nothing"
+    second = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stderr
+    assert f"resuming from checkpoint at step {newest}/{total_steps}" in second.stderr
+    return root / sweep / "rl" / run_id / "DONE.json"

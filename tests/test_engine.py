@@ -15,7 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import REPO
+from conftest import REPO, kill_and_resume_rl
 from workflow.config import ModelConfig, RunConfig
 from workflow.engines.local import TOKENIZER
 from workflow.engines.tiny_lm import build_model, sample
@@ -86,24 +86,7 @@ def test_rl_killed_after_a_checkpoint_resumes_to_identical_weights_and_steps(sft
 
     # same run as a subprocess, SIGKILLed once its step-3 checkpoint exists, then restarted
     root = tmp_path / "killed"
-    cmd = [sys.executable, "scripts/stage.py", "rl", "--sweep", "resume", "--id", run_id, "--init", str(sft),
-           "--results", str(root), "--config", json.dumps(rcfg)]
-    ckpts = root / "resume" / "rl" / run_id / "checkpoints"
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 120
-    while not (ckpts / "step_000003").exists():
-        assert proc.poll() is None and time.monotonic() < deadline, "stage ended before its first checkpoint"
-        time.sleep(0.01)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    newest = max(int(p.name[5:]) for p in ckpts.glob("step_*"))
-    assert newest < RL["steps"], "the stage finished before it was killed; the test proved nothing"
-
-    second = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert second.returncode == 0, second.stderr
-    assert f"resuming from checkpoint at step {newest}/{RL['steps']}" in second.stderr
-
-    done = root / "resume" / "rl" / run_id / "DONE.json"
+    done = kill_and_resume_rl("resume", run_id, rcfg, sft, root, RL["steps"], wait_s=120)
     ref_w, got_w = _final_weights(ref_done), _final_weights(done)
     init_w = load_file(sft.parent / json.loads(sft.read_text())["checkpoint"] / "model.safetensors")
     assert any(not torch.equal(ref_w[k], init_w[k]) for k in ref_w), "RL did not change the weights"

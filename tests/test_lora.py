@@ -5,17 +5,12 @@ resumes to the uninterrupted run's weights."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import REPO
+from conftest import kill_and_resume_rl
 from test_update_rules import reference_gxpo_point
 from workflow.algos.rules.gxpo import GXPO
 from workflow.algos.rules.sfpo import SFPO
@@ -156,23 +151,7 @@ def test_a_killed_lora_rl_stage_resumes_its_adapter_to_the_uninterrupted_weights
     ref_done = run_stage("rl", "lora", run_id, rcfg, results_root=tmp_path / "ref", init=sft)
 
     root = tmp_path / "killed"
-    cmd = [sys.executable, "scripts/stage.py", "rl", "--sweep", "lora", "--id", run_id, "--init", str(sft),
-           "--results", str(root), "--config", json.dumps(rcfg)]
-    ckpts = root / "lora" / "rl" / run_id / "checkpoints"
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 180
-    while not (ckpts / "step_000003").exists():
-        assert proc.poll() is None and time.monotonic() < deadline, "stage ended before its first checkpoint"
-        time.sleep(0.01)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    newest = max(int(p.name[5:]) for p in ckpts.glob("step_*"))
-    assert newest < RL["steps"], "the stage finished before it was killed; the test proved nothing"
-    second = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert second.returncode == 0, second.stderr
-    assert f"resuming from checkpoint at step {newest}/{RL['steps']}" in second.stderr
-
-    done = root / "lora" / "rl" / run_id / "DONE.json"
+    done = kill_and_resume_rl("lora", run_id, rcfg, sft, root, RL["steps"])
     final = done.parent / json.loads(done.read_text())["checkpoint"]
     ref_final = ref_done.parent / json.loads(ref_done.read_text())["checkpoint"]
     # the adapter resumed: the killed-and-resumed run ends on the uninterrupted run's adapter, bit for bit
