@@ -94,3 +94,25 @@ def kill_and_resume_rl(sweep: str, run_id: str, rcfg: dict, sft_done: Path, root
     assert second.returncode == 0, second.stderr
     assert f"resuming from checkpoint at step {newest}/{total_steps}" in second.stderr
     return root / sweep / "rl" / run_id / "DONE.json"
+
+
+# the SFT stage the RL resume tests start from (tests/test_engine.py, tests/test_lora.py); SFT reads no `rl` section, so
+# each module adds its own RL settings to this config and they all share one SFT job
+SFT_FOR_RL = {"model": {"n_layers": 2, "hidden": 64, "n_heads": 4},
+              "sft": {"steps": 300, "batch_size": 64, "checkpoint_every": 300},
+              "task": {"n_heldout": 16, "two_step_fraction": 1.0}}
+
+
+@pytest.fixture(scope="session")
+def sft_for_rl(tmp_path_factory) -> Path:
+    """The DONE.json of an SFT checkpoint good enough that some RL groups have mixed rewards (so RL really moves the
+    weights), trained once per test session under SFT_FOR_RL."""
+    from workflow.config import RunConfig
+    from workflow.launch import run_stage
+    from workflow.stages import stage_config
+    from workflow.sweep.identity import stable_id
+    scfg = stage_config(RunConfig.model_validate(SFT_FOR_RL), "sft")
+    torch.set_num_threads(2)
+    done = run_stage("sft", "sft", stable_id(scfg), scfg, results_root=tmp_path_factory.mktemp("sft_results"))
+    torch.set_num_threads(1)
+    return done

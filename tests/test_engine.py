@@ -15,7 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import REPO, kill_and_resume_rl
+from conftest import REPO, SFT_FOR_RL, kill_and_resume_rl
 from workflow.config import ModelConfig, RunConfig
 from workflow.engines.local import TOKENIZER
 from workflow.engines.tiny_lm import build_model, sample
@@ -56,17 +56,8 @@ RL = {"steps": 30, "prompts_per_step": 8, "group_size": 8, "checkpoint_every": 3
 
 
 @pytest.fixture(scope="module")
-def sft_done(tmp_path_factory) -> tuple[Path, RunConfig]:
-    """An SFT checkpoint good enough that some RL groups have mixed rewards (so RL really moves the weights)."""
-    root = tmp_path_factory.mktemp("sft_results")
-    cfg = RunConfig.model_validate({"model": {"n_layers": 2, "hidden": 64, "n_heads": 4},
-                                    "sft": {"steps": 300, "batch_size": 64, "checkpoint_every": 300},
-                                    "task": {"n_heldout": 16, "two_step_fraction": 1.0}, "rl": RL})
-    scfg = stage_config(cfg, "sft")
-    torch.set_num_threads(2)
-    done = run_stage("sft", "resume", stable_id(scfg), scfg, results_root=root)
-    torch.set_num_threads(1)
-    return done, cfg
+def sft_done(sft_for_rl) -> tuple[Path, RunConfig]:
+    return sft_for_rl, RunConfig.model_validate({**SFT_FOR_RL, "rl": RL})
 
 
 def _final_weights(done: Path) -> dict[str, torch.Tensor]:

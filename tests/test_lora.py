@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import kill_and_resume_rl
+from conftest import SFT_FOR_RL, kill_and_resume_rl
 from test_update_rules import reference_gxpo_point
 from workflow.algos.rules.gxpo import GXPO
 from workflow.algos.rules.sfpo import SFPO
@@ -121,18 +121,10 @@ RL = {"steps": 12, "prompts_per_step": 8, "group_size": 8, "checkpoint_every": 3
 
 
 @pytest.fixture(scope="module")
-def lora_sft(tmp_path_factory):
-    """A (full fine-tuning) SFT checkpoint good enough that some RL groups have mixed rewards; the RL runs add LoRA."""
-    root = tmp_path_factory.mktemp("lora_sft")
-    cfg = RunConfig.model_validate({"model": {"n_layers": 2, "hidden": 64, "n_heads": 4},
-                                    "sft": {"steps": 300, "batch_size": 64, "checkpoint_every": 300},
-                                    "task": {"n_heldout": 16, "two_step_fraction": 1.0}, "rl": RL})
-    scfg = stage_config(cfg, "sft")
-    torch.set_num_threads(2)
-    done = run_stage("sft", "lora", stable_id(scfg), scfg, results_root=root)
-    torch.set_num_threads(1)
-    lcfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"lora": LoRAConfig(rank=4, alpha=8.0)})})
-    return done, lcfg
+def lora_sft(sft_for_rl):
+    """A (full fine-tuning) SFT checkpoint with mixed RL rewards; the RL runs of this module add LoRA."""
+    return sft_for_rl, RunConfig.model_validate({**SFT_FOR_RL, "rl": RL, "model": {**SFT_FOR_RL["model"],
+                                                                                   "lora": {"rank": 4, "alpha": 8.0}}})
 
 
 def test_lora_is_in_the_run_id_only_when_set(lora_sft):

@@ -169,7 +169,7 @@ class LocalEngine:
             model = with_lora(build_model(stage.model, TOKENIZER.vocab_size, sft.seed), stage.model, sft.seed)
             model = model.to(device())
             batch = sft_batch(stage.task, sft.seed, 0, probe_rows(sft.batch_size, sft.micro_batch_size))
-            params = [p for p in model.parameters() if p.requires_grad]
+            params = lora.trainable(model)
             backward = functools.partial(accumulate or sft_accumulate, model, batch)
             return TorchProbe(params, make_optimizer(params, sft.lr, sft.weight_decay), backward,
                               len(batch["input_ids"]), sft.micro_batch_size, sft.max_grad_norm)
@@ -182,7 +182,7 @@ class LocalEngine:
                                    rl.group_size))
         probe_rl = rl.model_copy(update={"prompts_per_step": prompts})
         step, problems, _, _, _ = rollout(model, ref, mix, stage.task, probe_rl, stage.seed, 0, rl.steps)
-        params = [p for p in model.parameters() if p.requires_grad]
+        params = lora.trainable(model)
         opt = make_optimizer(params, rl.lr, rl.weight_decay)
         if mix.interleaves_sft:  # what the method adds to GRPO is its SFT step: check that one (on this batch's)
             batch = demonstrations([(p.prompt, p.solution) for p in problems])

@@ -1,12 +1,14 @@
-"""LoRA on the local engine (`model.lora`), through peft: which parameters train, and what a checkpoint holds.
+"""LoRA (`model.lora`) through peft: which parameters train, and what a checkpoint holds.
 
     wrap(model, lora, seed)       peft adapters on the target modules; every other weight frozen (requires_grad off)
     write(model, dir)             a checkpoint's model: the merged model (what evaluation and the next stage load,
                                   an ordinary Hugging Face directory) + the adapter alone under `adapter/`
     load_adapter(model, dir)      resume: the adapter of a checkpoint into a wrapped model (its base is the stage's
                                   start, which LoRA never changes)
+    fold_exported_adapter(dir, base)  verl's export of a LoRA run (its merger leaves base weights + lora_adapter/)
+                                  made the same kind of checkpoint: the adapter folded into the start model
 
-The trainer's parameter list is `trainable(model)`, so the update rules' extra state (SFPO's slow weights, GXPO's
+The local engine's parameter list is `trainable(model)`, so the update rules' extra state (SFPO's slow weights, GXPO's
 gradient probes and ratios) and the optimizer's moments are adapter-sized; the base weights stay bit-identical.
 """
 

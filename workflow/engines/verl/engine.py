@@ -28,6 +28,7 @@ vLLM's CPU build (cpu.py), on the tiny model `rlsweep:tiny` (tiny_model.py): how
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -61,17 +62,13 @@ def _env(v, modules: str) -> dict[str, str]:
 
 
 def largest_tensor_mb(model_dir: str | Path, bytes_per_value: int = 4) -> int:
-    """MB of the model's largest weight at `bytes_per_value` (fp32: what a CPU run syncs), from the safetensors
-    headers (no weights read); 0 where there are none (a Hugging Face id, resolved by verl itself)."""
+    """MB (rounded up, +1) of the model's largest weight at `bytes_per_value` (fp32: what a CPU run syncs), from the
+    safetensors headers (no weights read); 1 where there are none (a Hugging Face id, resolved by verl itself)."""
     from safetensors import safe_open
     largest = 0
     for f in sorted(Path(model_dir).glob("*.safetensors")) if Path(model_dir).is_dir() else []:
         with safe_open(f, "pt") as st:
-            for key in st.keys():
-                n = 1
-                for d in st.get_slice(key).get_shape():
-                    n *= d
-                largest = max(largest, n)
+            largest = max([largest, *(math.prod(st.get_slice(k).get_shape()) for k in st.keys())])
     return -(-largest * bytes_per_value // 2**20) + 1
 
 
