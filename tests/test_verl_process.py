@@ -101,6 +101,20 @@ def test_another_jobs_named_semaphores_and_open_segments_are_kept():
     assert name in remove_leaked_segments(before)  # its process gone, the segment it left is a leak
 
 
+def test_a_cpu_runs_verl_processes_let_mkl_follow_their_openmp_threads(monkeypatch):
+    """vLLM's CPU worker pins itself to one core and sets OMP_NUM_THREADS=1; Snakemake sets MKL_NUM_THREADS to the
+    rule's threads, which MKL obeys first: two MKL threads on one core made rollouts ~40x slower. A CPU run's verl
+    children do not inherit it (then MKL follows OMP_NUM_THREADS); a GPU run's keep the whole environment."""
+    from workflow.engines.verl.engine import child_env
+    from workflow.config import VerlSettings
+    monkeypatch.setenv("MKL_NUM_THREADS", "2")
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    cpu = child_env(VerlSettings(model_path="m", device="cpu"), "mod")
+    assert "MKL_NUM_THREADS" not in cpu and cpu["OMP_NUM_THREADS"] == "2" and cpu["VLLM_TARGET_DEVICE"] == "cpu"
+    cuda = child_env(VerlSettings(model_path="m"), "mod")
+    assert cuda["MKL_NUM_THREADS"] == "2" and cuda["VERL_USE_EXTERNAL_MODULES"].startswith("mod")
+
+
 def test_cpu_runs_translate_to_verls_cpu_settings_and_device_is_part_of_the_id():
     pytest.importorskip("verl")
     from workflow.engines.verl.compose import compose, validate

@@ -44,17 +44,21 @@ from workflow.engines.verl.process import run_supervised
 from workflow.engines.verl.sft_launch import command as sft_command
 from workflow.models import resolve_model
 from workflow.engines.verl.translate import CPU_MODULE, FP32, PPO_MODULE, WORKER_MODULE, external_modules, \
-    process_env, translate, translate_sft
+    CPU_DROPPED_ENV, process_env, translate, translate_sft
 from workflow.layout import CHECKPOINTS
 from workflow.results.train_log import TrainLog
 from workflow.slurm.ray_cluster import allocation_nodes, start_commands
 from workflow.stages import RLStage, SFTStage
 
 
-def _env(v, modules: str) -> dict[str, str]:
-    """This process's environment for a verl child: the device's variables, and our modules first in
-    VERL_USE_EXTERNAL_MODULES (a user's own plugins may already be there)."""
+def child_env(v, modules: str) -> dict[str, str]:
+    """This process's environment for a verl child: the device's variables (less those a CPU run must not
+    inherit: translate.CPU_DROPPED_ENV), and our modules first in VERL_USE_EXTERNAL_MODULES (a user's own plugins
+    may already be there)."""
     env = {**os.environ, **process_env(v)}
+    if v.device == "cpu":
+        for key in CPU_DROPPED_ENV:
+            env.pop(key, None)
     if modules:
         theirs = env.get("VERL_USE_EXTERNAL_MODULES")
         env["VERL_USE_EXTERNAL_MODULES"] = modules + (f",{theirs}" if theirs else "")
@@ -163,7 +167,7 @@ class VerlEngine:
     def _probe_child(v, root: Path, config_path: Path, ranks: int, base: dict) -> Callable[[dict], dict]:
         """run(request) for a VerlProbe: the preflight's torchrun child on `ranks` ranks (preflight.py)."""
         import torch
-        env = _env(v, CPU_MODULE if v.device == "cpu" else "")
+        env = child_env(v, CPU_MODULE if v.device == "cpu" else "")
 
         def run(request: dict) -> dict:
             request_path, out = root / "request.json", root / "figures.pt"
@@ -190,7 +194,7 @@ class VerlEngine:
         argv = sft_command(config_path, log_path, n_gpus_per_node=v.n_gpus_per_node, nodes=nodes,
                            port=int(os.environ.get("RLSWEEP_TORCH_PORT", "29500")),
                            job_id=os.environ.get("SLURM_JOB_ID", log.run_id))
-        env = _env(v, CPU_MODULE if v.device == "cpu" else "")  # torchrun ranks need only the CPU platform
+        env = child_env(v, CPU_MODULE if v.device == "cpu" else "")  # torchrun ranks need only the CPU platform
         run_supervised(argv, env, what="verl's SFT trainer", timeout_s=_timeout_s(v))
         return self._export(out_dir, log, stage.sft.steps, "sft", model_dir="", base_model=model)
 
@@ -218,7 +222,7 @@ class VerlEngine:
             else:
                 config_path = out_dir / "verl_ppo.yaml"
                 OmegaConf.save(config, config_path)
-                run_supervised([sys.executable, "-m", PPO_MODULE, str(config_path)], _env(v, external_modules(v)),
+                run_supervised([sys.executable, "-m", PPO_MODULE, str(config_path)], child_env(v, external_modules(v)),
                                what="verl's PPO trainer", timeout_s=_timeout_s(v))
         finally:
             for p in ray:

@@ -49,6 +49,14 @@ def external_modules(v) -> str:
 VLLM_CPU_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1"}
 
 
+# inherited variables a CPU run's verl processes must not see. MKL_NUM_THREADS: vLLM's CPU worker pins itself to
+# its cores and sets OMP_NUM_THREADS to their number (one of two cores: the other is its engine core's), but MKL
+# obeys MKL_NUM_THREADS first, which Snakemake sets to the rule's threads: two MKL threads on one pinned core wait
+# on each other's time slices in every matmul (SmolLM2 rollouts at ~3 tokens/s instead of ~100). Without it MKL
+# follows OMP_NUM_THREADS in every process (the trainer's stays the rule's threads).
+CPU_DROPPED_ENV = ("MKL_NUM_THREADS",)
+
+
 def process_env(v) -> dict[str, str]:
     """The environment a run's verl processes need besides VERL_USE_EXTERNAL_MODULES (Ray's env vars must be
     strings)."""
