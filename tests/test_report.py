@@ -21,6 +21,7 @@ seeds: [0, 1, 2]
 ACC = {"grpo": {2: [0.2, 0.3, 0.4], 4: [0.4, 0.5, 0.6]}, "sfpo": {2: [0.5, 0.6], 4: [0.6, 0.7]}}
 # per problem, its two samples' correctness (every seed alike): grpo 0, .5, .5, 1; sfpo .5, .5, 1, 1
 SAMPLES = {"grpo": [(0, 0), (1, 0), (0, 1), (1, 1)], "sfpo": [(1, 0), (1, 0), (1, 1), (1, 1)]}
+START = [(0, 0), (0, 0), (1, 0), (0, 1)]  # step 0 (the SFT model every run starts from): 0, 0, .5, .5
 PASSES = {"grpo": 1, "sfpo": 4}  # backward passes per step; flops = 100 x passes, wall_s = 1 s x (1 + (sfpo))
 
 
@@ -46,10 +47,11 @@ def sweep_results(tmp_path):
         if failed:
             continue
         scores = {0: 0.1, **{step: acc[seed] for step, acc in ACC[method].items()}}
-        correct = SAMPLES[method]  # the final evaluation's samples: 4 problems x 2 samples
+        # the start's and the final evaluation's samples: 4 problems x 2 samples
         write_rows(results, "rep", "eval_samples", run.run_id, [dict(
-            run_id=run.run_id, eval_id=run.eval_id, sweep="rep", step=4, benchmark="arithmetic",
-            problem_id=f"p{i}", sample_idx=j, correct=bool(c)) for i, pair in enumerate(correct)
+            run_id=run.run_id, eval_id=run.eval_id, sweep="rep", step=step, benchmark="arithmetic",
+            problem_id=f"p{i}", sample_idx=j, correct=bool(c))
+            for step, correct in ((0, START), (4, SAMPLES[method])) for i, pair in enumerate(correct)
             for j, c in enumerate(pair)])
         write_rows(results, "rep", "eval_scores", run.run_id, [dict(
             run_id=run.run_id, eval_id=run.eval_id, sweep="rep", step=step, benchmark="arithmetic", k=2,
@@ -62,7 +64,7 @@ def cells(markdown: str, section: str) -> dict[str, list[str]]:
     """The rows of a section's table, by first cell."""
     part = markdown.split(f"## {section}", 1)[1].split("\n## ", 1)[0]
     rows = [[c.strip() for c in line.strip("|").split(" | ")] for line in part.splitlines() if line.startswith("| ")]
-    return {r[0] if section not in ("Efficiency", "Noise") else r[1]: r for r in rows[1:]}
+    return {r[0] if section not in ("Efficiency", "Noise", "Did RL") else r[1]: r for r in rows[1:]}
 
 
 def test_the_report_shows_accuracy_efficiency_curves_and_the_failed_run(sweep_results):
@@ -95,6 +97,13 @@ def test_the_report_shows_accuracy_efficiency_curves_and_the_failed_run(sweep_re
     low, high = (float(x) for x in re.findall(r"[+-]\d\.\d+", noise["rl.update=sfpo"][4])[1:])
     p = float(noise["rl.update=sfpo"][5])  # a resample sees 0 when it draws only the two tied problems
     assert 0 <= low < 0.25 < high <= 0.5 and 0.02 < p < 0.4
+
+    # final minus start: grpo's per-problem gains 0, .5, 0, .5 (a resample of only the 0s: 1 in 16), sfpo's .5 on
+    # every problem (no resample can hold 0)
+    gain = cells(md, "Did RL")
+    assert gain["rl.update=grpo"][2:4] == ["3", "4"] and gain["rl.update=grpo"][4].startswith("+0.250 [+0.000, ")
+    assert 0.05 < float(gain["rl.update=grpo"][5]) < 0.25
+    assert gain["rl.update=sfpo"][2:] == ["2", "4", "**+0.500 [+0.500, +0.500]**", "< 0.001"]
 
     runs = cells(md, "Runs")
     failed = [r for r in runs.values() if r[3] == "**FAILED**"]
@@ -198,7 +207,7 @@ def test_the_html_report_renders_in_a_real_browser_from_a_file_url(sweep_results
                          capture_output=True, text=True, timeout=120).stdout
     seen = json.loads(html.unescape(re.search(r'data-check="([^"]*)"', dom)[1]))
     assert len(seen["images"]) == 2 and all(width > 300 for width in seen["images"])  # both figures decoded
-    assert seen["tables"] == {"accuracy": 4, "efficiency": 3, "paired": 2, "runs": 7}  # header + rows
+    assert seen["tables"] == {"accuracy": 4, "efficiency": 3, "gain": 3, "paired": 2, "runs": 7}  # header + rows
     shot = tmp_path / "report.png"
     subprocess.run([chromium, *flags, "--window-size=1280,2400", f"--screenshot={shot}", alone.as_uri()],
                    capture_output=True, timeout=120)

@@ -72,11 +72,14 @@ def write_report(sweep, results_root: str | Path) -> Path:
     missing = tables.missing(data["runs"])
     missing += [f"Left out, unreadable: {d.table}/{d.path.name} (`rlsweep doctor` says how to recompute it)."
                 for d in catalog.damaged]
+    gain = [r for r in data["paired"] if r["versus"] == "start"]
+    versus_baseline = [r for r in data["paired"] if r["versus"] == "baseline"]
     context = {"sweep": sweep.name, "description": sweep.spec.description, "results": str(results_root),
                "generated": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                "accuracy": tables.accuracy(data["accuracy"], seeds), "runs": tables.runs(data["runs"]),
                "efficiency": tables.efficiency(data["efficiency"], baseline) if data["efficiency"] else None,
-               "paired": tables.paired(data["paired"], baseline, BOOTSTRAP) if data["paired"] else None,
+               "gain": tables.gain(gain, BOOTSTRAP) if gain else None,
+               "paired": tables.paired(versus_baseline, baseline, BOOTSTRAP) if versus_baseline else None,
                "baseline": baseline, "figures": figs, "study": study_table, "study_notes": study_notes,
                "curve_notes": curve_notes, "missing": missing}
     markdown, html = render(context)

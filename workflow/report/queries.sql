@@ -147,53 +147,60 @@ ORDER BY s.benchmark, NOT baseline, s.label
 ;
 
 -- name: paired
--- Each setting against the baseline ($baseline_name) at their final evaluations, paired by seed and problem: the
--- per-problem accuracy over samples, its difference setting - baseline on the seeds and problems both have, and the
--- mean difference with a 95% interval and two-sided p-value from $bootstrap bootstrap resamples of the seeds and,
--- independently, of the problems (each draw is a hash of (resample, position): rerunning gives the same numbers).
+-- Two paired comparisons at the final evaluations, by seed and problem, on the per-problem accuracy over samples:
+-- versus 'start', each setting minus its own starting model (its step-0 evaluation, eval.at_start: did RL improve
+-- the model?); versus 'baseline', each setting minus the baseline ($baseline_name) on the seeds and problems both
+-- have. Each gives the mean difference with a 95% interval and two-sided p-value from $bootstrap bootstrap resamples
+-- of the seeds and, independently, of the problems (each draw is a hash of (resample, position): rerunning gives
+-- the same numbers).
 WITH planned AS ($planned),
 acc AS (
-    SELECT p.label, p.seed, s.benchmark, s.problem_id, avg(s.correct::INT) AS acc
+    SELECT p.label, p.seed, s.benchmark, s.problem_id, s.step = 0 AS start, avg(s.correct::INT) AS acc
     FROM eval_samples s JOIN planned p USING (run_id, eval_id)
-    WHERE s.step = p.steps
+    WHERE s.step = p.steps OR s.step = 0
     GROUP BY ALL
 ),
 diffs AS (
-    SELECT a.label, a.benchmark, a.seed, a.problem_id, a.acc - b.acc AS diff
-    FROM acc a JOIN acc b ON b.label = $baseline AND a.label <> b.label AND a.benchmark = b.benchmark
+    SELECT 'start' AS versus, a.label, a.benchmark, a.seed, a.problem_id, a.acc - b.acc AS diff
+    FROM acc a JOIN acc b ON b.start AND NOT a.start AND a.label = b.label AND a.benchmark = b.benchmark
          AND a.seed = b.seed AND a.problem_id = b.problem_id
+    UNION ALL
+    SELECT 'baseline' AS versus, a.label, a.benchmark, a.seed, a.problem_id, a.acc - b.acc AS diff
+    FROM acc a JOIN acc b ON NOT a.start AND NOT b.start AND b.label = $baseline AND a.label <> b.label
+         AND a.benchmark = b.benchmark AND a.seed = b.seed AND a.problem_id = b.problem_id
 ),
 indexed AS (
-    SELECT *, dense_rank() OVER (PARTITION BY label, benchmark ORDER BY seed) - 1 AS s_idx,
-           dense_rank() OVER (PARTITION BY label, benchmark ORDER BY problem_id) - 1 AS p_idx
+    SELECT *, dense_rank() OVER (PARTITION BY versus, label, benchmark ORDER BY seed) - 1 AS s_idx,
+           dense_rank() OVER (PARTITION BY versus, label, benchmark ORDER BY problem_id) - 1 AS p_idx
     FROM diffs
 ),
 sizes AS (
-    SELECT label, benchmark, max(s_idx) + 1 AS n_seeds, max(p_idx) + 1 AS n_problems, avg(diff) AS mean_diff
+    SELECT versus, label, benchmark, max(s_idx) + 1 AS n_seeds, max(p_idx) + 1 AS n_problems,
+           avg(diff) AS mean_diff
     FROM indexed GROUP BY ALL
 ),
 resamples AS (SELECT range AS b FROM range($bootstrap)),
 seed_draws AS (  -- resample b's seeds: position j draws a seed index from hash(b, j, 's')'s high 32 bits
     -- (its low bits are not independent across positions: a mod of the whole hash draws correlated problems)
-    SELECT z.label, z.benchmark, r.b, (hash(r.b, j.range, 's') >> 32) % z.n_seeds AS s_idx
+    SELECT z.versus, z.label, z.benchmark, r.b, (hash(r.b, j.range, 's') >> 32) % z.n_seeds AS s_idx
     FROM sizes z, resamples r, range(z.n_seeds) j
 ),
 problem_draws AS (
-    SELECT z.label, z.benchmark, r.b, (hash(r.b, i.range, 'p') >> 32) % z.n_problems AS p_idx
+    SELECT z.versus, z.label, z.benchmark, r.b, (hash(r.b, i.range, 'p') >> 32) % z.n_problems AS p_idx
     FROM sizes z, resamples r, range(z.n_problems) i
 ),
 stats AS (  -- each resample's mean difference over its drawn seeds x drawn problems
-    SELECT sd.label, sd.benchmark, sd.b, avg(x.diff) AS mean_diff
+    SELECT sd.versus, sd.label, sd.benchmark, sd.b, avg(x.diff) AS mean_diff
     FROM seed_draws sd
-    JOIN problem_draws pd ON pd.label = sd.label AND pd.benchmark = sd.benchmark AND pd.b = sd.b
-    JOIN indexed x ON x.label = sd.label AND x.benchmark = sd.benchmark AND x.s_idx = sd.s_idx
-         AND x.p_idx = pd.p_idx
+    JOIN problem_draws pd USING (versus, label, benchmark, b)
+    JOIN indexed x ON x.versus = sd.versus AND x.label = sd.label AND x.benchmark = sd.benchmark
+         AND x.s_idx = sd.s_idx AND x.p_idx = pd.p_idx
     GROUP BY ALL
 )
-SELECT z.label, z.benchmark, z.n_seeds, z.n_problems, z.mean_diff,
+SELECT z.versus, z.label, z.benchmark, z.n_seeds, z.n_problems, z.mean_diff,
        quantile_cont(s.mean_diff, 0.025) AS ci_low, quantile_cont(s.mean_diff, 0.975) AS ci_high,
        least(1.0, 2 * least(avg((s.mean_diff <= 0)::INT), avg((s.mean_diff >= 0)::INT))) AS p_value
-FROM sizes z JOIN stats s USING (label, benchmark)
+FROM sizes z JOIN stats s USING (versus, label, benchmark)
 GROUP BY ALL
-ORDER BY z.benchmark, z.label
+ORDER BY z.versus DESC, z.benchmark, z.label
 ;
