@@ -188,6 +188,16 @@ images: [...document.images].map(i => i.naturalWidth),
 tables: Object.fromEntries([...document.querySelectorAll("table")].map(t => [t.id, t.rows.length]))})));</script>"""
 
 
+def test_a_setting_with_one_seeds_evaluation_shows_its_mean_without_a_spread_or_interval(sweep_results):
+    from workflow.report.build import write_report
+    sweep, results = sweep_results
+    sfpo_seed_1 = next(r for r in sweep.runs if r.method == "sfpo" and r.config.seed == 1)
+    for table in ("eval_scores", "eval_samples"):
+        (results / "rep" / "tables" / table / f"{sfpo_seed_1.run_id}.parquet").unlink()
+    md = (write_report(sweep, results).parent / "report.md").read_text()
+    assert cells(md, "Accuracy")["rl.update=sfpo"][3] == "**0.600 (n=1 of 3)**"  # seed 0 alone: no std, no t interval
+
+
 def test_the_html_report_renders_in_a_real_browser_from_a_file_url(sweep_results, tmp_path):
     import html
     import json

@@ -58,9 +58,12 @@ stats AS (
     FROM (SELECT DISTINCT ON (label, start_from, seed, benchmark) * FROM cells)  -- a start: one evaluation (seed NULL)
     GROUP BY ALL
 )
-SELECT s.* EXCLUDE (eval_ci_low, eval_ci_high),  -- (clipped to [0, 1]: with 2 seeds the t interval is wider
-       CASE WHEN s.start THEN s.eval_ci_low ELSE greatest(0, s.mean - t.t * s.std / sqrt(s.seeds)) END AS ci_low,
-       CASE WHEN s.start THEN s.eval_ci_high ELSE least(1, s.mean + t.t * s.std / sqrt(s.seeds)) END AS ci_high
+SELECT s.* EXCLUDE (eval_ci_low, eval_ci_high),  -- (clipped to [0, 1]: with 2 seeds the t interval is wider;
+       -- none from one seed: greatest / least would skip the NULL and print [0, 1])
+       CASE WHEN s.start THEN s.eval_ci_low WHEN s.seeds > 1 THEN greatest(0, s.mean - t.t * s.std / sqrt(s.seeds))
+       END AS ci_low,
+       CASE WHEN s.start THEN s.eval_ci_high WHEN s.seeds > 1 THEN least(1, s.mean + t.t * s.std / sqrt(s.seeds))
+       END AS ci_high
 FROM stats s LEFT JOIN t95 t ON t.df = s.seeds - 1
 ORDER BY NOT start, label, benchmark
 ;

@@ -48,7 +48,7 @@ def accuracy(rows: list[dict], planned_seeds: dict[str, int]) -> Table:
             if r is None:
                 row.append(Cell("—", note="not evaluated"))
                 continue
-            text = fmt(r["mean"]) + (f" ± {fmt(r['std'] or 0.0)}" if trained else "")
+            text = fmt(r["mean"]) + (f" ± {fmt(r['std'])}" if trained and r["seeds"] > 1 else "")
             if r["ci_low"] is not None:
                 text += f" [{fmt(r['ci_low'])}, {fmt(r['ci_high'])}]"
             wanted = planned_seeds.get(label, r["seeds"]) if trained else r["seeds"]
