@@ -157,21 +157,24 @@ def default_baseline(labels_by_method: dict[str, set[str]]) -> str | None:
     return next(iter(grpo)) if len(grpo) == 1 else None
 
 
-def _difference(r: dict, resamples: int) -> list[Cell]:
-    """A paired difference's cells: "mean [95% interval]" (bold when the interval excludes 0) and its p-value."""
-    p = r["p_value"]
-    return [Cell(f"{r['mean_diff']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]",
-                 mark="best" if r["ci_low"] > 0 or r["ci_high"] < 0 else ""),
-            Cell(f"< {1 / resamples:g}" if p == 0 else f"{p:.3f}")]
+def _differences(rows: list[dict], column: str, resamples: int) -> Table:
+    """The paired query's rows as a table: per benchmark and setting, its seeds and problems, "mean [95% interval]"
+    (bold when the interval excludes 0) and the p-value."""
+    table = Table(["benchmark", "setting", "seeds", "problems", column, "p"])
+    for r in rows:
+        p = r["p_value"]
+        table.rows.append([Cell(r["benchmark"]), Cell(r["label"]), Cell(str(r["n_seeds"])),
+                           Cell(str(r["n_problems"])),
+                           Cell(f"{r['mean_diff']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]",
+                                mark="best" if r["ci_low"] > 0 or r["ci_high"] < 0 else ""),
+                           Cell(f"< {1 / resamples:g}" if p == 0 else f"{p:.3f}")])
+    return table
 
 
 def gain(rows: list[dict], resamples: int) -> Table:
     """Per benchmark and setting: final minus start (the run's own step-0 evaluation), paired by seed and problem,
     with its 95% bootstrap interval and p-value: whether RL improved the model it started from."""
-    table = Table(["benchmark", "setting", "seeds", "problems", "final − start [95% interval]", "p"])
-    for r in rows:
-        table.rows.append([Cell(r["benchmark"]), Cell(r["label"]), Cell(str(r["n_seeds"])),
-                           Cell(str(r["n_problems"])), *_difference(r, resamples)])
+    table = _differences(rows, "final − start [95% interval]", resamples)
     table.notes.append(f"Per problem the accuracy over its samples at the final evaluation minus at step 0 "
                        f"(eval.at_start: the model RL started from, one evaluation its seeds share), paired by seed "
                        f"and problem; the interval and two-sided p-value from {resamples} bootstrap resamples of "
@@ -182,10 +185,7 @@ def gain(rows: list[dict], resamples: int) -> Table:
 def paired(rows: list[dict], baseline: str, resamples: int) -> Table:
     """Per benchmark and setting: the paired difference to the baseline (seeds and problems both have), its 95%
     bootstrap interval and p-value; an interval that holds 0 in bold marks nothing: it is noise."""
-    table = Table(["benchmark", "setting", "seeds", "problems", f"avg@k − {baseline} [95% interval]", "p"])
-    for r in rows:
-        table.rows.append([Cell(r["benchmark"]), Cell(r["label"]), Cell(str(r["n_seeds"])),
-                           Cell(str(r["n_problems"])), *_difference(r, resamples)])
+    table = _differences(rows, f"avg@k − {baseline} [95% interval]", resamples)
     table.notes.append(f"Paired by seed and problem at the final evaluation: per problem the accuracy over its "
                        f"samples, setting minus `{baseline}`; the interval and two-sided p-value from {resamples} "
                        "bootstrap resamples of the seeds and of the problems. Bold: the interval excludes 0. With "
