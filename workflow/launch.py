@@ -44,6 +44,7 @@ from workflow.eval.plan import eval_groups
 from workflow.layout import CHECKPOINTS, DONE, eval_job_at, runs_file, stage_dir, step_dir, summary_path
 from workflow.preemption import EXIT_PREEMPTED, Preempted
 from workflow.provenance import provenance
+from workflow.results.compaction import AUTO_FILES, CompactionBusy, compact, compaction_line
 from workflow.results.summary import write_summary
 from workflow.results.train_log import TrainLog
 from workflow.results.writer import write_rows
@@ -281,6 +282,22 @@ def _terminated(signum, frame) -> None:
     raise Terminated()
 
 
+def auto_compact(results_root: Path, sweep: str) -> None:
+    """The end of a sweep: pack its finished stages' table files once there are many (compaction.py), so queries
+    stay fast; $RLSWEEP_AUTO_COMPACT sets how many (0: never). The summary is written first: it never waits on
+    compaction or fails with it."""
+    min_files = int(os.environ.get("RLSWEEP_AUTO_COMPACT", AUTO_FILES))
+    if min_files <= 0:
+        return
+    try:
+        done = compact(results_root, sweep, min_files=min_files)
+    except CompactionBusy as e:
+        print(f"aggregate: not compacted: {e}", file=sys.stderr)
+        return
+    if done:
+        print(f"aggregate: compacted {sweep}'s tables: {compaction_line(done)}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="stage.py", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("stage", choices=[*STAGES, "aggregate"])
@@ -308,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     if a.stage == "aggregate":
         write_summary(a.results, a.sweep, a.out or summary_path(a.results, a.sweep))
+        auto_compact(a.results, a.sweep)
         return 0
     if not a.id or not a.config:
         p.error(f"{a.stage} needs --id and --config")

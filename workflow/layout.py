@@ -107,6 +107,26 @@ def eval_job_at(job_dir: str | Path) -> StageJob | None:
 #   runs/<stage>_<id>[_<step>_<group>]           a stage job's row (an eval job adds its step and group)
 #   train_steps/<stage>_<id>_<first>-<last>      a training stage's steps, one file per checkpoint interval
 #   eval_samples|eval_scores/<run_id>_<eval_id>_step<step>_<benchmark>   one benchmark of one eval job
+#   <table>/packed-<seq>-<hex>                    many finished stages' files merged into one (results/packs.py)
+PACK_PREFIX = "packed-"  # no stage's file name starts so: the patterns below all need a `_` before any `-`
+
+
+def pack_file(seq: int, token: str) -> str:
+    """A pack's name: `seq` orders a table's packs (the newer holds a stage job's newer rows), `token` is random."""
+    return f"{PACK_PREFIX}{seq:06d}-{token}"
+
+
+def pack_seq(stem: str) -> int:
+    return int(_PACK.match(stem)["seq"])
+
+
+_PACK = re.compile(rf"^{PACK_PREFIX}(?P<seq>\d{{6,}})-[0-9a-f]+$")
+
+
+def is_pack(stem: str) -> bool:
+    return _PACK.match(stem) is not None
+
+
 def runs_file(stage: str, stage_id: str, step: int | None = None, group: str | None = None) -> str:
     return f"{stage}_{stage_id}" + (f"_{step}_{group}" if stage == "eval" else "")
 

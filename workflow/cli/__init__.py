@@ -17,6 +17,9 @@
     rlsweep doctor SWEEP.yaml | --sweep NAME [--fix]
                                          damaged table files, leftover temporaries, DONE.json vs the tables, and how
                                          to recompute; --fix moves what must go to quarantine (exit 1: problems)
+    rlsweep compact SWEEP.yaml | --sweep NAME
+                                         merge the finished stages' table files into a few packs per table (the
+                                         aggregate stage does it once a sweep has 256 files); queries stay fast
     rlsweep preflight SWEEP.yaml         the integrity preflight of every SFT and mixed-policy job: the gradient is
                                          the same for any micro-batch split, one accumulated step equals one
                                          full-batch step (exit 1: a job would train wrongly)
@@ -55,6 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--sweep", help="the sweep's name, when its file is not at hand")
     d.add_argument("--fix", action="store_true", help="move what each problem lists to results/<sweep>/quarantine/")
     d.set_defaults(fn="doctor:cmd_doctor")
+    c = sub.add_parser("compact", parents=[common], help="merge finished stages' table files into a few packs")
+    c.add_argument("sweep_file", nargs="?", help="the sweep file (or --sweep NAME)")
+    c.add_argument("--sweep", help="the sweep's name, when its file is not at hand")
+    c.set_defaults(fn="compact:cmd_compact")
     pl = sub.add_parser("plan", parents=[common], help="what running the sweep would do, and its GPU-hours")
     pl.add_argument("sweep_file")
     pl.set_defaults(fn="plan:cmd_plan")

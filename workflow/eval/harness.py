@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from workflow.config import EvalConfig, TaskConfig
 from workflow.eval import benchmarks
@@ -21,6 +20,7 @@ from workflow.eval.prompts import render
 from workflow.eval.scoring import MathVerifier, Verdict, format_mc, option_permutation, score_exact, score_mc
 from workflow.layout import eval_file, table_dir
 from workflow.progress import say
+from workflow.results.packs import read_rows_of
 from workflow.results.writer import write_rows
 
 
@@ -95,10 +95,12 @@ def copy_evaluation(source_run: str, source_eval: str, step: int, names: list[st
     under this run's ids (a step-0 evaluation of a starting checkpoint several runs share; Sweep.start_sources)."""
     for name in names:
         for table in ("eval_samples", "eval_scores"):
-            path = table_dir(results_root, sweep, table) / f"{eval_file(source_run, source_eval, step, name)}.parquet"
-            if not path.is_file():
-                raise FileNotFoundError(f"{path}: the {table} of run {source_run}'s step-{step} evaluation on {name} "
-                                        f"that this job copies is missing (rlsweep doctor checks the tables)")
-            rows = [{**r, "run_id": run_id, "eval_id": eval_id} for r in pq.read_table(path).to_pylist()]
+            source = eval_file(source_run, source_eval, step, name)
+            found = read_rows_of(table_dir(results_root, sweep, table), table, source)  # its own file, or a pack
+            if found is None:
+                raise FileNotFoundError(f"{table_dir(results_root, sweep, table) / source}.parquet: the {table} of run "
+                                        f"{source_run}'s step-{step} evaluation on {name} that this job copies is "
+                                        "missing (rlsweep doctor checks the tables)")
+            rows = [{**r, "run_id": run_id, "eval_id": eval_id} for r in found.to_pylist()]
             write_rows(results_root, sweep, table, eval_file(run_id, eval_id, step, name), rows)
         say(f"[bold cyan]eval {run_id}[/] {name}: step {step} copied from run {source_run} (the same start)")

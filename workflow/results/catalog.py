@@ -11,6 +11,9 @@ Read-only is enforced below SQL, where no statement can undo it:
 
 An unreadable file (empty, truncated, not Parquet, or a Parquet file whose columns are not the table's) is left
 out of the views and listed in `Catalog.damaged`, so one bad file never takes every query down.
+
+A table's files are the stages' own small files and the packs compaction merged them into: the views read each row
+once, from where packs.resolve says it lives.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from fsspec import AbstractFileSystem
 
 from workflow.errors import UserError
 from workflow.layout import TableFile, parse_table_file
+from workflow.results.packs import SOURCE, TableLayout, read_pack, resolve
 from workflow.results.schemas import TABLES
 
 _ALLOWED = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
@@ -53,7 +57,8 @@ class Damaged:
         return parse_table_file(self.table, self.path.stem)
 
 
-def _sql_str(s: str) -> str:
+def sql_str(s: str) -> str:
+    """A string literal in DuckDB's SQL."""
     return "'" + s.replace("'", "''") + "'"
 
 
@@ -158,6 +163,7 @@ class ReadOnlyFiles(AbstractFileSystem):
         super().__init__()
         self.files = {str(p) for p in files}
         self.stats: dict[str, dict] = {}  # DuckDB asks for a file's size and time several times per query
+        self.vanished = False  # a listed file was gone when DuckDB opened it (a compaction finished meanwhile)
 
     def _listed(self, path: str) -> str:
         path = self._strip_protocol(path)
@@ -168,12 +174,20 @@ class ReadOnlyFiles(AbstractFileSystem):
     def _open(self, path, mode="rb", **kwargs):
         if mode != "rb":
             raise PermissionError(f"{path} cannot be written (read-only catalog)")
-        return PositionalReader(self._listed(path))
+        try:
+            return PositionalReader(self._listed(path))
+        except FileNotFoundError:
+            self.vanished = True
+            raise
 
     def info(self, path, **kwargs):
         path = self._listed(path)
         if path not in self.stats:
-            st = os.stat(path)
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                self.vanished = True
+                raise
             self.stats[path] = {"name": path, "size": st.st_size, "type": "file", "mtime": st.st_mtime}
         return self.stats[path]
 
@@ -196,20 +210,29 @@ class Catalog:
 
     def __init__(self, results_root: str | Path = "results", sweep: str | None = None, deep: bool = False):
         """`deep`: decode every file in full, not only its footer (slower; `rlsweep doctor`)."""
-        self.root, self.sweep = Path(results_root).resolve(), sweep
-        self.files: dict[str, list[Path]] = {}
-        self.schemas: dict[str, list[pa.Schema]] = {}  # the distinct schemas of each table's readable files
+        self.root, self.sweep, self.deep = Path(results_root).resolve(), sweep, deep
+        self.layouts: dict[str, TableLayout] = {}  # per table: the live small files and packs (packs.py)
+        self.schemas: dict[str, list[pa.Schema]] = {}  # the distinct schemas of each table's small files
+        self.pack_schemas: dict[str, list[pa.Schema]] = {}  # and of its packs (without their source column)
         self.damaged: list[Damaged] = []
         for table, paths in table_files(self.root, sweep).items():
-            self.files[table], self.schemas[table] = [], []
+            small, packs, schemas = [], [], {}
             for path in paths:  # ~0.1 ms a file (threads do not help: building the schema holds the GIL)
                 schema, reason = read_schema(table, path, deep)
                 if schema is None:
                     self.damaged.append(Damaged(table, path, reason))
                     continue
-                self.files[table].append(path)
-                if not any(schema.equals(s) for s in self.schemas[table]):
-                    self.schemas[table].append(schema)
+                pack = read_pack(path, schema)
+                (packs if pack else small).append(pack or path)
+                schemas[path] = schema.remove(schema.get_field_index(SOURCE)) if pack else schema
+            self.layouts[table] = layout = resolve(table, small, packs)
+            self.schemas[table] = _distinct(schemas[p] for p in layout.files)
+            self.pack_schemas[table] = _distinct(schemas[p] for p in layout.packs)
+
+    @property
+    def files(self) -> dict[str, list[Path]]:
+        """Each table's files a query reads: live small files and packs."""
+        return {table: layout.readable for table, layout in self.layouts.items()}
 
     def _where(self) -> str:
         return f"{self.root / self.sweep}" if self.sweep else f"{self.root}"
@@ -232,11 +255,12 @@ class Catalog:
     def connect(self) -> duckdb.DuckDBPyConnection:
         self.check_available()
         con = duckdb.connect(":memory:")
-        con.register_filesystem(ReadOnlyFiles([p for paths in self.files.values() for p in paths]))
+        self.file_system = ReadOnlyFiles([p for paths in self.files.values() for p in paths])
+        con.register_filesystem(self.file_system)
         for table, schema in TABLES.items():
             self._create_view(con, table, schema)
         # this order: disabling the file system first would refuse the next SET; the lock makes all of it final
-        con.execute(f"SET allowed_directories = [{_sql_str(f'{PROTOCOL}://{self.root}/')}]")
+        con.execute(f"SET allowed_directories = [{sql_str(f'{PROTOCOL}://{self.root}/')}]")
         con.execute("SET enable_external_access = false")
         con.execute("SET disabled_filesystems = 'LocalFileSystem'")
         con.execute("SET lock_configuration = true")
@@ -246,30 +270,54 @@ class Catalog:
         """The readable files, by column name; a column of the table no file has yet reads as null (an older
         file, a table with no files yet), so every query binds on every sweep."""
         con.execute(f"CREATE VIEW _{table}_columns AS {_no_rows(schema)}")
-        files, schemas = self.files[table], self.schemas[table]
-        if not files:
-            con.execute(f"CREATE VIEW {table} AS SELECT * FROM _{table}_columns")
-            return
-        listed = ", ".join(_sql_str(f"{PROTOCOL}://{p}") for p in files)
-        # one schema (a table's files as one writer writes them): DuckDB binds on the first file alone, instead of
-        # opening every file to merge their columns by name
-        source = f"SELECT * FROM read_parquet([{listed}], union_by_name = {str(len(schemas) > 1).lower()})"
-        if any(all(name not in s.names for s in schemas) for name in schema.names):  # only then: a union costs
-            source = f"SELECT * FROM _{table}_columns UNION ALL BY NAME {source}"
-        con.execute(f"CREATE VIEW {table} AS {source}")
+        layout, schemas = self.layouts[table], self.schemas[table] + self.pack_schemas[table]
+        parts = []
+        if layout.files:
+            parts.append(f"SELECT * FROM {_read(layout.files, self.schemas[table])}")
+        whole = [p for p in layout.packs if not layout.hidden[p]]
+        if whole:
+            parts.append(f"SELECT * EXCLUDE ({SOURCE}) FROM {_read(whole, self.pack_schemas[table])}")
+        for pack in (p for p in layout.packs if layout.hidden[p]):  # less the stage jobs written anew since
+            hidden = ", ".join(map(sql_str, sorted(layout.hidden[pack])))
+            parts.append(f"SELECT * EXCLUDE ({SOURCE}) FROM {_read([pack], self.pack_schemas[table])} "
+                         f"WHERE {SOURCE} NOT IN ({hidden})")
+        if not parts or any(all(name not in s.names for s in schemas) for name in schema.names):
+            parts.insert(0, f"SELECT * FROM _{table}_columns")  # only then: a union costs
+        con.execute(f"CREATE VIEW {table} AS {' UNION ALL BY NAME '.join(parts)}")
 
     def query(self, sql: str) -> pa.Table:
         statements = _read_only_statements(sql)
-        con = self.connect()
-        try:
-            result = None
-            for s in statements:
-                result = con.sql(s.query).to_arrow_table()
-            return result
-        except duckdb.Error as e:
-            raise QueryError(_message(e)) from None
-        finally:
-            con.close()
+        for attempt in (1, 2):
+            con = None
+            try:
+                con = self.connect()  # (binding the views opens the first file of each)
+                result = None
+                for s in statements:
+                    result = con.sql(s.query).to_arrow_table()
+                return result
+            except duckdb.Error as e:
+                if attempt == 1 and self.file_system.vanished:  # packed and removed since the listing: list again
+                    self.__init__(self.root, self.sweep, self.deep)
+                    continue
+                raise QueryError(_message(e)) from None
+            finally:
+                if con is not None:
+                    con.close()
+
+
+def _read(files: list[Path], schemas: list[pa.Schema]) -> str:
+    """read_parquet over the files; with one schema (a table's files as one writer writes them) DuckDB binds on the
+    first file alone, instead of opening every file to merge their columns by name."""
+    listed = ", ".join(sql_str(f"{PROTOCOL}://{p}") for p in files)
+    return f"read_parquet([{listed}], union_by_name = {str(len(schemas) > 1).lower()})"
+
+
+def _distinct(schemas) -> list[pa.Schema]:
+    out: list[pa.Schema] = []
+    for schema in schemas:
+        if not any(schema.equals(s) for s in out):
+            out.append(schema)
+    return out
 
 
 _SQL_TYPES = {pa.bool_(): "BOOLEAN", pa.int64(): "BIGINT", pa.float64(): "DOUBLE", pa.string(): "VARCHAR",

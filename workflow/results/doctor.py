@@ -2,7 +2,8 @@
 
 What it checks:
 - every table file, read in full: an empty, truncated or non-Parquet file, or a Parquet file whose columns are not
-  the table's, is damaged (queries leave it out and warn);
+  the table's, is damaged (queries leave it out and warn); a damaged pack (compaction.py) takes many stages' rows
+  with it, and each of those stages then shows up below as DONE.json without rows;
 - leftover temporaries (`.<name>.tmp-<pid>`, workflow/atomic.py): writes whose process died before the rename;
 - each stage directory's DONE.json against the tables: DONE.json present but rows of the stage missing (its runs
   row, any of its train_steps steps, an eval job's rows for one of its benchmarks), and runs rows saying
@@ -35,8 +36,8 @@ from pathlib import Path
 
 from workflow.atomic import parse_temporary
 from workflow.eval.benchmarks import REGISTRY
-from workflow.layout import (CHECKPOINTS, DONE, StageJob, TableFile, parse_table_file, quarantine_dir, stage_jobs,
-                             sweep_dir, train_steps_files)
+from workflow.layout import (CHECKPOINTS, DONE, StageJob, TableFile, is_pack, parse_table_file, quarantine_dir,
+                             stage_jobs, sweep_dir, train_steps_files)
 from workflow.results.catalog import Catalog, Damaged, QueryError
 from workflow.runlock import LOCK_NAME
 
@@ -101,6 +102,10 @@ def owning_job(root: Path, sweep: str, owner: TableFile) -> StageJob | None:
 def damaged_file(root: Path, sweep: str, d: Damaged) -> Problem:
     where = f"{d.table} file {d.path.name}"
     owner = d.owner
+    if is_pack(d.path.stem):
+        return Problem("damaged", d.path, f"unreadable {d.table} pack {d.path.name} (many finished stages' rows, "
+                       f"compacted): {d.reason}", "its stages' rows are gone from the queries; each of those stages "
+                       "is listed below as having DONE.json without its rows, and recomputes as that says", [d.path])
     if owner is None:
         return Problem("damaged", d.path, f"unreadable {where}: {d.reason}",
                        "not a file of rlsweep's (no stage writes that name): nothing to recompute", [d.path])

@@ -33,13 +33,13 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-import pyarrow.parquet as pq
 from optuna.trial import TrialState
 from rich.console import Console
 
 from workflow.atomic import write_json
 from workflow.layout import done_path, runs_file, stage_dir, summary_path, table_dir, trial_log
 from workflow.results.summary import write_summary
+from workflow.results.packs import read_rows_of
 from workflow.results.writer import write_rows
 from workflow.study import pruning
 from workflow.study.factory import make_pruner, make_sampler, make_storage, storage_location, study_name
@@ -192,12 +192,13 @@ class Driver:
         `runs` sees trials with their parameters (the flattened hyperparameter columns) and values: `objective`
         (the first value) and, for a multi-objective study, `objectives` (all of them, JSON)."""
         for run_id in r.run_ids:
-            path = table_dir(self.results, self.sweep.name, "runs") / f"{runs_file('rl', run_id)}.parquet"
-            if path.is_file():
-                rows = pq.read_table(path).to_pylist()
+            stem = runs_file("rl", run_id)
+            found = read_rows_of(table_dir(self.results, self.sweep.name, "runs"), "runs", stem)  # file or pack
+            if found is not None:
+                rows = found.to_pylist()
                 if any(row.get("trial") is not None and row.get("trial_state") == "complete" for row in rows):
                     continue  # a cached run serving a repeated proposal keeps the trial that trained it
-                write_rows(self.results, self.sweep.name, "runs", path.stem,
+                write_rows(self.results, self.sweep.name, "runs", stem,
                            [{**row, "study": self.study.study_name, "trial": r.number, "trial_state": state,
                              "objective": values[0] if values else None,
                              **({"objectives": json.dumps(values)} if values and len(values) > 1 else {})}

@@ -1,0 +1,212 @@
+"""Compaction: finished stages' small table files merged into packs (packs.py says how readers take them).
+
+Runs at the end of a sweep (the aggregate stage, once a sweep has AUTO_FILES small files or more) and as
+`rlsweep compact`. Per table, under a lock (one compaction of a sweep at a time):
+
+1. list the table's files (packs.table_layout); the small files of finished stage jobs (DONE.json written, no
+   RUNNING.lock) are packed, with their fingerprints taken before they are read; once a table has MAX_PACKS live
+   packs, the new pack also takes over their rows (less the superseded ones) and `replaces` them;
+2. write the pack with DuckDB to a temporary, fsync it, and if any packed file changed meanwhile, drop it (the
+   next compaction packs the new file); else rename it into place and fsync the directory;
+3. only then delete: each packed file still as it was packed, the replaced packs, and leftovers of earlier
+   rounds. A crash anywhere leaves a state packs.resolve reads as every row exactly once.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import secrets
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import duckdb
+
+from workflow.atomic import replacing
+from workflow.errors import UserError
+from workflow.layout import DONE, is_pack, pack_file, pack_seq, parse_table_file, sweep_dir, table_dir
+from workflow.results.catalog import sql_str
+from workflow.results.doctor import owning_job
+from workflow.results.packs import META_KEY, SOURCE, TableLayout, fingerprint, pack_metadata, table_layout
+from workflow.results.schemas import TABLES
+from workflow.runlock import LOCK_NAME
+
+AUTO_FILES = 256  # the aggregate stage compacts a sweep with at least this many small files (fewer: a query is fast)
+MAX_PACKS = 4  # a table with this many live packs has them merged into its next one
+LOCK = ".compact.lock"
+
+
+class CompactionBusy(UserError):
+    """Another process is compacting the sweep."""
+
+
+@dataclass
+class Compacted:
+    """What compacting one table did."""
+
+    table: str
+    files_before: int = 0  # readable files a query opened before (small files and packs)
+    files_after: int = 0
+    packed: int = 0  # small files whose rows went into the new pack
+    merged: int = 0  # older packs merged into it
+    rows: int = 0  # rows in the new pack
+    removed: int = 0  # files deleted (packed files, replaced packs, leftovers)
+    skipped: int = 0  # small files left as they are (their stage job is not finished, or changed while packing)
+    pack: Path | None = None
+    seconds: float = 0.0
+    note: str = ""  # why nothing was packed though files were eligible
+
+
+def finished(results_root: Path, sweep: str, table: str, stem: str) -> bool:
+    """Whether the stage job that wrote a table file is done with it: DONE.json written and no RUNNING.lock."""
+    owner = parse_table_file(table, stem)
+    job = owning_job(results_root, sweep, owner) if owner else None
+    if job is None:
+        return False
+    directory = job.dir(results_root, sweep)
+    return (directory / DONE).is_file() and not (directory / LOCK_NAME).exists()
+
+
+def small_file_count(results_root: str | Path, sweep: str) -> int:
+    return sum(1 for table in TABLES for p in table_dir(results_root, sweep, table).glob("*.parquet")
+               if not is_pack(p.stem))
+
+
+def compact(results_root: str | Path, sweep: str, min_files: int = 1) -> list[Compacted]:
+    """Compact every table of the sweep (nothing when it has fewer than `min_files` small files)."""
+    root = Path(results_root).resolve()
+    if small_file_count(root, sweep) < min_files:
+        return []
+    with _locked(sweep_dir(root, sweep) / "tables", sweep):
+        return [compact_table(root, sweep, table) for table in TABLES]
+
+
+@contextmanager
+def _locked(directory: Path, sweep: str) -> Iterator[None]:
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / LOCK, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            raise CompactionBusy(f"sweep {sweep}: another compaction is running ({f.read().strip() or 'pid unknown'})"
+                                 ) from None
+        f.truncate(0)
+        f.write(f"pid {os.getpid()} on {os.uname().nodename}")
+        f.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def compact_table(results_root: Path, sweep: str, table: str) -> Compacted:
+    t0 = time.monotonic()
+    directory = table_dir(results_root, sweep, table)
+    layout = table_layout(directory, table)
+    out = Compacted(table, files_before=len(layout.readable))
+    eligible = [f for f in layout.files if finished(results_root, sweep, table, f.stem)]
+    merge = layout.packs if len(layout.packs) >= MAX_PACKS else []
+    out.skipped = len(layout.files) - len(eligible)
+    if eligible or merge:
+        sources = {f.stem: fingerprint(f) for f in eligible}
+        for pack in merge:
+            sources.update({s: fp for s, fp in layout.sources[pack].items() if s not in layout.hidden[pack]})
+        seq = 1 + max((pack_seq(p.stem) for p in [*layout.packs, *layout.retired]), default=0)
+        path = directory / f"{pack_file(seq, secrets.token_hex(4))}.parquet"
+        try:
+            with replacing(path) as tmp:
+                out.rows = _write_pack(tmp, eligible, merge, layout, sources, [p.name for p in merge])
+                changed = [f for f in eligible if _fingerprint_or_none(f) != sources[f.stem]]
+                if changed:  # rewritten while being read: the pack may hold either version (the next round packs it)
+                    raise _Changed(changed)
+        except _Changed as e:
+            out.skipped, out.rows = len(layout.files), 0
+            out.note = str(e)
+        else:
+            _fsync_dir(directory)
+            out.pack, out.packed, out.merged = path, len(eligible), len(merge)
+            for f in eligible:
+                out.removed += _remove_if(f, sources[f.stem])
+            for pack in merge:
+                out.removed += _remove_if(pack, None)
+    for f in layout.leftovers:  # leftovers of an earlier round whose deletes did not finish
+        out.removed += _remove_if(f, None)
+    for pack in layout.retired:
+        out.removed += _remove_if(pack, None)
+    out.files_after = len(table_layout(directory, table).readable)
+    out.seconds = time.monotonic() - t0
+    return out
+
+
+class _Changed(Exception):
+    def __init__(self, files: list[Path]):
+        super().__init__(f"{len(files)} file(s) changed while they were packed: {', '.join(f.name for f in files[:3])}")
+
+
+def _write_pack(tmp: Path, files: list[Path], packs: list[Path], layout: TableLayout, sources: dict,
+                replaces: list[str]) -> int:
+    """The rows of `files` (each with its stem in SOURCE) and of `packs` (less their hidden rows) into one Parquet
+    file whose footer says what it holds; returns its row count."""
+    def listed(paths) -> str:
+        return ", ".join(sql_str(str(p)) for p in paths)
+
+    parts = []
+    if files:
+        parts.append(f"SELECT * EXCLUDE (rlsweep_path), parse_filename(rlsweep_path, true) AS {SOURCE} "
+                     f"FROM read_parquet([{listed(files)}], union_by_name = true, filename = 'rlsweep_path')")
+    for pack in packs:
+        hidden = layout.hidden[pack]
+        parts.append(f"SELECT * FROM read_parquet([{listed([pack])}])"
+                     + (f" WHERE {SOURCE} NOT IN ({', '.join(map(sql_str, sorted(hidden)))})" if hidden else ""))
+    meta = pack_metadata(sources, replaces)
+    con = duckdb.connect(":memory:")
+    try:
+        n = con.execute(f"COPY ({' UNION ALL BY NAME '.join(parts)}) TO {sql_str(str(tmp))} (FORMAT parquet, "
+                        f"COMPRESSION zstd, KV_METADATA {{{sql_str(META_KEY.decode())}: {sql_str(meta)}}})"
+                        ).fetchone()[0]
+    finally:
+        con.close()
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    return int(n)
+
+
+def _fingerprint_or_none(path: Path) -> list[int] | None:
+    try:
+        return fingerprint(path)
+    except FileNotFoundError:
+        return None
+
+
+def _remove_if(path: Path, was: list[int] | None) -> int:
+    """Delete `path` if it is still the file that was packed (`was`: its fingerprint then; None: any)."""
+    if was is not None and _fingerprint_or_none(path) != was:
+        return 0  # rewritten since: the new file is live and supersedes its stage job's rows in the pack
+    try:
+        path.unlink()
+        return 1
+    except FileNotFoundError:
+        return 0
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make the pack's rename durable before anything it replaces is deleted."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def compaction_line(done: list[Compacted]) -> str:
+    """One line for a log: files before -> after in all, packed, rows, seconds."""
+    before, after = sum(c.files_before for c in done), sum(c.files_after for c in done)
+    rows = sum(c.rows for c in done)
+    notes = "; ".join(f"{c.table}: {c.note}" for c in done if c.note)
+    return (f"{before} -> {after} files ({sum(c.packed for c in done)} packed, {rows:,} rows in new packs, "
+            f"{sum(c.skipped for c in done)} of unfinished stages left) in {sum(c.seconds for c in done):.1f} s"
+            + (f"; {notes}" if notes else ""))

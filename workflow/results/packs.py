@@ -1,0 +1,145 @@
+"""Packs: many small table files merged into one, and which rows a reader takes when both exist.
+
+Every stage job writes its own small files (layout.py names them after it). At a thousand runs that is tens of
+thousands of files, and a query's time grows with the file count, not only the rows. Compaction (compaction.py)
+merges finished stages' files into a pack per table and round: `<table>/packed-<seq>-<hex>.parquet`, every row with
+the stem of the file it came from in the column `packed_from`, and in the file's footer (key `rlsweep.pack`):
+
+    {"sources": {stem: [size, mtime_ns, inode], ...},   each packed file as it was when packed
+     "replaces": [pack file names]}                      older packs whose rows this one took over
+
+Compaction writes the pack (atomically), then deletes what it packed. Whatever moment a reader looks at, or a crash
+stops compaction at, `resolve` gives every row exactly once:
+- a pack that another readable pack replaces is retired: its rows are read from the newer one;
+- a small file still there exactly as it was packed (same size, mtime and inode) is a leftover: its rows are read
+  from the pack;
+- each stage job's rows come from its newest writing only: its live small files if it has any (a stage that ran
+  again after compaction: a forced rerun, `rlsweep doctor --fix`, an Optuna trial annotating its runs row), else
+  the pack with the highest seq that holds it. Its rows in older packs are hidden (`hidden`: per pack, the stems
+  left out).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from workflow.layout import is_pack, pack_seq, parse_table_file
+
+SOURCE = "packed_from"  # a pack's column: the stem of the file each row was written to
+META_KEY = b"rlsweep.pack"
+
+
+def fingerprint(path: Path) -> list[int]:
+    """What tells a file apart from a rewrite under the same name (writes are renames: a new inode, a new mtime)."""
+    st = os.stat(path)
+    return [st.st_size, st.st_mtime_ns, st.st_ino]
+
+
+def pack_metadata(sources: dict[str, list[int]], replaces: list[str]) -> str:
+    return json.dumps({"sources": sources, "replaces": replaces}, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class Pack:
+    path: Path
+    sources: dict[str, list[int]]  # stem -> fingerprint of the file when it was packed
+    replaces: tuple[str, ...] = ()  # file names of the packs whose rows this one holds
+
+
+def read_pack(path: Path, schema: pa.Schema) -> Pack | None:
+    """The pack a readable table file is, from its schema's footer metadata; None for a stage's own file."""
+    raw = (schema.metadata or {}).get(META_KEY)
+    if raw is None or not is_pack(path.stem) or SOURCE not in schema.names:
+        return None
+    meta = json.loads(raw)
+    return Pack(path, meta["sources"], tuple(meta.get("replaces", ())))
+
+
+def owner_key(table: str, stem: str) -> str:
+    """The writing a file's rows belong to: the file itself, except that a training stage's train_steps files (one
+    per checkpoint interval) are one, so a stage that trains again hides every step the packs hold of it."""
+    if table != "train_steps":
+        return stem
+    owner = parse_table_file(table, stem)
+    return stem if owner is None else f"{owner.stage}_{owner.stage_id}"
+
+
+@dataclass
+class TableLayout:
+    """What a reader of one table takes: the live small files whole, the live packs less their hidden rows."""
+
+    files: list[Path] = field(default_factory=list)  # live small files
+    packs: list[Path] = field(default_factory=list)  # live packs, oldest first
+    hidden: dict[Path, set[str]] = field(default_factory=dict)  # per live pack: the stems whose rows are superseded
+    sources: dict[Path, dict[str, list[int]]] = field(default_factory=dict)  # per live pack: what it holds
+    leftovers: list[Path] = field(default_factory=list)  # small files a live pack holds as they are (skip them)
+    retired: list[Path] = field(default_factory=list)  # packs a live pack replaces (skip them)
+
+    @property
+    def readable(self) -> list[Path]:
+        return [*self.files, *self.packs]
+
+    def holder(self, stem: str) -> Path | None:
+        """The file a reader takes the rows written under `stem` from (None: none, or superseded)."""
+        for f in self.files:
+            if f.stem == stem:
+                return f
+        return next((p for p in self.packs if stem in self.sources[p] and stem not in self.hidden[p]), None)
+
+
+def resolve(table: str, files: list[Path], packs: list[Pack]) -> TableLayout:
+    """Which of one table's readable files (`files`: stages' own, `packs`) a reader takes, and which rows of the
+    packs it leaves out (module docstring)."""
+    replaced = {name for p in packs for name in p.replaces}
+    live = sorted((p for p in packs if p.path.name not in replaced), key=lambda p: pack_seq(p.path.stem))
+    out = TableLayout(packs=[p.path for p in live], retired=[p.path for p in packs if p.path.name in replaced],
+                      sources={p.path: p.sources for p in live}, hidden={p.path: set() for p in live})
+    live_owners = set()
+    for f in files:
+        packed = [p.sources[f.stem] for p in live if f.stem in p.sources]
+        try:
+            leftover = bool(packed) and fingerprint(f) in packed
+        except FileNotFoundError:  # deleted since it was listed: compaction finished with it
+            continue
+        (out.leftovers if leftover else out.files).append(f)
+        if not leftover:
+            live_owners.add(owner_key(table, f.stem))
+    if len(live) > 1 or live_owners:  # (one pack and no small files: nothing is superseded)
+        keys = {stem: owner_key(table, stem) for p in live for stem in p.sources}
+        newest: dict[str, Path | None] = {}  # each writing -> the pack it is read from (None: its small files)
+        for p in live:
+            newest.update(dict.fromkeys((keys[stem] for stem in p.sources), p.path))
+        newest.update(dict.fromkeys(live_owners))
+        for p in live:
+            out.hidden[p.path] = {stem for stem in p.sources if newest[keys[stem]] != p.path}
+    return out
+
+
+def table_layout(directory: Path, table: str) -> TableLayout:
+    """One table directory's layout, from its files' footers (unreadable files are left out: the catalog lists
+    them as damaged)."""
+    files, packs = [], []
+    for path in sorted(Path(directory).glob("*.parquet")):
+        try:
+            schema = pq.read_schema(path)
+        except (pa.ArrowException, OSError):
+            continue
+        pack = read_pack(path, schema)
+        (packs if pack else files).append(pack or path)
+    return resolve(table, files, packs)
+
+
+def read_rows_of(directory: Path, table: str, stem: str) -> pa.Table | None:
+    """The rows one stage job wrote under the name `stem`, from its small file or from the pack holding them (less
+    the pack's `packed_from` column); None when there are none, or a newer writing of the stage job supersedes them."""
+    layout = table_layout(directory, table)
+    path = layout.holder(stem)
+    if path is None or path in layout.files:
+        return None if path is None else pq.read_table(path)
+    return pq.read_table(path, filters=[(SOURCE, "=", stem)]).drop_columns([SOURCE])
