@@ -65,6 +65,13 @@ def test_jobs_by_state_and_the_gpu_hours_left(tmp_path):
     assert "1 node x 2 GPU" in rl.asks and "02:00:00" in rl.asks
     assert not any(p.measured for p in stages if p.stage == "eval")  # no eval job's wall-clock recorded yet
 
+    # SLURM's accounting of the finished job (start-up and checkpoints included): its GPU-hours per step win
+    write_rows(root, "p", "runs", f"rl_{done.run_id}", [dict(run_id=done.run_id, sweep="p", stage="rl",
+               status="completed", wall_s=40.0, gpu_hours=0.04, slurm_gpus=2)])  # 0.01 GPU-hours a step
+    rl = next(p for p in plan(load_sweep(sweep.path), root) if p.stage == "rl")
+    assert rl.measured == 3 and rl.gpu_hours == pytest.approx(0.01 * (1 + 4 + 4))
+    assert rl.hours == pytest.approx(9 * (1 + 4 + 4) / 3600)  # hours still from the measured steps
+
     res = run_cli("plan", sweep.path, "--results", str(root), env={"COLUMNS": "250"})
     assert res.returncode == 0, res.stderr
     row = next(line for line in res.stdout.splitlines() if line.startswith("│ rl"))

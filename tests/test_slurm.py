@@ -113,6 +113,14 @@ def test_sweep_runs_through_the_slurm_profile_with_provenance_and_arrays(slurm, 
     rl_job = rl["slurm_job_id"] + (f"_{rl['slurm_array_index']}" if rl["slurm_array_index"] is not None else "")
     assert "gres/gpu=1" in sacct_field(rl_job, "AllocTRES")  # the stage's resources reached SLURM
     assert sacct_field(rl_job, "Timelimit") == "00:10:00"
+    for r in rows:  # SLURM's accounting in runs: elapsed when the stage ended x allocated GPUs
+        job = r["slurm_job_id"] + (f"_{r['slurm_array_index']}" if r["slurm_array_index"] is not None else "")
+        assert r["slurm_attempts"] == 1 and r["slurm_gpus"] == (1 if r["stage"] == "rl" else 0)
+        assert 0 <= r["slurm_elapsed_s"] <= int(sacct_field(job, "ElapsedRaw"))  # (the job ran on a little after)
+        assert r["gpu_hours"] == pytest.approx(r["slurm_elapsed_s"] * r["slurm_gpus"] / 3600)
+    assert rl["slurm_elapsed_s"] >= 1 and rl["gpu_hours"] > 0
+    report = (tmp_path / "results" / "sl" / "report" / "report.md").read_text()
+    assert "GPU-hours RL + eval (SLURM)" in report
 
 
 def test_shared_step0_evaluations_copy_on_the_submitting_machine(slurm, tmp_path):
@@ -192,6 +200,8 @@ def test_running_rl_job_survives_preemption_and_requeue_exactly(slurm, tmp_path)
 
     rl = runs_rows(tmp_path / "results", "stage = 'rl'")
     assert [(r["status"], r["requeue_count"], r["slurm_job_id"]) for r in rl] == [("completed", 2, job_id)]
+    assert rl[0]["slurm_attempts"] == 3  # sacct's record of each attempt, the two requeued ones included
+    assert rl[0]["gpu_hours"] == pytest.approx(rl[0]["slurm_elapsed_s"] / 3600)  # 1 GPU throughout
     steps = run_cli("--results", str(tmp_path / "results"), "query",
                     "select step from train_steps where stage = 'rl' order by step", "--format", "json")
     assert [r["step"] for r in json.loads(steps.stdout)] == list(range(1, 61))  # each step exactly once

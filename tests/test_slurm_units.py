@@ -75,6 +75,17 @@ def test_squeue_and_sacct_answers_are_read_per_job_and_array_task():
     assert sa["15_2"].state == "TIMEOUT" and not sa["15_2"].active and not sa["15_2"].succeeded
 
 
+def test_sacct_usage_sums_every_attempt_of_a_requeued_job_with_its_gpus():
+    # `sacct -X -n -P -D`: a job preempted once (its first attempt on 2 GPUs), now running on 1
+    usage = cluster.parse_usage("20|REQUEUED|3600|billing=4,cpu=4,gres/gpu=2,mem=8G,node=1\n"
+                                "20|RUNNING|1800|billing=2,cpu=2,gres/gpu:a100=1,mem=8G,node=1\n")
+    assert usage.attempts == (("REQUEUED", 3600, 2), ("RUNNING", 1800, 1))
+    assert usage.elapsed_s == 5400 and usage.gpus == 1 and usage.gpu_hours == pytest.approx(2 + 0.5)
+    assert cluster.tres_gpus("cpu=2,mem=1G,node=1") == 0  # a CPU job
+    assert cluster.tres_gpus("cpu=2,gres/gpu=4,gres/gpu:a100=4") == 4  # the untyped count, not both
+    assert cluster.parse_usage("") is None  # sacct knows nothing of it
+
+
 @pytest.fixture
 def fake_slurm_cmd(tmp_path):
     """A stand-in SLURM command that fails `n` times with `message`, then answers: a real subprocess."""

@@ -43,7 +43,7 @@ from workflow.eval.harness import copy_evaluation, evaluate
 from workflow.eval.plan import eval_groups
 from workflow.layout import CHECKPOINTS, DONE, eval_job_at, runs_file, stage_dir, step_dir, summary_path
 from workflow.preemption import EXIT_PREEMPTED, Preempted
-from workflow.provenance import provenance
+from workflow.provenance import provenance, slurm_usage
 from workflow.results.compaction import AUTO_FILES, CompactionBusy, compact, compaction_line
 from workflow.results.summary import write_summary
 from workflow.results.train_log import TrainLog
@@ -111,7 +111,8 @@ class _RunsRow:
         ended = status != "running"
         write_rows(*self.where, [{**self.row, "status": status, "error": error,
                                   "finished_at": now if ended else None,
-                                  "wall_s": (now - self.started).total_seconds() if ended else None}])
+                                  "wall_s": (now - self.started).total_seconds() if ended else None,
+                                  **(slurm_usage() if ended else {})}])
 
 
 def run_stage(stage: str, sweep: str, stage_id: str, cfg: dict, *, results_root: Path, init: Path | None = None,

@@ -1,4 +1,5 @@
-"""Where and from what code a stage ran: host, git sha + dirty flag, SLURM ids (null when not under SLURM)."""
+"""Where and from what code a stage ran: host, git sha + dirty flag, SLURM ids (null when not under SLURM), and what
+SLURM accounted to it."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import socket
 import subprocess
 from functools import lru_cache
 from pathlib import Path
+
+from workflow.slurm.cluster import job_usage
 
 _REPO = Path(__file__).resolve().parent.parent
 
@@ -60,3 +63,15 @@ def provenance() -> dict:
         "slurm_partition": os.environ.get("SLURM_JOB_PARTITION"),
         "requeue_count": slurm_restart_count() if os.environ.get("SLURM_JOB_ID") else None,
     }
+
+
+def slurm_usage() -> dict:
+    """What SLURM accounted to the job this runs in so far, as runs columns: elapsed seconds over all its attempts
+    (a requeued job's earlier ones included), its allocated GPUs, GPU-hours (each attempt's elapsed x GPUs) and the
+    number of attempts; empty off SLURM or without accounting (sacct)."""
+    job = slurm_job_name()
+    usage = job_usage(job) if job else None
+    if usage is None:
+        return {}
+    return {"slurm_elapsed_s": float(usage.elapsed_s), "slurm_gpus": usage.gpus, "gpu_hours": usage.gpu_hours,
+            "slurm_attempts": len(usage.attempts)}

@@ -6,10 +6,15 @@
 -- A block runs from its `-- name:` line to the `;` line that closes it.
 
 -- name: runs
--- Each run the sweep plans, with its RL job's status, the steps it trained and the steps it was evaluated at.
+-- Each run the sweep plans, with its RL job's status, the steps it trained and the steps it was evaluated at, and
+-- the GPU-hours SLURM accounted to its RL job and its eval jobs (sacct: each attempt's elapsed x allocated GPUs;
+-- null off SLURM or without accounting).
 WITH planned AS ($planned)
 SELECT p.label, p.method, p.seed, p.run_id, p.steps,
        coalesce(r.status, 'not started') AS status, r.error,
+       r.gpu_hours AS rl_gpu_hours,
+       (SELECT sum(e.gpu_hours) FROM runs e WHERE e.stage = 'eval' AND e.parent_id = p.run_id
+        AND e.run_id = p.eval_id) AS eval_gpu_hours,
        (SELECT max(t.step) FROM train_steps t WHERE t.run_id = p.run_id AND t.stage = 'rl') AS trained_steps,
        (SELECT list(DISTINCT e.step ORDER BY e.step) FROM eval_scores e WHERE e.run_id = p.run_id
         AND e.eval_id = p.eval_id) AS eval_steps
@@ -101,7 +106,8 @@ ORDER BY p.label, e.benchmark, e.step
 -- name: efficiency
 -- Against the baseline setting ($baseline_name), per setting and benchmark on the evaluations after step 0 (mean
 -- avg@k over seeds at each evaluated step, with the seeds' mean running totals of compute): the step, backward
--- passes, rollouts, FLOPs, wall-clock and GPU-hours (wall-clock x the run's GPUs; null on CPU) each setting needed
+-- passes, rollouts, FLOPs, wall-clock and GPU-hours (wall-clock x the run's GPUs: as SLURM allocated them, else as
+-- planned; null on CPU) each setting needed
 -- to first reach the baseline's best mean, and the same for the baseline (reached: null where a setting never
 -- does); then each setting's mean at the baseline's total backward passes and total wall-clock (its last
 -- evaluation within that budget).
@@ -110,9 +116,10 @@ spent AS ($spent),
 curve AS (
     SELECT p.label, e.benchmark, e.step, avg(e.avg_at_k) AS acc, avg(s.backward_passes) AS backward_passes,
            avg(s.rollouts) AS rollouts, avg(s.flops) AS flops, avg(s.wall_s) AS wall_s,
-           avg(s.wall_s * nullif(p.gpus, 0)) / 3600 AS gpu_hours
+           avg(s.wall_s * nullif(coalesce(g.slurm_gpus, p.gpus), 0)) / 3600 AS gpu_hours
     FROM eval_scores e JOIN planned p USING (run_id, eval_id)
     JOIN spent s ON s.run_id = e.run_id AND s.step = e.step
+    LEFT JOIN runs g ON g.run_id = e.run_id AND g.stage = 'rl'
     WHERE e.k = e.n_samples AND e.step > 0
     GROUP BY ALL
 ),

@@ -75,7 +75,9 @@ STATUS_MARK = {"completed": "done", "failed": "FAILED", "running": "running", "i
 
 def runs(rows: list[dict]) -> Table:
     """Every planned run: its status (a failed run with its error), steps trained of planned, steps evaluated."""
-    table = Table(["setting", "seed", "run", "status", "trained", "evaluated at"])
+    accounted = any(r["rl_gpu_hours"] is not None or r["eval_gpu_hours"] is not None for r in rows)
+    table = Table(["setting", "seed", "run", "status", "trained", "evaluated at"]
+                  + (["GPU-hours RL + eval (SLURM)"] if accounted else []))
     for r in rows:
         status = STATUS_MARK.get(r["status"], r["status"])
         note = (r["error"] or "")[:300]
@@ -83,8 +85,18 @@ def runs(rows: list[dict]) -> Table:
         trained = f"{r['trained_steps'] or 0}/{r['steps']}"
         mark = "failed" if r["status"] == "failed" else ""
         table.rows.append([Cell(r["label"]), Cell(str(r["seed"])), Cell(r["run_id"]),
-                           Cell(status, mark=mark, note=note), Cell(trained), Cell(evals)])
+                           Cell(status, mark=mark, note=note), Cell(trained), Cell(evals)]
+                          + ([Cell(_gpu_hours(r["rl_gpu_hours"], r["eval_gpu_hours"]))] if accounted else []))
+    if accounted:
+        table.notes.append("GPU-hours as SLURM's accounting has them (sacct: each attempt's elapsed time x its "
+                           "allocated GPUs, requeued attempts included): the RL job + its eval jobs.")
     return table
+
+
+def _gpu_hours(rl: float | None, evals: float | None) -> str:
+    if rl is None and evals is None:
+        return "—"
+    return f"{(rl or 0) + (evals or 0):.3g} ({'—' if rl is None else f'{rl:.3g}'} + {evals or 0:.3g})"
 
 
 def missing(rows: list[dict]) -> list[str]:

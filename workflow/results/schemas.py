@@ -19,6 +19,9 @@ RUNS = pa.schema([
     ("status", S), ("error", S), ("started_at", TS), ("finished_at", TS), ("wall_s", F),
     ("host", S), ("git_sha", S), ("git_dirty", B),
     ("slurm_job_id", S), ("slurm_array_index", I), ("slurm_node", S), ("slurm_partition", S), ("requeue_count", I),
+    # from SLURM's accounting (sacct) when the stage ends: elapsed seconds over all attempts, allocated GPUs,
+    # GPU-hours (each attempt's elapsed x its GPUs), attempts (null off SLURM or without accounting)
+    ("slurm_elapsed_s", F), ("slurm_gpus", I), ("gpu_hours", F), ("slurm_attempts", I),
     ("config", S),
     # the integrity preflight of SFT and mixed-policy jobs (workflow/preflight.py): passed | failed | no gradient
     ("preflight", S), ("preflight_grad_diff", F), ("preflight_update_diff", F),

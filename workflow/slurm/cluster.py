@@ -137,6 +137,54 @@ def job_states(job_ids: list[str], *, retries: int = 2) -> dict[str, JobState]:
     return states
 
 
+@dataclass(frozen=True)
+class Usage:
+    """What the scheduler accounted to one job: each of its attempts (a requeue starts another under the same id)
+    as (state, elapsed seconds, allocated GPUs). A running attempt's elapsed time is its time so far."""
+
+    attempts: tuple[tuple[str, int, int], ...]
+
+    @property
+    def elapsed_s(self) -> int:
+        return sum(e for _, e, _ in self.attempts)
+
+    @property
+    def gpus(self) -> int:
+        """The GPUs of its latest attempt."""
+        return self.attempts[-1][2]
+
+    @property
+    def gpu_hours(self) -> float:
+        return sum(e * g for _, e, g in self.attempts) / 3600
+
+
+def tres_gpus(tres: str) -> int:
+    """GPUs in an AllocTRES string (`cpu=2,gres/gpu=1,mem=1G`; typed `gres/gpu:a100=2` when the untyped count is
+    absent)."""
+    plain = re.search(r"(?:^|,)gres/gpu=(\d+)", tres)
+    return int(plain[1]) if plain else sum(int(n) for n in re.findall(r"(?:^|,)gres/gpu:[^=,]+=(\d+)", tres))
+
+
+def parse_usage(text: str) -> Usage | None:
+    """`sacct -X -n -P -D -o JobID,State,ElapsedRaw,AllocTRES` for one job: one line per attempt, oldest first."""
+    attempts = []
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) >= 4 and parts[0] and parts[2].isdigit():
+            attempts.append((parts[1].split()[0] if parts[1] else "UNKNOWN", int(parts[2]), tres_gpus(parts[3])))
+    return Usage(tuple(attempts)) if attempts else None
+
+
+def job_usage(job: str) -> Usage | None:
+    """This job's accounting (`123` or an array task's `123_4`), None when sacct cannot say (accounting off, the
+    controller away): a stage never fails for want of it."""
+    try:
+        return parse_usage(run(["sacct", "-X", "-n", "-P", "-D", "-j", job, "-o", "JobID,State,ElapsedRaw,AllocTRES"],
+                               retries=1, timeout_s=20))
+    except SlurmError:
+        return None
+
+
 @lru_cache(maxsize=1)
 def max_array_size() -> int:
     """The cluster's MaxArraySize: array indices must be below it (SLURM's default is 1001)."""

@@ -3,7 +3,9 @@
 job to run asks of SLURM (the stage's resources), and an estimate of the GPU-hours still to spend:
 
 - measured: the wall-clock per step (SFT / RL) or per job (data, eval) of this sweep's finished jobs of the same
-  stage, engine, model and GPUs, times the steps (jobs) left, times the job's GPUs;
+  stage, engine, model and GPUs, times the steps (jobs) left, times the job's GPUs; where SLURM's accounting gave
+  those jobs' GPU-hours (runs.gpu_hours), their GPU-hours per step (job) instead, which include start-up,
+  checkpoints and requeues;
 - upper bound: the stage's time limit times its GPUs, for a job with no such finished job to go by;
 - nothing for a step-0 eval job that copies another run's evaluation of the same start (Sweep.start_sources).
 
@@ -44,23 +46,31 @@ class StagePlan:
     bounded: int = 0  # ... and whose estimate is the time limit (an upper bound)
 
 
-def _recorded(catalog: Catalog) -> tuple[dict[tuple[str, str], str], dict[str, float], dict[tuple[str, str], float]]:
+def _recorded(catalog: Catalog) -> tuple[dict[tuple[str, str], str], dict[str, float], dict[tuple[str, str], float],
+                                         dict[tuple[str, str], float]]:
     """From the tables: each job's last recorded status, each finished SFT / RL job's mean wall-clock per step, each
-    finished data / eval job's wall-clock (by stage and id; an eval job by id, step and group)."""
+    finished data / eval job's wall-clock (by stage and id; an eval job by id, step and group), and each finished
+    job's GPU-hours as SLURM accounted them (an SFT / RL job's per step), where sacct had them."""
     try:
         # (eval_step / eval_group exist once an eval job has written its row: COLUMNS picks what exists)
-        status = catalog.query("SELECT COLUMNS('^(stage|run_id|eval_step|eval_group|status|wall_s)$') "
+        status = catalog.query("SELECT COLUMNS('^(stage|run_id|eval_step|eval_group|status|wall_s|gpu_hours)$') "
                                "FROM runs").to_pylist()
-        per_step = catalog.query("SELECT run_id, avg(wall_s) AS s FROM train_steps GROUP BY ALL").to_pylist()
+        per_step = catalog.query("SELECT run_id, avg(wall_s) AS s, count(DISTINCT step) AS n FROM train_steps "
+                                 "GROUP BY ALL").to_pylist()
     except QueryError:  # nothing has run yet
-        return {}, {}, {}
-    states, wall = {}, {}
+        return {}, {}, {}, {}
+    steps = {r["run_id"]: r["n"] for r in per_step}
+    states, wall, gpu = {}, {}, {}
     for r in status:
         job = r["run_id"] if r["stage"] != "eval" else f"{r['run_id']}/{r.get('eval_step')}/{r.get('eval_group')}"
         states[(r["stage"], job)] = r["status"]
         if r["status"] == "completed" and r["wall_s"] is not None:
             wall[(r["stage"], job)] = r["wall_s"]
-    return states, {r["run_id"]: r["s"] for r in per_step if r["s"] is not None}, wall
+        if r["status"] == "completed" and r.get("gpu_hours") is not None:
+            n = steps.get(r["run_id"]) if r["stage"] in ("sft", "rl") else 1
+            if n:
+                gpu[(r["stage"], job)] = r["gpu_hours"] / n
+    return states, {r["run_id"]: r["s"] for r in per_step if r["s"] is not None}, wall, gpu
 
 
 def _state(done: Path, checkpoints: Path | None, recorded: str | None) -> str:
@@ -116,16 +126,20 @@ def sweep_jobs(sweep, root: Path, states: dict) -> list[Job]:
 
 def plan(sweep, root: Path) -> list[StagePlan]:
     """Per stage (data and overlap checks together as `data`): jobs by state, the SLURM ask, the hours left."""
-    states, per_step, wall = _recorded(Catalog(root, sweep.name))
+    states, per_step, wall, accounted = _recorded(Catalog(root, sweep.name))
     jobs = sweep_jobs(sweep, root, states)
-    # measured cost per cost key: seconds per step (SFT / RL) or per job (data / eval), over finished jobs
+    # measured cost per cost key, over finished jobs: seconds per step (SFT / RL) or per job (data / eval), and the
+    # GPU-hours SLURM accounted per step or job (startup, evaluation overheads and requeues included)
     samples: dict[tuple, list[float]] = {}
+    gpu_samples: dict[tuple, list[float]] = {}
     for job in jobs:
         if job.state != "done":
             continue
         seconds = per_step.get(job.stage_id) if job.stage in ("sft", "rl") else wall.get((job.stage, job.stage_id))
         if seconds is not None:
             samples.setdefault(job.cost_key, []).append(seconds)
+        if (job.stage, job.stage_id) in accounted:
+            gpu_samples.setdefault(job.cost_key, []).append(accounted[(job.stage, job.stage_id)])
     out = {s: StagePlan(s) for s in STAGES}
     for job in jobs:
         p = out[job.stage]
@@ -133,16 +147,16 @@ def plan(sweep, root: Path) -> list[StagePlan]:
         if job.state == "done" or job.copy:
             continue
         res = getattr(sweep.spec.resources, job.stage)
-        measured = samples.get(job.cost_key)
+        measured, billed = samples.get(job.cost_key), gpu_samples.get(job.cost_key)
+        units = job.steps_left if job.steps_left is not None else 1
         if measured:
-            mean = sum(measured) / len(measured)
-            hours = mean * (job.steps_left if job.steps_left is not None else 1) / 3600
+            hours = sum(measured) / len(measured) * units / 3600
             p.measured += 1
         else:
             hours = res.time_minutes / 60
             p.bounded += 1
         p.hours += hours
-        p.gpu_hours += hours * job.cost_key[2]
+        p.gpu_hours += sum(billed) / len(billed) * units if measured and billed else hours * job.cost_key[2]
     for stage, p in out.items():
         r = getattr(sweep.spec.resources, stage)
         p.asks = (f"{r.nodes} node x {r.gpus_per_node} GPU, {r.cpus_per_task or r.threads} CPUs, {r.time}"
