@@ -1,0 +1,89 @@
+"""A SLURM cluster of two nodes on this one machine (scripts/local_slurm.sh --nodes 2): each node a host of its own
+(its network namespace and address, its hostname), the controller in a third; a two-node job runs a task on each
+node, and a process on one node reaches the other node's address, as Ray's worker must reach its head.
+
+Root only (it makes network namespaces); skipped otherwise, unless RLSWEEP_REQUIRE_SLURM=1 (CI)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+pytestmark = pytest.mark.slurm
+SCRIPT = str(REPO / "scripts" / "local_slurm.sh")
+
+# one task per node: task 0 listens on its node's address, task 1 connects to it (by the hostname SLURM gave it)
+TASK = """
+import os, socket, time
+rank, host = int(os.environ["SLURM_PROCID"]), socket.gethostname()
+address = socket.gethostbyname(host)
+if rank == 0:
+    s = socket.socket(); s.bind((address, 29517)); s.listen(); s.settimeout(60)
+    c, peer = s.accept(); print(f"{rank} {host} {address} accepted {c.recv(100).decode()} from {peer[0]}")
+else:
+    first = os.environ["SLURM_JOB_NODELIST"].replace("rlsw[1-2]", "rlsw1")
+    for _ in range(100):
+        try:
+            c = socket.create_connection((first, 29517), timeout=2); break
+        except OSError:
+            time.sleep(0.1)
+    c.sendall(host.encode()); print(f"{rank} {host} {address} sent to {first}")
+"""
+
+
+def cluster(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([SCRIPT, *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def two_nodes(tmp_path_factory):
+    why = None if os.geteuid() == 0 and shutil.which("apt-get") and shutil.which("nsenter") else \
+        "needs root, apt-get and nsenter"
+    if why is None:
+        out = cluster("start", "--nodes", "2", timeout=600)
+        why = None if out.returncode == 0 else f"local_slurm.sh start --nodes 2 failed:\n{out.stdout}\n{out.stderr}"
+    if why:
+        if os.environ.get("RLSWEEP_REQUIRE_SLURM") == "1":
+            pytest.fail(f"no two-node SLURM cluster: {why}")
+        pytest.skip(f"no two-node SLURM cluster: {why}")
+    yield
+    cluster("stop", "--nodes", "2")
+
+
+def run(*cmd: str, cwd: Path | None = None) -> str:
+    out = subprocess.run([SCRIPT, "run", "--nodes", "2", "--", *cmd], capture_output=True, text=True, timeout=120,
+                         cwd=cwd)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_two_nodes_are_idle_each_with_its_own_address_and_nothing_listens_on_the_machine(two_nodes):
+    nodes = run("scontrol", "show", "nodes", "-o").splitlines()
+    assert len(nodes) == 2
+    for i, line in enumerate(nodes, start=1):
+        assert f"NodeName=rlsw{i} " in line and f"NodeAddr=10.77.0.{i + 1} " in line
+        assert "State=IDLE" in line and "Gres=gpu:2" in line
+    listening = subprocess.run(["ss", "-ltn"], capture_output=True, text=True).stdout
+    assert not [line for line in listening.splitlines() if ":6817 " in line or ":6818 " in line], listening
+    again = cluster("start", "--nodes", "2")  # idempotent: a healthy cluster is left as it is
+    assert again.returncode == 0 and "starting" not in again.stdout, again.stdout
+
+
+def test_a_two_node_job_runs_a_task_on_each_node_and_they_reach_each_other(two_nodes, tmp_path):
+    (tmp_path / "task.py").write_text(TASK)
+    out = tmp_path / "job.out"
+    job = run("sbatch", "--parsable", "-N", "2", "--ntasks-per-node", "1", "-o", str(out), "--wrap",
+              f"srun python3 {tmp_path / 'task.py'}", cwd=tmp_path).strip()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and "COMPLETED" not in run("sacct", "-X", "-n", "-j", job, "-o", "State"):
+        time.sleep(1)
+    lines = sorted(out.read_text().splitlines())
+    assert lines == ["0 rlsw1 10.77.0.2 accepted rlsw2 from 10.77.0.3", "1 rlsw2 10.77.0.3 sent to rlsw1"], lines
+    assert run("sacct", "-X", "-n", "-P", "-j", job, "-o", "State,NNodes").strip() == "COMPLETED|2"
