@@ -1,6 +1,8 @@
 """A SLURM cluster of two nodes on this one machine (scripts/local_slurm.sh --nodes 2): each node a host of its own
 (its network namespace and address, its hostname), the controller in a third; a two-node job runs a task on each
-node, and a process on one node reaches the other node's address, as Ray's worker must reach its head.
+node, and a process on one node reaches the other node's address; the Ray cluster a multi-node verl job starts
+(workflow/slurm/ray_cluster.py: the head where the job runs, a worker on the other node through srun) has both
+nodes, and a driver's tasks run on each.
 
 Root only (it makes network namespaces); skipped otherwise, unless RLSWEEP_REQUIRE_SLURM=1 (CI)."""
 
@@ -9,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -35,6 +38,38 @@ else:
         except OSError:
             time.sleep(0.1)
     c.sendall(host.encode()); print(f"{rank} {host} {address} sent to {first}")
+"""
+
+
+# what a multi-node verl stage does before verl's driver starts (VerlEngine._start_ray), then a task per node
+RAY_JOB = """
+import os, socket, subprocess, sys, time
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+from workflow.slurm.ray_cluster import allocation_nodes, start_commands
+nodes = allocation_nodes()
+head = socket.gethostbyname(nodes[0])
+procs = [subprocess.Popen(argv) for _, argv in start_commands(nodes, head_address=head, port=6390, cpus_per_node=1,
+                                                              temp_dir="/tmp/rlsw-ray")]
+deadline = time.monotonic() + 120
+while True:
+    try:
+        ray.init(address=f"{head}:6390"); break
+    except Exception:
+        if time.monotonic() > deadline: raise
+        time.sleep(1)
+while len([n for n in ray.nodes() if n["Alive"]]) < len(nodes) and time.monotonic() < deadline:
+    time.sleep(1)
+@ray.remote(num_cpus=1)
+def where():
+    return socket.gethostname(), ray.util.get_node_ip_address()
+alive = [n for n in ray.nodes() if n["Alive"]]
+ran = ray.get([where.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote()
+               for n in alive])
+print("RAN", sorted(ran), flush=True)
+ray.shutdown()
+for p in procs:
+    p.terminate()
 """
 
 
@@ -87,3 +122,19 @@ def test_a_two_node_job_runs_a_task_on_each_node_and_they_reach_each_other(two_n
     lines = sorted(out.read_text().splitlines())
     assert lines == ["0 rlsw1 10.77.0.2 accepted rlsw2 from 10.77.0.3", "1 rlsw2 10.77.0.3 sent to rlsw1"], lines
     assert run("sacct", "-X", "-n", "-P", "-j", job, "-o", "State,NNodes").strip() == "COMPLETED|2"
+
+
+def test_the_ray_cluster_of_a_two_node_job_spans_both_nodes(two_nodes, tmp_path):
+    pytest.importorskip("ray")
+    (tmp_path / "ray_job.py").write_text(RAY_JOB)
+    out = tmp_path / "ray.out"
+    # the virtualenv's python, not activated (PATH without its bin): start_commands must find `ray` all the same
+    job = run("sbatch", "--parsable", "-N", "2", "-c", "2", "-o", str(out), "--export",
+              f"ALL,PYTHONPATH={REPO}", "--wrap", f"{sys.executable} {tmp_path / 'ray_job.py'}", cwd=tmp_path).strip()
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and not run("sacct", "-X", "-n", "-j", job, "-o", "State").strip().startswith(
+            ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")):
+        time.sleep(2)
+    text = out.read_text()
+    ran = [line for line in text.splitlines() if line.startswith("RAN ")]
+    assert ran == ["RAN [('rlsw1', '10.77.0.2'), ('rlsw2', '10.77.0.3')]"], text[-3000:]

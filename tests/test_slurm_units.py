@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -262,16 +263,18 @@ def test_a_multi_node_job_runs_once_on_its_first_node():
 
 
 def test_ray_start_commands_for_an_allocation():
-    from workflow.slurm.ray_cluster import allocation_nodes, start_commands
+    from workflow.slurm.ray_cluster import allocation_nodes, ray_executable, start_commands
+    ray = ray_executable()  # this environment's own `ray`: a job's PATH need not hold the virtualenv
+    assert ray == str(Path(sys.executable).parent / "ray") or (ray == "ray" and shutil.which("ray"))
     nodes = allocation_nodes({"SLURM_JOB_NODELIST": "gpu[01-03],big7"})
     assert nodes == ["gpu01", "gpu02", "gpu03", "big7"]
     cmds = start_commands(nodes, head_address="10.0.0.1", port=6380, gpus_per_node=8)
     # RAY_AUTH_MODE=disabled: verl's driver joins whether or not an earlier ray.init wrote ~/.ray/auth_token
-    assert cmds[0][0] == "gpu01" and cmds[0][1][:5] == ["env", "RAY_AUTH_MODE=disabled", "ray", "start", "--head"]
+    assert cmds[0][0] == "gpu01" and cmds[0][1][:5] == ["env", "RAY_AUTH_MODE=disabled", ray, "start", "--head"]
     assert "--port=6380" in cmds[0][1] and "--num-gpus=8" in cmds[0][1]
     for node, argv in cmds[1:]:
         assert argv[:5] == ["srun", "--nodes=1", "--ntasks=1", "--overlap", f"--nodelist={node}"]
-        assert "--address=10.0.0.1:6380" in argv and argv[5:8] == ["env", "RAY_AUTH_MODE=disabled", "ray"]
+        assert "--address=10.0.0.1:6380" in argv and argv[5:8] == ["env", "RAY_AUTH_MODE=disabled", ray]
     assert [n for n, _ in cmds] == nodes
     assert allocation_nodes({}) == [os.uname().nodename]
 
@@ -279,10 +282,8 @@ def test_ray_start_commands_for_an_allocation():
 def test_the_head_command_really_starts_a_ray_cluster_that_a_driver_joins(tmp_path):
     """The generated head command, run here (one node; the GPU count is the only thing a GPU node changes)."""
     pytest.importorskip("ray")
-    import shutil
     import socket
     from workflow.slurm.ray_cluster import start_commands
-    ray_bin = shutil.which("ray") or str(Path(sys.executable).parent / "ray")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -290,7 +291,7 @@ def test_the_head_command_really_starts_a_ray_cluster_that_a_driver_joins(tmp_pa
     temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's unix socket paths must fit in 107 bytes
     (node, argv), = start_commands(["localhost"], head_address="127.0.0.1", port=port, cpus_per_node=1,
                                    temp_dir=temp)
-    head = subprocess.Popen([ray_bin if a == "ray" else a for a in argv], stdout=subprocess.DEVNULL,
+    head = subprocess.Popen(argv, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:
         probe = ("import ray, time\n"

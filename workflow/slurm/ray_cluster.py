@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
+from pathlib import Path
 
 from submitit.slurm.slurm import _parse_node_list
 
@@ -19,6 +21,13 @@ def allocation_nodes(env: dict | None = None) -> list[str]:
     env = os.environ if env is None else env
     nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
     return _parse_node_list(nodelist) if nodelist else [socket.gethostname()]
+
+
+def ray_executable() -> str:
+    """The `ray` command of the environment this Python runs in (a job's PATH need not hold the virtualenv's bin:
+    sbatch passes the submitting shell's PATH, and an un-activated interpreter has none), else the one on PATH."""
+    here = Path(sys.executable).parent / "ray"
+    return str(here) if here.is_file() else "ray"
 
 
 def start_commands(nodes: list[str], *, head_address: str, port: int = 6379, gpus_per_node: int = 0,
@@ -31,7 +40,7 @@ def start_commands(nodes: list[str], *, head_address: str, port: int = 6379, gpu
     # The job's own cluster, inside its allocation: Ray >= 2.5x turns token authentication on for `ray start` as
     # soon as ~/.ray/auth_token exists (any earlier ray.init writes it), while drivers (verl's) default to no auth
     # and are refused. Opt out explicitly so the head's behaviour does not depend on what ran before.
-    ray = ["env", "RAY_AUTH_MODE=disabled", "ray"]
+    ray = ["env", "RAY_AUTH_MODE=disabled", ray_executable()]
     common = [f"--num-gpus={gpus_per_node}", "--block", "--disable-usage-stats"]
     if cpus_per_node is not None:
         common.append(f"--num-cpus={cpus_per_node}")
