@@ -46,9 +46,9 @@ RAY_JOB = """
 import os, socket, subprocess, sys, time
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-from workflow.slurm.ray_cluster import allocation_nodes, start_commands
+from workflow.slurm.ray_cluster import allocation_nodes, head_address, start_commands
 nodes = allocation_nodes()
-head = socket.gethostbyname(nodes[0])
+head = head_address(nodes)
 procs = [subprocess.Popen(argv) for _, argv in start_commands(nodes, head_address=head, port=6390, cpus_per_node=1,
                                                               temp_dir="/tmp/rlsw-ray")]
 deadline = time.monotonic() + 120

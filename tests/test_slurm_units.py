@@ -277,6 +277,9 @@ def test_ray_start_commands_for_an_allocation():
         assert "--address=10.0.0.1:6380" in argv and argv[5:8] == ["env", "RAY_AUTH_MODE=disabled", ray]
     assert [n for n, _ in cmds] == nodes
     assert allocation_nodes({}) == [os.uname().nodename]
+    from workflow.slurm.ray_cluster import head_address  # an address, not a hostname: Ray's --node-ip-address
+    assert head_address(["localhost"], {}) == "127.0.0.1"
+    assert head_address(["gpu01"], {"RLSWEEP_RAY_HEAD_ADDRESS": "10.1.2.3"}) == "10.1.2.3"
 
 
 def test_the_head_command_really_starts_a_ray_cluster_that_a_driver_joins(tmp_path):

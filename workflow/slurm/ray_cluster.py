@@ -23,6 +23,14 @@ def allocation_nodes(env: dict | None = None) -> list[str]:
     return _parse_node_list(nodelist) if nodelist else [socket.gethostname()]
 
 
+def head_address(nodes: list[str], env: dict | None = None) -> str:
+    """The IP address Ray's head binds and its workers dial: $RLSWEEP_RAY_HEAD_ADDRESS (an interface of choice, e.g.
+    the InfiniBand one), else what the first node's hostname resolves to (`ray start --node-ip-address` wants an
+    address, not a name)."""
+    env = os.environ if env is None else env
+    return env.get("RLSWEEP_RAY_HEAD_ADDRESS") or socket.gethostbyname(nodes[0])
+
+
 def ray_executable() -> str:
     """The `ray` command of the environment this Python runs in (a job's PATH need not hold the virtualenv's bin:
     sbatch passes the submitting shell's PATH, and an un-activated interpreter has none), else the one on PATH."""

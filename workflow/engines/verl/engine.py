@@ -47,7 +47,7 @@ from workflow.engines.verl.translate import CPU_MODULE, FP32, PPO_MODULE, WORKER
     CPU_DROPPED_ENV, process_env, translate, translate_sft
 from workflow.layout import CHECKPOINTS
 from workflow.results.train_log import TrainLog
-from workflow.slurm.ray_cluster import allocation_nodes, start_commands
+from workflow.slurm.ray_cluster import allocation_nodes, head_address, start_commands
 from workflow.stages import RLStage, SFTStage
 
 
@@ -247,7 +247,7 @@ class VerlEngine:
         if v.nnodes == 1:
             return []
         nodes = _allocation(v.nnodes, "rl")
-        head = os.environ.get("RLSWEEP_RAY_HEAD_ADDRESS") or nodes[0]
+        head = head_address(nodes)
         port = int(os.environ.get("RLSWEEP_RAY_PORT", "6379"))
         procs = [subprocess.Popen(argv) for _, argv in start_commands(
             nodes, head_address=head, port=port, gpus_per_node=v.n_gpus_per_node)]
