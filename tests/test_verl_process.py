@@ -115,6 +115,25 @@ def test_a_cpu_runs_verl_processes_let_mkl_follow_their_openmp_threads(monkeypat
     assert cuda["MKL_NUM_THREADS"] == "2" and cuda["VERL_USE_EXTERNAL_MODULES"].startswith("mod")
 
 
+def test_a_one_node_run_starts_its_own_ray_whatever_cluster_the_machine_last_started(monkeypatch, tmp_path):
+    """Ray's ray.init() without an address joins the cluster recorded by the machine's last `ray start`
+    (ray_current_cluster in Ray's temp dir), alive or not: a multi-node job's head that ran on this node before, or a
+    user's own cluster, made the next one-node verl job fail. Its processes get RAY_ADDRESS=local, which Ray reads as
+    "start a new local instance"; a multi-node run keeps the head address _start_ray set."""
+    pytest.importorskip("ray")
+    from ray._private.services import canonicalize_bootstrap_address
+    from workflow.config import VerlSettings
+    from workflow.engines.verl.engine import child_env
+    (tmp_path / "ray_current_cluster").write_text("10.77.0.2:6379")  # what a `ray start --head` leaves behind
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert canonicalize_bootstrap_address(None, str(tmp_path)) == "10.77.0.2:6379"  # Ray's default: join it
+    one = child_env(VerlSettings(model_path="m", device="cpu"), "mod")
+    monkeypatch.setenv("RAY_ADDRESS", one["RAY_ADDRESS"])
+    assert canonicalize_bootstrap_address(None, str(tmp_path)) is None  # ours: start a new local instance
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.9:6379")  # set by _start_ray for a two-node run
+    assert child_env(VerlSettings(model_path="m", nnodes=2), "mod")["RAY_ADDRESS"] == "10.0.0.9:6379"
+
+
 def test_cpu_runs_translate_to_verls_cpu_settings_and_device_is_part_of_the_id():
     pytest.importorskip("verl")
     from workflow.engines.verl.compose import compose, validate

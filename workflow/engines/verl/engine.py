@@ -54,8 +54,14 @@ from workflow.stages import RLStage, SFTStage
 def child_env(v, modules: str) -> dict[str, str]:
     """This process's environment for a verl child: the device's variables (less those a CPU run must not
     inherit: translate.CPU_DROPPED_ENV), and our modules first in VERL_USE_EXTERNAL_MODULES (a user's own plugins
-    may already be there)."""
+    may already be there). A one-node run's Ray is its own: RAY_ADDRESS=local. Without it verl's ray.init() joins
+    whatever cluster the machine's last `ray start` recorded in /tmp/ray/ray_current_cluster (an earlier multi-node
+    job's head on this node, a user's own cluster, even a dead one) and fails ("When connecting to an existing
+    cluster, num_cpus and num_gpus must not be provided"). A multi-node run's RAY_ADDRESS is its head's
+    (VerlEngine._start_ray)."""
     env = {**os.environ, **process_env(v)}
+    if v.nnodes == 1:
+        env["RAY_ADDRESS"] = "local"
     if v.device == "cpu":
         for key in CPU_DROPPED_ENV:
             env.pop(key, None)
