@@ -312,3 +312,68 @@ def test_the_head_command_really_starts_a_ray_cluster_that_a_driver_joins(tmp_pa
         except subprocess.TimeoutExpired:
             head.kill()
         shutil.rmtree(temp, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------- retry by reason
+def test_a_failed_job_is_resubmitted_by_its_reason_as_its_policy_allows_and_the_attempts_travel_with_it():
+    """The executor's decision, up to sbatch (the local cluster's own tests run the real thing): out of memory ->
+    the memory doubled, twice at most; node failure -> that node excluded (the memory it has reached stays); time
+    limit -> 1.5x the time; any other state, or a spent policy -> the job fails as before. Each resubmission's script
+    exports the attempts so far (RLSWEEP_SLURM_ATTEMPTS) for its stage's runs row."""
+    import logging
+    from types import SimpleNamespace
+    from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
+    from workflow.slurm.executor import Executor
+    from workflow.slurm.retry import ATTEMPTS_ENV
+
+    resources = StageResources(mem="4G", time="01:00:00", retry={"oom": 2, "timeout": 1}).snakemake_resources()
+    job = SimpleNamespace(name="rl", wildcards={}, resources=resources, is_group=lambda: False)
+    sent = []
+
+    class Submitter:  # what _retry needs of the executor: the job's parameters, sbatch, a logger
+        logger = logging.getLogger("test")
+
+        def _params(self, job):
+            return sbatch_parameters(job.resources, job_name="rl", threads=1)
+
+        def _sbatch(self, jobs, params):
+            sent.append(params)
+            n = len(sent)
+            return [SimpleNamespace(job_id=str(100 + n), paths=SimpleNamespace(stdout=f"/l/{n}", result_pickle=f"/r/{n}"))]
+
+    j, ex = SubmittedJobInfo(job, external_jobid="99", aux={}), Submitter()
+    retry = lambda state, node=None: Executor._retry(ex, j, cluster.JobState(state, node=node))  # noqa: E731
+    assert retry("OUT_OF_MEMORY", "n1") and j.external_jobid == "101" and sent[-1]["mem"] == "8192M"
+    assert retry("OUT_OF_MEMORY", "n1") and sent[-1]["mem"] == "16384M"
+    assert not retry("OUT_OF_MEMORY", "n1")  # two retries spent: it fails
+    assert retry("NODE_FAIL", "n2") and sent[-1]["additional_parameters"]["exclude"] == "n2"
+    assert sent[-1]["mem"] == "16384M" and sent[-1]["time"] == 60
+    assert not retry("NODE_FAIL", "n3")  # the default: one node-failure retry
+    assert retry("TIMEOUT", "n4") and sent[-1]["time"] == 90 and sent[-1]["additional_parameters"]["exclude"] == "n2"
+    assert not retry("FAILED", "n4") and not retry("CANCELLED")
+    exported = [line for line in sent[-1]["setup"] if line.startswith(f"export {ATTEMPTS_ENV}=")]
+    attempts = json.loads(exported[0].split("=", 1)[1].strip("'"))
+    assert [(a["job"], a["state"], a["node"]) for a in attempts] == [
+        ("99", "OUT_OF_MEMORY", "n1"), ("101", "OUT_OF_MEMORY", "n1"), ("102", "NODE_FAIL", "n2"),
+        ("103", "TIMEOUT", "n4")]
+    assert j.aux["log"] == Path("/l/4") and j.aux["result"] == Path("/r/4")  # status checks follow the new job
+
+
+def test_a_stage_records_the_jobs_its_retries_replaced_and_their_gpu_hours(monkeypatch):
+    from workflow import provenance
+    from workflow.slurm.retry import ATTEMPTS_ENV
+    usage = {"50": cluster.Usage((("RUNNING", 600, 2),)), "40": cluster.Usage((("OUT_OF_MEMORY", 1800, 2),))}
+    monkeypatch.setattr(provenance, "job_usage", usage.get)
+    monkeypatch.setenv("SLURM_JOB_ID", "50")
+    monkeypatch.delenv("SLURM_ARRAY_JOB_ID", raising=False)
+    monkeypatch.setenv(ATTEMPTS_ENV, json.dumps([{"job": "40", "state": "OUT_OF_MEMORY", "node": "n1"}]))
+    row = provenance.slurm_usage()
+    assert row["slurm_attempts"] == 2 and row["slurm_elapsed_s"] == 2400 and row["slurm_gpus"] == 2
+    assert row["gpu_hours"] == pytest.approx((600 + 1800) * 2 / 3600)
+    assert json.loads(row["slurm_retries"]) == [{"job": "40", "state": "OUT_OF_MEMORY", "node": "n1"}]
+
+
+def test_an_out_of_memory_retry_needs_a_memory_to_grow(tmp_path):
+    from conftest import refusal, write_sweep
+    msg = refusal(write_sweep(tmp_path / "r.yaml", "r", "resources:\n  rl: {retry: {oom: 2}}\n"))
+    assert "resources.rl" in msg and "retry.oom needs mem" in msg

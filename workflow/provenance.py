@@ -3,6 +3,7 @@ SLURM accounted to it."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -10,6 +11,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from workflow.slurm.cluster import job_usage
+from workflow.slurm.retry import ATTEMPTS_ENV
 
 _REPO = Path(__file__).resolve().parent.parent
 
@@ -67,11 +69,19 @@ def provenance() -> dict:
 
 def slurm_usage() -> dict:
     """What SLURM accounted to the job this runs in so far, as runs columns: elapsed seconds over all its attempts
-    (a requeued job's earlier ones included), its allocated GPUs, GPU-hours (each attempt's elapsed x GPUs) and the
-    number of attempts; empty off SLURM or without accounting (sacct)."""
+    (a requeued job's earlier ones, and the earlier jobs a retry by failure reason replaced: RLSWEEP_SLURM_ATTEMPTS,
+    workflow/slurm/retry.py), its allocated GPUs, GPU-hours (each attempt's elapsed x its GPUs), the number of
+    attempts and the retried jobs with their reasons (JSON); empty off SLURM or without accounting (sacct)."""
     job = slurm_job_name()
     usage = job_usage(job) if job else None
     if usage is None:
         return {}
-    return {"slurm_elapsed_s": float(usage.elapsed_s), "slurm_gpus": usage.gpus, "gpu_hours": usage.gpu_hours,
-            "slurm_attempts": len(usage.attempts)}
+    try:
+        earlier = json.loads(os.environ.get(ATTEMPTS_ENV) or "[]")
+    except ValueError:
+        earlier = []
+    before = [u for u in (job_usage(str(a.get("job"))) for a in earlier if a.get("job")) if u is not None]
+    return {"slurm_elapsed_s": float(usage.elapsed_s + sum(u.elapsed_s for u in before)), "slurm_gpus": usage.gpus,
+            "gpu_hours": usage.gpu_hours + sum(u.gpu_hours for u in before),
+            "slurm_attempts": len(usage.attempts) + sum(len(u.attempts) for u in before),
+            "slurm_retries": json.dumps(earlier) if earlier else None}

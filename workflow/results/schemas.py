@@ -22,6 +22,7 @@ RUNS = pa.schema([
     # from SLURM's accounting (sacct) when the stage ends: elapsed seconds over all attempts, allocated GPUs,
     # GPU-hours (each attempt's elapsed x its GPUs), attempts (null off SLURM or without accounting)
     ("slurm_elapsed_s", F), ("slurm_gpus", I), ("gpu_hours", F), ("slurm_attempts", I),
+    ("slurm_retries", S),  # the jobs a retry by failure reason replaced: JSON [{job, state, node}] (retry.py)
     ("config", S),
     # the integrity preflight of SFT and mixed-policy jobs (workflow/preflight.py): passed | failed | no gradient
     ("preflight", S), ("preflight_grad_diff", F), ("preflight_update_diff", F),

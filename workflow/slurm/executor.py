@@ -10,7 +10,9 @@ What it adds over a plain sbatch executor:
 - job states come from ONE squeue call per poll for all jobs (+ one sacct call for the ones squeue forgot), a
   failing poll backs off instead of failing jobs, and sbatch is retried on a busy controller;
 - a requeued job is still the same job to Snakemake (it is PENDING again under the same id), so it is never
-  submitted twice; a job that fails for good is reported with its SLURM state and log path.
+  submitted twice; a job that fails for good is reported with its SLURM state and log path;
+- a job that ends TIMEOUT, OUT_OF_MEMORY or NODE_FAIL is resubmitted as its stage's retry policy allows (more time,
+  more memory, the node excluded: retry.py), still the same Snakemake job.
 """
 
 # no `from __future__ import annotations`: Snakemake reads ExecutorSettings' field types at run time to build
@@ -31,6 +33,8 @@ from snakemake_interface_executor_plugins.settings import CommonSettings, Execut
 from workflow.slurm import cluster
 from workflow.slurm.job import SnakemakeJob
 from workflow.slurm.params import sbatch_parameters
+from workflow.slurm.retry import RetryPolicy, with_attempts
+from workflow.sweep.spec import RETRY_RESOURCE
 
 
 @dataclass
@@ -70,6 +74,12 @@ common_settings = CommonSettings(
     auto_deploy_default_storage_provider=False,
     init_seconds_before_status_checks=1,
 )
+
+
+def _job_aux(submitted) -> dict:
+    """What status checks need of a submitted job: its log, submitit's result file, when it was submitted."""
+    return {"log": Path(str(submitted.paths.stdout)), "result": Path(str(submitted.paths.result_pickle)),
+            "submitted_at": time.time()}
 
 
 def _job_label(job: JobExecutorInterface) -> str:
@@ -116,7 +126,8 @@ class Executor(RemoteExecutor):
             jobs = [group[i] for i in part]
             self._submit(jobs, self._params(jobs[0], array_size=len(jobs)))
 
-    def _submit(self, jobs: list[JobExecutorInterface], params: dict) -> None:
+    def _sbatch(self, jobs: list[JobExecutorInterface], params: dict) -> list:
+        """Submit the jobs (one job, or an array), retrying a busy controller; SlurmError when sbatch refuses."""
         ex = submitit.SlurmExecutor(folder=self.logdir / "%j", max_num_timeout=self.settings.max_requeues)
         ex.update_parameters(**params)
         calls = [SnakemakeJob(self.format_job_exec(job), self.settings.max_requeues,
@@ -133,18 +144,19 @@ class Executor(RemoteExecutor):
 
         def busy(e: cluster.SlurmError, delay: float) -> None:
             self.logger.warning(f"sbatch: controller busy ({str(e)[:200]}); retrying in {delay:.0f}s")
+        return cluster.retry_transient(submit_once, retries=5, on_retry=busy)
+
+    def _submit(self, jobs: list[JobExecutorInterface], params: dict) -> None:
         try:
-            submitted = cluster.retry_transient(submit_once, retries=5, on_retry=busy)
+            submitted = self._sbatch(jobs, params)
         except cluster.SlurmError as e:
             for job in jobs:
                 self.report_job_error(SubmittedJobInfo(job), msg=f"sbatch refused the job: {e}")
             return
         for job, sj in zip(jobs, submitted):
-            log = Path(str(sj.paths.stdout))
-            self.logger.info(f"Job {job.jobid} ({_job_label(job)}) submitted as SLURM job {sj.job_id}; log: {log}")
-            self.report_job_submission(SubmittedJobInfo(job, external_jobid=sj.job_id,
-                                                        aux={"log": log, "result": Path(str(sj.paths.result_pickle)),
-                                                             "submitted_at": time.time()}))
+            self.logger.info(f"Job {job.jobid} ({_job_label(job)}) submitted as SLURM job {sj.job_id}; log: "
+                             f"{sj.paths.stdout}")
+            self.report_job_submission(SubmittedJobInfo(job, external_jobid=sj.job_id, aux=_job_aux(sj)))
 
     # ------------------------------------------------------------------------------------------------ status
     async def check_active_jobs(self, active_jobs: List[SubmittedJobInfo]) -> Generator[SubmittedJobInfo, None, None]:
@@ -174,8 +186,34 @@ class Executor(RemoteExecutor):
                 yield j
             elif state.succeeded:
                 self.report_job_success(j)
+            elif self._retry(j, state):
+                yield j  # the same Snakemake job, now a new SLURM job
             else:
                 self._report_failure(j, state)
+
+    def _retry(self, j: SubmittedJobInfo, state: cluster.JobState) -> bool:
+        """Resubmit a job that ended TIMEOUT / OUT_OF_MEMORY / NODE_FAIL as its stage's retry policy allows
+        (retry.py); the attempts so far reach the new job, which records them in runs. False: fail it."""
+        policy = RetryPolicy.decode(j.job.resources.get(RETRY_RESOURCE))
+        attempts = j.aux.setdefault("attempts", [])
+        nxt = policy.next_parameters(state.state, state.node, attempts, j.aux.get("params") or self._params(j.job))
+        if nxt is None:
+            return False
+        params, what = nxt
+        attempts.append({"job": j.external_jobid, "state": state.state, "node": state.node})
+        params = with_attempts(params, attempts)
+        try:
+            submitted, = self._sbatch([j.job], params)
+        except cluster.SlurmError as e:
+            self.logger.error(f"SLURM job {j.external_jobid} ended {state.state}; its retry was refused: {e}")
+            return False
+        n = sum(1 for a in attempts if a["state"] == state.state)
+        self.logger.warning(f"SLURM job {j.external_jobid} ({_job_label(j.job)}) ended {state.state}"
+                            f"{' on ' + state.node if state.node else ''}: retry {n} of {policy.retries(state.state)} "
+                            f"as SLURM job {submitted.job_id}, {what}; log: {submitted.paths.stdout}")
+        j.external_jobid = submitted.job_id
+        j.aux.update(_job_aux(submitted), params=params)
+        return True
 
     def _state_from_result(self, j: SubmittedJobInfo) -> cluster.JobState | None:
         """squeue and sacct do not know the job (accounting off, or purged): submitit's result file decides."""

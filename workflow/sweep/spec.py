@@ -65,6 +65,23 @@ _TIME = re.compile(r"^(?:(\d+)-)?(\d{1,3}):([0-5]\d):([0-5]\d)$")  # [D-]HH:MM:S
 _MEM = re.compile(r"^(\d+)([KMGT]?)$")
 
 
+RETRY_RESOURCE = "rlsweep_retry"  # the rule resource that carries a stage's retry settings to the SLURM executor
+
+
+class RetrySettings(Strict):
+    """How often a stage's SLURM job is resubmitted after each failure reason, and how (workflow/slurm/retry.py)."""
+
+    timeout: int = Field(0, ge=0, le=10)  # after TIMEOUT: the time limit x time_factor, resuming from a checkpoint
+    oom: int = Field(0, ge=0, le=10)  # after OUT_OF_MEMORY: the memory x mem_factor (needs `mem`)
+    node_fail: int = Field(1, ge=0, le=10)  # after NODE_FAIL: the failed node excluded
+    time_factor: float = Field(1.5, ge=1.0, le=10.0)
+    mem_factor: float = Field(2.0, gt=1.0, le=10.0)
+
+    def encode(self) -> str:
+        """`timeout=0,oom=2,...`: a Snakemake resource is an int or a string (retry.RetryPolicy.decode reads it)."""
+        return ",".join(f"{k}={v}" for k, v in self.model_dump().items())
+
+
 class StageResources(Strict):
     """How one stage's jobs run. Locally only `threads` matters (torch threads); on SLURM every field becomes a
     job option. Never part of a run's identity."""
@@ -81,6 +98,7 @@ class StageResources(Strict):
     constraint: str | None = None
     exclusive: bool = False
     sbatch_extra: list[str] = Field(default_factory=list)  # further sbatch flags, e.g. ["--reservation=abc"]
+    retry: RetrySettings = Field(default_factory=RetrySettings)  # resubmissions by failure reason (SLURM)
 
     @field_validator("time")
     @classmethod
@@ -104,6 +122,13 @@ class StageResources(Strict):
             raise ValueError(f"{bad}: each extra sbatch option must be a long flag (--name=value)")
         return v
 
+    @model_validator(mode="after")
+    def _oom_needs_mem(self):
+        if self.retry.oom and self.mem is None:
+            raise ValueError("retry.oom needs mem: an out-of-memory retry multiplies the job's memory, and without mem "
+                             "the job has the cluster's default")
+        return self
+
     @property
     def time_minutes(self) -> int:
         d, h, m, s = _TIME.match(self.time).groups()
@@ -124,6 +149,9 @@ class StageResources(Strict):
                 res[key] = value
         if self.sbatch_extra:
             res["slurm_extra"] = " ".join(shlex.quote(f) for f in self.sbatch_extra)
+        r = self.retry
+        if r.timeout or r.oom or r.node_fail:
+            res[RETRY_RESOURCE] = r.encode()
         return res
 
     @property
