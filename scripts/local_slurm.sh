@@ -328,6 +328,8 @@ MinJobAge=300
 MaxArraySize=$MAX_ARRAY_SIZE
 KillWait=5
 ReturnToService=2
+# a node whose slurmd stops answering is DOWN (its jobs NODE_FAIL) after 10 s, not 300: tests kill nodes
+SlurmdTimeout=10
 MpiDefault=none
 SwitchType=switch/none
 JobAcctGatherType=jobacct_gather/linux

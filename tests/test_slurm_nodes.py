@@ -2,13 +2,16 @@
 (its network namespace and address, its hostname), the controller in a third; a two-node job runs a task on each
 node, and a process on one node reaches the other node's address; the Ray cluster a multi-node verl job starts
 (workflow/slurm/ray_cluster.py: the head where the job runs, a worker on the other node through srun) has both
-nodes, and a driver's tasks run on each.
+nodes, and a driver's tasks run on each; a job whose node dies is retried on the other node (issue 27's retry by
+failure reason).
 
 Root only (it makes network namespaces); skipped otherwise, unless RLSWEEP_REQUIRE_SLURM=1 (CI)."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -138,3 +141,49 @@ def test_the_ray_cluster_of_a_two_node_job_spans_both_nodes(two_nodes, tmp_path)
     text = out.read_text()
     ran = [line for line in text.splitlines() if line.startswith("RAN ")]
     assert ran == ["RAN [('rlsw1', '10.77.0.2'), ('rlsw2', '10.77.0.3')]"], text[-3000:]
+
+
+RETRIED = """
+rule all:
+    input: "done.txt"
+rule work:
+    output: "done.txt"
+    resources: rlsweep_retry="node_fail=1", slurm_extra="--no-requeue", runtime=5
+    shell: "hostname > {output}.try-$SLURM_JOB_ID; echo \\"$RLSWEEP_SLURM_ATTEMPTS\\" > {output}.attempts-$SLURM_JOB_ID; "
+           "sleep 40; hostname > {output}"
+"""
+
+
+def test_a_job_whose_node_dies_is_retried_on_another_node(two_nodes, tmp_path):
+    """NODE_FAIL, for real: the node running the job loses every process (slurmd, the job's steps) at once; after
+    SlurmdTimeout the controller declares it down and the job NODE_FAIL; the executor resubmits it with that node
+    excluded (retry.py), and the same Snakemake job finishes on the other node. (--no-requeue: with SLURM's default
+    JobRequeue=1 SLURM would requeue the job itself, under the same id.)"""
+    (tmp_path / "Snakefile").write_text(RETRIED)
+    proc = subprocess.Popen([SCRIPT, "run", "--nodes", "2", "--", sys.executable, "-m", "snakemake", "--profile",
+                             str(REPO / "profiles" / "slurm"), "-d", str(tmp_path), "-s", str(tmp_path / "Snakefile"),
+                             "--seconds-between-status-checks", "2"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not list(tmp_path.glob("done.txt.try-*")) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        first, = tmp_path.glob("done.txt.try-*")
+        node = first.read_text().strip()
+        job = first.name.removeprefix("done.txt.try-")
+        namespace = f"rlsw-n{node.removeprefix('rlsw')}"
+        pids = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True).stdout.split()
+        subprocess.run(["kill", "-9", *pids])  # the node dies: its slurmd, the job's steps, the job
+        out, _ = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        cluster("start", "--nodes", "2")  # the node comes back (ReturnToService=2)
+    assert proc.returncode == 0, out[-3000:]
+    other = {"rlsw1": "rlsw2", "rlsw2": "rlsw1"}[node]
+    assert re.search(rf"SLURM job {job} \(rlsweep-work\) ended NODE_FAIL on {node}: retry 1 of 1 as SLURM job "
+                     rf"(\d+), excluding {node}", out), out[-3000:]
+    retry = re.search(r"retry 1 of 1 as SLURM job (\d+)", out)[1]
+    assert (tmp_path / "done.txt").read_text().strip() == other
+    attempts = json.loads((tmp_path / f"done.txt.attempts-{retry}").read_text())
+    assert attempts == [{"job": job, "state": "NODE_FAIL", "node": node}]
