@@ -16,6 +16,17 @@ REPO = Path(__file__).resolve().parent.parent
 torch.set_num_threads(1)
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `long` (minutes of a real cluster each: a Ray cluster across two nodes, a node killed under a
+    job) run on demand, with RLSWEEP_LONG_TESTS=1: CI's time budget has no room for them (README, "SLURM")."""
+    if os.environ.get("RLSWEEP_LONG_TESTS") == "1":
+        return
+    skip = pytest.mark.skip(reason="a long cluster test: run it with RLSWEEP_LONG_TESTS=1")
+    for item in items:
+        if "long" in item.keywords:
+            item.add_marker(skip)
+
+
 TINY_BASE = """
 base:
   model: {n_layers: 1, hidden: 32, n_heads: 2}

@@ -5,7 +5,8 @@ node, and a process on one node reaches the other node's address; the Ray cluste
 nodes, and a driver's tasks run on each; a job whose node dies is retried on the other node (issue 27's retry by
 failure reason).
 
-Root only (it makes network namespaces); skipped otherwise, unless RLSWEEP_REQUIRE_SLURM=1 (CI)."""
+Root only (it makes network namespaces); skipped otherwise, unless RLSWEEP_REQUIRE_SLURM=1 (CI). The Ray and the
+node-failure tests are `long` (~60 s and ~100 s): on demand, RLSWEEP_LONG_TESTS=1."""
 
 from __future__ import annotations
 
@@ -127,6 +128,7 @@ def test_a_two_node_job_runs_a_task_on_each_node_and_they_reach_each_other(two_n
     assert run("sacct", "-X", "-n", "-P", "-j", job, "-o", "State,NNodes").strip() == "COMPLETED|2"
 
 
+@pytest.mark.long
 def test_the_ray_cluster_of_a_two_node_job_spans_both_nodes(two_nodes, tmp_path):
     pytest.importorskip("ray")
     (tmp_path / "ray_job.py").write_text(RAY_JOB)
@@ -154,6 +156,7 @@ rule work:
 """
 
 
+@pytest.mark.long
 def test_a_job_whose_node_dies_is_retried_on_another_node(two_nodes, tmp_path):
     """NODE_FAIL, for real: the node running the job loses every process (slurmd, the job's steps) at once; after
     SlurmdTimeout the controller declares it down and the job NODE_FAIL; the executor resubmits it with that node
