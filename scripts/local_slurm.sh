@@ -52,6 +52,7 @@ stop_daemon() {  # pidfile name
 install_packages() {
   local want="munge slurm-client slurmctld slurmd" missing=""
   [ "$ACCOUNTING" = slurmdbd ] && want="$want slurmdbd mariadb-server"
+  [ "${NODES:-1}" -gt 1 ] && want="$want iproute2"  # ip netns: each node's network namespace
   for p in $want; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"; done
   [ -z "$missing" ] && return 0
   say "installing:$missing"
