@@ -1,22 +1,31 @@
 #!/usr/bin/env python3
-"""What does our SLURM path cost per job, next to bare `sbatch --wrap`, on the same cluster?
+"""What does our SLURM path cost per job, next to bare `sbatch --wrap` and the community Snakemake SLURM plugin, on
+the same cluster and in the same run?
 
-Both sides run N independent trivial jobs whose payload records the time it started:
+All three run N independent trivial jobs whose payload records the time it started:
 - bare: N x `sbatch --parsable --wrap 'date +%s.%N > start_i'`, then `squeue` once a second until all are gone;
 - ours: a Snakefile of N rules with the same payload through `--executor rlsweep-slurm` (submitit, job arrays,
-  one squeue call per second): every job also starts `python -m snakemake` inside SLURM, as every Snakemake
-  cluster executor does.
-Prints, per side, the median submit -> payload-start latency (submit time from sacct, second resolution, the
-same for both) and the wall time for all N jobs / N, and the ratios ours / bare.
+  one squeue call per status check of 1 s): every job also starts `python -m snakemake` inside SLURM, as every
+  Snakemake cluster executor does;
+- plugin: the same Snakefile through snakemake-executor-plugin-slurm (its defaults), installed with the same
+  Snakemake version into the bench's own environment (--plugin-env, created on first use: it is not a dependency
+  of rlsweep).
+Per side: the median submit -> payload-start latency (submit time from sacct, second resolution, the same for all),
+the wall time for all N jobs / N, and the SLURM controller calls per job (sbatch, squeue, sacct, scontrol, ...:
+every call through a logging shim on PATH, the jobs' own included), with the ratios ours / bare and ours / plugin.
+Goal (issue 27): ours <= the plugin on every figure and <= 1.5x bare per job.
 
     scripts/local_slurm.sh start     # or any cluster where you may submit
-    python bench/slurm_overhead.py [--jobs 8]
+    python bench/slurm_overhead.py [--jobs 8] [--plugin-env .bench-env/slurm-plugin] [--no-plugin]
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import datetime as dt
+import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -24,7 +33,11 @@ import tempfile
 import time
 from pathlib import Path
 
+import snakemake
+
 REPO = Path(__file__).resolve().parent.parent
+PLUGIN = "snakemake-executor-plugin-slurm==2.8.0"
+SLURM_COMMANDS = ("sbatch", "squeue", "sacct", "scontrol", "scancel", "sinfo", "sacctmgr", "srun", "sstat")
 
 SNAKEFILE = """
 rule all:
@@ -34,6 +47,21 @@ rule job:
     resources: runtime=5
     shell: "date +%s.%N > {{output}}"
 """
+
+
+def shims(directory: Path, log: Path) -> dict[str, str]:
+    """An environment whose SLURM commands append their name to `log`, then run the real one."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in SLURM_COMMANDS:
+        real = shutil.which(name)
+        if real:
+            (directory / name).write_text(f'#!/bin/sh\necho {name} >> "{log}"\nexec {real} "$@"\n')
+            (directory / name).chmod(0o755)
+    return {**os.environ, "PATH": f"{directory}:{os.environ['PATH']}"}
+
+
+def calls(log: Path) -> collections.Counter:
+    return collections.Counter(log.read_text().split()) if log.exists() else collections.Counter()
 
 
 def sacct_submit(job_ids: list[str]) -> dict[str, float]:
@@ -46,13 +74,14 @@ def sacct_submit(job_ids: list[str]) -> dict[str, float]:
     return got
 
 
-def bare(n: int, work: Path) -> tuple[float, list[float]]:
+def bare(n: int, work: Path, env: dict) -> tuple[float, list[float]]:
     t0 = time.time()
     ids = [subprocess.run(["sbatch", "--parsable", "-t", "5", "-o", "/dev/null", "--wrap",
-                           f"date +%s.%N > {work}/start_{i}"], capture_output=True, text=True,
+                           f"date +%s.%N > {work}/start_{i}"], capture_output=True, text=True, env=env,
                           check=True).stdout.strip() for i in range(n)]
     while True:
-        out = subprocess.run(["squeue", "-h", "-j", ",".join(ids), "-o", "%i"], capture_output=True, text=True)
+        out = subprocess.run(["squeue", "-h", "-j", ",".join(ids), "-o", "%i"], capture_output=True, text=True,
+                             env=env)
         if out.returncode == 0 and not out.stdout.strip():
             break
         time.sleep(1)
@@ -62,37 +91,76 @@ def bare(n: int, work: Path) -> tuple[float, list[float]]:
     return wall, lat
 
 
-def ours(n: int, work: Path) -> tuple[float, list[float]]:
+def snakemake_side(python: str, executor_args: list[str], n: int, work: Path, env: dict) -> tuple[float, list[float]]:
     (work / "Snakefile").write_text(SNAKEFILE.format(n=n))
     t0 = time.time()
-    out = subprocess.run([sys.executable, "-m", "snakemake", "--executor", "rlsweep-slurm", "--jobs", str(n),
-                          "--seconds-between-status-checks", "1", "--latency-wait", "5", "-d", str(work),
-                          "-s", str(work / "Snakefile")], capture_output=True, text=True)
+    out = subprocess.run([python, "-m", "snakemake", *executor_args, "--jobs", str(n), "--latency-wait", "5",
+                          "-d", str(work), "-s", str(work / "Snakefile")], capture_output=True, text=True, env=env,
+                         cwd=work)  # (not the checkout: its snakemake_executor_plugin_rlsweep_slurm would be found)
     wall = time.time() - t0
     if out.returncode:
-        sys.exit(f"snakemake failed:\n{out.stderr[-3000:]}")
-    ids = [line.split("as SLURM job ")[1].split(";")[0] for line in out.stderr.splitlines() if "as SLURM job" in line]
-    submit = sacct_submit(ids)
+        sys.exit(f"snakemake ({' '.join(executor_args)}) failed:\n{out.stderr[-3000:]}")
     starts = sorted(float((work / f"start_{i}").read_text()) for i in range(n))
+    # every job this side submitted, as sacct has them (the sides run one after another)
+    fmt = "%Y-%m-%dT%H:%M:%S"
+    listed = subprocess.run(["sacct", "-X", "-n", "-P", "-o", "JobID,Submit", "-S",
+                             dt.datetime.fromtimestamp(t0 - 1).strftime(fmt), "-E",
+                             dt.datetime.fromtimestamp(time.time() + 1).strftime(fmt)],
+                            capture_output=True, text=True, check=True).stdout
+    submits = sorted(dt.datetime.fromisoformat(line.split("|")[1]).timestamp() for line in listed.splitlines()
+                     if line and dt.datetime.fromisoformat(line.split("|")[1]).timestamp() >= int(t0))[:n]
     # array tasks and rules are not matched one to one: pair the sorted start times with the sorted submit times
-    lat = [s - t for s, t in zip(starts, sorted(submit[j] for j in ids))]
-    return wall, lat
+    return wall, [s - t for s, t in zip(starts, submits)]
+
+
+def plugin_python(env_dir: Path) -> str:
+    """The bench environment's python with Snakemake (our version) and the community SLURM plugin."""
+    python = env_dir / "bin" / "python"
+    if not python.exists():
+        print(f"creating {env_dir} with snakemake=={snakemake.__version__} and {PLUGIN} (once)", file=sys.stderr)
+        subprocess.run([sys.executable, "-m", "venv", str(env_dir)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", f"snakemake=={snakemake.__version__}", PLUGIN],
+                       check=True)
+    return str(python)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--jobs", type=int, default=8)
+    p.add_argument("--plugin-env", type=Path, default=REPO / ".bench-env" / "slurm-plugin")
+    p.add_argument("--no-plugin", action="store_true", help="only bare sbatch and ours")
     a = p.parse_args()
-    with tempfile.TemporaryDirectory(dir=".") as d1, tempfile.TemporaryDirectory(dir=".") as d2:
-        b_wall, b_lat = bare(a.jobs, Path(d1).resolve())
-        o_wall, o_lat = ours(a.jobs, Path(d2).resolve())
-    b_med, o_med = statistics.median(b_lat), statistics.median(o_lat)
+    sides = {"bare sbatch": None, "rlsweep-slurm": [sys.executable, ["--executor", "rlsweep-slurm",
+                                                                     "--seconds-between-status-checks", "1"]]}
+    if not a.no_plugin:
+        sides["slurm plugin"] = [plugin_python(a.plugin_env.resolve()), ["--executor", "slurm"]]
+    results = {}
+    with tempfile.TemporaryDirectory(dir=".") as tmp:
+        for i, (name, side) in enumerate(sides.items()):
+            work = (Path(tmp) / f"side{i}").resolve()
+            work.mkdir()
+            log = work.parent / f"calls{i}.log"
+            env = shims(work.parent / f"shims{i}", log)
+            wall, lat = bare(a.jobs, work, env) if side is None else snakemake_side(side[0], side[1], a.jobs, work, env)
+            results[name] = (wall, statistics.median(lat), calls(log))
     nodes = subprocess.run(["sinfo", "-h", "-o", "%N"], capture_output=True, text=True).stdout.strip()
-    print(f"{a.jobs} trivial jobs on {nodes}")
-    print(f"{'':28s}{'bare sbatch':>14s}{'rlsweep-slurm':>16s}{'ratio':>8s}")
-    print(f"{'submit -> payload start (s)':28s}{b_med:14.2f}{o_med:16.2f}{o_med / max(b_med, 1e-9):8.2f}")
-    print(f"{'wall per job (s)':28s}{b_wall / a.jobs:14.2f}{o_wall / a.jobs:16.2f}{o_wall / b_wall:8.2f}")
-    print(f"{'wall, all jobs (s)':28s}{b_wall:14.1f}{o_wall:16.1f}")
+    names = list(results)
+    print(f"{a.jobs} trivial jobs on {nodes}, one run")
+    print(f"{'':30s}" + "".join(f"{n:>15s}" for n in names) + f"{'ours/bare':>11s}"
+          + (f"{'ours/plugin':>13s}" if "slurm plugin" in results else ""))
+
+    def row(label: str, values: list[float], fmt: str) -> None:
+        ours, base = values[1], values[0]
+        line = f"{label:30s}" + "".join(format(v, fmt).rjust(15) for v in values) + f"{ours / max(base, 1e-9):11.2f}"
+        if len(values) > 2:
+            line += f"{ours / max(values[2], 1e-9):13.2f}"
+        print(line)
+    row("submit -> payload start (s)", [results[n][1] for n in names], ".2f")
+    row("wall per job (s)", [results[n][0] / a.jobs for n in names], ".2f")
+    row("controller calls per job", [sum(results[n][2].values()) / a.jobs for n in names], ".2f")
+    for n in names:
+        print(f"  {n}: " + ", ".join(f"{k} {v}" for k, v in sorted(results[n][2].items())))
+    print("goal: ours <= the plugin on every row, <= 1.5x bare per job")
 
 
 if __name__ == "__main__":
