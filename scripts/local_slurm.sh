@@ -301,6 +301,12 @@ write_config_nodes() {  # sets CHANGED=1 when a config file changed
   else
     accounting="AccountingStorageType=accounting_storage/none"
   fi
+  # memory limits: the cgroup v1 memory controller where the machine has it (a job above its --mem then ends
+  # OUT_OF_MEMORY, as on a real cluster); slurmd refuses to autodetect a hybrid v1 + v2 machine, hence cgroup/v1
+  local task="task/none" cgroup=""
+  if [ -d /sys/fs/cgroup/memory ]; then
+    task="task/cgroup" cgroup=$'CgroupPlugin=cgroup/v1\nConstrainRAMSpace=yes\nCgroupMountpoint=/sys/fs/cgroup'
+  fi
   conf=$(cat <<CONF
 # written by rlsweep scripts/local_slurm.sh --nodes $NODES
 ClusterName=$CLUSTER
@@ -319,7 +325,7 @@ SlurmdPidFile=$DIR/run/slurmd-%n.pid
 SlurmctldLogFile=$DIR/log/slurmctld.log
 SlurmdLogFile=$DIR/log/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+TaskPlugin=$task
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=1000
@@ -342,7 +348,7 @@ PartitionName=debug Nodes=rlsw[1-$NODES] Default=YES MaxTime=INFINITE State=UP
 CONF
 )
   CHANGED=0
-  for file in slurm.conf:conf gres.conf:gres hosts:hosts; do
+  for file in slurm.conf:conf gres.conf:gres hosts:hosts cgroup.conf:cgroup; do
     var=${file#*:} file=${file%%:*}
     [ "$(cat "$DIR/etc/$file" 2>/dev/null)" = "${!var}" ] || { echo "${!var}" > "$DIR/etc/$file"; CHANGED=1; }
   done

@@ -3,7 +3,7 @@
 node, and a process on one node reaches the other node's address; the Ray cluster a multi-node verl job starts
 (workflow/slurm/ray_cluster.py: the head where the job runs, a worker on the other node through srun) has both
 nodes, and a driver's tasks run on each; a job whose node dies is retried on the other node (issue 27's retry by
-failure reason).
+failure reason), and one out of memory retried with more.
 
 Root only (it makes network namespaces); skipped otherwise, unless RLSWEEP_REQUIRE_SLURM=1 (CI). The Ray and the
 node-failure tests are `long` (~60 s and ~100 s): on demand, RLSWEEP_LONG_TESTS=1."""
@@ -134,7 +134,7 @@ def test_the_ray_cluster_of_a_two_node_job_spans_both_nodes(two_nodes, tmp_path)
     (tmp_path / "ray_job.py").write_text(RAY_JOB)
     out = tmp_path / "ray.out"
     # the virtualenv's python, not activated (PATH without its bin): start_commands must find `ray` all the same
-    job = run("sbatch", "--parsable", "-N", "2", "-c", "2", "-o", str(out), "--export",
+    job = run("sbatch", "--parsable", "-N", "2", "-c", "2", "--mem", "4G", "-o", str(out), "--export",
               f"ALL,PYTHONPATH={REPO}", "--wrap", f"{sys.executable} {tmp_path / 'ray_job.py'}", cwd=tmp_path).strip()
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and not run("sacct", "-X", "-n", "-j", job, "-o", "State").strip().startswith(
@@ -190,3 +190,34 @@ def test_a_job_whose_node_dies_is_retried_on_another_node(two_nodes, tmp_path):
     assert (tmp_path / "done.txt").read_text().strip() == other
     attempts = json.loads((tmp_path / f"done.txt.attempts-{retry}").read_text())
     assert attempts == [{"job": job, "state": "NODE_FAIL", "node": node}]
+
+
+OUT_OF_MEMORY = """
+rule all:
+    input: "done.txt"
+rule work:
+    output: "done.txt"
+    resources: rlsweep_retry="oom=1,mem_factor=4", mem_mb=300, runtime=5
+    shell: "echo $SLURM_JOB_ID >> {output}.tries; python3 -c 'x = bytearray(600 * 2**20)'; hostname > {output}"
+"""
+
+
+@pytest.mark.long
+def test_a_job_out_of_memory_is_retried_with_more_memory(two_nodes, tmp_path):
+    """OUT_OF_MEMORY, for real where the machine has the cgroup v1 memory controller (the cluster then runs
+    task/cgroup): 600 MB in a 300 MB job is killed by the cgroup's OOM handler in its step, SLURM records the job
+    FAILED (the batch script saw a failed command), the executor finds the step's OUT_OF_MEMORY and resubmits the
+    same Snakemake job with 4x the memory, and it finishes."""
+    if "task/cgroup" not in run("scontrol", "show", "config"):
+        pytest.skip("this machine's cluster enforces no memory limit (no cgroup v1 memory controller)")
+    (tmp_path / "Snakefile").write_text(OUT_OF_MEMORY)
+    out = subprocess.run([SCRIPT, "run", "--nodes", "2", "--", sys.executable, "-m", "snakemake", "--profile",
+                          str(REPO / "profiles" / "slurm"), "-d", str(tmp_path), "-s", str(tmp_path / "Snakefile"),
+                          "--seconds-between-status-checks", "2"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    first, second = (tmp_path / "done.txt.tries").read_text().split()
+    assert re.search(rf"SLURM job {first} \(rlsweep-work\) ended OUT_OF_MEMORY on rlsw\d: retry 1 of 1 as SLURM job "
+                     rf"{second}, memory 300M -> 1200M", out.stderr), out.stderr[-3000:]
+    # SLURM records the first job FAILED (its batch script saw a failed command); its step (srun) says why
+    assert "OUT_OF_MEMORY" in run("sacct", "-n", "-P", "-j", first, "-o", "State").split()
+    assert run("sacct", "-X", "-n", "-P", "-j", second, "-o", "State").split() == ["COMPLETED"]

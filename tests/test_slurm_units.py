@@ -359,6 +359,13 @@ def test_a_failed_job_is_resubmitted_by_its_reason_as_its_policy_allows_and_the_
     assert j.aux["log"] == Path("/l/4") and j.aux["result"] == Path("/r/4")  # status checks follow the new job
 
 
+def test_a_job_failed_because_its_step_ran_out_of_memory_is_told_apart():
+    # sacct -n -P -o JobID,State: the payload's step (srun) was OOM-killed, the batch script then exited 1
+    states = cluster.parse_step_states("47|FAILED\n47.batch|FAILED\n47.extern|COMPLETED\n47.0|OUT_OF_MEMORY\n")
+    assert states == ["FAILED", "FAILED", "COMPLETED", "OUT_OF_MEMORY"]
+    assert "OUT_OF_MEMORY" not in cluster.parse_step_states("48|FAILED\n48.batch|FAILED\n48.0|FAILED\n")
+
+
 def test_a_stage_records_the_jobs_its_retries_replaced_and_their_gpu_hours(monkeypatch):
     from workflow import provenance
     from workflow.slurm.retry import ATTEMPTS_ENV

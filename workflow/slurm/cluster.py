@@ -137,6 +137,22 @@ def job_states(job_ids: list[str], *, retries: int = 2) -> dict[str, JobState]:
     return states
 
 
+def parse_step_states(text: str) -> list[str]:
+    """`sacct -n -P -o JobID,State -j ID`: the states of the job and its steps (`123`, `123.batch`, `123.0`)."""
+    return [line.split("|")[1].split()[0] for line in text.splitlines() if line.count("|") >= 1 and line.split("|")[1]]
+
+
+def ran_out_of_memory(job_id: str) -> bool:
+    """Whether any step of a failed job ended OUT_OF_MEMORY. submitit runs the payload in a step (srun): when the
+    cgroup's OOM killer ends it there, the batch script only sees a failed command and SLURM records the job
+    FAILED (NonZeroExitCode); the step says why. False when sacct cannot say."""
+    try:
+        out = run(["sacct", "-n", "-P", "-o", "JobID,State", "-j", job_id], retries=1, timeout_s=20)
+    except SlurmError:
+        return False
+    return "OUT_OF_MEMORY" in parse_step_states(out)
+
+
 @dataclass(frozen=True)
 class Usage:
     """What the scheduler accounted to one job: each of its attempts (a requeue starts another under the same id)

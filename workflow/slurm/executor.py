@@ -186,6 +186,12 @@ class Executor(RemoteExecutor):
                 yield j
             elif state.succeeded:
                 self.report_job_success(j)
+            elif state.state == "FAILED" and cluster.ran_out_of_memory(j.external_jobid):
+                oom = cluster.JobState("OUT_OF_MEMORY", state.exit_code, state.node, "a step ran out of memory")
+                if self._retry(j, oom):
+                    yield j
+                else:
+                    self._report_failure(j, oom)
             elif self._retry(j, state):
                 yield j  # the same Snakemake job, now a new SLURM job
             else:
