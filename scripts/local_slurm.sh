@@ -66,18 +66,38 @@ install_packages() {
   return 0
 }
 
+scheduling_conf() {  # the slurm.conf lines every cluster it makes shares: scheduling, limits, accounting, GPUs
+  cat <<CONF
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+DefMemPerCPU=1000
+SchedulerType=sched/backfill
+SchedulerParameters=batch_sched_delay=0,sched_min_interval=0
+MinJobAge=300
+MaxArraySize=$MAX_ARRAY_SIZE
+KillWait=5
+ReturnToService=2
+MpiDefault=none
+SwitchType=switch/none
+JobAcctGatherType=jobacct_gather/linux
+CONF
+  if [ "$ACCOUNTING" = slurmdbd ]; then
+    printf '%s\n' AccountingStorageType=accounting_storage/slurmdbd AccountingStorageHost=localhost \
+      AccountingStoragePort=6819 AccountingStorageTRES=gres/gpu
+  else
+    echo "AccountingStorageType=accounting_storage/none"
+  fi
+  [ "$GPUS" -gt 0 ] && echo "GresTypes=gpu"
+  return 0
+}
+
 write_config() {  # sets CHANGED=1 when slurm.conf or gres.conf changed
-  local mem cpus accounting gres_node="" gres_types=""
+  local mem cpus gres_node=""
   mem=$(( $(slurmd -C | sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p') * 9 / 10 ))
   cpus=${RLSWEEP_SLURM_CPUS:-$(nproc)}
   if [ "$GPUS" -gt 0 ]; then
     for i in $(seq 0 $((GPUS - 1))); do [ -c "$DIR/dev/gpu$i" ] || mknod "$DIR/dev/gpu$i" c 1 3; done
-    gres_node=" Gres=gpu:$GPUS"; gres_types="GresTypes=gpu"
-  fi
-  if [ "$ACCOUNTING" = slurmdbd ]; then
-    accounting=$'AccountingStorageType=accounting_storage/slurmdbd\nAccountingStorageHost=localhost\nAccountingStoragePort=6819\nAccountingStorageTRES=gres/gpu'
-  else
-    accounting="AccountingStorageType=accounting_storage/none"
+    gres_node=" Gres=gpu:$GPUS"
   fi
   local conf
   conf=$(cat <<EOF
@@ -100,20 +120,7 @@ SlurmctldLogFile=$DIR/log/slurmctld.log
 SlurmdLogFile=$DIR/log/slurmd.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core_Memory
-DefMemPerCPU=1000
-SchedulerType=sched/backfill
-SchedulerParameters=batch_sched_delay=0,sched_min_interval=0
-MinJobAge=300
-MaxArraySize=$MAX_ARRAY_SIZE
-KillWait=5
-ReturnToService=2
-MpiDefault=none
-SwitchType=switch/none
-JobAcctGatherType=jobacct_gather/linux
-$accounting
-$gres_types
+$(scheduling_conf)
 $([ "$cpus" -gt "$(nproc)" ] && echo "SlurmdParameters=config_overrides")
 NodeName=$NODE NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem$gres_node State=UNKNOWN
 PartitionName=debug Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
@@ -280,7 +287,7 @@ net_down() {
 }
 
 write_config_nodes() {  # sets CHANGED=1 when a config file changed
-  local mem cpus conf gres hosts nodes="" accounting i g name file var
+  local mem cpus conf gres hosts nodes="" i g name file var
   mem=$(( $(slurmd -C | sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p') * 9 / 10 / NODES ))
   cpus=${RLSWEEP_SLURM_CPUS:-$(nproc)}
   gres="AutoDetect=off"
@@ -296,11 +303,6 @@ write_config_nodes() {  # sets CHANGED=1 when a config file changed
       gres="$gres"$'\n'"NodeName=$name Name=gpu File=$DIR/dev/$name-gpu[0-$((GPUS - 1))]"
     fi
   done
-  if [ "$ACCOUNTING" = slurmdbd ]; then
-    accounting=$'AccountingStorageType=accounting_storage/slurmdbd\nAccountingStorageHost=localhost\nAccountingStoragePort=6819\nAccountingStorageTRES=gres/gpu'
-  else
-    accounting="AccountingStorageType=accounting_storage/none"
-  fi
   # memory limits: the cgroup v1 memory controller where the machine has it (a job above its --mem then ends
   # OUT_OF_MEMORY, as on a real cluster); slurmd refuses to autodetect a hybrid v1 + v2 machine, hence cgroup/v1
   local task="task/none" cgroup=""
@@ -326,22 +328,9 @@ SlurmctldLogFile=$DIR/log/slurmctld.log
 SlurmdLogFile=$DIR/log/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=$task
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core_Memory
-DefMemPerCPU=1000
-SchedulerType=sched/backfill
-SchedulerParameters=batch_sched_delay=0,sched_min_interval=0
-MinJobAge=300
-MaxArraySize=$MAX_ARRAY_SIZE
-KillWait=5
-ReturnToService=2
 # a node whose slurmd stops answering is DOWN (its jobs NODE_FAIL) after 10 s, not 300: tests kill nodes
 SlurmdTimeout=10
-MpiDefault=none
-SwitchType=switch/none
-JobAcctGatherType=jobacct_gather/linux
-$accounting
-$([ "$GPUS" -gt 0 ] && echo "GresTypes=gpu")
+$(scheduling_conf)
 SlurmdParameters=config_overrides
 $nodes
 PartitionName=debug Nodes=rlsw[1-$NODES] Default=YES MaxTime=INFINITE State=UP

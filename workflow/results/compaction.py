@@ -28,7 +28,7 @@ import duckdb
 from workflow.atomic import replacing
 from workflow.errors import UserError
 from workflow.layout import DONE, is_pack, pack_file, pack_seq, parse_table_file, sweep_dir, table_dir
-from workflow.results.catalog import sql_str
+from workflow.results.catalog import sql_str, table_files
 from workflow.results.doctor import owning_job
 from workflow.results.packs import META_KEY, SOURCE, TableLayout, fingerprint, pack_metadata, table_layout
 from workflow.results.schemas import TABLES
@@ -71,8 +71,7 @@ def finished(results_root: Path, sweep: str, table: str, stem: str) -> bool:
 
 
 def small_file_count(results_root: str | Path, sweep: str) -> int:
-    return sum(1 for table in TABLES for p in table_dir(results_root, sweep, table).glob("*.parquet")
-               if not is_pack(p.stem))
+    return sum(1 for paths in table_files(Path(results_root), sweep).values() for p in paths if not is_pack(p.stem))
 
 
 def compact(results_root: str | Path, sweep: str, min_files: int = 1) -> list[Compacted]:

@@ -76,6 +76,14 @@ common_settings = CommonSettings(
 )
 
 
+def _failure(job_id: str, state: cluster.JobState) -> cluster.JobState:
+    """Why a job failed: a FAILED job whose payload step the OOM killer ended counts as OUT_OF_MEMORY (submitit runs
+    it under srun, so SLURM records only the batch script's failed command: cluster.ran_out_of_memory)."""
+    if state.state == "FAILED" and cluster.ran_out_of_memory(job_id):
+        return cluster.JobState("OUT_OF_MEMORY", state.exit_code, state.node, "a step ran out of memory")
+    return state
+
+
 def _job_aux(submitted) -> dict:
     """What status checks need of a submitted job: its log, submitit's result file, when it was submitted."""
     return {"log": Path(str(submitted.paths.stdout)), "result": Path(str(submitted.paths.result_pickle)),
@@ -186,16 +194,12 @@ class Executor(RemoteExecutor):
                 yield j
             elif state.succeeded:
                 self.report_job_success(j)
-            elif state.state == "FAILED" and cluster.ran_out_of_memory(j.external_jobid):
-                oom = cluster.JobState("OUT_OF_MEMORY", state.exit_code, state.node, "a step ran out of memory")
-                if self._retry(j, oom):
-                    yield j
-                else:
-                    self._report_failure(j, oom)
-            elif self._retry(j, state):
-                yield j  # the same Snakemake job, now a new SLURM job
             else:
-                self._report_failure(j, state)
+                state = _failure(j.external_jobid, state)
+                if self._retry(j, state):
+                    yield j  # the same Snakemake job, now a new SLURM job
+                else:
+                    self._report_failure(j, state)
 
     def _retry(self, j: SubmittedJobInfo, state: cluster.JobState) -> bool:
         """Resubmit a job that ended TIMEOUT / OUT_OF_MEMORY / NODE_FAIL as its stage's retry policy allows
