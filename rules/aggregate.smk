@@ -9,7 +9,7 @@ rule aggregate:
     input: EVAL_DONE
     output: str(summary_path(RESULTS, SWEEP.name))
     shell:
-        "{PYTHON:q} {STAGE:q} aggregate --sweep {SWEEP.name} --results {RESULTS:q} --out {output:q}"
+        "{STAGE_CMD} aggregate --sweep {SWEEP.name} --results {RESULTS:q} --out {output:q}"
 
 
 rule report:

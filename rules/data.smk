@@ -5,21 +5,20 @@
 rule data:
     output: pattern("data", "{data_id}")
     params:
-        cfg=lambda wc: canonical_json(SWEEP.data_configs[wc.data_id]),
+        args=lambda wc: stage_args(wc.data_id, config=canonical_json(SWEEP.data_configs[wc.data_id])),
     threads: SWEEP.spec.resources.data.threads
     resources: **SWEEP.spec.resources.data.snakemake_resources()
     shell:
-        "{PYTHON:q} {STAGE:q} data --sweep {SWEEP.name} --id {wildcards.data_id} "
-        "--results {RESULTS:q} --threads {threads} --config {params.cfg:q}"
+        "{STAGE_CMD} data {params.args} --threads {threads}"
 
 
 rule overlap:
     input: lambda wc: pattern("data", SWEEP.overlap_configs[wc.overlap_id]["data_id"])
     output: pattern("overlap", "{overlap_id}")
     params:
-        cfg=lambda wc: canonical_json(SWEEP.overlap_configs[wc.overlap_id]),
+        args=lambda wc, input: stage_args(wc.overlap_id, data=input[0],
+                                          config=canonical_json(SWEEP.overlap_configs[wc.overlap_id])),
     threads: SWEEP.spec.resources.data.threads
     resources: **SWEEP.spec.resources.data.snakemake_resources()
     shell:
-        "{PYTHON:q} {STAGE:q} overlap --sweep {SWEEP.name} --id {wildcards.overlap_id} --data {input:q} "
-        "--results {RESULTS:q} --threads {threads} --config {params.cfg:q}"
+        "{STAGE_CMD} overlap {params.args} --threads {threads}"

@@ -1,56 +1,79 @@
 # Eval: one job per (RL checkpoint step, benchmark group) of each run; they start when the RL run is done. Step 0
 # (eval.at_start) evaluates the model the run starts from (its SFT checkpoint, or verl's model_path without SFT), so
 # it waits for the SFT stage only (or for nothing), and runs that start from the same model with the same eval
-# settings share it: the first run of the sweep evaluates it, the others' step-0 jobs copy its rows (rule eval_copy,
-# on the machine running snakemake: no GPU for a copy).
+# settings share it: the first run of the sweep evaluates it (rule eval_start), the others' step-0 jobs copy its rows
+# (rule eval_copy, on the machine running snakemake: no GPU for a copy).
+# The steps after 0 are most of a big sweep's jobs: their input is a plain pattern of their own wildcards (no input
+# function to call per job), which keeps planning 10,000 runs near bare Snakemake's time (bench/plan_dag.py).
 
-START_FROM = SWEEP.start_sources()  # eval id -> the run whose step-0 evaluations that run copies
+# START_FROM: eval id -> the run whose step-0 evaluations that run copies. SELF_STARTS: the eval ids of the runs that
+# evaluate their start themselves (one per distinct start), as a regex: eval_start and eval_copy match disjoint
+# ids, so planning does not build both candidate jobs for every step-0 file and then drop one by a ruleorder.
+_starts, START_FROM = SWEEP.starts()
+SELF_STARTS = "|".join(sorted(r.eval_id for r in _starts))
 
 
-def _eval_input(wc):
-    run = RUNS[wc.run_id]
-    if wc.step == "0":
-        return pattern("sft", run.sft_id) if run.sft_id else []  # verl's model_path: nothing to wait for
-    return pattern("rl", wc.run_id)
-
-
-def _evaluated(wc, input):
-    """What the eval job reads: a stage's DONE.json, or at step 0 without SFT the model_path itself."""
-    if input:
-        return "--checkpoint-from " + shlex.quote(str(input[0]))
-    return "--start-model " + shlex.quote(RUNS[wc.run_id].config.engine.verl.model_path)
+@job_function
+def _eval_args(wc, input):
+    """What the eval job reads (a stage's DONE.json, or at step 0 without SFT verl's model_path), and how."""
+    evaluated = ({"checkpoint_from": input[0]} if input else
+                 {"start_model": EVAL_OF[wc.eval_id].config.engine.verl.model_path})
+    return stage_args(wc.eval_id, **evaluated, step=wc.get("step", 0), group=wc.group, label=EVAL_OF[wc.eval_id].label,
+                      config=EVAL_OF[wc.eval_id].stage_config_json("eval"))
 
 
 rule eval:
-    input: _eval_input
+    input: pattern("rl", "{run_id}")
     output: pattern("eval", "{eval_id}", run_id="{run_id}", step="{step}", group="{group}")
+    wildcard_constraints:
+        step="[1-9][0-9]*",
     params:
-        cfg=lambda wc: canonical_json(EVAL_OF[wc.eval_id].stage_config("eval")),
-        label=lambda wc: EVAL_OF[wc.eval_id].label,
-        evaluated=_evaluated,
+        args=_eval_args,
     threads: SWEEP.spec.resources.eval.threads
     resources: **SWEEP.spec.resources.eval.snakemake_resources()
     shell:
-        "{PYTHON:q} {STAGE:q} eval --sweep {SWEEP.name} --id {wildcards.eval_id} "
-        "{params.evaluated} --step {wildcards.step} --group {wildcards.group} "
-        "--label {params.label:q} --results {RESULTS:q} --threads {threads} --config {params.cfg:q}"
+        "{STAGE_CMD} eval {params.args} --threads {threads}"
+
+
+@job_function
+def _start_input(wc):  # the SFT checkpoint, or nothing to wait for when verl starts from its model_path
+    run = RUNS[wc.run_id]
+    return pattern("sft", run.sft_id) if run.sft_id else []
+
+
+rule eval_start:
+    input: _start_input
+    output: pattern("eval", "{eval_id}", run_id="{run_id}", step="0", group="{group}")
+    wildcard_constraints:
+        eval_id=f"(?:{SELF_STARTS})" if START_FROM else "[0-9a-f]{12}",  # without copies: every step-0 job
+    params:
+        args=_eval_args,
+    threads: SWEEP.spec.resources.eval.threads
+    resources: **SWEEP.spec.resources.eval.snakemake_resources()
+    shell:
+        "{STAGE_CMD} eval {params.args} --threads {threads}"
 
 
 if START_FROM:
-    ruleorder: eval_copy > eval
     localrules: eval_copy
 
+    @job_function
+    def _copy_source(wc):
+        source = START_FROM[wc.eval_id]
+        return str(done_path(RESULTS, SWEEP.name, "eval", source.eval_id, source.run_id, 0, wc.group))
+
+    @job_function
+    def _copy_args(wc, input):
+        return stage_args(wc.eval_id, copy_from=input[0], step=0, group=wc.group, label=EVAL_OF[wc.eval_id].label,
+                          config=EVAL_OF[wc.eval_id].stage_config_json("eval"))
+
     rule eval_copy:
-        input:
-            lambda wc: str(done_path(RESULTS, SWEEP.name, "eval", START_FROM[wc.eval_id].eval_id,
-                                     START_FROM[wc.eval_id].run_id, 0, wc.group))
+        input: _copy_source
         output: pattern("eval", "{eval_id}", run_id="{run_id}", step="0", group="{group}")
-        wildcard_constraints:
-            eval_id="|".join(START_FROM),
+        wildcard_constraints:  # every step-0 job but the starts' own (an alternation of every copy's id instead
+            # would be tried against every step-0 path while planning)
+            eval_id=f"(?!{SELF_STARTS})[0-9a-f]{{12}}",
         params:
-            cfg=lambda wc: canonical_json(EVAL_OF[wc.eval_id].stage_config("eval")),
-            label=lambda wc: EVAL_OF[wc.eval_id].label,
+            args=_copy_args,
         shell:
-            "{PYTHON:q} {STAGE:q} eval --sweep {SWEEP.name} --id {wildcards.eval_id} "
-            "--copy-from {input:q} --step 0 --group {wildcards.group} "
-            "--label {params.label:q} --results {RESULTS:q} --config {params.cfg:q}"
+            "{STAGE_CMD} eval {params.args}"

@@ -1,6 +1,7 @@
 # RL: starts from its SFT checkpoint (or the engine's start model when sft.enabled is false); a datasets task
 # also reads the prepared data and its overlap checks.
 
+@job_function
 def _rl_inputs(wc):
     run = RUNS[wc.run_id]
     init = {"init": pattern("sft", run.sft_id)} if run.sft_id else {}
@@ -11,11 +12,9 @@ rule rl:
     input: unpack(_rl_inputs)
     output: pattern("rl", "{run_id}")
     params:
-        cfg=lambda wc: canonical_json(RUNS[wc.run_id].stage_config("rl")),
-        inputs=lambda wc, input: stage_options(input),
-        label=lambda wc: RUNS[wc.run_id].label,
+        args=job_function(lambda wc, input: stage_args(wc.run_id, input, label=RUNS[wc.run_id].label,
+                                                       config=RUNS[wc.run_id].stage_config_json("rl"))),
     threads: SWEEP.spec.resources.rl.threads
     resources: **SWEEP.spec.resources.rl.snakemake_resources()
     shell:
-        "{PYTHON:q} {STAGE:q} rl --sweep {SWEEP.name} --id {wildcards.run_id} {params.inputs} "
-        "--label {params.label:q} --results {RESULTS:q} --threads {threads} --config {params.cfg:q}"
+        "{STAGE_CMD} rl {params.args} --threads {threads}"

@@ -8,10 +8,8 @@ rule sft:
     input: unpack(_sft_inputs)
     output: pattern("sft", "{sft_id}")
     params:
-        cfg=lambda wc: canonical_json(SWEEP.sft_configs[wc.sft_id]),
-        inputs=lambda wc, input: stage_options(input),
+        args=lambda wc, input: stage_args(wc.sft_id, input, config=canonical_json(SWEEP.sft_configs[wc.sft_id])),
     threads: SWEEP.spec.resources.sft.threads
     resources: **SWEEP.spec.resources.sft.snakemake_resources()
     shell:
-        "{PYTHON:q} {STAGE:q} sft --sweep {SWEEP.name} --id {wildcards.sft_id} {params.inputs} "
-        "--results {RESULTS:q} --threads {threads} --config {params.cfg:q}"
+        "{STAGE_CMD} sft {params.args} --threads {threads}"

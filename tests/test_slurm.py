@@ -272,3 +272,45 @@ def test_a_controller_outage_mid_sweep_is_waited_out_not_fatal(slurm, tmp_path):
     assert proc.returncode == 0, out[-4000:]
     assert "SLURM status unknown" in out  # it noticed, and waited
     assert {r["status"] for r in runs_rows(tmp_path / "results")} == {"completed"}
+
+
+DIRECT_SNAKEFILE = """
+rule all:
+    input: "shell.txt", "python.txt", "stale.txt"
+rule shell_rule:
+    output: "shell.txt"
+    shell: "echo $SLURM_JOB_ID > {output}"
+rule python_rule:
+    output: "python.txt"
+    run:
+        import os
+        open(output[0], "w").write(os.environ["SLURM_JOB_ID"])
+rule failing_shell:
+    output: "stale.txt"
+    shell: "echo partial > {output}; false; echo never >> {output}"
+"""
+
+
+def test_a_shell_rule_runs_its_command_in_the_job_without_a_second_snakemake(slurm, tmp_path):
+    """A plain shell rule's SLURM job runs the formatted command itself (under bash -euo pipefail, as Snakemake's
+    shell() would); a run: rule still starts Snakemake inside its job; a failing command fails the job and leaves
+    no partial output behind."""
+    (tmp_path / "Snakefile").write_text(DIRECT_SNAKEFILE)
+    res = subprocess.run([sys.executable, "-m", "snakemake", "--executor", "rlsweep-slurm", "--jobs", "3",
+                          "--seconds-between-status-checks", "1", "--keep-going", "-d", str(tmp_path)],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert res.returncode != 0, res.stderr[-3000:]  # failing_shell
+    logs = {}
+    for rule in ("shell_rule", "python_rule", "failing_shell"):
+        m = re.search(rf"\({re.escape(f'rlsweep-{rule}')}\) submitted as SLURM job (\S+); log: (\S+)", res.stderr)
+        assert m, res.stderr[-3000:]
+        logs[rule] = (m.group(1), Path(m.group(2)).read_text())
+    # both payloads really ran in SLURM jobs, and each one in its own
+    assert (tmp_path / "shell.txt").read_text().strip() == logs["shell_rule"][0]
+    assert (tmp_path / "python.txt").read_text().strip() == logs["python_rule"][0]
+    shell_log, python_log = logs["shell_rule"][1], logs["python_rule"][1]
+    assert "rlsweep: running cd " in shell_log and "-m snakemake" not in shell_log
+    assert "-m snakemake" in python_log
+    # `false` mid-command fails the job (set -e), and Snakemake removes what it had written
+    assert "failing_shell" in res.stderr and "failed" in res.stderr
+    assert not (tmp_path / "stale.txt").exists()

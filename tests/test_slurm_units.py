@@ -27,8 +27,8 @@ from workflow.sweep.spec import Resources, StageResources
 
 
 # --------------------------------------------------------------------------------------------- what is submitted
-def sbatch_lines(resources, **kw) -> set[str]:
-    params = sbatch_parameters(resources, job_name="rlsweep-rl-abc", threads=2, **kw)
+def sbatch_lines(resources, threads=2, **kw) -> set[str]:
+    params = sbatch_parameters(resources, job_name="rlsweep-rl-abc", threads=threads, **kw)
     text = _make_sbatch_string(command="python -m x", folder="/tmp/logs/%j", **params)
     return {line for line in text.splitlines() if line.startswith("#SBATCH")}
 
@@ -37,7 +37,7 @@ def test_stage_resources_become_sbatch_options():
     res = StageResources(threads=4, gpus_per_node=2, nodes=1, mem="64G", time="1-02:00:00", partition="gpu",
                          account="lab", qos="high", constraint="a100", exclusive=True,
                          sbatch_extra=["--reservation=abc", "--requeue"]).snakemake_resources()
-    lines = sbatch_lines(res, partition="fallback", signal_delay_s=120)
+    lines = sbatch_lines(res, threads=4, partition="fallback", signal_delay_s=120)  # the rule's threads: the stage's
     for want in ("--gpus-per-node=2", "--cpus-per-task=4", "--mem=65536M", "--time=1560", "--partition=gpu",
                  "--account=lab", "--qos=high", "--constraint=a100", "--exclusive", "--reservation=abc",
                  "--requeue", "--nodes=1", "--job-name=rlsweep-rl-abc", "--signal=USR2@120"):

@@ -159,7 +159,7 @@ def test_runs_without_sft_evaluate_their_model_path_once_before_any_training(tmp
                           f"results={results}"], cwd=REPO, capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]
     jobs = planned_jobs(res.stderr)
-    assert jobs.get("eval") == 1 and jobs.get("eval_copy") == 1 and "rl" not in jobs, jobs
+    assert jobs.get("eval_start") == 1 and jobs.get("eval_copy") == 1 and "rl" not in jobs, jobs
     evaluated = json.loads(done_path(results, sweep.name, "eval", source.eval_id, source.run_id, 0, group).read_text())
     assert evaluated["model"] == "rlsweep:tiny" and json.loads(target.read_text())["copied_from"]["run_id"] == \
         source.run_id

@@ -73,7 +73,7 @@ def slurm_usage() -> dict:
     workflow/slurm/retry.py), its allocated GPUs, GPU-hours (each attempt's elapsed x its GPUs), the number of
     attempts and the retried jobs with their reasons (JSON); empty off SLURM or without accounting (sacct)."""
     job = slurm_job_name()
-    usage = job_usage(job) if job else None
+    usage = job_usage(job, wait_s=15) if job else None
     if usage is None:
         return {}
     try:

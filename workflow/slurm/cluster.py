@@ -191,14 +191,21 @@ def parse_usage(text: str) -> Usage | None:
     return Usage(tuple(attempts)) if attempts else None
 
 
-def job_usage(job: str) -> Usage | None:
+def job_usage(job: str, wait_s: float = 0.0) -> Usage | None:
     """This job's accounting (`123` or an array task's `123_4`), None when sacct cannot say (accounting off, the
-    controller away): a stage never fails for want of it."""
-    try:
-        return parse_usage(run(["sacct", "-X", "-n", "-P", "-D", "-j", job, "-o", "JobID,State,ElapsedRaw,AllocTRES"],
-                               retries=1, timeout_s=20))
-    except SlurmError:
-        return None
+    controller away): a stage never fails for want of it. `wait_s`: how long to ask again while sacct answers but
+    does not list the job yet (slurmctld sends a job's start to slurmdbd a moment after the job starts: a stage
+    that runs for a second can end before its own record exists)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            usage = parse_usage(run(["sacct", "-X", "-n", "-P", "-D", "-j", job, "-o",
+                                     "JobID,State,ElapsedRaw,AllocTRES"], retries=1, timeout_s=20))
+        except SlurmError:
+            return None
+        if usage is not None or time.monotonic() >= deadline:
+            return usage
+        time.sleep(1.0)
 
 
 @lru_cache(maxsize=1)

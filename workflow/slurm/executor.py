@@ -12,7 +12,9 @@ What it adds over a plain sbatch executor:
 - a requeued job is still the same job to Snakemake (it is PENDING again under the same id), so it is never
   submitted twice; a job that fails for good is reported with its SLURM state and log path;
 - a job that ends TIMEOUT, OUT_OF_MEMORY or NODE_FAIL is resubmitted as its stage's retry policy allows (more time,
-  more memory, the node excluded: retry.py), still the same Snakemake job.
+  more memory, the node excluded: retry.py), still the same Snakemake job;
+- a plain shell rule's job runs its command directly, without starting a second Snakemake inside the job
+  (command.py: most of the per-job cost of a Snakemake cluster executor).
 """
 
 # no `from __future__ import annotations`: Snakemake reads ExecutorSettings' field types at run time to build
@@ -31,6 +33,7 @@ from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 from snakemake_interface_executor_plugins.settings import CommonSettings, ExecutorSettingsBase
 
 from workflow.slurm import cluster
+from workflow.slurm.command import direct_command, why_not_direct
 from workflow.slurm.job import SnakemakeJob
 from workflow.slurm.params import sbatch_parameters
 from workflow.slurm.retry import RetryPolicy, with_attempts
@@ -57,6 +60,10 @@ class ExecutorSettings(ExecutorSettingsBase):
                 "this many (0 = never use arrays)."})
     max_array_size: int = field(default=0, metadata={
         "help": "Largest array to submit (0 = the cluster's MaxArraySize)."})
+    job_command: str = field(default="direct", metadata={
+        "help": "What a plain shell: rule's SLURM job runs: 'direct' (its command, prepared and checked by this "
+                "Snakemake over the shared file system) or 'snakemake' (a `python -m snakemake` for the job, as "
+                "other rules always do)."})
     max_poll_interval_s: int = field(default=300, metadata={
         "help": "Upper bound of the status-poll interval while the controller does not answer."})
     vanish_after_s: int = field(default=120, metadata={
@@ -102,6 +109,9 @@ class Executor(RemoteExecutor):
         self.logdir.mkdir(parents=True, exist_ok=True)
         self._base_interval = self.workflow.remote_execution_settings.seconds_between_status_checks
         self._unanswered_since: float | None = None
+        if self.settings.job_command not in ("direct", "snakemake"):
+            raise ValueError(f"--rlsweep-slurm-job-command must be 'direct' or 'snakemake', got "
+                             f"{self.settings.job_command!r}")
 
     # ------------------------------------------------------------------------------------------- submission
     def run_jobs(self, jobs: List[JobExecutorInterface]) -> None:
@@ -111,6 +121,7 @@ class Executor(RemoteExecutor):
         for group in groups.values():
             for job in group:
                 self.run_job_pre(job)
+                self._prepare(job)
             if self.settings.array_min and len(group) >= self.settings.array_min and not group[0].is_group():
                 self._submit_arrays(group)
             else:
@@ -118,7 +129,22 @@ class Executor(RemoteExecutor):
                     self._submit([job], self._params(job))
 
     def run_job(self, job: JobExecutorInterface) -> None:
+        self._prepare(job)
         self._submit([job], self._params(job))
+
+    def _direct(self, job: JobExecutorInterface) -> bool:
+        return self.settings.job_command == "direct" and why_not_direct(job) is None
+
+    def _prepare(self, job: JobExecutorInterface) -> None:
+        """A direct job is prepared here, as Snakemake's local executor prepares its jobs (stale outputs removed,
+        their directories made, inputs waited for); the others' Snakemake inside the job does that."""
+        if self._direct(job):
+            self.workflow.async_run(job.prepare())
+
+    def _command(self, job: JobExecutorInterface) -> str:
+        if self._direct(job):
+            return direct_command(job, self.get_envvar_declarations())
+        return self.format_job_exec(job)
 
     def _params(self, job: JobExecutorInterface, array_size: int | None = None) -> dict:
         """sbatch options of a single job (array_size None) or of an array of that size (0: for grouping)."""
@@ -138,7 +164,7 @@ class Executor(RemoteExecutor):
         """Submit the jobs (one job, or an array), retrying a busy controller; SlurmError when sbatch refuses."""
         ex = submitit.SlurmExecutor(folder=self.logdir / "%j", max_num_timeout=self.settings.max_requeues)
         ex.update_parameters(**params)
-        calls = [SnakemakeJob(self.format_job_exec(job), self.settings.max_requeues,
+        calls = [SnakemakeJob(self._command(job), self.settings.max_requeues,
                               grace_s=max(5, params["signal_delay_s"] - 5)) for job in jobs]
 
         def submit_once() -> list:

@@ -68,6 +68,7 @@ class SnakemakeJob(Checkpointable):
         if restarts:
             print(f"rlsweep: requeued run #{restarts} of this job; the stage resumes from its newest checkpoint",
                   file=sys.stderr, flush=True)
+        print(f"rlsweep: running {self.command}", file=sys.stderr, flush=True)
         # own process group: the signal can be forwarded to the whole command without reaching this process
         self._child = subprocess.Popen(["/bin/sh", "-c", self.command], preexec_fn=_ignore_preempt_signal,
                                        start_new_session=True)

@@ -20,7 +20,7 @@ from workflow.config import RunConfig
 from workflow.eval.plan import eval_jobs
 from workflow.stages import overlap_benchmarks, stage_config
 from workflow.strict import format_validation_error
-from workflow.sweep.identity import stable_id
+from workflow.sweep.identity import canonical_json, id_of_json, stable_id
 from workflow.sweep.keys import (apply, check_key, format_point, format_value, key_problem, lookup, same,
                                  unmet_condition, value_matches)
 from workflow.sweep.spec import ConditionalAxis, SweepError, SweepSpec, read_spec
@@ -37,6 +37,9 @@ class Run:
     eval_id: str
     data_id: str | None = None  # the data stage of a `datasets` task
     overlap_id: str | None = None  # its check against this run's evaluated benchmarks (None: nothing to check)
+    # the canonical JSON of stage_config(stage) that the RL and eval ids hash, kept: it is what their jobs are
+    # handed (a 10,000-run sweep would otherwise dump 20,000 configs again while Snakemake plans)
+    stage_json: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def label(self) -> str:
@@ -49,6 +52,11 @@ class Run:
 
     def stage_config(self, stage: str) -> dict[str, Any]:
         return stage_config(self.config, stage, sft_id=self.sft_id, run_id=self.run_id, data_id=self.data_id)
+
+    def stage_config_json(self, stage: str) -> str:
+        """canonical_json(self.stage_config(stage)): the config a stage job is handed, hashing to its id."""
+        kept = self.stage_json.get(stage)
+        return kept if kept is not None else canonical_json(self.stage_config(stage))
 
     @property
     def eval_jobs(self) -> list[tuple[int, str]]:
@@ -116,10 +124,11 @@ def runs_for(spec: SweepSpec, point: dict[str, Any]) -> list[Run]:
         overlap_id = (stable_id(stage_config(cfg, "overlap", data_id=data_id))
                       if data_id is not None and overlap_benchmarks(cfg) else None)
         sft_id = stable_id(stage_config(cfg, "sft", data_id=data_id)) if cfg.sft.enabled else None
-        run_id = stable_id(stage_config(cfg, "rl", sft_id=sft_id, data_id=data_id))
-        eval_id = stable_id(stage_config(cfg, "eval", run_id=run_id))
-        runs.append(Run(config=cfg, assignment=assignment, sft_id=sft_id, run_id=run_id, eval_id=eval_id,
-                        data_id=data_id, overlap_id=overlap_id))
+        rl_json = canonical_json(stage_config(cfg, "rl", sft_id=sft_id, data_id=data_id))
+        run_id = id_of_json(rl_json)
+        eval_json = canonical_json(stage_config(cfg, "eval", run_id=run_id))
+        runs.append(Run(config=cfg, assignment=assignment, sft_id=sft_id, run_id=run_id, eval_id=id_of_json(eval_json),
+                        data_id=data_id, overlap_id=overlap_id, stage_json={"rl": rl_json, "eval": eval_json}))
     return runs
 
 
@@ -165,6 +174,11 @@ class Sweep:
         checkpoint the same way (Run.start_key), the first in the sweep evaluates it and the others copy its rows
         (one eval job per start and benchmark group instead of one per run; a study's runs only ever grow, so the
         first stays the first)."""
+        return self.starts()[1]
+
+    def starts(self) -> tuple[list[Run], dict[str, Run]]:
+        """(the runs that evaluate their start themselves, start_sources()): every run with step-0 evaluations is
+        in exactly one of the two."""
         first: dict[str, Run] = {}
         sources = {}
         for r in self.runs:
@@ -173,7 +187,7 @@ class Sweep:
             source = first.setdefault(r.start_key, r)
             if source is not r:
                 sources[r.eval_id] = source  # (not the run id: runs that differ in eval settings share it)
-        return sources
+        return list(first.values()), sources
 
 
 def load_sweep(path: str | Path) -> Sweep:

@@ -10,27 +10,22 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from typing import Any
 
 ID_LENGTH = 12
 
 
 def canonical_json(obj: Any) -> str:
-    _reject_non_finite(obj)
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    try:  # allow_nan=False: the C encoder refuses NaN and infinities itself, no walk of the tree needed
+        return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    except ValueError as e:
+        raise ValueError(f"non-finite number cannot be part of a run identity ({e})") from None
 
 
 def stable_id(obj: Any) -> str:
-    return hashlib.sha256(canonical_json(obj).encode("ascii")).hexdigest()[:ID_LENGTH]
+    return id_of_json(canonical_json(obj))
 
 
-def _reject_non_finite(obj: Any) -> None:
-    if isinstance(obj, float) and not math.isfinite(obj):
-        raise ValueError(f"non-finite number {obj!r} cannot be part of a run identity")
-    if isinstance(obj, dict):
-        for v in obj.values():
-            _reject_non_finite(v)
-    elif isinstance(obj, (list, tuple)):
-        for v in obj:
-            _reject_non_finite(v)
+def id_of_json(text: str) -> str:
+    """stable_id of the object whose canonical_json is `text` (for a caller that keeps the JSON too)."""
+    return hashlib.sha256(text.encode("ascii")).hexdigest()[:ID_LENGTH]

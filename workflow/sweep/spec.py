@@ -136,11 +136,15 @@ class StageResources(Strict):
 
     def snakemake_resources(self) -> dict[str, int | str]:
         """The rule's `resources:` (what the SLURM executor turns into sbatch options, see workflow/slurm/params.py);
-        unset options are left out so the cluster's defaults apply."""
-        res: dict[str, int | str] = {"runtime": self.time_minutes, "nodes": self.nodes,
-                                     "gpus_per_node": self.gpus_per_node,
-                                     "cpus_per_task": self.cpus_per_task or self.threads,
-                                     "exclusive": int(self.exclusive)}
+        unset options are left out so the cluster's defaults apply, and so are options at their default (one node,
+        a CPU per thread, not exclusive): Snakemake evaluates every resource of every job while it plans."""
+        res: dict[str, int | str] = {"runtime": self.time_minutes, "gpus_per_node": self.gpus_per_node}
+        if self.nodes > 1:
+            res["nodes"] = self.nodes
+        if self.cpus_per_task:
+            res["cpus_per_task"] = self.cpus_per_task
+        if self.exclusive:
+            res["exclusive"] = 1
         if self.mem is not None:
             res["mem_mb"] = int(self.mem_gb * 1024)
         for key, value in (("slurm_partition", self.partition), ("slurm_account", self.account),
