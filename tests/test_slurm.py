@@ -314,3 +314,33 @@ def test_a_shell_rule_runs_its_command_in_the_job_without_a_second_snakemake(slu
     # `false` mid-command fails the job (set -e), and Snakemake removes what it had written
     assert "failing_shell" in res.stderr and "failed" in res.stderr
     assert not (tmp_path / "stale.txt").exists()
+
+
+TIMED_OUT = """
+rule all:
+    input: "done.txt"
+rule work:
+    output: "done.txt"
+    resources: rlsweep_retry="timeout=1,time_factor=2", runtime=1
+    shell: "echo $SLURM_JOB_ID >> {output}.tries; if [ -z \\"${{RLSWEEP_SLURM_ATTEMPTS:-}}\\" ]; then sleep 300; fi; "
+           "echo $SLURM_JOB_ID > {output}"
+"""
+
+
+@pytest.mark.long
+def test_a_job_that_times_out_without_requeues_left_is_retried_with_more_time(slurm, tmp_path):
+    """TIMEOUT, for real: a 1-minute job whose payload ignores the checkpoint signal and has no requeue left
+    (max-requeues 0) waits for SLURM, which ends it TIMEOUT; the executor resubmits the same Snakemake job with
+    twice the time limit, and the attempt that knows it is a retry finishes."""
+    (tmp_path / "Snakefile").write_text(TIMED_OUT)
+    out = subprocess.run([sys.executable, "-m", "snakemake", "--executor", "rlsweep-slurm", "--jobs", "1",
+                          "--rlsweep-slurm-max-requeues", "0", "--seconds-between-status-checks", "2",
+                          "-d", str(tmp_path)], capture_output=True, text=True, timeout=400, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    first, second = (tmp_path / "done.txt.tries").read_text().split()
+    assert re.search(rf"SLURM job {first} \(rlsweep-work\) ended TIMEOUT on \S+: retry 1 of 1 as SLURM job {second}, "
+                     r"time limit 1 -> 2 min", out.stderr), out.stderr[-3000:]
+    assert sacct_field(first, "State") == "TIMEOUT" and sacct_field(second, "Timelimit") == "00:02:00"
+    assert (tmp_path / "done.txt").read_text().strip() == second
+    log = next((tmp_path / ".snakemake" / "slurm").glob(f"{first}/{first}_0_log.out")).read_text()
+    assert "rlsweep: no requeue left" in log

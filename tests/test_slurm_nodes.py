@@ -3,10 +3,11 @@
 node, and a process on one node reaches the other node's address; the Ray cluster a multi-node verl job starts
 (workflow/slurm/ray_cluster.py: the head where the job runs, a worker on the other node through srun) has both
 nodes, and a driver's tasks run on each; a job whose node dies is retried on the other node (issue 27's retry by
-failure reason), and one out of memory retried with more.
+failure reason), and one out of memory retried with more; a verl RL run over both nodes places a trainer rank and a
+vLLM server on each, and when node 2's Ray worker is killed it stops, requeues itself and resumes.
 
-Root only (it makes network namespaces); skipped otherwise, unless RLSWEEP_REQUIRE_SLURM=1 (CI). The Ray and the
-node-failure tests are `long` (~60 s and ~100 s): on demand, RLSWEEP_LONG_TESTS=1."""
+Root only (it makes network namespaces); skipped otherwise, unless RLSWEEP_REQUIRE_SLURM=1 (CI). The Ray, node-failure,
+out-of-memory and verl tests are `long` (~60 s, ~100 s, ~35 s, ~9 min): on demand, RLSWEEP_LONG_TESTS=1."""
 
 from __future__ import annotations
 
@@ -221,3 +222,74 @@ def test_a_job_out_of_memory_is_retried_with_more_memory(two_nodes, tmp_path):
     # SLURM records the first job FAILED (its batch script saw a failed command); its step (srun) says why
     assert "OUT_OF_MEMORY" in run("sacct", "-n", "-P", "-j", first, "-o", "State").split()
     assert run("sacct", "-X", "-n", "-P", "-j", second, "-o", "State").split() == ["COMPLETED"]
+
+
+def _node_of(pid: int, namespaces: dict[int, str]) -> str | None:
+    """Which node a process runs on: its network namespace is the node's (local_slurm.sh's rlsw-n1, rlsw-n2)."""
+    try:
+        return namespaces.get(os.stat(f"/proc/{pid}/ns/net").st_ino)
+    except OSError:
+        return None
+
+
+@pytest.mark.long
+def test_a_verl_run_over_two_nodes_places_work_on_both_and_resumes_after_losing_one(two_nodes, tmp_path):
+    """sweeps/verl_cpu_two_nodes.yaml through the SLURM profile: one RL job of two nodes, Ray's head on the first,
+    a worker on the second (srun), verl told 2 nodes; its trainer ranks and vLLM servers run on both nodes (seen
+    from their network namespaces, not from Ray's logs: the nodes share /tmp/ray, so every node's log monitor echoes
+    every worker). After the step-10 checkpoint node 2's Ray worker is killed: the job stops within seconds naming
+    the node, requeues itself, resumes from its newest checkpoint, and every step is recorded exactly once."""
+    psutil = pytest.importorskip("psutil")
+    sweep = tmp_path / "two.yaml"
+    sweep.write_text((REPO / "sweeps" / "verl_cpu_two_nodes.yaml").read_text()
+                     .replace("sweeps/data/", f"{REPO}/sweeps/data/").replace("tests/fixtures/", f"{REPO}/tests/fixtures/"))
+    namespaces = {os.stat(f"/run/netns/rlsw-n{i}").st_ino: f"rlsw{i}" for i in (1, 2)}
+    proc = subprocess.Popen([SCRIPT, "run", "--nodes", "2", "--", sys.executable, "-m", "snakemake", "-s",
+                             str(REPO / "Snakefile"), "--profile", str(REPO / "profiles" / "slurm"), "-d", str(tmp_path),
+                             "--config", f"sweep={sweep}", "--seconds-between-status-checks", "3"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    placed: set[tuple[str, str]] = set()
+    killed_at = stopped_after = None
+    t0 = time.monotonic()
+    try:
+        while proc.poll() is None and time.monotonic() - t0 < 1500:
+            for p in psutil.process_iter(["pid", "cmdline"]):
+                title = " ".join(p.info["cmdline"] or [])
+                for kind in ("WorkerDict", "vLLMHttpServer"):
+                    if title.startswith(f"ray::{kind}") and (node := _node_of(p.info["pid"], namespaces)):
+                        placed.add((kind, node))
+            step10 = list(tmp_path.glob("results/*/rl/*/verl/global_step_10"))
+            if killed_at is None and step10:
+                workers = [p for p in psutil.process_iter(["pid", "cmdline"])
+                           if "start" in (p.info["cmdline"] or []) and any(a.startswith("--address=")
+                                                                           for a in p.info["cmdline"] or [])
+                           and _node_of(p.info["pid"], namespaces) == "rlsw2"]
+                assert workers, "no Ray worker (`ray start --address=...`) on node 2"
+                for p in workers:
+                    p.kill()
+                killed_at = time.monotonic()
+            if killed_at is not None and stopped_after is None:
+                logs = "".join(f.read_text(errors="replace") for f in tmp_path.glob(".snakemake/slurm/*/*_log.out"))
+                if "lost the Ray worker on node rlsw2" in logs:
+                    stopped_after = time.monotonic() - killed_at
+            time.sleep(1)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out[-4000:]
+    assert {("WorkerDict", "rlsw1"), ("WorkerDict", "rlsw2"), ("vLLMHttpServer", "rlsw1"),
+            ("vLLMHttpServer", "rlsw2")} <= placed, placed
+    assert killed_at is not None and stopped_after is not None and stopped_after < 30, (killed_at, stopped_after)
+    log = "".join(f.read_text(errors="replace") for f in tmp_path.glob(".snakemake/slurm/*/*_log.out"))
+    assert "rlsweep: the stage stopped resumably; requeueing SLURM job" in log
+    results = tmp_path / "results"
+    rows = subprocess.run([sys.executable, "-m", "workflow.cli", "--results", str(results), "query",
+                           "select stage, status, requeue_count, slurm_node from runs where stage = 'rl'", "--format",
+                           "json"], capture_output=True, text=True, cwd=REPO)
+    rl, = [r for r in json.loads(rows.stdout) if r["status"] == "completed"]
+    assert rl["requeue_count"] == 1 and rl["slurm_node"] == "rlsw1", rl  # the job runs on its first node
+    steps = subprocess.run([sys.executable, "-m", "workflow.cli", "--results", str(results), "query",
+                            "select step, count(*) n from train_steps group by step order by step", "--format",
+                            "json"], capture_output=True, text=True, cwd=REPO)
+    assert [(r["step"], r["n"]) for r in json.loads(steps.stdout)] == [(s, 1) for s in range(1, 41)]

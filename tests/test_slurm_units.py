@@ -213,8 +213,17 @@ def test_wrapper_caps_requeues(monkeypatch):
     monkeypatch.setenv("SLURM_RESTART_COUNT", "4")
     with pytest.raises(RequeueLimitReached, match="requeued 4 times, more than max_requeues=3"):
         SnakemakeJob("true", max_requeues=3)()
+    # at the limit the job is not requeued: it waits for SLURM to end it (TIMEOUT, which a retry policy can
+    # resubmit with more time, or PREEMPTED) instead of failing on its own
     monkeypatch.setenv("SLURM_RESTART_COUNT", "3")
-    with pytest.raises(RequeueLimitReached, match="after 3 requeues"):
+
+    class Held(Exception):
+        pass
+
+    def hold(self):
+        raise Held
+    monkeypatch.setattr(SnakemakeJob, "_hold", hold)
+    with pytest.raises(Held):
         SnakemakeJob("true", max_requeues=3).checkpoint()
     monkeypatch.setenv("SLURM_RESTART_COUNT", "2")
     assert SnakemakeJob("true", max_requeues=3).checkpoint() is not None
@@ -370,7 +379,7 @@ def test_a_stage_records_the_jobs_its_retries_replaced_and_their_gpu_hours(monke
     from workflow import provenance
     from workflow.slurm.retry import ATTEMPTS_ENV
     usage = {"50": cluster.Usage((("RUNNING", 600, 2),)), "40": cluster.Usage((("OUT_OF_MEMORY", 1800, 2),))}
-    monkeypatch.setattr(provenance, "job_usage", usage.get)
+    monkeypatch.setattr(provenance, "job_usage", lambda job, wait_s=0: usage.get(job))
     monkeypatch.setenv("SLURM_JOB_ID", "50")
     monkeypatch.delenv("SLURM_ARRAY_JOB_ID", raising=False)
     monkeypatch.setenv(ATTEMPTS_ENV, json.dumps([{"job": "40", "state": "OUT_OF_MEMORY", "node": "n1"}]))
@@ -384,3 +393,15 @@ def test_an_out_of_memory_retry_needs_a_memory_to_grow(tmp_path):
     from conftest import refusal, write_sweep
     msg = refusal(write_sweep(tmp_path / "r.yaml", "r", "resources:\n  rl: {retry: {oom: 2}}\n"))
     assert "resources.rl" in msg and "retry.oom needs mem" in msg
+
+
+def test_a_stage_that_keeps_the_default_retry_policy_sends_no_retry_resource_and_gets_the_same_policy():
+    """The rules leave `rlsweep_retry` out when a stage keeps the defaults (one resource less per job to plan); the
+    executor's policy for a job without it must then be the sweep's default policy, not a weaker one."""
+    from workflow.slurm.retry import RetryPolicy
+    from workflow.sweep.spec import RETRY_RESOURCE, RetrySettings
+    assert RETRY_RESOURCE not in StageResources().snakemake_resources()
+    assert RetryPolicy.decode(None) == RetryPolicy.decode(RetrySettings().encode())
+    assert RetryPolicy.decode(None).retries("NODE_FAIL") == 1
+    changed = StageResources(retry={"node_fail": 0}).snakemake_resources()
+    assert RetryPolicy.decode(changed[RETRY_RESOURCE]).retries("NODE_FAIL") == 0

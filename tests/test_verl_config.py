@@ -81,6 +81,10 @@ base:
     ("  engine.verl.n_gpus_per_node: [3]\n", "rl.prompts_per_step: verl rejects it: rl.prompts_per_step x "
      "rl.group_size must split evenly over the run's GPUs"),
     ("  engine.verl.rollout_tp: [4]\n", "engine.verl.rollout_tp: must divide the 2 GPUs of the run"),
+    # 16 x 4 rollouts over 2 nodes x 2 GPUs: 16 a GPU, which micro-batches of 32 cannot split (verl would only
+    # assert it at the first step, after Ray and vLLM started on every node)
+    ("  engine.verl.nnodes: [2]\n  rl.micro_batch_size: [32]\n", "rl.micro_batch_size: 32 must divide the 16 "
+     "rollouts each of the run's 4 GPUs gets per step"),
 ])
 def test_a_wrong_verl_key_or_value_fails_before_any_job_naming_it(tmp_path, body, message):
     sweep = write_sweep(tmp_path / "v.yaml", "v", "grid:\n" + body, base=VERL_BASE)

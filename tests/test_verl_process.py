@@ -5,6 +5,7 @@ Also the CPU translation (engine.verl.device: cpu) and what is and is not part o
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import textwrap
 import time
@@ -56,6 +57,23 @@ def test_a_failing_child_fails_the_stage_and_leaves_nothing(tmp_path):
     argv, name, pidfile = child(tmp_path, 3)
     with pytest.raises(RuntimeError, match="the test child exited with status 3"):
         run_supervised(argv, dict(os.environ), what="the test child")
+    assert not psutil.pid_exists(int(pidfile.read_text())) or \
+        psutil.Process(int(pidfile.read_text())).status() == psutil.STATUS_ZOMBIE
+    assert not (SHM / name).exists()
+
+
+def test_a_child_whose_dependency_dies_is_stopped_resumably_naming_it(tmp_path):
+    """A multi-node run's trainer depends on each other node's Ray worker: when one ends, the trainer is stopped
+    within seconds (not at Ray's own timeouts) with a Resumable error that names the node."""
+    from workflow.preemption import Resumable
+    argv, name, pidfile = child(tmp_path, -1)
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(2)"])
+    t0 = time.monotonic()
+    with pytest.raises(Resumable, match=r"the test child lost the Ray worker on node n2 \(its process exited with "
+                                        r"status 0\) and was stopped"):
+        run_supervised(argv, dict(os.environ), what="the test child",
+                       depends_on={"the Ray worker on node n2": worker})
+    assert time.monotonic() - t0 < 15
     assert not psutil.pid_exists(int(pidfile.read_text())) or \
         psutil.Process(int(pidfile.read_text())).status() == psutil.STATUS_ZOMBIE
     assert not (SHM / name).exists()

@@ -206,7 +206,8 @@ def _run_locked(stage: str, sweep: str, stage_id: str, cfg: dict, typed, out_dir
             else:  # a Hugging Face id: verl's model_path, evaluated at step 0
                 done["model"] = ckpt
     except BaseException as e:  # noqa: BLE001 - record why, then let it propagate
-        status = ("preempted" if isinstance(e, Preempted) else "pruned" if isinstance(e, pruning.Pruned) else
+        status = ("preempted" if isinstance(e, (Preempted, preemption.Resumable)) else
+                  "pruned" if isinstance(e, pruning.Pruned) else
                   "interrupted" if isinstance(e, (KeyboardInterrupt, Terminated)) else "failed")
         runs.write(status, f"{type(e).__name__}: {e}")
         raise
@@ -342,6 +343,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except Preempted as e:
         print(f"{a.stage} {a.id}: {e}; it resumes from there when run again", file=sys.stderr)
+        return EXIT_PREEMPTED
+    except preemption.Resumable as e:
+        print(f"error: {a.stage} {a.id}: {e}\nit resumes from its newest checkpoint when run again (a SLURM job "
+              "requeues itself)", file=sys.stderr)
         return EXIT_PREEMPTED
     except pruning.Pruned as e:
         print(f"{a.stage} {a.id}: {e}", file=sys.stderr)

@@ -17,6 +17,11 @@ EXIT_PREEMPTED = 75  # EX_TEMPFAIL: stopped on request, resumable
 _requested = False
 
 
+class Resumable(RuntimeError):
+    """A failure that a fresh start of the same job resumes from its newest checkpoint (a multi-node run that lost
+    a node's worker): the stage exits EXIT_PREEMPTED and, on SLURM, its job requeues itself (slurm/job.py)."""
+
+
 class Preempted(Exception):
     """Raised by a training loop after it checkpointed because the stop signal arrived."""
 

@@ -1,5 +1,6 @@
-"""What runs inside each SLURM job: the `python -m snakemake ...` command Snakemake built for one rule job,
-wrapped in a submitit `Checkpointable` so that preemption and time limits requeue the job instead of losing it.
+"""What runs inside each SLURM job: the command of one rule job (its own shell command, or `python -m snakemake ...`
+for rules that need Snakemake in the job: command.py), wrapped in a submitit `Checkpointable` so that preemption and
+time limits requeue the job instead of losing it.
 
 How a preemption or time limit plays out (SLURM sends submitit's signal, USR2 by default, `signal_delay_s`
 before the end, or `scancel --signal=USR2` by hand):
@@ -11,7 +12,12 @@ before the end, or `scancel --signal=USR2` by hand):
 3. The requeued job (same SLURM job id, SLURM_RESTART_COUNT + 1) runs the same command; the stage resumes from
    its newest checkpoint. A hard kill (node failure, `scontrol requeue`) loses at most the steps since the last
    periodic checkpoint.
-The number of requeues of any kind is capped by `max_requeues`.
+A stage that stops on a failure it can resume from (a multi-node run that lost a node's Ray worker: exit status
+EXIT_PREEMPTED without the signal, workflow/preemption.py) gets the same: this job requeues itself and the stage
+resumes from its newest checkpoint on the new allocation.
+The number of requeues of any kind is capped by `max_requeues`. A job with none left that gets the signal waits for
+SLURM to end it, so SLURM records why (TIMEOUT at the time limit, which the executor's retry policy can resubmit with
+a longer limit: retry.py; or PREEMPTED) instead of a failure of the wrapper's own.
 """
 
 from __future__ import annotations
@@ -22,9 +28,10 @@ import subprocess
 import sys
 import time
 
+import submitit
 from submitit.helpers import Checkpointable
 
-from workflow.preemption import PREEMPT_SIGNAL
+from workflow.preemption import EXIT_PREEMPTED, PREEMPT_SIGNAL
 from workflow.provenance import slurm_restart_count
 
 
@@ -73,9 +80,23 @@ class SnakemakeJob(Checkpointable):
         self._child = subprocess.Popen(["/bin/sh", "-c", self.command], preexec_fn=_ignore_preempt_signal,
                                        start_new_session=True)
         rc = self._child.wait()
+        if rc == EXIT_PREEMPTED and os.environ.get("SLURM_JOB_ID"):
+            self._requeue_self(restarts)
         if rc != 0:
             raise JobCommandFailed(f"the job's command exited with code {rc} (its output is above in this log)")
         return rc
+
+    def _requeue_self(self, restarts: int) -> None:
+        """The stage stopped resumably on its own (its reason is above): requeue this job (same id, restart count
+        + 1), as submitit does after a preemption signal; the process ends without a result file, so the job is
+        pending again, not done."""
+        if restarts >= self.max_requeues:
+            raise RequeueLimitReached(f"the stage stopped resumably after {restarts} requeues (max_requeues="
+                                      f"{self.max_requeues}); its checkpoints are kept: run snakemake again to go on")
+        job = submitit.JobEnvironment().job_id  # an array task's own id (123_4)
+        print(f"rlsweep: the stage stopped resumably; requeueing SLURM job {job}", file=sys.stderr, flush=True)
+        subprocess.run(["scontrol", "requeue", job], check=True, timeout=60)
+        sys.exit(-1)
 
     def checkpoint(self, *args, **kwargs):
         """Called by submitit's signal handler: let the stage save, then ask for a requeue (or refuse one)."""
@@ -96,9 +117,17 @@ class SnakemakeJob(Checkpointable):
                 print(f"rlsweep: stage stopped {time.monotonic() - t0:.1f}s after the signal ({status})",
                       file=sys.stderr, flush=True)
         if slurm_restart_count() >= self.max_requeues:
-            raise RequeueLimitReached(f"preempted or timed out after {slurm_restart_count()} requeues (max_requeues="
-                                      f"{self.max_requeues}); its checkpoints are kept: run snakemake again to go on")
+            print(f"rlsweep: no requeue left ({slurm_restart_count()} of max_requeues={self.max_requeues}); the job "
+                  "ends as SLURM ends it: TIMEOUT at its time limit (resources.<stage>.retry.timeout resubmits it with "
+                  "more time, resuming from its checkpoint) or PREEMPTED", file=sys.stderr, flush=True)
+            self._hold()
         return super().checkpoint(*args, **kwargs)
+
+    def _hold(self) -> None:
+        """Wait for SLURM to end this job, so that it records why (TIMEOUT, PREEMPTED) instead of a failure of ours:
+        a TIMEOUT is what the executor's retry policy resubmits with a longer time limit (workflow/slurm/retry.py)."""
+        while True:
+            time.sleep(60)
 
     def __getstate__(self):  # the child process handle is never pickled into the requeued submission
         return {k: v for k, v in self.__dict__.items() if k != "_child"}

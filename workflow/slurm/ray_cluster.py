@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 from submitit.slurm.slurm import _parse_node_list
@@ -60,3 +62,31 @@ def start_commands(nodes: list[str], *, head_address: str, port: int = 6379, gpu
         out.append((node, ["srun", "--nodes=1", "--ntasks=1", "--overlap", f"--nodelist={node}",
                            *ray, "start", f"--address={head_address}:{port}", *common]))
     return out
+
+
+# asked in a child process: this process must not become a Ray driver itself (verl's own driver connects later)
+_ALIVE = ("import ray; ray.init(address={address!r}, logging_level='ERROR'); "
+          "print(sum(n['Alive'] for n in ray.nodes()))")
+
+
+def wait_for_nodes(address: str, n: int, procs: dict[str, subprocess.Popen], timeout_s: float = 300) -> None:
+    """Block until the Ray cluster at `address` has `n` live nodes. RuntimeError naming the node when its `ray start`
+    process (`procs`: node -> process) exits first, or when the cluster is still short after `timeout_s`."""
+    deadline, alive = time.monotonic() + timeout_s, 0
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    while True:
+        for node, proc in procs.items():
+            if proc.poll() is not None:
+                raise RuntimeError(f"`ray start` on node {node} exited with status {proc.returncode} before the "
+                                   f"Ray cluster formed (ports {address.rsplit(':', 1)[1]} and Ray's worker ports "
+                                   "must be open between the job's nodes; its log is above)")
+        out = subprocess.run([sys.executable, "-c", _ALIVE.format(address=address)], capture_output=True, text=True,
+                             env=env, timeout=120)
+        if out.returncode == 0 and out.stdout.strip().isdigit():
+            alive = int(out.stdout.strip())
+            if alive >= n:
+                return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the Ray cluster at {address} has {alive} of {n} nodes after {timeout_s:.0f} s; "
+                               f"nodes: {', '.join(procs)}")
+        time.sleep(2)

@@ -25,9 +25,13 @@ ATTEMPTS_ENV = "RLSWEEP_SLURM_ATTEMPTS"
 
 @dataclass(frozen=True)
 class RetryPolicy:
+    """A decoded `rlsweep_retry` resource. No resource means the defaults, which are RetrySettings' (the rules leave
+    the resource out when a stage keeps them: one resource less per job to plan; tests/test_slurm_units.py holds
+    the two equal)."""
+
     timeout: int = 0  # retries after TIMEOUT
     oom: int = 0  # retries after OUT_OF_MEMORY
-    node_fail: int = 0  # retries after NODE_FAIL
+    node_fail: int = 1  # retries after NODE_FAIL
     time_factor: float = 1.5
     mem_factor: float = 2.0
 

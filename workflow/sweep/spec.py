@@ -153,9 +153,8 @@ class StageResources(Strict):
                 res[key] = value
         if self.sbatch_extra:
             res["slurm_extra"] = " ".join(shlex.quote(f) for f in self.sbatch_extra)
-        r = self.retry
-        if r.timeout or r.oom or r.node_fail:
-            res[RETRY_RESOURCE] = r.encode()
+        if self.retry != RetrySettings():  # absent: the executor's RetryPolicy defaults, the same as ours
+            res[RETRY_RESOURCE] = self.retry.encode()
         return res
 
     @property

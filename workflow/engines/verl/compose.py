@@ -208,6 +208,11 @@ def validate(cfg: RunConfig) -> None:
     n_gpus = cfg.engine.verl.n_gpus_per_node * cfg.engine.verl.nnodes
     if cfg.engine.verl.rollout_tp > n_gpus or n_gpus % cfg.engine.verl.rollout_tp:
         raise VerlConfigError("engine.verl.rollout_tp", f"must divide the {n_gpus} GPUs of the run")
+    share = cfg.rl.prompts_per_step * cfg.rl.group_size // n_gpus  # rollouts each GPU computes log-probs of
+    if cfg.rl.micro_batch_size and share % cfg.rl.micro_batch_size:  # (verl asserts it only at the first step)
+        raise VerlConfigError("rl.micro_batch_size", f"{cfg.rl.micro_batch_size} must divide the {share} rollouts "
+                                                     f"each of the run's {n_gpus} GPUs gets per step (rl.prompts_per_"
+                                                     "step x rl.group_size / engine.verl.n_gpus_per_node x nnodes)")
     if cfg.sft.enabled:
         validate_sft(cfg)
 

@@ -47,7 +47,7 @@ from workflow.engines.verl.translate import CPU_MODULE, FP32, PPO_MODULE, WORKER
     CPU_DROPPED_ENV, process_env, translate, translate_sft
 from workflow.layout import CHECKPOINTS
 from workflow.results.train_log import TrainLog
-from workflow.slurm.ray_cluster import allocation_nodes, head_address, start_commands
+from workflow.slurm.ray_cluster import allocation_nodes, head_address, start_commands, wait_for_nodes
 from workflow.stages import RLStage, SFTStage
 
 
@@ -229,9 +229,10 @@ class VerlEngine:
                 config_path = out_dir / "verl_ppo.yaml"
                 OmegaConf.save(config, config_path)
                 run_supervised([sys.executable, "-m", PPO_MODULE, str(config_path)], child_env(v, external_modules(v)),
-                               what="verl's PPO trainer", timeout_s=_timeout_s(v))
+                               what="verl's PPO trainer", timeout_s=_timeout_s(v),
+                               depends_on={f"the Ray worker on node {node}": p for node, p in list(ray.items())[1:]})
         finally:
-            for p in ray:
+            for p in ray.values():
                 p.terminate()
         return self._export(out_dir, log, stage.rl.steps, "rl", model_dir="actor", base_model=model)
 
@@ -248,14 +249,25 @@ class VerlEngine:
         return final[0]
 
     @staticmethod
-    def _start_ray(stage: RLStage) -> list[subprocess.Popen]:
+    def _start_ray(stage: RLStage) -> dict[str, subprocess.Popen]:
+        """A multi-node run's Ray cluster (none for one node): node -> its `ray start` process, once every node has
+        joined; RAY_ADDRESS points verl's driver at the head."""
         v = stage.engine.verl
         if v.nnodes == 1:
-            return []
+            return {}
         nodes = _allocation(v.nnodes, "rl")
         head = head_address(nodes)
         port = int(os.environ.get("RLSWEEP_RAY_PORT", "6379"))
-        procs = [subprocess.Popen(argv) for _, argv in start_commands(
-            nodes, head_address=head, port=port, gpus_per_node=v.n_gpus_per_node)]
+        # a CPU run's Ray declares what ray.init(num_cpus=16, num_gpus=N) declares on one node (translate.py):
+        # verl's bundles ask for 3 CPUs each, and its "GPUs" are logical
+        procs = {node: subprocess.Popen(argv) for node, argv in start_commands(
+            nodes, head_address=head, port=port, gpus_per_node=v.n_gpus_per_node,
+            cpus_per_node=16 if v.device == "cpu" else None)}
         os.environ["RAY_ADDRESS"] = f"{head}:{port}"
+        try:
+            wait_for_nodes(f"{head}:{port}", len(nodes), procs)
+        except BaseException:
+            for p in procs.values():
+                p.terminate()
+            raise
         return procs

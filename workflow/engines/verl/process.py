@@ -11,19 +11,25 @@ import os
 import re
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import psutil
+
+from workflow.preemption import Resumable
 
 SHM = Path("/dev/shm")
 
 
 def run_supervised(argv: list[str], env: dict[str, str], *, what: str, timeout_s: float | None = None,
-                   log: Path | None = None) -> None:
+                   log: Path | None = None, depends_on: dict[str, subprocess.Popen] | None = None) -> None:
     """Run argv to completion in its own session; RuntimeError on a non-zero exit or the time limit. The child's
     whole process tree is killed whenever this returns or raises (Ctrl-C, SIGTERM, preemption included), processes
     it orphaned included: this process is their subreaper (Ray's daemons detach from the driver). `log`: the
-    child's output goes to this file instead of the job log, and the error carries its last lines."""
+    child's output goes to this file instead of the job log, and the error carries its last lines. `depends_on`:
+    name -> a process the child cannot go on without (a multi-node run's Ray worker on each other node, named by
+    its node): when one of them ends first, the child is stopped within a second and the error names it, instead
+    of the child waiting out Ray's own timeouts on a node that is gone."""
     before = _segments()
     _become_subreaper()
     ours = {p.pid for p in psutil.Process().children()}
@@ -33,12 +39,21 @@ def run_supervised(argv: list[str], env: dict[str, str], *, what: str, timeout_s
 
     def where() -> str:
         return "its log is above" if log is None else f"its log ends:\n{_tail(log)}"
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     try:
-        try:
-            rc = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            raise RuntimeError(f"{what} ran longer than its time limit ({timeout_s / 60:.0f} min, "
-                               f"engine.verl.timeout_min) and was killed; {where()}") from None
+        while True:
+            try:
+                rc = proc.wait(timeout=1.0)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            for name, dep in (depends_on or {}).items():
+                if dep.poll() is not None:
+                    raise Resumable(f"{what} lost {name} (its process exited with status {dep.returncode}) and "
+                                    f"was stopped; {where()}")
+            if deadline is not None and time.monotonic() > deadline:
+                raise RuntimeError(f"{what} ran longer than its time limit ({timeout_s / 60:.0f} min, "
+                                   f"engine.verl.timeout_min) and was killed; {where()}")
         if rc:
             raise RuntimeError(f"{what} exited with status {rc}: {' '.join(argv)}; {where()}")
     finally:

@@ -96,9 +96,11 @@ def cpu_overrides(cfg) -> dict[str, Any]:
         "data.dataloader_num_workers": 0,
         "transfer_queue.backend.SimpleStorage.num_data_storage_units": 1,
         "trainer.device": "cpu",
+    } | ({  # one node: verl's own Ray with logical GPUs; several: the job's Ray cluster declares them per node
+        # (VerlEngine._start_ray), and ray.init() refuses num_cpus/num_gpus when it joins a cluster
         "ray_kwargs.ray_init.num_cpus": 16,
-        "ray_kwargs.ray_init.num_gpus": v.n_gpus_per_node * v.nnodes,
-    }
+        "ray_kwargs.ray_init.num_gpus": v.n_gpus_per_node,
+    } if v.nnodes == 1 else {})
 
 
 def cpu_sft_overrides() -> dict[str, Any]:
