@@ -38,6 +38,8 @@ if SWEEP.spec.optuna is not None:  # the trials the study driver has started so 
     SWEEP.add_runs(recorded_runs(SWEEP.spec, RESULTS, SWEEP.name))
 RUNS = SWEEP.by_run_id
 EVAL_OF = {r.eval_id: r for r in SWEEP.runs}
+
+
 def pattern(stage, stage_id, **where):
     """A stage's DONE.json with wildcards (workflow/layout.py is the one place that knows the layout)."""
     return str(done_path(RESULTS, SWEEP.name, stage, stage_id, **where))
@@ -83,6 +85,7 @@ def stage_args(stage_id, input=None, **options):
     for key, value in options.items():
         args += [f"--{key.replace('_', '-')}", str(value)]
     return " ".join(shlex.quote(a) for a in [*args, "--results", RESULTS])
+
 
 wildcard_constraints:
     sft_id="[0-9a-f]{12}",
