@@ -5,18 +5,19 @@ the same cluster and in the same run?
 All three run N independent trivial jobs whose payload records the time it started:
 - bare: N x `sbatch --parsable --wrap 'date +%s.%N > start_i'`, then `squeue` once a second until all are gone;
 - ours: a Snakefile of N rules with the same payload through `--executor rlsweep-slurm` (submitit, job arrays,
-  one squeue call per status check of 1 s): every job also starts `python -m snakemake` inside SLURM, as every
-  Snakemake cluster executor does;
-- plugin: the same Snakefile through snakemake-executor-plugin-slurm (its defaults), installed with the same
-  Snakemake version into the bench's own environment (--plugin-env, created on first use: it is not a dependency
-  of rlsweep).
-Per side: the median submit -> payload-start latency (submit time from sacct, second resolution, the same for all),
-the wall time for all N jobs / N, and the SLURM controller calls per job (sbatch, squeue, sacct, scontrol, ...:
-every call through a logging shim on PATH, the jobs' own included), with the ratios ours / bare and ours / plugin.
+  one squeue call per status check of 1 s; a shell rule's job runs its command, no Snakemake inside the job);
+- plugin: the same Snakefile through snakemake-executor-plugin-slurm (its defaults: `python -m snakemake` inside
+  every job), installed with the same Snakemake version into the bench's own environment (--plugin-env, created on
+  first use: it is not a dependency of rlsweep).
+Per side and job count: the median submit -> payload-start latency (submit time from sacct, second resolution, the
+same for all), the wall time for all N jobs / N, and the SLURM controller calls per job (sbatch, squeue, sacct,
+scontrol, ...: every call through a logging shim on PATH, the jobs' own included), with the ratios ours / bare and
+ours / plugin; with two job counts also the wall time each added job costs (the slope, without each side's fixed
+start: a Snakemake start is ~2 s, which 8 jobs share far less than 32).
 Goal (issue 27): ours <= the plugin on every figure and <= 1.5x bare per job.
 
     scripts/local_slurm.sh start     # or any cluster where you may submit
-    python bench/slurm_overhead.py [--jobs 8] [--plugin-env .bench-env/slurm-plugin] [--no-plugin]
+    python bench/slurm_overhead.py [--jobs 8 32] [--plugin-env .bench-env/slurm-plugin] [--no-plugin]
 """
 
 from __future__ import annotations
@@ -124,16 +125,8 @@ def plugin_python(env_dir: Path) -> str:
     return str(python)
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--jobs", type=int, default=8)
-    p.add_argument("--plugin-env", type=Path, default=REPO / ".bench-env" / "slurm-plugin")
-    p.add_argument("--no-plugin", action="store_true", help="only bare sbatch and ours")
-    a = p.parse_args()
-    sides = {"bare sbatch": None, "rlsweep-slurm": [sys.executable, ["--executor", "rlsweep-slurm",
-                                                                     "--seconds-between-status-checks", "1"]]}
-    if not a.no_plugin:
-        sides["slurm plugin"] = [plugin_python(a.plugin_env.resolve()), ["--executor", "slurm"]]
+def measure(n: int, sides: dict) -> dict:
+    """Each side's (wall s, median submit -> start s, controller calls) for n jobs, one side after another."""
     results = {}
     with tempfile.TemporaryDirectory(dir=".") as tmp:
         for i, (name, side) in enumerate(sides.items()):
@@ -141,25 +134,49 @@ def main() -> None:
             work.mkdir()
             log = work.parent / f"calls{i}.log"
             env = shims(work.parent / f"shims{i}", log)
-            wall, lat = bare(a.jobs, work, env) if side is None else snakemake_side(side[0], side[1], a.jobs, work, env)
+            wall, lat = bare(n, work, env) if side is None else snakemake_side(side[0], side[1], n, work, env)
             results[name] = (wall, statistics.median(lat), calls(log))
-    nodes = subprocess.run(["sinfo", "-h", "-o", "%N"], capture_output=True, text=True).stdout.strip()
-    names = list(results)
-    print(f"{a.jobs} trivial jobs on {nodes}, one run")
-    print(f"{'':30s}" + "".join(f"{n:>15s}" for n in names) + f"{'ours/bare':>11s}"
-          + (f"{'ours/plugin':>13s}" if "slurm plugin" in results else ""))
+    return results
 
-    def row(label: str, values: list[float], fmt: str) -> None:
-        ours, base = values[1], values[0]
-        line = f"{label:30s}" + "".join(format(v, fmt).rjust(15) for v in values) + f"{ours / max(base, 1e-9):11.2f}"
-        if len(values) > 2:
-            line += f"{ours / max(values[2], 1e-9):13.2f}"
-        print(line)
-    row("submit -> payload start (s)", [results[n][1] for n in names], ".2f")
-    row("wall per job (s)", [results[n][0] / a.jobs for n in names], ".2f")
-    row("controller calls per job", [sum(results[n][2].values()) / a.jobs for n in names], ".2f")
-    for n in names:
-        print(f"  {n}: " + ", ".join(f"{k} {v}" for k, v in sorted(results[n][2].items())))
+
+def row(label: str, values: list[float], fmt: str) -> None:
+    """One figure per side, then ours / bare and ours / plugin (sides in the order bare, ours, plugin)."""
+    ours, base = values[1], values[0]
+    line = f"{label:34s}" + "".join(format(v, fmt).rjust(15) for v in values) + f"{ours / max(base, 1e-9):11.2f}"
+    if len(values) > 2:
+        line += f"{ours / max(values[2], 1e-9):13.2f}"
+    print(line)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--jobs", type=int, nargs="+", default=[8, 32],
+                   help="job counts to run (two or more also give the wall time each added job costs)")
+    p.add_argument("--plugin-env", type=Path, default=REPO / ".bench-env" / "slurm-plugin")
+    p.add_argument("--no-plugin", action="store_true", help="only bare sbatch and ours")
+    a = p.parse_args()
+    sides = {"bare sbatch": None, "rlsweep-slurm": [sys.executable, ["--executor", "rlsweep-slurm",
+                                                                     "--seconds-between-status-checks", "1"]]}
+    if not a.no_plugin:
+        sides["slurm plugin"] = [plugin_python(a.plugin_env.resolve()), ["--executor", "slurm"]]
+    runs = {n: measure(n, sides) for n in a.jobs}
+    nodes = subprocess.run(["sinfo", "-h", "-o", "%N"], capture_output=True, text=True).stdout.strip()
+    names = list(sides)
+    header = f"{'':34s}" + "".join(f"{n:>15s}" for n in names) + f"{'ours/bare':>11s}" + \
+        (f"{'ours/plugin':>13s}" if "slurm plugin" in sides else "")
+    for n, results in runs.items():
+        print(f"\n{n} trivial jobs on {nodes}, one run")
+        print(header)
+        row("submit -> payload start (s)", [results[k][1] for k in names], ".2f")
+        row("wall per job (s)", [results[k][0] / n for k in names], ".2f")
+        row("controller calls per job", [sum(results[k][2].values()) / n for k in names], ".2f")
+        for k in names:
+            print(f"  {k}: " + ", ".join(f"{c} {v}" for c, v in sorted(results[k][2].items())))
+    if len(runs) > 1:  # the slope: what one more job costs, without each tool's fixed start (Snakemake's ~2 s)
+        small, big = min(runs), max(runs)
+        print(f"\nfrom {small} to {big} jobs")
+        print(header)
+        row("wall per added job (s)", [(runs[big][k][0] - runs[small][k][0]) / (big - small) for k in names], ".2f")
     print("goal: ours <= the plugin on every row, <= 1.5x bare per job")
 
 
