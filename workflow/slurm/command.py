@@ -25,27 +25,21 @@ from snakemake.io import is_flagged
 BASH_PREFIX = "set -euo pipefail; "
 
 
-def why_not_direct(job) -> str | None:
-    """None when the job's command can run without Snakemake in the SLURM job, else the reason it cannot."""
-    if job.is_group():
-        return "a job group"
+def runs_directly(job) -> bool:
+    """Whether the job's command can run without Snakemake in the SLURM job: a single shell: rule job with nothing
+    Snakemake must set up around the command in the job itself."""
     rule = job.rule
-    if not job.is_shell:
-        return "not a shell: rule"
-    for attr, what in (("conda_env", "a conda environment"), ("container_img", "a container"),
-                       ("env_modules", "environment modules"), ("benchmark", "a benchmark")):
-        if getattr(rule, attr, None):
-            return what
-    if rule.shadow_depth is not None:
-        return "a shadow directory"
-    if any(is_flagged(f, flag) for f in job.output for flag in ("pipe", "service")):
-        return "a pipe or service output"
-    return None
+    return (not job.is_group() and job.is_shell
+            and not any(getattr(rule, attr, None) for attr in ("conda_env", "container_img", "env_modules",
+                                                               "benchmark"))
+            and rule.shadow_depth is None
+            and not any(is_flagged(f, flag) for f in job.output for flag in ("pipe", "service")))
 
 
-def direct_command(job, envvar_declarations: str = "", workdir: str | None = None) -> str:
-    """The job's formatted shell command, run from the workflow's directory under bash like Snakemake's `shell()`."""
+def direct_command(job, envvar_declarations: str = "") -> str:
+    """The job's formatted shell command, run from the workflow's directory (this process's: Snakemake works in
+    it) under bash like Snakemake's `shell()`."""
     bash = shutil.which("bash") or "/bin/bash"
-    parts = [f"cd {shlex.quote(workdir or os.getcwd())}", envvar_declarations.removesuffix("&&").strip(),
+    parts = [f"cd {shlex.quote(os.getcwd())}", envvar_declarations.removesuffix("&&").strip(),
              f"exec {shlex.quote(bash)} -c {shlex.quote(BASH_PREFIX + job.shellcmd)}"]
     return " && ".join(p for p in parts if p)

@@ -33,7 +33,7 @@ from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 from snakemake_interface_executor_plugins.settings import CommonSettings, ExecutorSettingsBase
 
 from workflow.slurm import cluster
-from workflow.slurm.command import direct_command, why_not_direct
+from workflow.slurm.command import direct_command, runs_directly
 from workflow.slurm.job import SnakemakeJob
 from workflow.slurm.params import sbatch_parameters
 from workflow.slurm.retry import RetryPolicy, with_attempts
@@ -133,7 +133,7 @@ class Executor(RemoteExecutor):
         self._submit([job], self._params(job))
 
     def _direct(self, job: JobExecutorInterface) -> bool:
-        return self.settings.job_command == "direct" and why_not_direct(job) is None
+        return self.settings.job_command == "direct" and runs_directly(job)
 
     def _prepare(self, job: JobExecutorInterface) -> None:
         """A direct job is prepared here, as Snakemake's local executor prepares its jobs (stale outputs removed,

@@ -33,6 +33,7 @@ from submitit.helpers import Checkpointable
 
 from workflow.preemption import EXIT_PREEMPTED, PREEMPT_SIGNAL
 from workflow.provenance import slurm_restart_count
+from workflow.slurm import cluster
 
 
 class RequeueLimitReached(RuntimeError):
@@ -95,7 +96,7 @@ class SnakemakeJob(Checkpointable):
                                       f"{self.max_requeues}); its checkpoints are kept: run snakemake again to go on")
         job = submitit.JobEnvironment().job_id  # an array task's own id (123_4)
         print(f"rlsweep: the stage stopped resumably; requeueing SLURM job {job}", file=sys.stderr, flush=True)
-        subprocess.run(["scontrol", "requeue", job], check=True, timeout=60)
+        cluster.run(["scontrol", "requeue", job], retries=2)  # a busy controller is retried
         sys.exit(-1)
 
     def checkpoint(self, *args, **kwargs):
