@@ -16,7 +16,7 @@ import sys
 
 from snakemake.common import overwrite_function_params
 
-from workflow.layout import done_path, report_dir, summary_path
+from workflow.layout import done_path, report_dir, rescore_path, summary_path
 from workflow.sweep.expand import load_sweep
 from workflow.sweep.identity import canonical_json
 from workflow.sweep.spec import SweepError
@@ -49,6 +49,15 @@ def pattern(stage, stage_id, **where):
 _EVAL_PATTERN = pattern("eval", "{eval_id}", run_id="{run_id}", step="{step}", group="{group}")
 EVAL_DONE = [_EVAL_PATTERN.format(eval_id=r.eval_id, run_id=r.run_id, step=step, group=group)
              for r in SWEEP.runs for step, group in r.eval_jobs]
+# other graders' verdicts on the stored responses (rules/eval.smk, rule rescore): the sweep's eval.graders and
+# `--config graders=a,b` (what `rlsweep rescore` passes)
+try:
+    _extra = [g for g in str(config.get("graders", "")).split(",") if g]
+    RESCORE_DONE = [str(rescore_path(RESULTS, SWEEP.name, r.eval_id, r.run_id, step, group, grader))
+                    for r in SWEEP.runs for step, group, grader in r.rescore_jobs(_extra)]
+except KeyError as err:
+    print(f"invalid --config graders: {err.args[0]}", file=sys.stderr)
+    sys.exit(1)
 
 
 def data_inputs(data_id, overlap_ids):

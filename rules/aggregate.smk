@@ -6,7 +6,7 @@ localrules: aggregate, report
 
 
 rule aggregate:
-    input: EVAL_DONE
+    input: EVAL_DONE + RESCORE_DONE
     output: str(summary_path(RESULTS, SWEEP.name))
     shell:
         "{STAGE_CMD} aggregate --sweep {SWEEP.name} --results {RESULTS:q} --out {output:q}"

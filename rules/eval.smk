@@ -77,3 +77,26 @@ if START_FROM:
             args=_copy_args,
         shell:
             "{STAGE_CMD} eval {params.args}"
+
+
+# Rescore: other graders judge a finished eval job's stored responses again (eval.graders, or `rlsweep rescore`'s
+# `--config graders=a,b`): no generation, no GPU, minutes; on the machine running snakemake, like the summary. One job
+# per (eval job, grader), so adding a grader later runs only its jobs and never touches another grader's verdicts.
+localrules: rescore
+
+
+@job_function
+def _rescore_args(wc):
+    return stage_args(wc.eval_id, step=wc.step, group=wc.group, grader=wc.grader,
+                      config=EVAL_OF[wc.eval_id].stage_config_json("eval"))
+
+
+rule rescore:
+    input: pattern("eval", "{eval_id}", run_id="{run_id}", step="{step}", group="{group}")
+    output: str(rescore_path(RESULTS, SWEEP.name, "{eval_id}", "{run_id}", "{step}", "{group}", "{grader}"))
+    wildcard_constraints:
+        grader="[a-z0-9_]+",
+    params:
+        args=_rescore_args,
+    shell:
+        "{STAGE_CMD} rescore {params.args}"

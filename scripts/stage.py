@@ -3,7 +3,9 @@
 
 import sys
 
-from workflow.launch import main
-
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["rescore"]:  # judging stored responses needs no torch (workflow/eval/rescore.py)
+        from workflow.eval.rescore import main
+        sys.exit(main(sys.argv[2:]))
+    from workflow.launch import main
     sys.exit(main())

@@ -9,10 +9,10 @@ import pytest
 
 from conftest import REPO
 from workflow.config import EvalConfig
+from workflow.eval import graders
 from workflow.eval.backends import VLLMBackend, resolve_backend, vllm_usable
 from workflow.eval.benchmarks import load
 from workflow.eval.harness import run_benchmark
-from workflow.eval.scoring import score_exact
 
 
 class ChatTokenizer:
@@ -93,7 +93,7 @@ def test_the_checkpoints_chat_template_shapes_every_eval_prompt():
     fake = FakeVLLM()
     backend = VLLMBackend("/ckpt/step_000040", vllm=fake)
     items = load("math500", path=REPO / "tests" / "fixtures" / "benchmarks" / "math500.jsonl")
-    run_benchmark(backend, "math500", items, EvalConfig(benchmarks=["math500"], k=2, bootstrap=10), score_exact)
+    run_benchmark(backend, "math500", items, EvalConfig(benchmarks=["math500"], k=2, bootstrap=10), graders.make("exact"))
     (prompts, _), = fake.calls
     assert len(prompts) == len(items)
     assert all(p.startswith("<|user|>") and p.endswith("<|assistant|>") and "\\boxed{}" in p for p in prompts)

@@ -9,10 +9,10 @@ import pytest
 
 from conftest import REPO
 from workflow.config import EvalConfig, TaskConfig
+from workflow.eval import graders
 from workflow.eval.backends import Sample
 from workflow.eval.harness import evaluate, run_benchmark
 from workflow.eval.benchmarks import load
-from workflow.eval.scoring import MathVerifier
 from workflow.results.catalog import query
 
 FIX = REPO / "tests" / "fixtures" / "benchmarks"
@@ -49,8 +49,9 @@ def test_math_benchmark_rows_and_scores():
     items = load("math500", path=FIX / "math500.jsonl")
     backend = ScriptedBackend({it.question: it.answer for it in items}, {})
     ev = EvalConfig(k=K, bootstrap=200)
-    with MathVerifier() as v:
-        rows, by_k = run_benchmark(backend, "math500", items, ev, v.score)
+    with graders.make("math_verify") as grader:
+        rows, by_k = run_benchmark(backend, "math500", items, ev, grader)
+    assert {r["grader"] for r in rows} == {"math_verify"}
     assert len(rows) == len(items) * K
     assert [r["correct"] for r in rows[:K]] == [True, False, True, False]  # "\frac{3}{4} + 0" == "\frac{3}{4}"
     assert by_k[1]["avg_at_k"] == pytest.approx(0.5) and by_k[4]["pass_at_k"] == 1.0
@@ -62,7 +63,7 @@ def test_math_benchmark_rows_and_scores():
 def test_multiple_choice_shuffles_per_sample_and_scores_through_the_permutation():
     items = load("mmlu_pro", path=FIX / "mmlu_pro.jsonl")
     backend = ScriptedBackend({}, {it.question: it.choices[int(it.answer)] for it in items})
-    rows, by_k = run_benchmark(backend, "mmlu_pro", items, EvalConfig(k=K, bootstrap=200), None)
+    rows, by_k = run_benchmark(backend, "mmlu_pro", items, EvalConfig(k=K, bootstrap=200), graders.make("mc_letter"))
     assert [r["correct"] for r in rows] == [True, False, True, False] * len(items)
     assert all(r["shuffle_seed"] == 0 for r in rows)
     orders = {p.split("\n\n")[1] for p in backend.prompts if "capital of France" in p}

@@ -198,6 +198,50 @@ def test_a_setting_with_one_seeds_evaluation_shows_its_mean_without_a_spread_or_
     assert cells(md, "Accuracy")["rl.update=sfpo"][3] == "**0.600 (n=1 of 3)**"  # seed 0 alone: no std, no t interval
 
 
+def test_the_seeds_section_sizes_claims_from_the_spread_the_sweep_measured(sweep_results):
+    from workflow.report import power
+    from workflow.report.build import write_report
+    sweep, results = sweep_results
+    md = (write_report(sweep, results).parent / "report.md").read_text()
+    # every seed of a setting has the same final samples: no spread between seeds, only each run's sampling noise,
+    # per problem accuracy 0, .5, .5, 1 (grpo) or .5, .5, 1, 1 (sfpo) over k=2: (.25 + .25) / (2 - 1) / 4^2
+    run_variance = 0.5 / 16
+    part = md.split("## How many seeds a claim needs", 1)[1].split("\n## ", 1)[0]
+    spread = [line for line in part.splitlines() if line.startswith("| arithmetic | 2 |")][0].split(" | ")
+    assert spread[2:4] == ["0.000", f"{run_variance ** 0.5:.3f}"]
+    assert spread[4] == f"{power.detectable(run_variance, 3):.3f}"  # 3 seeds per setting planned
+    assert spread[5:] == [f"{power.seeds_needed(d, run_variance)}" for d in (0.01, 0.02)] + [
+        f"{power.seeds_needed(0.05, run_variance)} |"]
+    claim = [line for line in part.splitlines() if line.startswith("| arithmetic | rl.update=sfpo |")][0]
+    assert "| 2 | +0.250 |" in claim and "below what these seeds detect" in claim  # 2 seeds detect ~1.0 only
+
+
+def test_the_graders_section_flags_a_winner_that_changes_with_the_grader(sweep_results):
+    from workflow.report.build import write_report
+    sweep, results = sweep_results
+    no_graders = (write_report(sweep, results).parent / "report.md").read_text()
+    assert "## Graders" not in no_graders  # nothing judged again: no section
+    for run in sweep.runs:
+        if run.method == "sfpo" and run.config.seed == 2:
+            continue
+        # math_equal finds every grpo sample right and every sfpo sample wrong: the winner flips
+        verdict = run.method == "grpo"
+        write_rows(results, "rep", "eval_grades", f"{run.run_id}_{run.eval_id}_step000004_arithmetic-math_equal",
+                   [dict(run_id=run.run_id, eval_id=run.eval_id, sweep="rep", step=4, benchmark="arithmetic",
+                         problem_id=f"p{i}", sample_idx=j, grader="math_equal", correct=verdict, extracted="7",
+                         gold="8") for i in range(4) for j in range(2)])
+    md = (write_report(sweep, results).parent / "report.md").read_text()
+    assert "| arithmetic | rl.update=grpo | 0.500 | **1.000** |" in md  # exact (own), then math_equal
+    assert "| arithmetic | rl.update=sfpo | **0.750** | 0.000 |" in md
+    assert ("arithmetic: the best setting changes with the grader: rl.update=sfpo under exact; rl.update=grpo under "
+            "math_equal.") in md
+    assert "arithmetic: rl.update=sfpo − rl.update=grpo changes sign with the grader: +0.250 under exact, -1.000 " \
+           "under math_equal." in md
+    # over every judged sample: grpo 3 seeds x 8 samples, 4 right by exact (all by math_equal); sfpo 2 x 8, 6 right
+    # by exact (none by math_equal): 12 + 12 of 40 disagree
+    assert "| arithmetic | math_equal | exact | 40 | 60.0% | 0.600 | 0.600 | 12 | 12 |" in md
+
+
 def test_the_html_report_renders_in_a_real_browser_from_a_file_url(sweep_results, tmp_path):
     import html
     import json
@@ -217,7 +261,8 @@ def test_the_html_report_renders_in_a_real_browser_from_a_file_url(sweep_results
                          capture_output=True, text=True, timeout=120).stdout
     seen = json.loads(html.unescape(re.search(r'data-check="([^"]*)"', dom)[1]))
     assert len(seen["images"]) == 2 and all(width > 300 for width in seen["images"])  # both figures decoded
-    assert seen["tables"] == {"accuracy": 4, "efficiency": 3, "gain": 3, "paired": 2, "runs": 7}  # header + rows
+    assert seen["tables"] == {"accuracy": 4, "efficiency": 3, "gain": 3, "paired": 2, "runs": 7,  # header + rows
+                              "seeds-1": 2, "seeds-2": 2}
     shot = tmp_path / "report.png"
     subprocess.run([chromium, *flags, "--window-size=1280,2400", f"--screenshot={shot}", alone.as_uri()],
                    capture_output=True, timeout=120)

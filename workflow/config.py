@@ -16,6 +16,7 @@ from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, field_
 from workflow.algos.registry import MIXES, UPDATE_RULES
 from workflow.data.sources import REGISTRY as TRAINING_SETS
 from workflow.eval.benchmarks import REGISTRY as BENCHMARKS
+from workflow.eval.graders import GRADERS
 from workflow.hub import record_file_problem
 from workflow.models import check_name as check_model_name
 from workflow.strict import ConfigProblem, Seed, Strict
@@ -484,6 +485,19 @@ class EvalConfig(Strict):
     # also evaluate the model RL starts from (step 0: the SFT checkpoint, or verl's model_path without SFT)
     at_start: bool = False
     seed: Seed = 0
+    # graders that judge the stored responses again (workflow/eval/graders.py; rule rescore, table eval_grades),
+    # beside each benchmark's own; scoring only, so not part of the eval id: adding one generates nothing
+    graders: list[str] = []
+
+    @field_validator("graders")
+    @classmethod
+    def _known_graders(cls, names: list[str]) -> list[str]:
+        unknown = [g for g in names if g not in GRADERS]
+        if unknown:
+            raise ValueError(f"unknown grader(s) {unknown}; known: {', '.join(GRADERS)}")
+        if len(set(names)) != len(names):
+            raise ValueError("graders must be a list without repeats")
+        return names
 
     @model_validator(mode="after")
     def _known_benchmarks(self) -> "EvalConfig":

@@ -107,6 +107,7 @@ def eval_job_at(job_dir: str | Path) -> StageJob | None:
 #   runs/<stage>_<id>[_<step>_<group>]           a stage job's row (an eval job adds its step and group)
 #   train_steps/<stage>_<id>_<first>-<last>      a training stage's steps, one file per checkpoint interval
 #   eval_samples|eval_scores/<run_id>_<eval_id>_step<step>_<benchmark>   one benchmark of one eval job
+#   eval_grades/<run_id>_<eval_id>_step<step>_<benchmark>-<grader>    another grader's verdicts on its samples
 #   <table>/packed-<seq>-<hex>                    many finished stages' files merged into one (results/packs.py)
 PACK_PREFIX = "packed-"  # no stage's file name starts so: the patterns below all need a `_` before any `-`
 
@@ -144,12 +145,26 @@ def eval_file(run_id: str, eval_id: str, step: int, benchmark: str) -> str:
     return f"{run_id}_{eval_id}_step{step:06d}_{benchmark}"
 
 
+def grades_file(run_id: str, eval_id: str, step: int, benchmark: str, grader: str) -> str:
+    """eval_grades: one grader's verdicts on one benchmark of one eval job (benchmark and grader names hold no `-`)."""
+    return f"{eval_file(run_id, eval_id, step, benchmark)}-{grader}"
+
+
+def rescore_path(results_root: str | Path, sweep: str, eval_id: str, run_id: str, step: int | str, group: str,
+                 grader: str) -> Path:
+    """The rescore job's output: eval/<run_id>/<eval_id>/step_<N>/<group>/rescored/<grader>.json, in its eval job's
+    directory (what the grader found, per benchmark)."""
+    return stage_dir(results_root, sweep, "eval", eval_id, run_id, step, group) / "rescored" / f"{grader}.json"
+
+
 _TABLE_FILE = {
     "runs": re.compile(r"^(?P<stage>[a-z]+)_(?P<stage_id>[^_]+)(?:_(?P<step>\d+)_(?P<group>[a-z]+))?$"),
     "train_steps": re.compile(r"^(?P<stage>[a-z]+)_(?P<stage_id>[^_]+)_(?P<first>\d+)-(?P<last>\d+)$"),
     "eval_samples": re.compile(r"^(?P<run_id>[^_]+)_(?P<stage_id>[^_]+)_step(?P<step>\d+)_(?P<benchmark>.+)$"),
 }
 _TABLE_FILE["eval_scores"] = _TABLE_FILE["eval_samples"]
+_TABLE_FILE["eval_grades"] = re.compile(r"^(?P<run_id>[^_]+)_(?P<stage_id>[^_]+)_step(?P<step>\d+)_(?P<benchmark>[^-]+)"
+                                        r"-(?P<grader>[a-z0-9_]+)$")
 
 
 @dataclass(frozen=True)
@@ -161,11 +176,14 @@ class TableFile:
     run_id: str | None = None
     step: int | None = None
     group: str | None = None  # runs rows of eval jobs
-    benchmark: str | None = None  # eval_samples / eval_scores
+    benchmark: str | None = None  # eval_samples / eval_scores / eval_grades
+    grader: str | None = None  # eval_grades (its rows come from the rescore job of the eval job)
     first: int | None = None  # train_steps: the steps the file holds
     last: int | None = None
 
     def __str__(self) -> str:
+        if self.grader is not None:
+            return f"{self.grader}'s verdicts on {self.benchmark} at step {self.step} of eval {self.stage_id} of run {self.run_id}"
         if self.benchmark is not None:
             return f"{self.benchmark} at step {self.step} of eval {self.stage_id} of run {self.run_id}"
         if self.first is not None:
@@ -182,8 +200,9 @@ def parse_table_file(table: str, stem: str) -> TableFile | None:
         return None
     g = {k: v for k, v in m.groupdict().items() if v is not None}
     ints = {k: int(g[k]) for k in ("step", "first", "last") if k in g}
-    if table in ("eval_samples", "eval_scores"):
-        return TableFile("eval", g["stage_id"], run_id=g["run_id"], step=ints["step"], benchmark=g["benchmark"])
+    if table in ("eval_samples", "eval_scores", "eval_grades"):
+        return TableFile("eval", g["stage_id"], run_id=g["run_id"], step=ints["step"], benchmark=g["benchmark"],
+                         grader=g.get("grader"))
     if table == "runs" and (g["stage"] == "eval") != ("group" in g):
         return None  # only an eval job's runs file names a step and a group
     return TableFile(g["stage"], g["stage_id"], group=g.get("group"), **ints)

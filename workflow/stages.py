@@ -66,7 +66,8 @@ def stage_config(cfg: RunConfig, stage: str, *, sft_id: str | None = None, run_i
                 del rl[part]
         return {**common, "model": d["model"], "rl": rl, "seed": d["seed"], "sft_id": sft_id, **data}
     if stage == "eval":
-        ev = {k: v for k, v in d["eval"].items() if k != "at_start" or v}  # off: the ids from before it existed
+        # at_start off: the ids from before it existed; graders only rescore what was generated (rule rescore)
+        ev = {k: v for k, v in d["eval"].items() if (k != "at_start" or v) and k != "graders"}
         return {**common, "eval": ev, "run_id": run_id}
     raise ValueError(f"unknown stage {stage!r}; known: {', '.join(STAGES)}")
 

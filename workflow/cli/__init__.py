@@ -4,13 +4,20 @@
     rlsweep status SWEEP.yaml            each run's stage states (pending / step n/N / running / failed / done);
                                          for an Optuna sweep also its study: trials by state, best value, params
     rlsweep query "SQL" [--sweep NAME] [--format table|records|csv|json]
-                                         read-only DuckDB over the views runs, train_steps, eval_samples, eval_scores
-    rlsweep plan SWEEP.yaml              what running it would do: per stage the jobs done / partial (a checkpoint) /
+                                         read-only DuckDB over the views runs, train_steps, eval_samples, eval_scores,
+                                         eval_grades
+    rlsweep plan SWEEP.yaml [--detect D] what running it would do: per stage the jobs done / partial (a checkpoint) /
                                          failed / running / new, each job's SLURM ask, the GPU-hours left (from
-                                         finished jobs' per-step cost, else the time limits as an upper bound)
+                                         finished jobs' per-step cost, else the time limits as an upper bound);
+                                         --detect 0.01: the seeds (and samples per problem) each benchmark needs to
+                                         detect that difference, from the spread the results measured
     rlsweep report SWEEP.yaml            the sweep's report: accuracy (mean ± std, 95% interval over seeds), efficiency
                                          against a baseline, training and accuracy curves, failed and missing runs;
                                          results/<sweep>/report/ (index.html, report.md, queries.sql, figures/)
+    rlsweep rescore SWEEP.yaml --graders G [G ...]
+                                         other graders (math_verify, math_equal, dapo, exact, mc_letter, mc_text)
+                                         judge the stored responses again, no generation; table eval_grades, and
+                                         the report's Graders section
     rlsweep smoke SWEEP.yaml [--steps 2] [--dry-run] [--snakemake ARGS]
                                          the sweep's DAG shrunk to minutes on this machine (tiny model, a few
                                          steps) before it spends a GPU allocation: results/<name>-smoke
@@ -64,10 +71,20 @@ def main(argv: list[str] | None = None) -> int:
     c.set_defaults(fn="compact:cmd_compact")
     pl = sub.add_parser("plan", parents=[common], help="what running the sweep would do, and its GPU-hours")
     pl.add_argument("sweep_file")
+    pl.add_argument("--detect", type=float, metavar="DIFFERENCE",
+                    help="also: the seeds per setting (and samples per problem) needed to detect this difference of "
+                         "accuracy on each benchmark, from the spread the sweep's results measured (e.g. 0.01)")
     pl.set_defaults(fn="plan:cmd_plan")
     rp = sub.add_parser("report", parents=[common], help="write the sweep's report (HTML, Markdown, figures)")
     rp.add_argument("sweep_file")
     rp.set_defaults(fn="report:cmd_report")
+    rs = sub.add_parser("rescore", parents=[common], help="judge stored responses again with other graders")
+    rs.add_argument("sweep_file")
+    rs.add_argument("--graders", nargs="+", required=True, metavar="GRADER",
+                    help="graders (workflow/eval/graders.py): math_verify, math_equal, dapo, exact, mc_letter, mc_text")
+    rs.add_argument("--cores", type=int, default=1, help="rescore jobs at once (default 1)")
+    rs.add_argument("--snakemake", default="", metavar="ARGS", help="more options for snakemake")
+    rs.set_defaults(fn="rescore:cmd_rescore")
     v = sub.add_parser("validate", help="expand and validate a sweep file without running anything")
     v.add_argument("sweep_file")
     v.set_defaults(fn="validate:cmd_validate")

@@ -7,12 +7,15 @@ from rich.console import Console
 from rich.table import Table
 
 from workflow.cli.common import err, results_root
+from workflow.errors import UserError
 from workflow.study.trials import recorded_runs
 from workflow.sweep.expand import load_sweep
 from workflow.sweep.plan import STATES, plan
 
 
 def cmd_plan(a) -> int:
+    if a.detect is not None and not 0 < a.detect < 1:
+        raise UserError(f"--detect: a difference of accuracy in (0, 1), e.g. 0.01, got {a.detect}")
     sweep = load_sweep(a.sweep_file)
     root = results_root(a)
     if sweep.spec.optuna is not None:  # the trials started so far; the study may still ask for more
@@ -35,4 +38,28 @@ def cmd_plan(a) -> int:
     bound = any(p.bounded for p in stages)
     err.print(f"{total:.2f} GPU-hours left" + (" at most (some from time limits)" if bound else "")
               + "; run it with `snakemake --config sweep=" + sweep.path + "` (--profile slurm on a cluster)")
+    if a.detect is not None:
+        detect(sweep, root, a.detect)
     return 0
+
+
+def detect(sweep, root, delta: float) -> None:
+    """The seeds per setting each benchmark needs to detect `delta` (workflow/report/seeds.py)."""
+    from workflow.report.build import planned_runs
+    from workflow.report.queries import blocks, fill
+    from workflow.report.seeds import plan_table, variances
+    from workflow.results.catalog import Catalog
+    sql = blocks(fill(planned_runs(sweep)))["seed_variance"]
+    found = variances(Catalog(root, sweep.name).query(sql).to_pylist())
+    if not found:
+        raise UserError(f"--detect needs the spread between seeds: no setting of {sweep.name} has final evaluations "
+                        "of two seeds yet")
+    table = plan_table(found, delta)
+    t = Table(title=f"seeds per setting to detect a difference of {delta:g} (80% power, 5% level, two-sided)")
+    for col in table.columns:
+        t.add_column(col, justify="left" if col == "benchmark" else "right", no_wrap=col == "benchmark")
+    for row in table.rows:
+        t.add_row(*[c.text for c in row])
+    Console(highlight=False).print(t)
+    err.print("sd seeds: one run's accuracy spread from training randomness; sd samples: from the noise of k samples "
+              "per problem, which more samples per problem shrink (at 2k ...: seeds needed then); —: over 10,000")

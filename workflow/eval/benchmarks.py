@@ -63,6 +63,11 @@ class Benchmark:
     def synthetic(self) -> bool:
         return self.generate is not None
 
+    @property
+    def grader(self) -> str:
+        """The grader that scores it at generation time (workflow/eval/graders.py): eval_samples.correct."""
+        return "exact" if self.exact_match else "mc_letter" if self.kind == "mc" else "math_verify"
+
 
 # ---------------------------------------------------------------------------------------------- normalizers
 def _num(x: Any) -> str:

@@ -7,27 +7,30 @@ Everything in eval_scores can be recomputed from eval_samples with SQL.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from workflow.config import EvalConfig, TaskConfig
-from workflow.eval import benchmarks
-from workflow.eval.backends import GenerationBackend
+from workflow.eval import benchmarks, graders
 from workflow.eval.benchmarks import Item
+from workflow.eval.graders import Grader
 from workflow.eval.metrics import benchmark_scores
 from workflow.eval.prompts import render
-from workflow.eval.scoring import MathVerifier, Verdict, format_mc, option_permutation, score_exact, score_mc
+from workflow.eval.scoring import format_mc, option_permutation
 from workflow.layout import eval_file, table_dir
 from workflow.progress import say
 from workflow.results.packs import read_rows_of
 from workflow.results.writer import write_rows
 
+if TYPE_CHECKING:  # the backends import torch: a rescore (load_items) never needs them
+    from workflow.eval.backends import GenerationBackend
+
 
 def run_benchmark(backend: GenerationBackend, name: str, items: list[Item], ev: EvalConfig,
-                  score_math: Callable[[str, str], Verdict]) -> tuple[list[dict], dict]:
-    """Generate and score one benchmark. Returns per-sample rows and per-k scores (without the run key).
-    Prompts go through the backend's tokenizer's chat template when it has one (a real model's)."""
+                  grader: Grader) -> tuple[list[dict], dict]:
+    """Generate and score one benchmark with its grader. Returns per-sample rows and per-k scores (without the run
+    key). Prompts go through the backend's tokenizer's chat template when it has one (a real model's)."""
     b = benchmarks.get(name)
     template, tokenizer = b.template or ev.template, backend.tokenizer
     if b.kind == "math":
@@ -46,8 +49,9 @@ def run_benchmark(backend: GenerationBackend, name: str, items: list[Item], ev: 
     rows = []
     for it, group, item_perms in zip(items, groups, perms):
         for j, (s, perm) in enumerate(zip(group, item_perms)):
-            v = score_math(s.text, it.answer) if perm is None else score_mc(s.text, int(it.answer), perm)
-            rows.append({"benchmark": name, "problem_id": it.id, "sample_idx": j, "correct": v.correct,
+            v = grader.grade(s.text, it.answer, perm, it.choices)
+            rows.append({"benchmark": name, "grader": grader.name, "problem_id": it.id, "sample_idx": j,
+                         "correct": v.correct,
                          "response_len": s.n_tokens, "extracted": v.extracted, "truncated": s.truncated,
                          "response": s.text, "timed_out": v.timed_out,
                          "shuffle_seed": ev.seed if perm is not None else None})
@@ -73,19 +77,18 @@ def evaluate(backend: GenerationBackend, task: TaskConfig, ev: EvalConfig, step:
     items = {name: load_items(name, ev, task) for name in (names or ev.benchmarks)}
     key = {"run_id": run_id, "eval_id": eval_id, "sweep": sweep, "step": step}
     results = {}
-    with MathVerifier(timeout_s=ev.verify_timeout_s) as verifier:
-        for name, its in items.items():
-            say(f"[bold cyan]eval {run_id}[/] {name}: {len(its)} problems x {ev.k} samples at T={ev.temperature}")
-            score = score_exact if benchmarks.get(name).exact_match else verifier.score
-            rows, by_k = run_benchmark(backend, name, its, ev, score)
-            file = eval_file(run_id, eval_id, step, name)
-            write_rows(results_root, sweep, "eval_samples", file, [{**key, **r} for r in rows])
-            write_rows(results_root, sweep, "eval_scores", file,
-                       [{**key, "benchmark": name, "k": k, **v} for k, v in by_k.items()])
-            say(f"[bold cyan]eval {run_id}[/] {name}: avg@{ev.k}={by_k[1]['avg_at_k']:.3f} "
-                f"[{by_k[1]['avg_ci_low']:.3f}, {by_k[1]['avg_ci_high']:.3f}] "
-                f"pass@{ev.k}={by_k[ev.k]['pass_at_k']:.3f}")
-            results[name] = by_k
+    for name, its in items.items():
+        say(f"[bold cyan]eval {run_id}[/] {name}: {len(its)} problems x {ev.k} samples at T={ev.temperature}")
+        grader_name = benchmarks.get(name).grader
+        with graders.make(grader_name, timeout_s=ev.verify_timeout_s) as grader:
+            rows, by_k = run_benchmark(backend, name, its, ev, grader)
+        file = eval_file(run_id, eval_id, step, name)
+        write_rows(results_root, sweep, "eval_samples", file, [{**key, **r} for r in rows])
+        write_rows(results_root, sweep, "eval_scores", file,
+                   [{**key, "benchmark": name, "grader": grader_name, "k": k, **v} for k, v in by_k.items()])
+        say(f"[bold cyan]eval {run_id}[/] {name}: avg@{ev.k}={by_k[1]['avg_at_k']:.3f} "
+            f"[{by_k[1]['avg_ci_low']:.3f}, {by_k[1]['avg_ci_high']:.3f}] pass@{ev.k}={by_k[ev.k]['pass_at_k']:.3f}")
+        results[name] = by_k
     return results
 
 

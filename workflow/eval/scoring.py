@@ -1,9 +1,11 @@
-"""Scoring responses: math answers through math-verify (bounded time per item), multiple choice by letter.
+"""Scoring responses: math answers through a comparison in a worker process (bounded time per item), multiple
+choice by letter. workflow/eval/graders.py names these scorers and the other graders.
 
 Math: the last complete \\boxed{} of the response is extracted (linear time, nested braces handled) and compared
-with the gold answer by math-verify, gold first (`verify` is asymmetric). math-verify's own timeouts use signals,
-which do not work in worker threads, so each comparison runs in a separate worker PROCESS (verify_worker.py) and
-is abandoned (the worker killed and restarted) after `timeout_s`: a timeout scores wrong and is reported as such.
+with the gold answer by math-verify, gold first (`verify` is asymmetric), or by another method of the worker
+(math_equal, verl's DAPO scorer). math-verify's own timeouts use signals, which do not work in worker threads, so
+each comparison runs in a separate worker PROCESS (verify_worker.py) and is abandoned (the worker killed and
+restarted) after `timeout_s`: a timeout scores wrong and is reported as such.
 
 Multiple choice: options are shuffled per sample by a permutation derived from (seed, item id, sample index), so
 the seed stored with each sample reproduces exactly what the model saw, and across samples the correct option
@@ -46,15 +48,18 @@ def score_exact(response: str, gold: str) -> Verdict:
 
 
 class MathVerifier:
-    """math-verify in one long-lived worker process (verify_worker.py), each comparison bounded by `timeout_s`
-    seconds: a comparison that takes longer kills the worker (a new one starts with the next comparison).
+    """A comparison `method` of verify_worker.py (math-verify by default) in one long-lived worker process, each
+    comparison bounded by `timeout_s` seconds: a comparison that takes longer kills the worker (a new one starts
+    with the next comparison). Method `dapo` judges the whole response (verl's DAPO scorer extracts its own answer),
+    the others the last \\boxed{}.
 
     Thread-safe: verl's reward manager scores a batch from a thread pool sharing one verifier, so a lock keeps one
     request in flight. Answers are read from the pipe's file descriptor itself: a buffered reader could pull an
     answer into its buffer where select() no longer sees it, or block in readline() for one that never comes."""
 
-    def __init__(self, timeout_s: float = 10.0):
+    def __init__(self, timeout_s: float = 10.0, method: str = "math_verify"):
         self.timeout_s = timeout_s
+        self.method = method
         self._proc: subprocess.Popen | None = None
         self._pending = b""  # bytes read from the worker and not yet consumed (at most a partial line)
         self._lock = threading.Lock()
@@ -87,24 +92,33 @@ class MathVerifier:
         line, self._pending = self._pending.split(b"\n", 1)
         return line
 
-    def equivalent(self, gold: str, pred: str) -> tuple[bool, bool]:
-        """(equivalent, timed_out)."""
+    def _ask(self, gold: str, text: str) -> tuple[bool, str | None, bool]:
+        """The worker's (correct, extracted, timed_out) for `text`."""
         with self._lock:
             if self._proc is None or self._proc.poll() is not None:
                 self._start()
             try:
-                self._proc.stdin.write((json.dumps([gold, pred]) + "\n").encode())
+                self._proc.stdin.write((json.dumps([self.method, gold, text]) + "\n").encode())
             except (BrokenPipeError, OSError):  # the worker died: a wrong answer, a fresh worker next time
                 self._kill()
-                return False, False
+                return False, None, False
             line = self._read_line()
             if line is None:
                 timed_out = self._proc.poll() is None  # still computing: abandoned; else it died
                 self._kill()
-                return False, timed_out
-            return line.strip() == b"true", False
+                return False, None, timed_out
+            ok, extracted = json.loads(line)
+            return bool(ok), extracted, False
+
+    def equivalent(self, gold: str, pred: str) -> tuple[bool, bool]:
+        """(equivalent, timed_out)."""
+        ok, _, timed_out = self._ask(gold, pred)
+        return ok, timed_out
 
     def score(self, response: str, gold: str) -> Verdict:
+        if self.method == "dapo":
+            ok, extracted, timed_out = self._ask(gold, response)
+            return Verdict(ok, extracted, timed_out)
         pred = extract_boxed(response)
         if pred is None or not pred:
             return Verdict(False, pred)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from workflow.atomic import write_text
 from workflow.layout import report_dir
-from workflow.report import figures, tables
+from workflow.report import figures, graders, references, seeds, tables
 from workflow.report.queries import BOOTSTRAP, PlannedRun, fill, run_all
 from workflow.report.render import render
 from workflow.results.catalog import Catalog
@@ -45,6 +45,23 @@ def _gaps(data: dict[str, list[dict]], baseline: str | None, study: bool) -> lis
     return notes
 
 
+def references_section(specs, accuracy: list[dict]) -> tables.Section | None:
+    """The published results the sweep names (report.references) beside its measured means: each file checked
+    whole (an average over another benchmark set is flagged even when the rows shown are filtered)."""
+    if not specs:
+        return None
+    measured: dict[str, dict[str, float]] = {}
+    for r in accuracy:
+        if not r["benchmark"].startswith("Avg "):
+            measured.setdefault("start (step 0)" if r["start"] else r["label"], {})[r["benchmark"]] = r["mean"]
+    shown = []
+    for spec in specs:
+        rows = references.load(spec.file, spec.papers, spec.models)
+        flags = references.check(references.load(spec.file))
+        shown.append(references.table(rows, measured if not shown else None, flags))
+    return tables.Section("Published references", "references", shown)
+
+
 def write_report(sweep, results_root: str | Path) -> Path:
     """Write the report of `sweep` (workflow.sweep.expand.Sweep) from its tables under results_root; returns the
     path of index.html. Raises QueryError when the sweep has no results at all."""
@@ -57,9 +74,9 @@ def write_report(sweep, results_root: str | Path) -> Path:
     sql = fill(planned, baseline)
     catalog = Catalog(results_root, sweep.name)
     data = {name: table.to_pylist() for name, table in run_all(catalog, sql).items()}
-    seeds: dict[str, int] = {}
+    seeds_of: dict[str, int] = {}  # per setting, the seeds it plans
     for r in planned:
-        seeds[r.label] = seeds.get(r.label, 0) + 1
+        seeds_of[r.label] = seeds_of.get(r.label, 0) + 1
     figs = [f for f in [figures.train_curves(data["train_curves"], out / "figures"),
                         *figures.eval_curves(data["eval_curves"], out / "figures")] if f is not None]
     curve_notes = _gaps(data, baseline, study=sweep.spec.optuna is not None)
@@ -72,16 +89,21 @@ def write_report(sweep, results_root: str | Path) -> Path:
     missing = tables.missing(data["runs"])
     missing += [f"Left out, unreadable: {d.table}/{d.path.name} (`rlsweep doctor` says how to recompute it)."
                 for d in catalog.damaged]
+    sections = [s for s in [references_section(sweep.spec.report.references, data["accuracy"]),
+                            graders.section(data["graders"], data["grader_disagreement"], data["grader_examples"],
+                                            baseline),
+                            seeds.section(data["seed_variance"], data["paired"], max(seeds_of.values(), default=0))]
+                if s is not None]
     gain = [r for r in data["paired"] if r["versus"] == "start"]
     versus_baseline = [r for r in data["paired"] if r["versus"] == "baseline"]
     context = {"sweep": sweep.name, "description": sweep.spec.description, "results": str(results_root),
                "generated": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-               "accuracy": tables.accuracy(data["accuracy"], seeds), "runs": tables.runs(data["runs"]),
+               "accuracy": tables.accuracy(data["accuracy"], seeds_of), "runs": tables.runs(data["runs"]),
                "efficiency": tables.efficiency(data["efficiency"], baseline) if data["efficiency"] else None,
                "gain": tables.gain(gain, BOOTSTRAP) if gain else None,
                "paired": tables.paired(versus_baseline, baseline, BOOTSTRAP) if versus_baseline else None,
                "baseline": baseline, "figures": figs, "study": study_table, "study_notes": study_notes,
-               "curve_notes": curve_notes, "missing": missing}
+               "curve_notes": curve_notes, "missing": missing, "sections": sections}
     markdown, html = render(context)
     for stale in (out / "figures").glob("*.*"):  # figures an earlier report drew and this one does not
         if stale.stem not in {f.name for f in figs}:

@@ -11,7 +11,7 @@ from string import Template
 
 import pyarrow as pa
 
-from workflow.eval.benchmarks import MATH_SET, OOD_SET
+from workflow.eval.benchmarks import MATH_SET, OOD_SET, REGISTRY
 from workflow.results.catalog import Catalog
 
 SQL = Path(__file__).with_name("queries.sql")
@@ -67,6 +67,13 @@ SPENT = """
 """
 
 
+def own_grader_sql() -> str:
+    """Each benchmark's own grader as SQL over a `benchmark` column: eval_samples rows written before the grader
+    column existed (null) were judged by it."""
+    cases = " ".join(f"WHEN {_literal(b.name)} THEN {_literal(b.grader)}" for b in REGISTRY.values())
+    return f"CASE benchmark {cases} END"
+
+
 def fill(runs: list[PlannedRun], baseline: str | None = None, text: str | None = None) -> str:
     """queries.sql with the sweep's values in place of its $names (`baseline`: the setting the efficiency and
     paired queries compare with; None: they return no rows)."""
@@ -75,7 +82,7 @@ def fill(runs: list[PlannedRun], baseline: str | None = None, text: str | None =
             "math_set": ", ".join(_literal(b) for b in MATH_SET), "n_math": len(MATH_SET),
             "ood_set": ", ".join(_literal(b) for b in OOD_SET), "n_ood": len(OOD_SET)}
     return Template(text or SQL.read_text()).substitute(planned=planned_sql(runs), t95=t_quantiles(), spent=SPENT,
-                                                        **sets)
+                                                        own_grader=own_grader_sql(), **sets)
 
 
 def blocks(text: str) -> dict[str, str]:

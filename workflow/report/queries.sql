@@ -214,3 +214,83 @@ FROM sizes z JOIN stats s USING (versus, label, benchmark)
 GROUP BY ALL
 ORDER BY z.versus DESC, z.benchmark, z.label
 ;
+
+-- name: graders
+-- Per setting, benchmark and grader: avg@k of each run's final evaluation as each grader judges the same responses
+-- (a benchmark's own grader: eval_samples.correct; the others: eval_grades, from `rlsweep rescore` or
+-- eval.graders), mean over seeds. Only the evaluations another grader judged; no rows without any.
+WITH planned AS ($planned),
+graded AS (SELECT DISTINCT run_id, eval_id, step, benchmark FROM eval_grades),
+verdicts AS (
+    SELECT s.run_id, s.eval_id, s.step, s.benchmark, coalesce(s.grader, $own_grader) AS grader, true AS own,
+           s.correct
+    FROM eval_samples s SEMI JOIN graded USING (run_id, eval_id, step, benchmark)
+    UNION ALL
+    SELECT run_id, eval_id, step, benchmark, grader, false AS own, correct FROM eval_grades
+),
+per_run AS (
+    SELECT p.label, p.method, p.seed, v.benchmark, v.grader, v.own, avg(v.correct::INT) AS acc
+    FROM verdicts v JOIN planned p USING (run_id, eval_id)
+    WHERE v.step = p.steps
+    GROUP BY ALL
+)
+SELECT label, method, benchmark, grader, own, count(*) AS seeds, avg(acc) AS mean
+FROM per_run
+GROUP BY ALL
+ORDER BY benchmark, label, own DESC, grader
+;
+
+-- name: grader_disagreement
+-- Per benchmark and grader: over every sample of the sweep's evaluations (all steps) that grader judged, how often
+-- its verdict differs from the benchmark's own grader's, each one's accuracy, and which way they differ.
+WITH planned AS ($planned),
+pairs AS (
+    SELECT benchmark, g.grader, coalesce(s.grader, $own_grader) AS own_grader, s.correct AS own_correct, g.correct
+    FROM eval_grades g JOIN eval_samples s USING (run_id, eval_id, step, benchmark, problem_id, sample_idx)
+    SEMI JOIN planned USING (run_id, eval_id)
+)
+SELECT benchmark, grader, any_value(own_grader) AS own_grader, count(*) AS samples,
+       avg((correct <> own_correct)::INT) AS disagree, avg(own_correct::INT) AS own_acc, avg(correct::INT) AS acc,
+       count_if(correct AND NOT own_correct) AS only_grader_right, count_if(own_correct AND NOT correct) AS only_own_right
+FROM pairs
+GROUP BY ALL
+ORDER BY benchmark, grader
+;
+
+-- name: grader_examples
+-- Up to three responses per benchmark and grader where it and the benchmark's own grader disagree: the answer they
+-- were judged against, what each extracted, each verdict and the end of the response (a fixed pseudo-random pick).
+WITH planned AS ($planned)
+SELECT benchmark, grader, own_grader, gold, own_extracted, own_correct, extracted, correct, response_end
+FROM (
+    SELECT benchmark, g.grader, coalesce(s.grader, $own_grader) AS own_grader, g.gold, s.extracted AS own_extracted,
+           s.correct AS own_correct, g.extracted, g.correct, right(s.response, 240) AS response_end,
+           row_number() OVER (PARTITION BY benchmark, g.grader
+                              ORDER BY hash(run_id, step, problem_id, sample_idx)) AS pick
+    FROM eval_grades g JOIN eval_samples s USING (run_id, eval_id, step, benchmark, problem_id, sample_idx)
+    SEMI JOIN planned USING (run_id, eval_id)
+    WHERE g.correct <> s.correct
+)
+WHERE pick <= 3
+ORDER BY benchmark, grader, pick
+;
+
+-- name: seed_variance
+-- Per setting, benchmark and seed: the final evaluation's accuracy and the variance its finite samples add to it
+-- (each problem's observed accuracy a over its k samples: sum of a (1 - a) / (k - 1), over problems squared; an
+-- unbiased estimate). Between seeds the accuracies vary by that plus training randomness: the report's "How many
+-- seeds" section separates the two (workflow/report/power.py).
+WITH planned AS ($planned),
+per_problem AS (
+    SELECT p.label, p.seed, s.benchmark, s.problem_id, avg(s.correct::INT) AS acc, count(*) AS k
+    FROM eval_samples s JOIN planned p USING (run_id, eval_id)
+    WHERE s.step = p.steps AND s.step > 0
+    GROUP BY ALL
+)
+SELECT label, benchmark, seed, avg(acc) AS acc, min(k) AS k, count(*) AS problems,
+       sum(acc * (1 - acc) / (k - 1)) / (count(*) * count(*)) AS eval_var
+FROM per_problem
+WHERE k >= 2
+GROUP BY ALL
+ORDER BY benchmark, label, seed
+;

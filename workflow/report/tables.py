@@ -22,6 +22,15 @@ class Table:
     notes: list[str] = field(default_factory=list)  # said under the table
 
 
+@dataclass
+class Section:
+    """A report section of its own module (graders.py, references.py, seeds): its title, an HTML id, its tables."""
+
+    title: str
+    name: str
+    tables: list[Table]
+
+
 def fmt(value, digits: int = 3) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
 

@@ -50,18 +50,31 @@ TRAIN_STEPS = pa.schema([
 
 EVAL_SAMPLES = pa.schema([
     ("run_id", S), ("eval_id", S), ("sweep", S), ("step", I), ("benchmark", S), ("problem_id", S),
-    ("sample_idx", I), ("correct", B), ("response_len", I), ("extracted", S), ("truncated", B), ("response", S),
+    ("sample_idx", I),
+    ("grader", S),  # what decided `correct` (workflow/eval/graders.py): the benchmark's own; null in older files
+    ("correct", B), ("response_len", I), ("extracted", S), ("truncated", B), ("response", S),
     ("timed_out", B),  # math-verify gave up on this comparison (scored wrong)
     ("shuffle_seed", I),  # multiple choice: options shown in option_permutation(n, shuffle_seed, id, sample_idx)
 ])
 
 EVAL_SCORES = pa.schema([
-    ("run_id", S), ("eval_id", S), ("sweep", S), ("step", I), ("benchmark", S), ("k", I),
+    ("run_id", S), ("eval_id", S), ("sweep", S), ("step", I), ("benchmark", S),
+    ("grader", S),  # as eval_samples.grader
+    ("k", I),
     ("avg_at_k", F), ("pass_at_k", F), ("n_problems", I), ("n_samples", I), ("mean_len", F), ("truncated_frac", F),
     ("maj_at_k", F), ("avg_ci_low", F), ("avg_ci_high", F), ("pass_ci_low", F), ("pass_ci_high", F),  # 95% bootstrap
     ("timeout_frac", F),
 ])
 
+# eval_grades: other graders' verdicts on eval_samples' responses (rule rescore, workflow/eval/rescore.py), one row
+# per (sample, grader); eval_samples keeps the generation-time verdict, so no other number changes with a rescore
+EVAL_GRADES = pa.schema([
+    ("run_id", S), ("eval_id", S), ("sweep", S), ("step", I), ("benchmark", S), ("problem_id", S),
+    ("sample_idx", I), ("grader", S), ("correct", B), ("extracted", S), ("timed_out", B),
+    ("gold", S),  # the item's answer it was judged against (math: the gold; multiple choice: the correct letter shown)
+])
+
 TABLES: dict[str, pa.Schema] = {
     "runs": RUNS, "train_steps": TRAIN_STEPS, "eval_samples": EVAL_SAMPLES, "eval_scores": EVAL_SCORES,
+    "eval_grades": EVAL_GRADES,
 }

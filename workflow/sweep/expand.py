@@ -17,7 +17,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from workflow.config import RunConfig
-from workflow.eval.plan import eval_jobs
+from workflow.eval.plan import eval_groups, eval_jobs
+from workflow.eval.graders import rescores
 from workflow.stages import overlap_benchmarks, stage_config
 from workflow.strict import format_validation_error
 from workflow.sweep.identity import canonical_json, id_of_json, stable_id
@@ -62,6 +63,16 @@ class Run:
     def eval_jobs(self) -> list[tuple[int, str]]:
         """(RL step, benchmark group) of each of this run's eval jobs."""
         return eval_jobs(self.config)
+
+    def rescore_jobs(self, extra: list[str] = ()) -> list[tuple[int, str, str]]:
+        """(RL step, benchmark group, grader) of each rescore job (rule rescore): every eval job x every grader of
+        eval.graders and `extra` that judges one of the group's benchmarks and is not its own grader."""
+        names = list(dict.fromkeys([*self.config.eval.graders, *extra]))
+        if not names:
+            return []
+        groups = eval_groups(self.config.eval)
+        return [(step, group, g) for step, group in self.eval_jobs for g in names
+                if any(rescores(g, b) for b in groups[group])]
 
     @property
     def start(self) -> str | None:

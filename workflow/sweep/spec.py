@@ -40,7 +40,7 @@ import yaml
 from pydantic import Field, PositiveInt, ValidationError, field_validator, model_validator
 
 from workflow.errors import UserError
-from workflow.strict import Seed, Strict, format_validation_error
+from workflow.strict import ConfigProblem, Seed, Strict, format_validation_error
 from workflow.study.spec import OptunaSpec
 from workflow.sweep.loader import YAMLRefused, load_yaml
 
@@ -199,12 +199,36 @@ class Checks(Strict):
     max_train_overlap: float | None = Field(None, ge=0.0, le=1.0)
 
 
+class ReferenceSpec(Strict):
+    """Published results the report prints beside the sweep's own rows (workflow/report/references.py)."""
+
+    file: str  # a references file, e.g. references/published.yaml (relative: to the directory snakemake runs in)
+    papers: list[str] | None = None  # only these papers' rows (the file's `papers:` keys); None: all
+    models: list[str] | None = None  # only rows of these models; None: all
+
+    @model_validator(mode="before")
+    @classmethod
+    def _a_bare_path(cls, data: Any) -> Any:
+        return {"file": data} if isinstance(data, str) else data
+
+    @model_validator(mode="after")
+    def _readable(self) -> "ReferenceSpec":
+        from workflow.report.references import ReferenceError, load
+        try:  # checked now: a typo fails the sweep before any job, not its report hours later
+            load(self.file, self.papers, self.models)
+        except ReferenceError as e:
+            raise ConfigProblem("file", str(e)) from None
+        return self
+
+
 class ReportSpec(Strict):
     """What `rlsweep report` compares against; never part of a run's identity."""
 
     # the setting the efficiency table measures against, as the report names settings (a run's label, e.g.
     # "rl.update=grpo"); None: the one plain GRPO setting when there is exactly one
     baseline: str | None = None
+    # published results printed beside the sweep's rows, their averages recomputed and checked
+    references: list[ReferenceSpec] = []
 
 
 class SweepSpec(Strict):
