@@ -1,16 +1,14 @@
-"""Graders: each one's verdict on a hand-labelled corpus of answers where graders are known to differ is pinned;
-`rlsweep rescore` and `eval.graders` judge stored responses again without generating, cached per (eval job, grader),
-and leave every run id and every other number as it was."""
+"""Graders: each one's verdict on a hand-labelled corpus of answers where graders are known to differ is pinned, and
+listing graders changes no id. (`rlsweep rescore` end to end: tests/test_workflow_e2e.py, on the sweep that test
+runs anyway.)"""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import planned_jobs, run_cli, snakemake, write_sweep
 from workflow.eval import graders
 
 CORPUS = yaml.safe_load((Path(__file__).parent / "fixtures" / "graders" / "corpus.yaml").read_text())
@@ -76,49 +74,3 @@ def test_listing_graders_changes_no_run_or_eval_id(tmp_path):
     assert after.runs[0].config.eval.graders == ["math_equal", "dapo"]
     assert [(r.run_id, r.eval_id, r.sft_id) for r in after.runs] == [(r.run_id, r.eval_id, r.sft_id)
                                                                       for r in before.runs]
-
-
-def _mtimes(root: Path) -> dict[str, int]:
-    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()}
-
-
-def _query(results: Path, sql: str) -> list[dict]:
-    out = run_cli("--results", str(results), "query", sql, "--format", "json")
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
-
-
-def test_rescore_judges_stored_responses_without_generating_once_per_grader(tmp_path):
-    sweep = write_sweep(tmp_path / "gr.yaml", "gr")
-    sweep.write_text(sweep.read_text().replace("eval: {k: 2, max_new_tokens: 16}",
-                                               "eval: {k: 2, max_new_tokens: 16, every: 2}"))
-    res = snakemake(tmp_path, sweep)
-    assert res.returncode == 0, res.stderr[-3000:]
-    results = tmp_path / "results"
-    evaluated = {k: v for k, v in _mtimes(results).items() if "/eval/" in f"/{k}" or "eval_samples" in k}
-
-    bad = run_cli("--results", str(results), "rescore", str(sweep), "--graders", "nope")
-    assert bad.returncode == 2 and "unknown grader(s) nope; known: math_verify" in bad.stderr
-
-    first = run_cli("--results", str(results), "rescore", str(sweep), "--graders", "math_verify", "dapo")
-    assert first.returncode == 0, first.stderr[-3000:]
-    # every stored response judged once by each grader, against the same samples; nothing generated again
-    counts = _query(results, "select g.grader, count(*) n, count(s.response) matched from eval_grades g "
-                             "join eval_samples s using (run_id, eval_id, step, benchmark, problem_id, sample_idx) "
-                             "group by all order by all")
-    assert counts == [{"grader": "dapo", "n": 64, "matched": 64}, {"grader": "math_verify", "n": 64, "matched": 64}]
-    assert _query(results, "select count(*) n from runs where stage = 'eval'") == [{"n": 2}]
-    assert {k: v for k, v in _mtimes(results).items() if k in evaluated} == evaluated
-    assert _query(results, "select distinct grader from eval_samples") == [{"grader": "exact"}]
-    report = (results / "gr" / "report" / "report.md").read_text()
-    assert "## Graders" in report and "math_verify" in report and "dapo" in report
-
-    again = run_cli("--results", str(results), "rescore", str(sweep), "--graders", "math_verify", "dapo")
-    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
-
-    # the sweep listing a grader: snakemake plans its rescore jobs only (the ids are the same, nothing else reruns)
-    sweep.write_text(sweep.read_text().replace("max_new_tokens: 16, every: 2}",
-                                               "max_new_tokens: 16, every: 2, graders: [math_equal]}"))
-    plan = snakemake(tmp_path, sweep, "-n")
-    assert planned_jobs(plan.stdout) == {"rescore": 2, "aggregate": 1, "report": 1, "all": 1}, \
-        plan.stdout[-2000:] + plan.stderr[-2000:]

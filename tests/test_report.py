@@ -242,6 +242,27 @@ def test_the_graders_section_flags_a_winner_that_changes_with_the_grader(sweep_r
     assert "| arithmetic | math_equal | exact | 40 | 60.0% | 0.600 | 0.600 | 12 | 12 |" in md
 
 
+def test_published_references_sit_beside_the_measured_rows_with_the_papers_own_averages_checked(sweep_results):
+    from workflow.report.build import write_report
+    from workflow.sweep.expand import load_sweep
+    sweep, results = sweep_results
+    path = sweep.path
+    text = open(path).read() + ("report:\n  references: [{file: references/published.yaml, papers: [sft_then_rl], "
+                                "models: [Qwen2.5-Math-7B]}]\n")
+    with open(path, "w") as f:
+        f.write(text)
+    md = (write_report(load_sweep(path), results).parent / "report.md").read_text()
+    part = md.split("## Published references", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in part.splitlines() if line.startswith("| ")][1:]  # (after the header)
+    assert rows[0].startswith("| measured: start (step 0) | this sweep |")  # the sweep's own rows first
+    assert rows[1].startswith("| measured: rl.update=grpo | this sweep |") and "| 0.500 |" in rows[1]
+    published = [r for r in rows if r.startswith("| sft_then_rl |")]
+    assert published and all("Qwen2.5-Math-7B" in r for r in published)
+    # Table 1 averages the six math benchmarks: recomputed, its stated Avg ID agrees; Table 2 averages another set
+    assert "Flagged, sft_then_rl Table 2 (" in part and "minerva missing" in part
+    assert "Flagged, sft_then_rl Table 1" not in part
+
+
 def test_the_html_report_renders_in_a_real_browser_from_a_file_url(sweep_results, tmp_path):
     import html
     import json

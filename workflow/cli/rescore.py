@@ -36,6 +36,9 @@ def cmd_rescore(a) -> int:
         raise UserError(f"--graders: unknown grader(s) {', '.join(unknown)}; known: {', '.join(graders.GRADERS)}")
     sweep = load_sweep(a.sweep_file)
     root = results_root(a)
+    if sweep.spec.optuna is not None:  # the trials the study has started are its runs (as the Snakefile adds them)
+        from workflow.study.trials import recorded_runs
+        sweep.add_runs(recorded_runs(sweep.spec, root, sweep.name))
     targets, waiting = [], 0
     for r in sweep.runs:
         for step, group, grader in r.rescore_jobs(a.graders):

@@ -21,7 +21,7 @@ from workflow.report.tables import Cell, Table, fmt
 # the synthetic benchmarks (arithmetic, word_problems) are rlsweep's own: no paper reports them
 BENCHMARKS = tuple(name for name, b in REGISTRY.items() if not b.synthetic)
 REQUIRED = ("paper", "source", "model", "method", "decoding", "values", "stated", "note")
-OPTIONAL = ("stated_over",)
+OPTIONAL = ("stated_over", "stated_with")
 SETS = {"math": MATH_SET, "ood": OOD_SET}
 GROUP_WORDS = {"math": "a math benchmark", "ood": "out-of-distribution", "extra": "in neither set"}
 
@@ -40,6 +40,9 @@ class Reference:
     stated: dict[str, float]  # printed average column -> fraction
     stated_over: dict[str, tuple[str, ...]]  # printed average column -> the benchmarks the paper says it averages
     note: str
+    # the sources of the rows (same paper, model, method) whose cells the printed averages also cover: a table that
+    # prints one row per method over several budgets (GXPO's Tables 3 and 4) is one row here per budget
+    stated_with: tuple[str, ...] = ()
 
     def over(self, column: str) -> tuple[str, ...]:
         """The benchmarks a printed average covers: as the paper says, else all of the row's."""
@@ -86,10 +89,14 @@ def _reference(row, where: str, papers: dict) -> Reference:
         if not names or absent:
             raise ReferenceError(f"{where}: stated_over.{column}: {absent or 'empty'}: not in the row's values "
                                  f"({', '.join(values)})")
+    with_ = row.get("stated_with") or []
+    if not isinstance(with_, list) or not all(isinstance(x, str) for x in with_):
+        raise ReferenceError(f"{where}: stated_with: a list of the sources of rows its averages also cover")
     return Reference(paper=row["paper"], title=papers[row["paper"]]["title"],
                      citation=papers[row["paper"]]["reference"], source=str(row["source"]), model=str(row["model"]),
                      method=str(row["method"]), decoding=str(row["decoding"]), values=values, stated=stated,
-                     stated_over={c: tuple(n) for c, n in over.items()}, note=str(row["note"]))
+                     stated_over={c: tuple(n) for c, n in over.items()}, note=str(row["note"]),
+                     stated_with=tuple(with_))
 
 
 def load(path: str | Path, papers: list[str] | None = None, models: list[str] | None = None) -> list[Reference]:
@@ -109,6 +116,10 @@ def load(path: str | Path, papers: list[str] | None = None, models: list[str] | 
     for i, row in enumerate(data["results"] or []):
         name = f"{row.get('paper')} / {row.get('method')}" if isinstance(row, dict) else "?"
         refs.append(_reference(row, f"{path}: results[{i}] ({name})", declared))
+        missing = [s for s in refs[-1].stated_with if _sibling(refs, refs[-1], s) is None]
+        if missing:
+            raise ReferenceError(f"{path}: results[{i}] ({name}): stated_with: no earlier row of {refs[-1].paper} "
+                                 f"{refs[-1].model} {refs[-1].method} has source {missing[0]!r}")
     for wanted, choices, what in ((papers, list(declared), "paper"),
                                   (models, list(dict.fromkeys(r.model for r in refs)), "model")):
         for w in wanted or []:
@@ -127,6 +138,18 @@ class Flag:
 
 def _mean(values: dict[str, float], names) -> float:
     return sum(values[n] for n in names) / len(names)
+
+
+def _sibling(refs: list[Reference], r: Reference, source: str) -> Reference | None:
+    """The row of `r`'s paper, model and method printed under `source` (a stated_with entry)."""
+    return next((x for x in refs if (x.paper, x.model, x.method, x.source) == (r.paper, r.model, r.method, source)),
+                None)
+
+
+def _cells(refs: list[Reference], r: Reference, names: tuple[str, ...]) -> list[float]:
+    """The cells a printed average of `r` covers: its own over `names`, and its stated_with rows' over the same."""
+    rows = [r, *(x for x in (_sibling(refs, r, s) for s in r.stated_with) if x is not None)]
+    return [row.values[n] for row in rows for n in names if n in row.values]
 
 
 def _other_set(column: str, names: tuple[str, ...]) -> str:
@@ -157,11 +180,14 @@ def check(refs: list[Reference], tolerance: float = 0.0007) -> list[Flag]:
     for r in refs:
         for column, stated in r.stated.items():
             names = r.over(column)
-            mean = _mean(r.values, names)
+            cells = _cells(refs, r, names)
+            mean = sum(cells) / len(cells)
             if abs(mean - stated) > tolerance:
+                budgets = [x.rsplit(", ", 1)[-1] for x in (*r.stated_with, r.source)]  # "Table 4 ..., 8h" -> "8h"
+                over = ", ".join(names) + (f" at {', '.join(budgets)}" if r.stated_with else "")
                 flags.append(Flag(r, column, "mismatch",
-                                  f"stated {column} {100 * stated:.2f} is not the mean of its own columns over "
-                                  f"{', '.join(names)} ({100 * mean:.2f})"))
+                                  f"stated {column} {100 * stated:.2f} is not the mean of its own {len(cells)} "
+                                  f"cells over {over} ({100 * mean:.2f})"))
             if frozenset(names) not in accepted | main[r.paper]:
                 flags.append(Flag(r, column, "other set", _other_set(column, names)))
     return flags
