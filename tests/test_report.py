@@ -239,7 +239,7 @@ def test_the_graders_section_flags_a_winner_that_changes_with_the_grader(sweep_r
            "under math_equal." in md
     # over every judged sample: grpo 3 seeds x 8 samples, 4 right by exact (all by math_equal); sfpo 2 x 8, 6 right
     # by exact (none by math_equal): 12 + 12 of 40 disagree
-    assert "| arithmetic | math_equal | exact | 40 | 60.0% | 0.600 | 0.600 | 12 | 12 |" in md
+    assert "| arithmetic | math_equal | exact | 40 | 60.00% | 0.600 | 0.600 | 12 | 12 |" in md
 
 
 def test_published_references_sit_beside_the_measured_rows_with_the_papers_own_averages_checked(sweep_results):

@@ -66,7 +66,7 @@ def section(rows: list[dict], disagreement: list[dict], examples: list[dict], ba
                    "only it right", "only own right"])
     for r in disagreement:
         agree.rows.append([Cell(r["benchmark"]), Cell(r["grader"]), Cell(r["own_grader"]), Cell(str(r["samples"])),
-                           Cell(f"{100 * r['disagree']:.1f}%"), Cell(fmt(r["acc"])), Cell(fmt(r["own_acc"])),
+                           Cell(f"{100 * r['disagree']:.2f}%"), Cell(fmt(r["acc"])), Cell(fmt(r["own_acc"])),
                            Cell(str(r["only_grader_right"])), Cell(str(r["only_own_right"]))])
     agree.notes.append("Every sample of the sweep's evaluations (all steps) the grader judged, against the verdict of "
                        "the benchmark's own grader on the same response.")
