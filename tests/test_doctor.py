@@ -165,6 +165,22 @@ def test_doctor_finds_each_kind_of_problem(sweep):
     assert "4 problem(s)" in res.stderr
 
 
+def test_a_rescore_whose_verdicts_are_gone_is_found_and_fix_lets_it_run_again(sweep):
+    from workflow.eval.rescore import run_rescore
+    r = sweep.run
+    step, group = r.eval_jobs[-1]
+    marker = run_rescore(sweep.results, "s", r.eval_id, r.stage_config("eval"), step, group, "math_equal")
+    assert sweep.doctor().returncode == 0  # its rows are there
+    sweep.table_file("eval_grades").unlink()
+    res = sweep.doctor()
+    assert res.returncode == 1
+    assert f"done-without-rows: eval/{r.run_id}/{r.eval_id}/step_{step}/{group}/rescored/math_equal.json" in res.stdout
+    assert "eval_grades has no rows for arithmetic" in res.stdout and "--graders math_equal" in res.stdout
+    assert sweep.doctor("--fix").returncode == 1 and not marker.exists()  # moved aside, so the rescore runs again
+    run_rescore(sweep.results, "s", r.eval_id, r.stage_config("eval"), step, group, "math_equal")
+    assert sweep.doctor().returncode == 0
+
+
 def printed_snakemake(sweep: Sweep, doctor_out: str, *extra: str) -> subprocess.CompletedProcess:
     """Run the `snakemake ...` command doctor printed to recompute its (only) problem, with `extra` (-n)."""
     (line,) = [line for line in doctor_out.splitlines() if "recompute:" in line and "run snakemake " in line]

@@ -178,7 +178,8 @@ def _rows(catalog: Catalog) -> tuple[dict[StageJob, dict], dict[tuple[str, str],
                               "GROUP BY ALL").to_pylist()
         evals = catalog.query("SELECT DISTINCT 'eval_scores' AS t, run_id, eval_id, step, benchmark FROM eval_scores "
                               "UNION SELECT DISTINCT 'eval_samples', run_id, eval_id, step, benchmark "
-                              "FROM eval_samples").to_pylist()
+                              "FROM eval_samples UNION SELECT DISTINCT 'eval_grades:' || grader, run_id, eval_id, "
+                              "step, benchmark FROM eval_grades").to_pylist()
     except QueryError:  # no readable table at all: every DONE.json is missing its rows
         runs, steps, evals = [], [], []
     by_job = {}
@@ -203,6 +204,8 @@ def disagreements(root: Path, sweep: str, catalog: Catalog, jobs: list[StageJob]
         if reasons:
             out.append(rerun(root, sweep, job, "done-without-rows", job.dir(root, sweep),
                              f"{job} has DONE.json but {'; '.join(reasons)}", [], retrain))
+        elif job.stage == "eval":
+            out += rescores_without_rows(job, done.parent, evals)
     for job, row in runs.items():
         if row.get("status") == "completed" and job not in done_with and not (job.dir(root, sweep) / DONE).is_file():
             out.append(Problem("rows-without-done", job.dir(root, sweep),
@@ -230,6 +233,26 @@ def missing_rows(job: StageJob, done: Path, runs: dict, steps: dict, evals: set)
                        if (table, job.run_id, job.stage_id, job.step, b) not in evals]
             reasons += [f"{table} has no rows for {', '.join(lacking)}"] if lacking else []
     return reasons, False
+
+
+def rescores_without_rows(job: StageJob, job_dir: Path, evals: set) -> list[Problem]:
+    """An eval job's rescore markers (rescored/<grader>.json: rule rescore's output) whose eval_grades rows are
+    missing: moving the marker aside makes the rescore run again (`rlsweep rescore`, or snakemake when the sweep
+    lists the grader in eval.graders)."""
+    out = []
+    for marker in sorted((job_dir / "rescored").glob("*.json")):
+        try:
+            judged = list(json.loads(marker.read_text())["benchmarks"])
+        except (OSError, ValueError, KeyError, TypeError):
+            judged = ["(its marker is unreadable)"]
+        lacking = [b for b in judged if (f"eval_grades:{marker.stem}", job.run_id, job.stage_id, job.step, b)
+                   not in evals]
+        if lacking:
+            out.append(Problem("done-without-rows", marker,
+                               f"{marker.stem} rescored {job} but eval_grades has no rows for {', '.join(lacking)}",
+                               f"`rlsweep rescore SWEEP.yaml --graders {marker.stem}` judges it again (snakemake does "
+                               "when the sweep lists the grader)", [marker], job, None, None))
+    return out
 
 
 def _group_benchmarks(job_dir: Path, group: str | None) -> list[str]:
