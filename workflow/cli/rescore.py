@@ -16,6 +16,7 @@ from workflow.cli.common import err, results_root
 from workflow.errors import UserError
 from workflow.eval import graders
 from workflow.layout import done_path, rescore_path
+from workflow.report.queries import own_grader_sql
 from workflow.results.catalog import Catalog, sql_str
 from workflow.sweep.expand import load_sweep
 
@@ -23,7 +24,7 @@ SNAKEFILE = Path(__file__).resolve().parents[2] / "Snakefile"
 
 PER_GRADER = """
     SELECT benchmark, grader, count(*) AS samples, avg(correct::INT) AS accuracy, count(DISTINCT run_id) AS runs
-    FROM (SELECT run_id, benchmark, coalesce(grader, 'default') AS grader, correct FROM eval_samples
+    FROM (SELECT run_id, benchmark, coalesce(grader, {own}) || ' (own)' AS grader, correct FROM eval_samples
           UNION ALL SELECT run_id, benchmark, grader, correct FROM eval_grades)
     WHERE run_id IN ({runs})
     GROUP BY ALL ORDER BY benchmark, grader
@@ -61,7 +62,7 @@ def cmd_rescore(a) -> int:
     if code:
         return code
     runs = ", ".join(sql_str(r.run_id) for r in sweep.runs)
-    table = Catalog(root, sweep.name).query(PER_GRADER.format(runs=runs))
+    table = Catalog(root, sweep.name).query(PER_GRADER.format(runs=runs, own=own_grader_sql()))
     t = Table(title=f"{sweep.name}: accuracy per grader (every evaluated step)")
     for col in table.column_names:
         t.add_column(col, justify="left" if col in ("benchmark", "grader") else "right")
