@@ -107,7 +107,8 @@ class MathEqual(_WorkerGrader):
 
 @register("dapo", ("math",))
 class Dapo(_WorkerGrader):
-    pass
+    def grade(self, response, answer, permutation=None, choices=None) -> Verdict:
+        return self.verifier.judge(answer, response)  # verl's scorer finds the answer in the response itself
 
 
 @register("exact", ("math",))

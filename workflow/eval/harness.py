@@ -6,6 +6,7 @@ Everything in eval_scores can be recomputed from eval_samples with SQL.
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -77,18 +78,22 @@ def evaluate(backend: GenerationBackend, task: TaskConfig, ev: EvalConfig, step:
     items = {name: load_items(name, ev, task) for name in (names or ev.benchmarks)}
     key = {"run_id": run_id, "eval_id": eval_id, "sweep": sweep, "step": step}
     results = {}
-    for name, its in items.items():
-        say(f"[bold cyan]eval {run_id}[/] {name}: {len(its)} problems x {ev.k} samples at T={ev.temperature}")
-        grader_name = benchmarks.get(name).grader
-        with graders.make(grader_name, timeout_s=ev.verify_timeout_s) as grader:
-            rows, by_k = run_benchmark(backend, name, its, ev, grader)
-        file = eval_file(run_id, eval_id, step, name)
-        write_rows(results_root, sweep, "eval_samples", file, [{**key, **r} for r in rows])
-        write_rows(results_root, sweep, "eval_scores", file,
-                   [{**key, "benchmark": name, "grader": grader_name, "k": k, **v} for k, v in by_k.items()])
-        say(f"[bold cyan]eval {run_id}[/] {name}: avg@{ev.k}={by_k[1]['avg_at_k']:.3f} "
-            f"[{by_k[1]['avg_ci_low']:.3f}, {by_k[1]['avg_ci_high']:.3f}] pass@{ev.k}={by_k[ev.k]['pass_at_k']:.3f}")
-        results[name] = by_k
+    with ExitStack() as open_graders:  # one grader (one worker process) per grader name for the whole job
+        made: dict[str, Grader] = {}
+        for name, its in items.items():
+            say(f"[bold cyan]eval {run_id}[/] {name}: {len(its)} problems x {ev.k} samples at T={ev.temperature}")
+            grader_name = benchmarks.get(name).grader
+            if grader_name not in made:
+                made[grader_name] = open_graders.enter_context(graders.make(grader_name, ev.verify_timeout_s))
+            rows, by_k = run_benchmark(backend, name, its, ev, made[grader_name])
+            file = eval_file(run_id, eval_id, step, name)
+            write_rows(results_root, sweep, "eval_samples", file, [{**key, **r} for r in rows])
+            write_rows(results_root, sweep, "eval_scores", file,
+                       [{**key, "benchmark": name, "grader": grader_name, "k": k, **v} for k, v in by_k.items()])
+            say(f"[bold cyan]eval {run_id}[/] {name}: avg@{ev.k}={by_k[1]['avg_at_k']:.3f} "
+                f"[{by_k[1]['avg_ci_low']:.3f}, {by_k[1]['avg_ci_high']:.3f}] "
+                f"pass@{ev.k}={by_k[ev.k]['pass_at_k']:.3f}")
+            results[name] = by_k
     return results
 
 

@@ -14,11 +14,11 @@ import json
 import os
 from pathlib import Path
 
+from workflow.atomic import write_json
 from workflow.eval import benchmarks, graders
 from workflow.eval.harness import load_items
 from workflow.eval.plan import eval_groups
 from workflow.eval.scoring import LETTERS, option_permutation
-from workflow.atomic import write_json
 from workflow.layout import DONE, eval_file, grades_file, rescore_path, stage_dir, table_dir
 from workflow.progress import say
 from workflow.results.packs import read_rows_of

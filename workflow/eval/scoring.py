@@ -50,8 +50,8 @@ def score_exact(response: str, gold: str) -> Verdict:
 class MathVerifier:
     """A comparison `method` of verify_worker.py (math-verify by default) in one long-lived worker process, each
     comparison bounded by `timeout_s` seconds: a comparison that takes longer kills the worker (a new one starts
-    with the next comparison). Method `dapo` judges the whole response (verl's DAPO scorer extracts its own answer),
-    the others the last \\boxed{}.
+    with the next comparison). `score` judges a response's last \\boxed{}; `judge` hands the worker any text (the
+    dapo method reads the whole response).
 
     Thread-safe: verl's reward manager scores a batch from a thread pool sharing one verifier, so a lock keeps one
     request in flight. Answers are read from the pipe's file descriptor itself: a buffered reader could pull an
@@ -92,8 +92,9 @@ class MathVerifier:
         line, self._pending = self._pending.split(b"\n", 1)
         return line
 
-    def _ask(self, gold: str, text: str) -> tuple[bool, str | None, bool]:
-        """The worker's (correct, extracted, timed_out) for `text`."""
+    def judge(self, gold: str, text: str) -> Verdict:
+        """The worker's verdict on `text` as its method reads it: the extracted answer for math_verify and
+        math_equal, the whole response for dapo (whose scorer extracts its own)."""
         with self._lock:
             if self._proc is None or self._proc.poll() is not None:
                 self._start()
@@ -101,24 +102,22 @@ class MathVerifier:
                 self._proc.stdin.write((json.dumps([self.method, gold, text]) + "\n").encode())
             except (BrokenPipeError, OSError):  # the worker died: a wrong answer, a fresh worker next time
                 self._kill()
-                return False, None, False
+                return Verdict(False, None)
             line = self._read_line()
             if line is None:
                 timed_out = self._proc.poll() is None  # still computing: abandoned; else it died
                 self._kill()
-                return False, None, timed_out
+                return Verdict(False, None, timed_out)
             ok, extracted = json.loads(line)
-            return bool(ok), extracted, False
+            return Verdict(bool(ok), extracted)
 
     def equivalent(self, gold: str, pred: str) -> tuple[bool, bool]:
         """(equivalent, timed_out)."""
-        ok, _, timed_out = self._ask(gold, pred)
-        return ok, timed_out
+        v = self.judge(gold, pred)
+        return v.correct, v.timed_out
 
     def score(self, response: str, gold: str) -> Verdict:
-        if self.method == "dapo":
-            ok, extracted, timed_out = self._ask(gold, response)
-            return Verdict(ok, extracted, timed_out)
+        """The last \\boxed{} of `response` against `gold`."""
         pred = extract_boxed(response)
         if pred is None or not pred:
             return Verdict(False, pred)

@@ -17,8 +17,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from workflow.config import RunConfig
-from workflow.eval.plan import eval_groups, eval_jobs
 from workflow.eval.graders import rescores
+from workflow.eval.plan import eval_groups, eval_jobs
 from workflow.stages import overlap_benchmarks, stage_config
 from workflow.strict import format_validation_error
 from workflow.sweep.identity import canonical_json, id_of_json, stable_id
