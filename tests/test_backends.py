@@ -9,9 +9,9 @@ import pytest
 
 from conftest import REPO
 from workflow.config import EvalConfig
-from workflow.eval import graders
+from workflow.benchmarks import graders
 from workflow.eval.backends import VLLMBackend, resolve_backend, vllm_usable
-from workflow.eval.benchmarks import load
+from workflow.benchmarks.catalog import load
 from workflow.eval.harness import run_benchmark
 
 

@@ -14,9 +14,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import REPO
-from workflow.eval.benchmarks import MATH_SET, OOD_SET, REGISTRY, load
+from workflow.benchmarks.catalog import MATH_SET, OOD_SET, REGISTRY, load
 from workflow.hub import DatasetUnavailable, read_records
-from workflow.eval.prompts import render
+from workflow.benchmarks.prompts import render
 
 FIXTURES = REPO / "tests" / "fixtures" / "benchmarks"
 FIXTURE_OF = {"amc23": "amc.jsonl", "amc83": "amc.jsonl"}
@@ -55,7 +55,7 @@ def test_field_mappings_pick_the_right_gold():
 def test_arithmetic_is_a_registry_entry_generated_from_the_task_and_scored_exactly():
     from workflow.config import EvalConfig, TaskConfig
     from workflow.eval.plan import eval_groups
-    from workflow.tasks.arithmetic import split
+    from workflow.benchmarks.arithmetic import split
     b = REGISTRY["arithmetic"]
     assert b.synthetic and b.exact_match and b.template == "raw" and b.group == "arithmetic"
     task = TaskConfig(n_heldout=16)
@@ -92,7 +92,7 @@ def test_wrong_schema_and_missing_file_are_clear_errors(tmp_path):
 
 def test_dataset_not_cached_says_how_to_fetch_it(tmp_path):
     # the real Hub path, offline with an empty cache: the message names the id and both ways to fix it
-    code = "from workflow.eval.benchmarks import load; load('olympiadbench')"
+    code = "from workflow.benchmarks.catalog import load; load('olympiadbench')"
     env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert res.returncode != 0
@@ -122,7 +122,7 @@ def test_prompt_templates():
 def test_word_problems_are_generated_held_out_and_their_answers_follow_from_their_numbers():
     from workflow.config import RunConfig
     from workflow.data import sources
-    from workflow.tasks.word_problems import KINDS
+    from workflow.benchmarks.word_problems import KINDS
     b = REGISTRY["word_problems"]
     assert b.synthetic and b.kind == "math" and b.group == "extra" and not b.exact_match
     items = load("word_problems")  # fixed: no task settings needed

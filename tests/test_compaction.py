@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import REPO
-from workflow.eval.benchmarks import REGISTRY
+from workflow.benchmarks.catalog import REGISTRY
 from workflow.eval.harness import copy_evaluation
 from workflow.layout import DONE, eval_file, is_pack, runs_file, stage_dir, table_dir, train_steps_file
 from workflow.results import compaction

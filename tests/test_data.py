@@ -18,7 +18,7 @@ from workflow.config import RunConfig, TaskConfig
 from workflow.data import sources
 from workflow.data.overlap import TrainOverlap, enforce, normalize_problem, overlap
 from workflow.data.prepare import mixture
-from workflow.eval.benchmarks import load as load_benchmark
+from workflow.benchmarks.catalog import load as load_benchmark
 from workflow.launch import run_stage
 from workflow.stages import stage_config
 from workflow.sweep.identity import stable_id
@@ -218,7 +218,7 @@ def test_data_and_overlap_stages_then_the_rl_gate(data_sweep, tmp_path):
 def test_verl_reads_the_prepared_rows_through_the_prompt_template(data_sweep, tmp_path):
     _, sweep = data_sweep
     from workflow.engines.verl.data import MATH_SOURCE, compute_score, rl_rows, sft_rows
-    from workflow.eval.prompts import SEED003_SYSTEM
+    from workflow.benchmarks.prompts import SEED003_SYSTEM
     from workflow.stages import parse_stage
     run = sweep.runs[0]
     data_done = run_stage("data", sweep.name, run.data_id, sweep.data_configs[run.data_id], results_root=tmp_path)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from workflow.eval import graders
+from workflow.benchmarks import graders
 
 CORPUS = yaml.safe_load((Path(__file__).parent / "fixtures" / "graders" / "corpus.yaml").read_text())
 
@@ -50,7 +50,7 @@ def test_verls_copy_of_math_equal_never_compares_symbolically_which_is_why_ours_
     """verl 0.9.1's prime_math.grader.math_equal wraps its sympy step in `with timeout_limit(...)`, a decorator:
     the error is swallowed and "1/2" vs "0.5" is wrong. If this fails, verl fixed it: consider using theirs."""
     from verl.utils.reward_score.prime_math.grader import math_equal as verls
-    from workflow.eval.math_equal import math_equal as ours
+    from workflow.benchmarks.math_equal import math_equal as ours
     for pred, gold in (("1/2", "0.5"), ("x^2+2x+1", "(x+1)^2")):
         assert ours(pred, gold) and not verls(pred, gold)
 

@@ -9,10 +9,10 @@ import pytest
 
 from conftest import REPO
 from workflow.config import EvalConfig, TaskConfig
-from workflow.eval import graders
+from workflow.benchmarks import graders
 from workflow.eval.backends import Sample
 from workflow.eval.harness import evaluate, run_benchmark
-from workflow.eval.benchmarks import load
+from workflow.benchmarks.catalog import load
 from workflow.results.catalog import query
 
 FIX = REPO / "tests" / "fixtures" / "benchmarks"

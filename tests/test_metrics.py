@@ -9,9 +9,9 @@ from math import comb
 import numpy as np
 import pytest
 
-from workflow.eval.answers import extract_boxed
-from workflow.eval.metrics import ks_for, pass_at_k, scores
-from workflow.tasks.arithmetic import reward
+from workflow.benchmarks.answers import extract_boxed
+from workflow.benchmarks.metrics import ks_for, pass_at_k, scores
+from workflow.benchmarks.arithmetic import reward
 
 
 def brute_force_pass_at_k(correct: list[bool], k: int) -> float:
@@ -67,7 +67,7 @@ def test_extraction_is_linear_on_adversarial_input():
 
 
 def test_maj_at_k_votes_by_extracted_answer():
-    from workflow.eval.metrics import maj_at_k
+    from workflow.benchmarks.metrics import maj_at_k
     answers = [["5", "5", "7", None], ["3", "4", "4", "4"], [None, None, None, None], ["1", "2", "1", "2"]]
     correct = np.array([[1, 1, 0, 0], [1, 0, 0, 0], [0, 0, 0, 0], [0, 1, 0, 1]], dtype=bool)
     # problem 0: "5" wins -> right; 1: "4" wins -> wrong; 2: no votes -> wrong; 3: tie 1 vs 2, first seen "1" -> wrong
@@ -76,7 +76,7 @@ def test_maj_at_k_votes_by_extracted_answer():
 
 
 def test_bootstrap_interval_covers_the_mean_and_shrinks_with_more_problems():
-    from workflow.eval.metrics import bootstrap_ci
+    from workflow.benchmarks.metrics import bootstrap_ci
     rng = np.random.default_rng(1)
     small = (rng.random(50) < 0.4).astype(float)
     big = (rng.random(5000) < 0.4).astype(float)
@@ -88,6 +88,6 @@ def test_bootstrap_interval_covers_the_mean_and_shrinks_with_more_problems():
 
 
 def test_set_average_needs_every_member():
-    from workflow.eval.metrics import set_average
+    from workflow.benchmarks.metrics import set_average
     assert set_average({"a": 0.2, "b": 0.4}, ("a", "b")) == pytest.approx(0.3)
     assert set_average({"a": 0.2}, ("a", "b")) is None

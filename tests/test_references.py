@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from conftest import REPO
-from workflow.eval.benchmarks import MATH_SET, OOD_SET
+from workflow.benchmarks.catalog import MATH_SET, OOD_SET
 from workflow.report import references
 from workflow.report.references import ReferenceError
 

@@ -97,7 +97,7 @@ def test_query_cli_formats_and_errors(two_sweeps):
 
 
 def test_summary_reports_set_averages_only_when_a_set_is_complete(tmp_path):
-    from workflow.eval.benchmarks import MATH_SET
+    from workflow.benchmarks.catalog import MATH_SET
     from workflow.results.summary import write_summary
     write_rows(tmp_path, "s", "runs", "rl_r1", [dict(run_id="r1", sweep="s", stage="rl", method="grpo", label="x")])
     rows = [dict(run_id="r1", sweep="s", step=5, benchmark=b, k=1, avg_at_k=0.1 * (i + 1), pass_at_k=0.5,

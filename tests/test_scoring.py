@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from workflow.eval.scoring import LETTERS, MathVerifier, extract_letter, format_mc, option_permutation, score_mc
+from workflow.benchmarks.scoring import LETTERS, MathVerifier, extract_letter, format_mc, option_permutation, score_mc
 
 
 @pytest.fixture(scope="module")

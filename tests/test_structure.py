@@ -38,13 +38,15 @@ def _runtime_nodes(tree: ast.AST):
         stack.extend(ast.iter_child_nodes(node))
 
 
-def imports_of(name: str, source: str | None = None) -> list[tuple[str, list[str]]]:
+def imports_of(name: str, source: str | None = None, typing: bool = True) -> list[tuple[str, list[str]]]:
     """(module imported, names imported from it) for every import in the module, function-level ones included
-    (a lazy import is still an edge of the graph)."""
+    (a lazy import is still an edge of the graph), and those under `if TYPE_CHECKING:` unless typing=False (an
+    annotation-only import is not run, but it is still a floor below depending on one above)."""
     path = MODULES.get(name, PACKAGE / "x.py")
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out = []
-    for node in _runtime_nodes(ast.parse(source if source is not None else path.read_text())):
+    tree = ast.parse(source if source is not None else path.read_text())
+    for node in (ast.walk(tree) if typing else _runtime_nodes(tree)):
         if isinstance(node, ast.Import):
             out += [(a.name, []) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -132,10 +134,23 @@ def test_no_import_cycles_inside_the_package():
         "\n".join(" <-> ".join(c) for c in found)
 
 
+# the floors that others stand on: what each may import of the project (itself, and the floors listed)
+FLOORS = {"workflow.benchmarks": ("workflow.benchmarks", "workflow.hub")}
+
+
+@pytest.mark.parametrize("floor", sorted(FLOORS))
+def test_low_floors_import_nothing_above_them(floor):
+    allowed = FLOORS[floor]
+    bad = [f"{m} imports {target}" for m in MODULES if m == floor or m.startswith(floor + ".")
+           for target, _ in imports_of(m) if target.startswith("workflow")
+           and not any(target == a or target.startswith(a + ".") for a in allowed)]
+    assert not bad, "\n".join(bad)
+
+
 def private_uses(name: str, source: str | None = None) -> list[str]:
     """`from workflow.x import _name` and `x._name` on an imported workflow module, in module `name`."""
     source = source if source is not None else MODULES[name].read_text()
-    found = imports_of(name, source)
+    found = imports_of(name, source, typing=False)
     bad = [f"{name}: from {target} import {n}" for target, names in found
            if target.startswith("workflow") and target != name for n in names if n.startswith("_")]
     modules = {alias for target, names in found if target.startswith("workflow")
@@ -152,12 +167,13 @@ def test_no_module_imports_another_modules_private_names():
     assert not bad, "\n".join(bad)
 
 
-def test_the_walker_sees_lazy_imports_and_private_names_but_not_type_checking_blocks():
+def test_the_walker_sees_lazy_imports_type_checking_blocks_and_private_names():
     source = ("from __future__ import annotations\nfrom typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
               "    from workflow.x import Hidden\nfrom workflow.study import pruning\n"
               "def f():\n    from workflow.sweep.keys import apply, _secret\n    return pruning._Reporter\n")
     found = imports_of("workflow.probe", source)
-    assert ("workflow.sweep.keys", ["apply", "_secret"]) in found and not any(t == "workflow.x" for t, _ in found)
+    assert ("workflow.sweep.keys", ["apply", "_secret"]) in found and ("workflow.x", ["Hidden"]) in found
+    assert not any(t == "workflow.x" for t, _ in imports_of("workflow.probe", source, typing=False))
     assert private_uses("workflow.probe", source) == ["workflow.probe: from workflow.sweep.keys import _secret",
                                                       "workflow.probe: pruning._Reporter"]
 

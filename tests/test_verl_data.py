@@ -14,7 +14,7 @@ from workflow.config import RunConfig  # noqa: E402
 from workflow.engines.verl.compose import compose  # noqa: E402
 from workflow.engines.verl.translate import translate  # noqa: E402
 from workflow.engines.verl.data import compute_score, read_rows, write_rl_data  # noqa: E402
-from workflow.tasks.arithmetic import sample_train  # noqa: E402
+from workflow.benchmarks.arithmetic import sample_train  # noqa: E402
 
 CFG = RunConfig.model_validate({"engine": {"name": "verl", "verl": {"max_prompt_length": 64, "model_path": "m"}},
                                 "sft": {"enabled": False}, "seed": 3,

@@ -15,8 +15,8 @@ from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, field_
 
 from workflow.algos.registry import MIXES, UPDATE_RULES
 from workflow.data.sources import REGISTRY as TRAINING_SETS
-from workflow.eval.benchmarks import REGISTRY as BENCHMARKS
-from workflow.eval.graders import GRADERS
+from workflow.benchmarks.catalog import REGISTRY as BENCHMARKS
+from workflow.benchmarks.graders import GRADERS
 from workflow.hub import record_file_problem
 from workflow.models import check_name as check_model_name
 from workflow.strict import ConfigProblem, Seed, Strict
@@ -465,7 +465,7 @@ class RLConfig(Strict):
 class EvalConfig(Strict):
     """Evaluation: k samples per problem at temperature T (0 = greedy) on each benchmark of the list.
 
-    Benchmarks are names from workflow/eval/benchmarks.py (math500, aime24, aime25, amc23, amc83, minerva,
+    Benchmarks are names from workflow/benchmarks/catalog.py (math500, aime24, aime25, amc23, amc83, minerva,
     olympiadbench, gsm8k, arc_c, gpqa_diamond, mmlu_pro, and `arithmetic`, the synthetic held-out set)."""
 
     benchmarks: list[str] = ["arithmetic"]
@@ -485,7 +485,7 @@ class EvalConfig(Strict):
     # also evaluate the model RL starts from (step 0: the SFT checkpoint, or verl's model_path without SFT)
     at_start: bool = False
     seed: Seed = 0
-    # graders that judge the stored responses again (workflow/eval/graders.py; rule rescore, table eval_grades),
+    # graders that judge the stored responses again (workflow/benchmarks/graders.py; rule rescore, table eval_grades),
     # beside each benchmark's own; scoring only, so not part of the eval id: adding one generates nothing
     graders: list[str] = []
 

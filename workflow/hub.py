@@ -1,6 +1,6 @@
 """Datasets read the same way whether they come from the Hugging Face cache (by id, config, split, revision) or
 from a local .jsonl / .json / .parquet file in the dataset's own fields: records -> a normaliser -> our items.
-Used by the benchmark registry (workflow/eval/benchmarks.py) and the training-set registry (workflow/data/).
+Used by the benchmark registry (workflow/benchmarks/catalog.py) and the training-set registry (workflow/data/).
 
 A dataset that is neither in the cache nor given as a file fails at once with the command that fetches it on a
 machine with internet (a login node), so a job never waits hours to find out.

@@ -21,7 +21,7 @@ from pydantic import model_validator
 
 from workflow.config import (VERL_STAGE_FIELDS, EngineConfig, EvalConfig, ModelConfig, RLConfig, RunConfig,
                              SFTConfig, TaskConfig)
-from workflow.eval.benchmarks import REGISTRY as BENCHMARKS
+from workflow.benchmarks.catalog import REGISTRY as BENCHMARKS
 from workflow.strict import Seed, Strict
 
 STAGES = ("data", "overlap", "sft", "rl", "eval")

@@ -14,7 +14,7 @@ from rich.table import Table
 
 from workflow.cli.common import err, results_root
 from workflow.errors import UserError
-from workflow.eval import graders
+from workflow.benchmarks import graders
 from workflow.layout import done_path, rescore_path
 from workflow.report.queries import own_grader_sql
 from workflow.results.catalog import Catalog, sql_str

@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from workflow.atomic import write_json
-from workflow.eval import benchmarks
+from workflow.benchmarks import catalog
 from workflow.progress import say
 
 REPORT = "report.json"
@@ -32,7 +32,7 @@ class TrainOverlap(RuntimeError):
     """Training data that contains more of an evaluated benchmark than the sweep allows."""
 
 
-def overlap(train_problems: list[str], items: dict[str, list[benchmarks.Item]]) -> dict[str, dict[str, Any]]:
+def overlap(train_problems: list[str], items: dict[str, list[catalog.Item]]) -> dict[str, dict[str, Any]]:
     train = {normalize_problem(p) for p in train_problems}
     report = {}
     for name, its in items.items():
@@ -44,7 +44,7 @@ def overlap(train_problems: list[str], items: dict[str, list[benchmarks.Item]]) 
 
 def check(rows: Path, names: list[str], paths: dict[str, str], revisions: dict[str, str], out_dir: Path) -> Path:
     """Write the overlap report of the prepared rows against the benchmarks `names`; returns its path."""
-    items = {n: benchmarks.load(n, path=paths.get(n), revision=revisions.get(n)) for n in names}
+    items = {n: catalog.load(n, path=paths.get(n), revision=revisions.get(n)) for n in names}
     report = overlap(pq.read_table(rows, columns=["problem"]).column("problem").to_pylist(), items)
     path = write_json(Path(out_dir) / REPORT, report)
     for name, r in report.items():

@@ -1,7 +1,7 @@
 """The training-set registry: where each of the seeds' training sets lives, which fields are read and how they
 map to ours (an `Example`: problem, gold answer, demonstration if the set has one).
 
-Like the benchmark registry (workflow/eval/benchmarks.py), a set loads through the same code from its Hugging
+Like the benchmark registry (workflow/benchmarks/catalog.py), a set loads through the same code from its Hugging
 Face id or from a local .jsonl / .parquet file in the set's own fields (`task.datasets[i].path`); the tests run
 that code on fixture files in each set's real schema (tests/fixtures/datasets/, whose README records the schemas
 and where they were confirmed).
@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from workflow.eval.answers import extract_boxed
+from workflow.benchmarks.answers import extract_boxed
 from workflow.hub import HubDataset, hub_records, normalized, read_records
-from workflow.tasks import word_problems
+from workflow.benchmarks import word_problems
 
 
 @dataclass(frozen=True)
@@ -146,7 +146,7 @@ REGISTRY: dict[str, TrainingSet] = {t.name: t for t in [
     TrainingSet("gsm8k_train", HubDataset("openai/gsm8k", "main", "train", ("question", "answer")), _gsm8k_train,
                 demonstrations=True, note="gold = the number after ####"),
     TrainingSet("word_problems", None, None, demonstrations=True, generate=_word_problems,
-                note="generated grade-school word problems with worked solutions (workflow/tasks/word_problems.py); "
+                note="generated grade-school word problems with worked solutions (workflow/benchmarks/word_problems.py); "
                      "disjoint from the word_problems benchmark"),
 ]}
 

@@ -36,7 +36,7 @@ from workflow.preflight import TorchProbe
 from workflow.progress import StepProgress, say
 from workflow.results.train_log import TrainLog
 from workflow.stages import RLStage, SFTStage
-from workflow.tasks.arithmetic import sample_train
+from workflow.benchmarks.arithmetic import sample_train
 
 
 def sft_accumulate(model, batch: dict[str, torch.Tensor], micro_batch_size: int | None) -> float:

@@ -20,7 +20,7 @@ from workflow.algos.mix import LossPlan, MixedPolicy, Slot, sft_loss_share, step
 from workflow.config import RLConfig, TaskConfig
 from workflow.engines.tiny_lm import (TOKENIZER, device, forward_logits, micro_slices, pack, prefix_mask, sample,
                                       step_seed)
-from workflow.tasks.arithmetic import Problem, reward, sample_train
+from workflow.benchmarks.arithmetic import Problem, reward, sample_train
 
 
 def rollout(model, ref, mix: MixedPolicy, task: TaskConfig, rl: RLConfig, seed: int, step: int,

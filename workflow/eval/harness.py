@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from workflow.config import EvalConfig, TaskConfig
-from workflow.eval import benchmarks, graders
-from workflow.eval.benchmarks import Item
-from workflow.eval.graders import Grader
-from workflow.eval.metrics import benchmark_scores
-from workflow.eval.prompts import render
-from workflow.eval.scoring import format_mc, option_permutation
+from workflow.benchmarks import catalog, graders
+from workflow.benchmarks.catalog import Item
+from workflow.benchmarks.graders import Grader
+from workflow.benchmarks.metrics import benchmark_scores
+from workflow.benchmarks.prompts import render
+from workflow.benchmarks.scoring import format_mc, option_permutation
 from workflow.layout import eval_file, table_dir
 from workflow.progress import say
 from workflow.results.packs import read_rows_of
@@ -32,7 +32,7 @@ def run_benchmark(backend: GenerationBackend, name: str, items: list[Item], ev: 
                   grader: Grader) -> tuple[list[dict], dict]:
     """Generate and score one benchmark with its grader. Returns per-sample rows and per-k scores (without the run
     key). Prompts go through the backend's tokenizer's chat template when it has one (a real model's)."""
-    b = benchmarks.get(name)
+    b = catalog.get(name)
     template, tokenizer = b.template or ev.template, backend.tokenizer
     if b.kind == "math":
         prompts = [render(it.question, template, tokenizer) for it in items]
@@ -67,7 +67,7 @@ def run_benchmark(backend: GenerationBackend, name: str, items: list[Item], ev: 
 
 
 def load_items(name: str, ev: EvalConfig, task: TaskConfig) -> list[Item]:
-    return benchmarks.load(name, path=ev.paths.get(name), revision=ev.revisions.get(name), task=task,
+    return catalog.load(name, path=ev.paths.get(name), revision=ev.revisions.get(name), task=task,
                            limit=ev.n_problems)
 
 
@@ -82,7 +82,7 @@ def evaluate(backend: GenerationBackend, task: TaskConfig, ev: EvalConfig, step:
         made: dict[str, Grader] = {}
         for name, its in items.items():
             say(f"[bold cyan]eval {run_id}[/] {name}: {len(its)} problems x {ev.k} samples at T={ev.temperature}")
-            grader_name = benchmarks.get(name).grader
+            grader_name = catalog.get(name).grader
             if grader_name not in made:
                 made[grader_name] = open_graders.enter_context(graders.make(grader_name, ev.verify_timeout_s))
             rows, by_k = run_benchmark(backend, name, its, ev, made[grader_name])

@@ -9,7 +9,7 @@ fast one and a cluster runs them side by side.
 from __future__ import annotations
 
 from workflow.config import EvalConfig, RunConfig
-from workflow.eval.benchmarks import REGISTRY
+from workflow.benchmarks.catalog import REGISTRY
 
 
 def eval_groups(ev: EvalConfig) -> dict[str, list[str]]:

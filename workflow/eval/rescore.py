@@ -15,10 +15,10 @@ import os
 from pathlib import Path
 
 from workflow.atomic import write_json
-from workflow.eval import benchmarks, graders
+from workflow.benchmarks import catalog, graders
 from workflow.eval.harness import load_items
 from workflow.eval.plan import eval_groups
-from workflow.eval.scoring import LETTERS, option_permutation
+from workflow.benchmarks.scoring import LETTERS, option_permutation
 from workflow.layout import DONE, eval_file, grades_file, rescore_path, stage_dir, table_dir
 from workflow.progress import say
 from workflow.results.packs import read_rows_of
@@ -65,7 +65,7 @@ def rescore(stage, eval_id: str, step: int, group: str, grader_name: str, *, res
                              "default_accuracy": sum(bool(s["correct"]) for s in samples) / max(n, 1),
                              "disagree": sum(r["correct"] != bool(s["correct"]) for r, s in zip(rows, samples))}
             say(f"[bold cyan]rescore {stage.run_id}[/] {name} step {step}: {grader_name} "
-                f"{summary[name]['accuracy']:.3f} vs {benchmarks.get(name).grader} "
+                f"{summary[name]['accuracy']:.3f} vs {catalog.get(name).grader} "
                 f"{summary[name]['default_accuracy']:.3f} ({summary[name]['disagree']} of {n} disagree)")
     return summary
 

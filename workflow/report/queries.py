@@ -11,7 +11,7 @@ from string import Template
 
 import pyarrow as pa
 
-from workflow.eval.benchmarks import MATH_SET, OOD_SET, REGISTRY
+from workflow.benchmarks.catalog import MATH_SET, OOD_SET, REGISTRY
 from workflow.results.catalog import Catalog
 
 SQL = Path(__file__).with_name("queries.sql")

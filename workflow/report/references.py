@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from workflow.errors import UserError
-from workflow.eval.benchmarks import MATH_SET, OOD_SET, REGISTRY
+from workflow.benchmarks.catalog import MATH_SET, OOD_SET, REGISTRY
 from workflow.report.tables import Cell, Table, fmt
 
 # the synthetic benchmarks (arithmetic, word_problems) are rlsweep's own: no paper reports them

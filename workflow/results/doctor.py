@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from workflow.atomic import parse_temporary
-from workflow.eval.benchmarks import REGISTRY
+from workflow.benchmarks.catalog import REGISTRY
 from workflow.layout import (CHECKPOINTS, DONE, StageJob, TableFile, is_pack, parse_table_file, quarantine_dir,
                              stage_jobs, sweep_dir, train_steps_files)
 from workflow.results.catalog import Catalog, Damaged, QueryError

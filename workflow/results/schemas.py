@@ -51,7 +51,7 @@ TRAIN_STEPS = pa.schema([
 EVAL_SAMPLES = pa.schema([
     ("run_id", S), ("eval_id", S), ("sweep", S), ("step", I), ("benchmark", S), ("problem_id", S),
     ("sample_idx", I),
-    ("grader", S),  # what decided `correct` (workflow/eval/graders.py): the benchmark's own; null in older files
+    ("grader", S),  # what decided `correct` (workflow/benchmarks/graders.py): the benchmark's own; null in older files
     ("correct", B), ("response_len", I), ("extracted", S), ("truncated", B), ("response", S),
     ("timed_out", B),  # math-verify gave up on this comparison (scored wrong)
     ("shuffle_seed", I),  # multiple choice: options shown in option_permutation(n, shuffle_seed, id, sample_idx)

@@ -13,8 +13,8 @@ from rich.console import Console
 from rich.table import Table
 
 from workflow.atomic import write_text
-from workflow.eval.benchmarks import MATH_SET, OOD_SET
-from workflow.eval.metrics import set_average
+from workflow.benchmarks.catalog import MATH_SET, OOD_SET
+from workflow.benchmarks.metrics import set_average
 from workflow.results.catalog import Catalog, Damaged
 
 _PER_SETTING = """

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from workflow.config import RunConfig
-from workflow.eval.graders import rescores
+from workflow.benchmarks.graders import rescores
 from workflow.eval.plan import eval_groups, eval_jobs
 from workflow.stages import overlap_benchmarks, stage_config
 from workflow.strict import format_validation_error

@@ -25,10 +25,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from workflow.eval.prompts import messages
-from workflow.eval.scoring import MathVerifier
+from workflow.benchmarks.prompts import messages
+from workflow.benchmarks.scoring import MathVerifier
 from workflow.results.writer import write_parquet
-from workflow.tasks.arithmetic import reward, sample_train, split
+from workflow.benchmarks.arithmetic import reward, sample_train, split
 
 DATA_SOURCE = "rlsweep/arithmetic"  # the arithmetic task: its exact-match reward
 MATH_SOURCE = "rlsweep/math"  # a datasets task: the eval scorer (math-verify)

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from typing import Callable, ClassVar
 
-from workflow.eval import benchmarks
-from workflow.eval.answers import extract_boxed
-from workflow.eval.scoring import LETTERS, MathVerifier, Verdict, extract_letter, score_exact, score_mc
+from workflow.benchmarks import catalog
+from workflow.benchmarks.answers import extract_boxed
+from workflow.benchmarks.scoring import LETTERS, MathVerifier, Verdict, extract_letter, score_exact, score_mc
 
 
 class Grader:
@@ -78,7 +78,7 @@ def make(name: str, timeout_s: float = 10.0) -> Grader:
 def rescores(grader: str, benchmark: str) -> bool:
     """Whether `grader` judges `benchmark` again (rule rescore): it judges the benchmark's kind and is not the
     benchmark's own grader (whose verdicts eval_samples holds)."""
-    b = benchmarks.get(benchmark)
+    b = catalog.get(benchmark)
     return b.kind in get(grader).kinds and grader != b.grader
 
 

@@ -1,5 +1,5 @@
 """Scoring responses: math answers through a comparison in a worker process (bounded time per item), multiple
-choice by letter. workflow/eval/graders.py names these scorers and the other graders.
+choice by letter. workflow/benchmarks/graders.py names these scorers and the other graders.
 
 Math: the last complete \\boxed{} of the response is extracted (linear time, nested braces handled) and compared
 with the gold answer by math-verify, gold first (`verify` is asymmetric), or by another method of the worker
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from workflow.eval.answers import extract_boxed
+from workflow.benchmarks.answers import extract_boxed
 
 LETTERS = "ABCDEFGHIJKLMNOP"
 
@@ -65,7 +65,7 @@ class MathVerifier:
         self._lock = threading.Lock()
 
     def _start(self) -> None:
-        self._proc = subprocess.Popen([sys.executable, "-m", "workflow.eval.verify_worker"], stdin=subprocess.PIPE,
+        self._proc = subprocess.Popen([sys.executable, "-m", "workflow.benchmarks.verify_worker"], stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, bufsize=0)
         self._pending = b""
 

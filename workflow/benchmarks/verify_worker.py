@@ -1,9 +1,9 @@
-"""The grader worker: `python -m workflow.eval.verify_worker` reads one JSON [method, gold, text] per line on stdin
+"""The grader worker: `python -m workflow.benchmarks.verify_worker` reads one JSON [method, gold, text] per line on stdin
 and answers one JSON [correct, extracted] per line on stdout (scoring.MathVerifier runs it and bounds each answer's
-time). Methods (workflow/eval/graders.py names them):
+time). Methods (workflow/benchmarks/graders.py names them):
 
     math_verify   text: the extracted answer; math-verify's verify(parse(gold), parse(text))
-    math_equal    text: the extracted answer; workflow/eval/math_equal.py
+    math_equal    text: the extracted answer; workflow/benchmarks/math_equal.py
     dapo          text: the whole response; verl's DAPO scorer (verl.utils.reward_score.math_dapo.compute_score:
                   the last "Answer:" line, else the last \\boxed{} of the response's end, both normalised by its
                   normalize_final_answer, compared with the normalised gold as strings)
@@ -23,7 +23,7 @@ def _math_verify(gold: str, pred: str) -> tuple[bool, str]:
 
 
 def _math_equal(gold: str, pred: str) -> tuple[bool, str]:
-    from workflow.eval.math_equal import math_equal
+    from workflow.benchmarks.math_equal import math_equal
     return math_equal(pred, gold), pred
 
 

@@ -11,14 +11,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
-from workflow.eval.scoring import score_exact
+from workflow.benchmarks.scoring import score_exact
 
-if TYPE_CHECKING:  # the config imports the benchmark registry, which generates the held-out set from here
-    from workflow.config import TaskConfig
+
+class TaskConfig(Protocol):
+    """The task settings the split reads (workflow.config.TaskConfig has them; this floor imports no config). It
+    must be hashable: the split is cached per settings."""
+    split_seed: int
+    n_heldout: int
+    two_step_fraction: float
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any, Callable, Literal
 
 from workflow.hub import HubDataset, hub_records, normalized, read_records
-from workflow.tasks import word_problems
-from workflow.tasks.arithmetic import split
+from workflow.benchmarks import word_problems
+from workflow.benchmarks.arithmetic import split
 
 Kind = Literal["math", "mc"]
 Group = Literal["math", "ood", "extra", "arithmetic"]
@@ -49,7 +49,7 @@ class Benchmark:
     fields: tuple[str, ...]  # the dataset fields we read (named in error messages and docs)
     normalize: Callable[[dict[str, Any], int], Item] | None
     keep: Callable[[dict[str, Any]], bool] = field(default=lambda r: True)
-    template: str | None = None  # a prompt template of its own (workflow/eval/prompts.py); None: eval.template
+    template: str | None = None  # a prompt template of its own (workflow/benchmarks/prompts.py); None: eval.template
     note: str = ""
     # The Hub commit the numbers were validated on. None until someone with Hub access has checked one: then
     # load() reads whatever the cache holds, and a sweep pins its own with eval.revisions.
@@ -65,7 +65,7 @@ class Benchmark:
 
     @property
     def grader(self) -> str:
-        """The grader that scores it at generation time (workflow/eval/graders.py): eval_samples.correct."""
+        """The grader that scores it at generation time (workflow/benchmarks/graders.py): eval_samples.correct."""
         return "exact" if self.exact_match else "mc_letter" if self.kind == "mc" else "math_verify"
 
 
@@ -112,7 +112,7 @@ def _arithmetic(task: Any) -> list[Item]:
 
 
 def _word_problems(task: Any) -> list[Item]:
-    """The held-out word problems: fixed, whatever the run's task (workflow/tasks/word_problems.py)."""
+    """The held-out word problems: fixed, whatever the run's task (workflow/benchmarks/word_problems.py)."""
     return [Item(id=p.id, question=p.question, answer=p.answer) for p in word_problems.split().heldout]
 
 

@@ -1,1 +1,0 @@
-"""Tasks the local engine trains on and evaluates (synthetic; no downloads)."""
