@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -135,7 +136,8 @@ def test_no_import_cycles_inside_the_package():
 
 
 # the floors that others stand on: what each may import of the project (itself, and the floors listed)
-FLOORS = {"workflow.benchmarks": ("workflow.benchmarks", "workflow.hub")}
+FLOORS = {"workflow.registry": ("workflow.registry",),
+          "workflow.benchmarks": ("workflow.benchmarks", "workflow.hub", "workflow.registry")}
 
 
 @pytest.mark.parametrize("floor", sorted(FLOORS))
@@ -144,6 +146,22 @@ def test_low_floors_import_nothing_above_them(floor):
     bad = [f"{m} imports {target}" for m in MODULES if m == floor or m.startswith(floor + ".")
            for target, _ in imports_of(m) if target.startswith("workflow")
            and not any(target == a or target.startswith(a + ".") for a in allowed)]
+    assert not bad, "\n".join(bad)
+
+
+ENGINE_NAME_TEST = re.compile(r"""engine(\.name|\[["']name["']\]|\.get\(["']name["'].*?\))\s*"""
+                              r"""(==|!=|not in|in)\s*[\(\[\{]?\s*["']""")  # compared with a name, or a list of names
+
+
+def test_only_the_engines_know_engines_by_name():
+    """Outside workflow/engines/ an engine is asked (its traits: workflow/engines/traits.py), never compared by name:
+    a third engine then needs no edit anywhere else."""
+    assert ENGINE_NAME_TEST.search('x = cfg.engine.name == "verl"') and ENGINE_NAME_TEST.search(
+        "engine.get('name') != 'local'") and ENGINE_NAME_TEST.search("if cfg.engine.name in ('local', 'verl'):")
+    assert not ENGINE_NAME_TEST.search("traits(cfg.engine.name).gpus(cfg.engine)")
+    assert not ENGINE_NAME_TEST.search("if base.engine.name not in able:")
+    bad = [f"{m}:{i}: {line.strip()}" for m, path in MODULES.items() if not m.startswith("workflow.engines")
+           for i, line in enumerate(path.read_text().splitlines(), 1) if ENGINE_NAME_TEST.search(line)]
     assert not bad, "\n".join(bad)
 
 
@@ -210,10 +228,12 @@ def test_engines_and_builtin_rules_named_by_string_exist():
     from workflow.algos.registry import MIXES, UPDATE_RULES
     from workflow.engines.registry import ENGINES
     for registry in (UPDATE_RULES, MIXES):
-        for name, module in registry.builtins.items():
+        for name, target in registry.builtins.items():
             cls = registry.get(name)
-            assert cls.__module__ == module and cls.name == name
-    for module, cls in ENGINES.values():
+            assert f"{cls.__module__}:{cls.__qualname__}" == target and cls.name == name
+    for name, engine in ENGINES.items():  # traits are light: every engine's loads without its framework
+        assert engine.name == name
+        module, _, cls = engine.trainer.partition(":")
         if "verl" in module and importlib.util.find_spec("verl") is None:
             continue
         assert getattr(importlib.import_module(module), cls)

@@ -342,7 +342,7 @@ EVERY_2 = TINY_BASE.replace("eval: {k: 2, max_new_tokens: 16}", "eval: {k: 2, ma
     (EVERY_2, {"seeds": [0, 1]}, "optuna.pruner: a pruned trial must be one run, but seeds gives each trial 2"),
     (EVERY_2.replace("base:\n", "base:\n  engine: {name: verl, verl: {model_path: m}}\n")
      .replace("sft: {steps: 20,", "sft: {enabled: false, steps: 20,"),
-     None, "optuna.pruner: pruning runs on the local engine only"),
+     None, "optuna.pruner: pruning runs only on engines that report intermediate evals (local)"),
 ])
 def test_pruning_needs_intermediate_evals_of_one_local_run(tmp_path, base, top, message):
     assert message in errors_of(optuna_sweep(tmp_path, {"rl.lr": F(1e-5, 1e-3)}, top=top, base=base,

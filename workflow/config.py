@@ -17,6 +17,7 @@ from workflow.algos.registry import MIXES, UPDATE_RULES
 from workflow.data.sources import REGISTRY as TRAINING_SETS
 from workflow.benchmarks.catalog import REGISTRY as BENCHMARKS
 from workflow.benchmarks.graders import GRADERS
+from workflow.engines.registry import ENGINES, traits
 from workflow.hub import record_file_problem
 from workflow.models import check_name as check_model_name
 from workflow.strict import ConfigProblem, Seed, Strict
@@ -54,22 +55,20 @@ class VerlSettings(Strict):
         return v
 
 
-# which VerlSettings fields decide each stage's result: an SFT job is not redone when only RL's settings change
-VERL_STAGE_FIELDS = {
-    "sft": ("model_path", "device", "n_gpus_per_node", "nnodes", "strategy", "sft_overrides"),
-    "rl": ("model_path", "device", "n_gpus_per_node", "nnodes", "strategy", "rollout_tp", "gpu_memory_utilization",
-           "max_prompt_length", "overrides"),
-    "eval": ("device",),  # the eval stage reads a checkpoint; only where vLLM runs matters
-}
-
-
 class EngineConfig(Strict):
     """Which engine trains and samples. `local`: pure torch on CPU or one GPU, tiny random-init models. `verl`:
     verl 0.9 on GPU nodes: SFT with verl's SFT trainer (torchrun, FSDP), RL with verl's PPO trainer (Ray, FSDP2,
     vLLM rollouts) running our update rules."""
 
-    name: Literal["local", "verl"] = "local"
+    name: str = "local"  # an engine of workflow/engines/registry.py (ENGINES)
     verl: VerlSettings = VerlSettings()  # read only when name = verl
+
+    @field_validator("name")
+    @classmethod
+    def _registered(cls, v: str) -> str:
+        if v not in ENGINES:
+            raise ConfigProblem("", f"unknown engine {v!r}; known: {', '.join(ENGINES.names())}")
+        return v
 
 
 class LoRAConfig(Strict):
@@ -524,79 +523,18 @@ class RunConfig(Strict):
     seed: Seed = 0  # the RL seed; the SFT seed is sft.seed so RL seeds can share one SFT job
 
     @model_validator(mode="after")
-    def _verl_starts_from_a_hugging_face_model(self) -> "RunConfig":
-        if self.engine.name == "verl" and not self.engine.verl.model_path:
-            raise ConfigProblem("engine.verl.model_path", "required with engine verl (a Hugging Face model id or "
-                                "directory: the model SFT starts from, or RL when sft.enabled is false)")
+    def _the_engine_can_run_it(self) -> "RunConfig":
+        traits(self.engine.name).check(self)  # each engine's own limits (workflow/engines/traits.py)
         return self
 
     @model_validator(mode="after")
-    def _lora_as_verl_has_it(self) -> "RunConfig":
-        lora = self.model.lora
-        if lora is not None and self.engine.name == "verl":
-            if lora.dropout > 0:
-                raise ConfigProblem("model.lora.dropout", "verl's FSDP LoRA has no dropout; set 0 on engine verl")
-        return self
-
-    @model_validator(mode="after")
-    def _local_models_only_know_arithmetic(self) -> "RunConfig":
-        real = [b for b in self.eval.benchmarks if BENCHMARKS[b].group != "arithmetic"]
-        if self.engine.name == "local" and real:
-            raise ConfigProblem("eval.benchmarks", f"{real}: the local engine's tiny character-level models can "
-                                "only answer the synthetic `arithmetic` set; real benchmarks need a model with a real "
-                                "tokenizer (the verl engine)")
-        return self
-
-    @model_validator(mode="after")
-    def _datasets_need_a_real_tokenizer(self) -> "RunConfig":
-        if self.task.name == "datasets" and self.engine.name == "local":
-            raise ConfigProblem("task.name", "datasets: the local engine's tiny character-level models only know "
-                                "the arithmetic task; real training sets need a model with a real tokenizer (engine "
-                                "verl)")
+    def _datasets_with_sft_need_demonstrations(self) -> "RunConfig":
         if self.task.name == "datasets" and self.sft.enabled:
             bare = [d.name for d in self.task.datasets if not TRAINING_SETS[d.name].demonstrations]
             if bare:
                 raise ConfigProblem("sft.enabled", f"training sets {bare} have no demonstrations to fine-tune on; "
                                     "disable SFT or use sets with demonstrations "
                                     f"({', '.join(n for n, t in sorted(TRAINING_SETS.items()) if t.demonstrations)})")
-        return self
-
-    @model_validator(mode="after")
-    def _mixed_policy_methods_verl_runs(self) -> "RunConfig":
-        if self.engine.name != "verl" or (self.rl.mix == "none" and not self.rl.fast_grpo_parts):
-            return self
-        # the driver computes the method's token weights once over the step's whole batch: one update of it
-        one_update = {"actor_rollout_ref.actor.ppo_mini_batch_size": self.rl.prompts_per_step,
-                      "actor_rollout_ref.actor.ppo_epochs": 1}
-        for key, needed in one_update.items():
-            if key in self.engine.verl.overrides and self.engine.verl.overrides[key] != needed:
-                what = f"rl.mix {self.rl.mix}" if self.rl.mix != "none" else f"rl.{self.rl.fast_grpo_parts[0]}"
-                raise ConfigProblem(f"engine.verl.overrides.{key}", f"{self.engine.verl.overrides[key]}: with {what} "
-                                    f"it must be {needed} (the step's token weights are computed once "
-                                    "over the whole step batch, which then trains in one update)")
-        agent = "actor_rollout_ref.rollout.agent.default_agent_loop"
-        if self.rl.mix == "prefix_rft" and agent in self.engine.verl.overrides:
-            raise ConfigProblem(f"engine.verl.overrides.{agent}", "with rl.mix prefix_rft the rollouts run through "
-                                "rlsweep's agent loop, which continues the demonstration prefixes; leave it unset")
-        sampler = [k for k in self.engine.verl.overrides if k.startswith("trainer.v1.sampler.custom_sampler")]
-        if self.rl.slow2fast.enabled and self.rl.slow2fast.refill == "resample" and sampler:
-            raise ConfigProblem(f"engine.verl.overrides.{sampler[0]}", "with rl.slow2fast refill resample verl's "
-                                "sampling runs through rlsweep's sampler, which drops and refills the groups; "
-                                "leave it unset")
-        return self
-
-    @model_validator(mode="after")
-    def _verl_checkpoints_need_vllm(self) -> "RunConfig":
-        if self.engine.name == "verl" and self.eval.backend == "local":
-            raise ConfigProblem("eval.backend", "local: the local backend samples the local engine's tiny models "
-                                "only; a verl run's checkpoints are evaluated with vllm (eval.backend: vllm or auto)")
-        return self
-
-    @model_validator(mode="after")
-    def _a_start_model_to_evaluate(self) -> "RunConfig":
-        if self.eval.at_start and self.engine.name == "local" and not self.sft.enabled:
-            raise ConfigProblem("eval.at_start", "the local engine without SFT starts RL from a random initialisation, "
-                                "which has no checkpoint to evaluate; enable sft or drop eval.at_start")
         return self
 
     @model_validator(mode="after")

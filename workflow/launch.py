@@ -35,7 +35,7 @@ from workflow import preemption
 from workflow.atomic import write_json
 from workflow.data.overlap import TrainOverlap, check as check_overlap, enforce as enforce_overlap
 from workflow.data.prepare import prepare
-from workflow.engines.registry import get_engine
+from workflow.engines.registry import get_engine, traits
 from workflow.models import resolve_model
 from workflow.eval.backends import make_backend, resolve_backend
 from workflow.hub import DatasetUnavailable
@@ -179,8 +179,8 @@ def _run_locked(stage: str, sweep: str, stage_id: str, cfg: dict, typed, out_dir
             if stage == "rl":  # what it started from: an eval at step 0 (eval.at_start) evaluates that
                 if inputs.init:
                     done["init"] = os.path.relpath(read_done(inputs.init)["checkpoint_path"], out_dir)
-                elif typed.engine.name == "verl":
-                    done["init_model"] = typed.engine.verl.model_path
+                elif (start := traits(typed.engine.name).start_model(typed)) is not None:
+                    done["init_model"] = start
         elif inputs.copy_from is not None:
             source = eval_job_at(Path(inputs.copy_from).resolve().parent)
             if source is None or source.step != step or source.group != job["eval_group"]:
@@ -192,7 +192,7 @@ def _run_locked(stage: str, sweep: str, stage_id: str, cfg: dict, typed, out_dir
             done.update(step=step, copied_from={"run_id": source.run_id, "eval_id": source.stage_id})
         else:
             ckpt = inputs.start_model or _checkpoint_at(Path(inputs.checkpoint_from), step)
-            ev, device = typed.eval, typed.engine.verl.device if typed.engine.name == "verl" else "cuda"
+            ev, device = typed.eval, traits(typed.engine.name).eval_device(typed.engine)
             runs.row["backend"] = resolve_backend(ev.backend, device)  # which backend produced the samples
             # a model_path (str) is what verl's RL starts from: rlsweep:tiny is built here as the RL stage builds it
             model = resolve_model(ckpt, out_dir) if isinstance(ckpt, str) else ckpt

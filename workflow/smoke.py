@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from workflow.models import TINY
+from workflow.engines.registry import traits
 
 
 def smoke_sweep(raw: dict[str, Any], steps: int = 2) -> dict[str, Any]:
@@ -26,13 +26,6 @@ def smoke_sweep(raw: dict[str, Any], steps: int = 2) -> dict[str, Any]:
     out["description"] = f"smoke test of {raw['name']}: tiny model, a few steps (workflow/smoke.py)"
     base = out.setdefault("base", {})
     engine = base.setdefault("engine", {})
-    verl = engine.get("name") == "verl"
-    if verl:
-        v = engine.setdefault("verl", {})
-        for raw_keys in ("overrides", "sft_overrides"):
-            v.pop(raw_keys, None)
-        v.update(model_path=TINY, device="cpu", n_gpus_per_node=1, nnodes=1, rollout_tp=1,
-                 max_prompt_length=min(int(v.get("max_prompt_length", 1024)), 512), timeout_min=30)
     sft = base.setdefault("sft", {})
     sft.update(steps=4, batch_size=8, micro_batch_size=None, checkpoint_every=4)
     rl = base.setdefault("rl", {})
@@ -40,8 +33,7 @@ def smoke_sweep(raw: dict[str, Any], steps: int = 2) -> dict[str, Any]:
               checkpoint_every=steps)
     ev = base.setdefault("eval", {})
     ev.update(k=2, n_problems=4, max_new_tokens=32, every=None, bootstrap=10)
-    if verl:
-        ev["backend"] = "vllm"
+    traits(engine.get("name", "local")).smoke(engine, ev)  # verl: rlsweep:tiny on the CPU, vLLM's CPU build
     task = base.get("task", {})
     if task.get("name") == "datasets":
         task["limit"] = min(int(task.get("limit") or 64), 64)

@@ -19,9 +19,9 @@ from typing import Any
 
 from pydantic import model_validator
 
-from workflow.config import (VERL_STAGE_FIELDS, EngineConfig, EvalConfig, ModelConfig, RLConfig, RunConfig,
-                             SFTConfig, TaskConfig)
 from workflow.benchmarks.catalog import REGISTRY as BENCHMARKS
+from workflow.config import EngineConfig, EvalConfig, ModelConfig, RLConfig, RunConfig, SFTConfig, TaskConfig
+from workflow.engines.registry import traits
 from workflow.strict import Seed, Strict
 
 STAGES = ("data", "overlap", "sft", "rl", "eval")
@@ -45,9 +45,8 @@ def stage_config(cfg: RunConfig, stage: str, *, sft_id: str | None = None, run_i
                 "revisions": {b: r for b, r in d["eval"]["revisions"].items() if b in names}}
     if d["model"]["lora"] is None:  # full fine-tuning keeps the ids it had before LoRA existed
         del d["model"]["lora"]
-    engine = {"name": d["engine"]["name"]}  # engine.verl only for verl runs, as the rule sections below
-    if engine["name"] == "verl":
-        engine["verl"] = {k: d["engine"]["verl"][k] for k in VERL_STAGE_FIELDS[stage]}
+    # the engine's own settings only for its runs, and only those the stage reads (as the rule sections below)
+    engine = traits(cfg.engine.name).stage_settings(d["engine"], stage)
     common = {"engine": engine, "task": {k: d["task"][k] for k in cfg.task.read_fields}}
     data = {"data_id": data_id} if data_id is not None else {}  # only runs that train on prepared data
     if stage == "sft":

@@ -7,60 +7,29 @@ as its `Settings`). Both engines build rules through this module, the local engi
 verl's workers with the gate on the driver (workflow/algos/rule.py).
 
 Reading a sweep (the Snakefile, the CLI) must not import torch, so this module imports none: the built-ins are
-listed by the module that defines them and imported when first asked for; a class registered anywhere else (a
-test, a plugin module) is known once its module has run.
+listed here as "module:Class" and imported when first asked for (workflow/registry.py); a class registered
+anywhere else (a test) is known once its module has run, and a third-party package's through its entry points
+(groups `rlsweep.update_rules`, `rlsweep.mixes`).
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
+from workflow.registry import Registry
 
-class Registry:
-    """Classes by name, of one kind ("update rule", "mixed-policy method")."""
-
-    def __init__(self, kind: str, builtins: dict[str, str]):
-        self.kind = kind
-        self.builtins = builtins  # name -> the module that registers it, imported on first use
-        self.classes: dict[str, type] = {}
-
-    def register(self, name: str):
-        """Class decorator: make the class available under `name`."""
-        def register(cls: type) -> type:
-            known = self.classes.get(name)
-            if known is not None and known.__qualname__ != cls.__qualname__:
-                raise ValueError(f"{self.kind} {name!r} is already registered by "
-                                 f"{known.__module__}.{known.__qualname__}")
-            cls.name = name
-            self.classes[name] = cls
-            return cls
-        return register
-
-    def names(self) -> list[str]:
-        return sorted({*self.builtins, *self.classes})
-
-    def get(self, name: str) -> type:
-        if name not in self.classes and name in self.builtins:
-            importlib.import_module(self.builtins[name])
-        try:
-            return self.classes[name]
-        except KeyError:
-            raise ValueError(f"unknown {self.kind} {name!r}; known: {', '.join(self.names())}") from None
-
-
-UPDATE_RULES = Registry("update rule", {
-    "grpo": "workflow.algos.rules.grpo",
-    "sfpo": "workflow.algos.rules.sfpo",
-    "gxpo": "workflow.algos.rules.gxpo",
+UPDATE_RULES = Registry("update rule", "update_rules", base="workflow.algos.rule:UpdateRule", builtins={
+    "grpo": "workflow.algos.rules.grpo:GRPOStep",
+    "sfpo": "workflow.algos.rules.sfpo:SFPO",
+    "gxpo": "workflow.algos.rules.gxpo:GXPO",
 })
-MIXES = Registry("mixed-policy method", {
-    "none": "workflow.algos.mixes.on_policy",
-    "luffy": "workflow.algos.mixes.luffy",
-    "srft": "workflow.algos.mixes.srft",
-    "hpt": "workflow.algos.mixes.hpt",
-    "relift": "workflow.algos.mixes.relift",
-    "prefix_rft": "workflow.algos.mixes.prefix_rft",
+MIXES = Registry("mixed-policy method", "mixes", base="workflow.algos.mix:MixedPolicy", builtins={
+    "none": "workflow.algos.mixes.on_policy:OnPolicy",
+    "luffy": "workflow.algos.mixes.luffy:LUFFY",
+    "srft": "workflow.algos.mixes.srft:SRFT",
+    "hpt": "workflow.algos.mixes.hpt:HPT",
+    "relift": "workflow.algos.mixes.relift:ReLIFT",
+    "prefix_rft": "workflow.algos.mixes.prefix_rft:PrefixRFT",
 })
 BUILTIN_RULES = UPDATE_RULES.builtins
 

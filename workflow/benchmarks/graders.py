@@ -25,6 +25,7 @@ from typing import Callable, ClassVar
 from workflow.benchmarks import catalog
 from workflow.benchmarks.answers import extract_boxed
 from workflow.benchmarks.scoring import LETTERS, MathVerifier, Verdict, extract_letter, score_exact, score_mc
+from workflow.registry import Registry
 
 
 class Grader:
@@ -49,24 +50,20 @@ class Grader:
         self.close()
 
 
-GRADERS: dict[str, type[Grader]] = {}
+# the built-ins register below, as this module is imported; a third-party package adds one through the entry-point
+# group `rlsweep.graders` (workflow/registry.py)
+GRADERS: Registry[type[Grader]] = Registry("grader", "graders", base=Grader)
 
 
 def register(name: str, kinds: tuple[str, ...]) -> Callable[[type[Grader]], type[Grader]]:
     def add(cls: type[Grader]) -> type[Grader]:
-        if name in GRADERS:
-            raise ValueError(f"grader {name!r} is registered twice")
-        cls.name, cls.kinds = name, frozenset(kinds)
-        GRADERS[name] = cls
-        return cls
+        cls.kinds = frozenset(kinds)
+        return GRADERS.register(name)(cls)
     return add
 
 
 def get(name: str) -> type[Grader]:
-    try:
-        return GRADERS[name]
-    except KeyError:
-        raise KeyError(f"unknown grader {name!r}; known: {', '.join(GRADERS)}") from None
+    return GRADERS.get(name)
 
 
 def make(name: str, timeout_s: float = 10.0) -> Grader:

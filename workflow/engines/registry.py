@@ -1,17 +1,27 @@
-"""Engines by name (`engine.name` of the run config), each imported only when asked for: a machine without verl
-runs the local engine, and reading a sweep imports neither."""
+"""Engines by name (`engine.name` of the run config). ENGINES holds each engine's traits (workflow/engines/traits.py:
+what callers ask of it, light to import); `get_engine(name)` builds its trainer, importing the training code only
+then: a machine without verl runs the local engine, and reading a sweep imports neither. A third-party engine
+registers its traits through the entry-point group `rlsweep.engines` (workflow/registry.py)."""
 
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
-from workflow.engines.base import Engine
+from workflow.registry import Registry
 
-ENGINES = {"local": ("workflow.engines.local", "LocalEngine"), "verl": ("workflow.engines.verl", "VerlEngine")}
+ENGINES = Registry("engine", "engines", base="workflow.engines.traits:EngineTraits", builtins={
+    "local": "workflow.engines.traits:LOCAL",
+    "verl": "workflow.engines.verl.traits:VERL",
+})
 
 
-def get_engine(name: str) -> Engine:
-    if name not in ENGINES:
-        raise ValueError(f"unknown engine {name!r}; known: {', '.join(ENGINES)}")
-    module, cls = ENGINES[name]
+def traits(name: str):
+    """The engine's EngineTraits; an unknown name fails with the known ones."""
+    return ENGINES.get(name)
+
+
+def get_engine(name: str) -> Any:
+    """A new instance of the engine's trainer (workflow/engines/base.py Engine)."""
+    module, _, cls = traits(name).trainer.partition(":")
     return getattr(importlib.import_module(module), cls)()

@@ -10,6 +10,7 @@ import datetime as dt
 from pathlib import Path
 
 from workflow.atomic import write_text
+from workflow.engines.registry import traits
 from workflow.layout import report_dir
 from workflow.report import figures, graders, references, seeds, tables
 from workflow.report.queries import BOOTSTRAP, PlannedRun, fill, run_all
@@ -26,8 +27,7 @@ def planned_runs(sweep) -> list[PlannedRun]:
 def gpus(cfg) -> int:
     """The GPUs an RL job trains on: verl's (n_gpus_per_node x nnodes) on GPUs, none for the local engine or a
     verl run on CPU."""
-    v = cfg.engine.verl
-    return v.n_gpus_per_node * v.nnodes if cfg.engine.name == "verl" and v.device != "cpu" else 0
+    return traits(cfg.engine.name).gpus(cfg.engine)
 
 
 def _gaps(data: dict[str, list[dict]], baseline: str | None, study: bool) -> list[str]:

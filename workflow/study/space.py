@@ -11,6 +11,7 @@ import optuna
 from pydantic import ValidationError
 
 from workflow.config import RLConfig, RunConfig
+from workflow.engines.registry import ENGINES
 from workflow.strict import format_validation_error, value_types
 from workflow.study.factory import JOURNAL_SUFFIXES, check_options, grid_search_space
 from workflow.study.objective import OBJECTIVES
@@ -26,7 +27,7 @@ _SCALAR = (str, int, float, bool, type(None))  # what optuna stores as a categor
 # trials changes no run, only Optuna's idea of it
 _READ_ONLY_WHEN = {**{f"rl.{rule}.": ("rl.update", rule) for rule in RLConfig.rule_sections()},
                    **{f"rl.{mix}.": ("rl.mix", mix) for mix in RLConfig.mix_sections()},
-                   "engine.verl.": ("engine.name", "verl")}
+                   **{f"engine.{t.settings}.": ("engine.name", n) for n, t in ENGINES.items() if t.settings}}
 
 
 def suggest(trial: optuna.Trial, spec: OptunaSpec, base: dict[str, Any]) -> dict[str, Any]:
@@ -102,9 +103,10 @@ def _check_pruning(spec: SweepSpec, base: RunConfig | None) -> list[str]:
     if len(spec.seeds) > 1:
         problems.append(f"optuna.pruner: a pruned trial must be one run, but seeds gives each trial "
                         f"{len(spec.seeds)}; use one seed (or `pruner: {{name: none}}` to average replicates)")
-    if base.engine.name != "local" or "engine.name" in opt.space:
-        problems.append("optuna.pruner: pruning runs on the local engine only (the verl engine cannot report "
-                        "intermediate evals yet)")
+    able = [n for n, t in ENGINES.items() if t.reports_intermediate_evals]
+    if base.engine.name not in able or "engine.name" in opt.space:
+        problems.append(f"optuna.pruner: pruning runs only on engines that report intermediate evals "
+                        f"({', '.join(able)}), so not on {base.engine.name} nor with engine.name searched")
     if "eval.every" not in opt.space and (base.eval.every is None or base.eval.every >= base.rl.steps):
         problems.append("optuna.pruner: pruning reads intermediate evals: set eval.every in base (a multiple of "
                         "rl.checkpoint_every below rl.steps)")

@@ -16,8 +16,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from workflow.config import RunConfig
 from workflow.benchmarks.graders import rescores
+from workflow.config import RunConfig
+from workflow.engines.registry import traits
 from workflow.eval.plan import eval_groups, eval_jobs
 from workflow.stages import overlap_benchmarks, stage_config
 from workflow.strict import format_validation_error
@@ -81,7 +82,7 @@ class Run:
         (a random initialisation per seed, nothing to evaluate)."""
         if self.sft_id is not None:
             return f"SFT {self.sft_id}"
-        return self.config.engine.verl.model_path if self.config.engine.name == "verl" else None
+        return traits(self.config.engine.name).start_model(self.config)
 
     @property
     def start_name(self) -> str | None:
@@ -125,12 +126,9 @@ def runs_for(spec: SweepSpec, point: dict[str, Any]) -> list[Run]:
         missing = cfg.file_problems()  # a point (or trial) that names a dataset file of its own
         if missing:
             raise PointError(missing, assignment)
-        if cfg.engine.name == "verl":  # verl's own checks on the translated config
-            from workflow.engines.verl.compose import VerlConfigError, validate  # (verl runs only)
-            try:
-                validate(cfg)
-            except VerlConfigError as e:
-                raise PointError([str(e)], assignment) from None
+        heavy = traits(cfg.engine.name).sweep_problems(cfg)  # verl's own checks on the translated config
+        if heavy:
+            raise PointError(heavy, assignment)
         data_id = stable_id(stage_config(cfg, "data")) if cfg.task.name == "datasets" else None
         overlap_id = (stable_id(stage_config(cfg, "overlap", data_id=data_id))
                       if data_id is not None and overlap_benchmarks(cfg) else None)

@@ -18,6 +18,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from workflow.engines.registry import traits
 from workflow.layout import CHECKPOINTS, done_path, latest_checkpoint, stage_dir
 from workflow.results.catalog import Catalog, QueryError
 
@@ -86,9 +87,8 @@ def _state(done: Path, checkpoints: Path | None, recorded: str | None) -> str:
 
 
 def _model_key(cfg: dict) -> str:
-    engine = cfg.get("engine", {})
-    model = engine.get("verl", {}).get("model_path") if engine.get("name") == "verl" else cfg.get("model")
-    return json.dumps([engine.get("name"), model], sort_keys=True)
+    name = cfg.get("engine", {}).get("name")
+    return json.dumps([name, traits(name).model_key(cfg) if name else None], sort_keys=True)
 
 
 def sweep_jobs(sweep, root: Path, states: dict) -> list[Job]:

@@ -1,6 +1,7 @@
 """The verl engine: SFT on verl's SFT trainer (torchrun, FSDP2) and RL on verl's PPO trainer (Ray, FSDP2, vLLM
 rollouts) running our update rules. One module per piece:
 
+    traits.py        what the rest of rlsweep asks of verl without importing it (workflow/engines/traits.py)
     engine.py        VerlEngine: a stage = data -> verl config -> verl's trainer -> export of its checkpoints
     process.py       verl's trainers as supervised child processes (time limit, nothing left behind)
     ppo.py           the RL stage's verl process (verl's run_ppo on the saved config)

@@ -1,0 +1,120 @@
+"""The one registry (workflow/registry.py) behind update rules, mixed-policy methods, graders and engines: unknown
+names list the known ones, units are imported only when asked for, a unit of the wrong kind is refused naming
+where it came from, and a lab's own package adds units through Python entry points without touching rlsweep."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import REPO
+from workflow.registry import Registry
+
+
+class Base:
+    pass
+
+
+def test_unknown_names_fail_with_the_known_ones_and_builtins_load_on_first_use(tmp_path, monkeypatch):
+    (tmp_path / "lazy_unit.py").write_text("from test_registry import Base\nclass Unit(Base):\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    reg = Registry("widget", "test_widgets", builtins={"lazy": "lazy_unit:Unit"}, base=Base)
+    assert reg.names() == ["lazy"] and "lazy_unit" not in sys.modules  # listed, not imported
+    with pytest.raises(ValueError, match="unknown widget 'lasy'; known: lazy"):
+        reg.get("lasy")
+    unit = reg.get("lazy")
+    assert unit.__name__ == "Unit" and unit.name == "lazy" and "lazy" in reg
+
+
+def test_a_second_unit_under_a_taken_name_and_a_unit_of_the_wrong_kind_are_refused():
+    reg = Registry("widget", "test_widgets", base=Base)
+
+    @reg.register("one")
+    class One(Base):
+        pass
+
+    with pytest.raises(ValueError, match="widget 'one' is already registered by test_registry"):
+        reg.register("one")(type("Other", (Base,), {}))
+    reg.register("stray")(int)
+    with pytest.raises(TypeError, match=r"widget 'stray' \(builtins.int\) is not a test_registry.Base"):
+        reg.get("stray")
+
+
+PLUGIN = '''
+from workflow.algos.rule import StepStats, UpdateRule
+from workflow.benchmarks.graders import Grader
+from workflow.benchmarks.scoring import Verdict
+
+
+class ThreeSteps(UpdateRule):
+    def step(self, params, optimizer, closure):
+        first = self.grpo_step(params, optimizer, closure)
+        for _ in range(2):
+            self.grpo_step(params, optimizer, closure)
+        return StepStats(loss=first.loss, grad_norm=first.grad_norm, backward_passes=3, optimizer_steps=3)
+
+
+class LastLine(Grader):
+    kinds = frozenset({"math"})
+
+    def grade(self, response, answer, permutation=None, choices=None):
+        last = response.strip().splitlines()[-1] if response.strip() else ""
+        return Verdict(last == answer, last)
+
+
+class NotARule:
+    pass
+'''
+ENTRY_POINTS = """
+[rlsweep.update_rules]
+lab_three_steps = lab_plugin:ThreeSteps
+lab_broken = lab_plugin:NotARule
+
+[rlsweep.graders]
+lab_last_line = lab_plugin:LastLine
+"""
+CHECK = '''
+import json
+from workflow.algos.registry import UPDATE_RULES, build_update_rule
+from workflow.benchmarks import graders
+from workflow.config import RunConfig
+from workflow.stages import stage_config
+from workflow.sweep.identity import stable_id
+cfg = RunConfig.model_validate({"rl": {"update": "lab_three_steps"}, "eval": {"graders": ["lab_last_line"]}})
+out = {"rule": type(build_update_rule(cfg.rl)).__name__, "id": stable_id(stage_config(cfg, "rl", sft_id="s")),
+       "verdict": graders.make("lab_last_line").grade("so\\n42", "42").correct, "rules": UPDATE_RULES.names()}
+try:
+    UPDATE_RULES.get("lab_broken")
+except TypeError as e:
+    out["broken"] = str(e)
+print(json.dumps(out))
+'''
+
+
+def test_a_labs_package_adds_an_update_rule_and_a_grader_through_entry_points(tmp_path):
+    """A package on the path with a dist-info (what `pip install` leaves) declaring entry points in the groups
+    rlsweep.update_rules and rlsweep.graders: its names validate in a run config and build, with nothing imported
+    before they are asked for."""
+    site = tmp_path / "site"
+    (site / "lab_plugin-0.1.dist-info").mkdir(parents=True)
+    (site / "lab_plugin-0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: lab-plugin\n"
+                                                               "Version: 0.1\n")
+    (site / "lab_plugin-0.1.dist-info" / "entry_points.txt").write_text(ENTRY_POINTS)
+    (site / "lab_plugin.py").write_text(textwrap.dedent(PLUGIN))
+    env = {"PYTHONPATH": f"{site}:{REPO}", "PATH": "/usr/bin:/bin"}
+    res = subprocess.run([sys.executable, "-c", CHECK], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout.splitlines()[-1])
+    assert out["rule"] == "ThreeSteps" and out["verdict"] is True
+    assert out["rules"] == ["grpo", "gxpo", "lab_broken", "lab_three_steps", "sfpo"]
+    assert out["broken"] == ("update rule 'lab_broken' (lab_plugin.NotARule) is not a "
+                             "workflow.algos.rule.UpdateRule")
+    # without the package the name is unknown, with the known ones listed
+    res = subprocess.run([sys.executable, "-c", CHECK], cwd=tmp_path, env={**env, "PYTHONPATH": str(REPO)},
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode != 0 and "unknown update rule 'lab_three_steps'; known: grpo, gxpo, sfpo" in res.stderr

@@ -1,0 +1,82 @@
+"""What the rest of rlsweep asks of an engine by its name, without importing the engine's training code (torch,
+verl, vLLM): which runs it can run, which of its settings each stage's id holds, what a run without SFT starts from,
+where its checkpoints are evaluated, how many GPUs a job takes, and how `rlsweep smoke` shrinks it. Callers outside
+workflow/engines/ ask these, never `engine.name == ...`.
+
+One EngineTraits instance per engine, registered by name in workflow/engines/registry.py (ENGINES; a third-party
+engine through the entry-point group `rlsweep.engines`). Its `trainer` names the class that trains (the Engine
+protocol of base.py: sft, rl, integrity_probe), imported only by a stage job. `cfg` below is a validated RunConfig
+(workflow/config.py), duck-typed: this floor sits below the config.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from workflow.benchmarks.catalog import REGISTRY as BENCHMARKS
+from workflow.strict import ConfigProblem
+
+
+class EngineTraits:
+    name: ClassVar[str]
+    trainer: ClassVar[str]  # "module:Class" of the engine's Engine (workflow/engines/base.py)
+    settings: ClassVar[str | None] = None  # the engine's own section of the run config (engine.<settings>), if any
+    reports_intermediate_evals: ClassVar[bool] = False  # an RL stage can report evals as it trains (Optuna pruning)
+
+    def check(self, cfg) -> None:
+        """Raise ConfigProblem(key, reason) for a run this engine cannot run (a RunConfig validator: every sweep
+        load and every stage job runs it)."""
+
+    def sweep_problems(self, cfg) -> list[str]:
+        """Checks too heavy for every validation (they may import the engine's framework), run once per run when a
+        sweep loads."""
+        return []
+
+    def stage_settings(self, engine: dict[str, Any], stage: str) -> dict[str, Any]:
+        """The `engine` section of a stage's config (so of its id) from the dumped engine config: the name, and
+        only the settings that decide that stage's result."""
+        return {"name": self.name}
+
+    def start_model(self, cfg) -> str | None:
+        """The model RL starts from when there is no SFT stage, as the step-0 evaluation names it; None: a random
+        initialisation (nothing to evaluate)."""
+        return None
+
+    def model_key(self, stage_cfg: dict[str, Any]) -> str | None:
+        """What model a stage job runs, from its stage config: jobs with the same key cost the same per step."""
+        return stage_cfg.get("model")
+
+    def eval_device(self, engine) -> str:
+        """Where an eval job of this engine's checkpoints samples: `cuda` where there is one, or `cpu`."""
+        return "cuda"
+
+    def gpus(self, engine) -> int:
+        """The GPUs an RL job of this engine trains on."""
+        return 0
+
+    def smoke(self, engine: dict[str, Any], ev: dict[str, Any]) -> None:
+        """Shrink the raw sweep's `engine` and `eval` sections in place for `rlsweep smoke` (workflow/smoke.py)."""
+
+
+class LocalTraits(EngineTraits):
+    """The local engine (workflow/engines/local.py): pure torch, tiny character-level models, the arithmetic task."""
+
+    trainer = "workflow.engines.local:LocalEngine"
+    reports_intermediate_evals = True
+
+    def check(self, cfg) -> None:
+        real = [b for b in cfg.eval.benchmarks if BENCHMARKS[b].group != "arithmetic"]
+        if real:
+            raise ConfigProblem("eval.benchmarks", f"{real}: the local engine's tiny character-level models can "
+                                "only answer the synthetic `arithmetic` set; real benchmarks need a model with a real "
+                                "tokenizer (the verl engine)")
+        if cfg.task.name == "datasets":
+            raise ConfigProblem("task.name", "datasets: the local engine's tiny character-level models only know "
+                                "the arithmetic task; real training sets need a model with a real tokenizer (engine "
+                                "verl)")
+        if cfg.eval.at_start and not cfg.sft.enabled:
+            raise ConfigProblem("eval.at_start", "the local engine without SFT starts RL from a random initialisation, "
+                                "which has no checkpoint to evaluate; enable sft or drop eval.at_start")
+
+
+LOCAL = LocalTraits()

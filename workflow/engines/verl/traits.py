@@ -1,0 +1,96 @@
+"""The verl engine's traits (workflow/engines/traits.py): what the rest of rlsweep asks of it without importing verl.
+Its settings are the run config's `engine.verl` section (workflow/config.py VerlSettings); how the rest of the run
+config maps onto verl's is translate.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workflow.engines.traits import EngineTraits
+from workflow.models import TINY
+from workflow.strict import ConfigProblem
+
+# which engine.verl fields decide each stage's result: an SFT job is not redone when only RL's settings change
+STAGE_FIELDS = {
+    "sft": ("model_path", "device", "n_gpus_per_node", "nnodes", "strategy", "sft_overrides"),
+    "rl": ("model_path", "device", "n_gpus_per_node", "nnodes", "strategy", "rollout_tp", "gpu_memory_utilization",
+           "max_prompt_length", "overrides"),
+    "eval": ("device",),  # the eval stage reads a checkpoint; only where vLLM runs matters
+}
+
+
+class VerlTraits(EngineTraits):
+    trainer = "workflow.engines.verl.engine:VerlEngine"
+    settings = "verl"
+
+    def check(self, cfg) -> None:
+        v = cfg.engine.verl
+        if not v.model_path:
+            raise ConfigProblem("engine.verl.model_path", "required with engine verl (a Hugging Face model id or "
+                                "directory: the model SFT starts from, or RL when sft.enabled is false)")
+        if cfg.model.lora is not None and cfg.model.lora.dropout > 0:
+            raise ConfigProblem("model.lora.dropout", "verl's FSDP LoRA has no dropout; set 0 on engine verl")
+        if cfg.eval.backend == "local":
+            raise ConfigProblem("eval.backend", "local: the local backend samples the local engine's tiny models "
+                                "only; a verl run's checkpoints are evaluated with vllm (eval.backend: vllm or auto)")
+        _check_driver_side_methods(cfg)
+
+    def sweep_problems(self, cfg) -> list[str]:
+        from workflow.engines.verl.compose import VerlConfigError, validate  # verl's own checks: imports verl
+        try:
+            validate(cfg)
+        except VerlConfigError as e:
+            return [str(e)]
+        return []
+
+    def stage_settings(self, engine: dict[str, Any], stage: str) -> dict[str, Any]:
+        return {"name": self.name, "verl": {k: engine["verl"][k] for k in STAGE_FIELDS[stage]}}
+
+    def start_model(self, cfg) -> str | None:
+        return cfg.engine.verl.model_path
+
+    def model_key(self, stage_cfg: dict[str, Any]) -> str | None:
+        return stage_cfg.get("engine", {}).get("verl", {}).get("model_path")
+
+    def eval_device(self, engine) -> str:
+        return engine.verl.device
+
+    def gpus(self, engine) -> int:
+        v = engine.verl
+        return v.n_gpus_per_node * v.nnodes if v.device != "cpu" else 0
+
+    def smoke(self, engine: dict[str, Any], ev: dict[str, Any]) -> None:
+        v = engine.setdefault("verl", {})
+        for raw_keys in ("overrides", "sft_overrides"):  # GPU-specific; checked against verl's when the sweep loaded
+            v.pop(raw_keys, None)
+        v.update(model_path=TINY, device="cpu", n_gpus_per_node=1, nnodes=1, rollout_tp=1,
+                 max_prompt_length=min(int(v.get("max_prompt_length", 1024)), 512), timeout_min=30)
+        ev["backend"] = "vllm"
+
+
+def _check_driver_side_methods(cfg) -> None:
+    """Mixed-policy methods and FAST-GRPO's parts compute on verl's driver, over the step's whole batch."""
+    rl, overrides = cfg.rl, cfg.engine.verl.overrides
+    if rl.mix == "none" and not rl.fast_grpo_parts:
+        return
+    # the driver computes the method's token weights once over the step's whole batch: one update of it
+    one_update = {"actor_rollout_ref.actor.ppo_mini_batch_size": rl.prompts_per_step,
+                  "actor_rollout_ref.actor.ppo_epochs": 1}
+    for key, needed in one_update.items():
+        if key in overrides and overrides[key] != needed:
+            what = f"rl.mix {rl.mix}" if rl.mix != "none" else f"rl.{rl.fast_grpo_parts[0]}"
+            raise ConfigProblem(f"engine.verl.overrides.{key}", f"{overrides[key]}: with {what} it must be {needed} "
+                                "(the step's token weights are computed once over the whole step batch, which then "
+                                "trains in one update)")
+    agent = "actor_rollout_ref.rollout.agent.default_agent_loop"
+    if rl.mix == "prefix_rft" and agent in overrides:
+        raise ConfigProblem(f"engine.verl.overrides.{agent}", "with rl.mix prefix_rft the rollouts run through "
+                            "rlsweep's agent loop, which continues the demonstration prefixes; leave it unset")
+    sampler = [k for k in overrides if k.startswith("trainer.v1.sampler.custom_sampler")]
+    if rl.slow2fast.enabled and rl.slow2fast.refill == "resample" and sampler:
+        raise ConfigProblem(f"engine.verl.overrides.{sampler[0]}", "with rl.slow2fast refill resample verl's "
+                            "sampling runs through rlsweep's sampler, which drops and refills the groups; "
+                            "leave it unset")
+
+
+VERL = VerlTraits()
