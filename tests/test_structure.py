@@ -239,6 +239,17 @@ def test_engines_and_builtin_rules_named_by_string_exist():
         assert getattr(importlib.import_module(module), cls)
 
 
+def test_every_stage_of_the_table_names_a_runner_that_exists():
+    """The stage table (workflow/stages.py) drives the ids, the typed configs and the launcher: each runner it names
+    by string is a function of the launcher."""
+    from workflow.stages import STAGES
+    from workflow.strict import Strict
+    assert list(STAGES) == ["data", "overlap", "sft", "rl", "eval"]
+    for stage in STAGES.values():
+        module, _, fn = stage.runner.partition(":")
+        assert callable(getattr(importlib.import_module(module), fn)) and issubclass(stage.model, Strict)
+
+
 @pytest.mark.parametrize("kind", ["update rule", "mixed-policy method"])
 def test_settings_sections_of_the_run_config_match_the_registered_classes(kind):
     """rl.<name> is the Settings model of the class registered as <name>, whose constructor takes its fields."""

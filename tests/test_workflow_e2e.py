@@ -105,7 +105,7 @@ def test_intermediate_evals_every_n_steps_then_other_graders_judge_them_without_
     # rlsweep rescore: other graders judge the stored responses (tests/test_graders.py pins their verdicts)
     evaluated = {k: v for k, v in mtimes(results).items() if k.startswith("ev/eval/") or "eval_samples" in k}
     bad = run_cli("--results", str(results), "rescore", str(sweep), "--graders", "nope")
-    assert bad.returncode == 2 and "unknown grader(s) nope; known: math_verify" in bad.stderr
+    assert bad.returncode == 2 and "unknown grader(s) nope; known: dapo, exact, math_equal, math_verify" in bad.stderr
     first = run_cli("--results", str(results), "rescore", str(sweep), "--graders", "math_verify", "dapo")
     assert first.returncode == 0, first.stderr[-3000:]
     # every stored response judged once by each grader, against the same samples; nothing generated again

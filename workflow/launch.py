@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import functools
+import importlib
 import json
 import os
 import signal
@@ -49,7 +50,7 @@ from workflow.results.summary import write_summary
 from workflow.results.train_log import TrainLog
 from workflow.results.writer import write_rows
 from workflow.runlock import RunLocked, run_lock
-from workflow.stages import STAGES, parse_stage
+from workflow.stages import STAGES, parse_stage, stage_of
 from workflow.study import pruning
 from workflow.sweep.identity import canonical_json, stable_id
 
@@ -159,52 +160,33 @@ def run_stage(stage: str, sweep: str, stage_id: str, cfg: dict, *, results_root:
             time.sleep(2.0)
 
 
+@dataclass(frozen=True)
+class Job:
+    """One stage job as its runner (the stage table's `runner`, workflow/stages.py) sees it."""
+
+    stage: str
+    sweep: str
+    stage_id: str
+    typed: Any  # the stage's typed config (stages.parse_stage)
+    out_dir: Path
+    results_root: Path
+    inputs: Inputs
+    step: int | None
+    group: str | None
+    names: list[str] | None  # an eval job's benchmarks (None: all)
+    runs_row: dict[str, Any]  # the job's runs row, which a runner may add to (backend, preflight)
+
+
 def _run_locked(stage: str, sweep: str, stage_id: str, cfg: dict, typed, out_dir: Path, *, results_root: Path,
                 inputs: Inputs, label: str | None, step: int | None, job: dict, names: list[str] | None) -> Path:
     (out_dir / "config.json").write_text(json.dumps(cfg, indent=1, sort_keys=True))
     runs = _RunsRow(results_root, sweep, stage, stage_id, cfg, typed.rl.method if stage == "rl" else stage, label, job)
     runs.write("running")
-    done: dict[str, Any] = {"stage": stage, "id": stage_id}
+    module, _, name = stage_of(stage).runner.partition(":")
+    runner = getattr(importlib.import_module(module), name)
     try:
-        if stage == "data":
-            done["output"] = os.path.relpath(prepare(typed.task, out_dir), out_dir)
-        elif stage == "overlap":
-            rows = read_done(inputs.data)["output_path"]
-            done["output"] = os.path.relpath(
-                check_overlap(rows, typed.benchmarks, typed.paths, typed.revisions, out_dir), out_dir)
-        elif stage in ("sft", "rl"):
-            ckpt = _train(stage, sweep, stage_id, typed, out_dir, results_root, inputs, runs.row)
-            done["step"] = json.loads((Path(ckpt) / "meta.json").read_text())["step"]
-            done["checkpoint"] = os.path.relpath(ckpt, out_dir)
-            if stage == "rl":  # what it started from: an eval at step 0 (eval.at_start) evaluates that
-                if inputs.init:
-                    done["init"] = os.path.relpath(read_done(inputs.init)["checkpoint_path"], out_dir)
-                elif (start := traits(typed.engine.name).start_model(typed)) is not None:
-                    done["init_model"] = start
-        elif inputs.copy_from is not None:
-            source = eval_job_at(Path(inputs.copy_from).resolve().parent)
-            if source is None or source.step != step or source.group != job["eval_group"]:
-                raise ValueError(f"{inputs.copy_from} is not the DONE.json of an eval job at step {step} of "
-                                 f"group {job['eval_group']}")
-            runs.row["backend"] = "copy"
-            copy_evaluation(source.run_id, source.stage_id, step, names or typed.eval.benchmarks,
-                            results_root=results_root, sweep=sweep, run_id=typed.run_id, eval_id=stage_id)
-            done.update(step=step, copied_from={"run_id": source.run_id, "eval_id": source.stage_id})
-        else:
-            ckpt = inputs.start_model or _checkpoint_at(Path(inputs.checkpoint_from), step)
-            ev, device = typed.eval, traits(typed.engine.name).eval_device(typed.engine)
-            runs.row["backend"] = resolve_backend(ev.backend, device)  # which backend produced the samples
-            # a model_path (str) is what verl's RL starts from: rlsweep:tiny is built here as the RL stage builds it
-            model = resolve_model(ckpt, out_dir) if isinstance(ckpt, str) else ckpt
-            backend = make_backend(ev.backend, model, tensor_parallel_size=ev.tensor_parallel_size, seed=ev.seed,
-                                   device=device)
-            evaluate(backend, typed.task, ev, step, results_root=results_root, sweep=sweep, run_id=typed.run_id,
-                     eval_id=stage_id, names=names)
-            done["step"] = step
-            if isinstance(ckpt, Path):
-                done["checkpoint"] = os.path.relpath(ckpt, out_dir)
-            else:  # a Hugging Face id: verl's model_path, evaluated at step 0
-                done["model"] = ckpt
+        done = runner(Job(stage, sweep, stage_id, typed, out_dir, results_root, inputs, step, job.get("eval_group"),
+                          names, runs.row))
     except BaseException as e:  # noqa: BLE001 - record why, then let it propagate
         status = ("preempted" if isinstance(e, (Preempted, preemption.Resumable)) else
                   "pruned" if isinstance(e, pruning.Pruned) else
@@ -212,9 +194,63 @@ def _run_locked(stage: str, sweep: str, stage_id: str, cfg: dict, typed, out_dir
         runs.write(status, f"{type(e).__name__}: {e}")
         raise
     done_path = out_dir / DONE
-    write_json(done_path, {**done, "finished_at": dt.datetime.now(dt.timezone.utc).isoformat()})
+    write_json(done_path, {"stage": stage, "id": stage_id, **done,
+                           "finished_at": dt.datetime.now(dt.timezone.utc).isoformat()})
     runs.write("completed")
     return done_path
+
+
+def run_data(job: Job) -> dict[str, Any]:
+    """The data stage: the training sets read, filtered and written once (workflow/data/prepare.py)."""
+    return {"output": os.path.relpath(prepare(job.typed.task, job.out_dir), job.out_dir)}
+
+
+def run_overlap(job: Job) -> dict[str, Any]:
+    """The overlap check of the prepared rows against the evaluated benchmarks (workflow/data/overlap.py)."""
+    rows, t = read_done(job.inputs.data)["output_path"], job.typed
+    return {"output": os.path.relpath(check_overlap(rows, t.benchmarks, t.paths, t.revisions, job.out_dir),
+                                      job.out_dir)}
+
+
+def run_training(job: Job) -> dict[str, Any]:
+    """An SFT or RL stage on its engine, to its final checkpoint."""
+    ckpt = _train(job.stage, job.sweep, job.stage_id, job.typed, job.out_dir, job.results_root, job.inputs,
+                  job.runs_row)
+    done = {"step": json.loads((Path(ckpt) / "meta.json").read_text())["step"],
+            "checkpoint": os.path.relpath(ckpt, job.out_dir)}
+    if job.stage == "rl":  # what it started from: an eval at step 0 (eval.at_start) evaluates that
+        if job.inputs.init:
+            done["init"] = os.path.relpath(read_done(job.inputs.init)["checkpoint_path"], job.out_dir)
+        elif (start := traits(job.typed.engine.name).start_model(job.typed)) is not None:
+            done["init_model"] = start
+    return done
+
+
+def run_evaluation(job: Job) -> dict[str, Any]:
+    """An eval job: the checkpoint at its step sampled and scored on its group's benchmarks, or (step 0 of a run
+    whose start another run evaluated) that evaluation's rows copied."""
+    typed, inputs, step = job.typed, job.inputs, job.step
+    if inputs.copy_from is not None:
+        source = eval_job_at(Path(inputs.copy_from).resolve().parent)
+        if source is None or source.step != step or source.group != job.group:
+            raise ValueError(f"{inputs.copy_from} is not the DONE.json of an eval job at step {step} of "
+                             f"group {job.group}")
+        job.runs_row["backend"] = "copy"
+        copy_evaluation(source.run_id, source.stage_id, step, job.names or typed.eval.benchmarks,
+                        results_root=job.results_root, sweep=job.sweep, run_id=typed.run_id, eval_id=job.stage_id)
+        return {"step": step, "copied_from": {"run_id": source.run_id, "eval_id": source.stage_id}}
+    ckpt = inputs.start_model or _checkpoint_at(Path(inputs.checkpoint_from), step)
+    ev, device = typed.eval, traits(typed.engine.name).eval_device(typed.engine)
+    job.runs_row["backend"] = resolve_backend(ev.backend, device)  # which backend produced the samples
+    # a model_path (str) is what verl's RL starts from: rlsweep:tiny is built here as the RL stage builds it
+    model = resolve_model(ckpt, job.out_dir) if isinstance(ckpt, str) else ckpt
+    backend = make_backend(ev.backend, model, tensor_parallel_size=ev.tensor_parallel_size, seed=ev.seed,
+                           device=device)
+    evaluate(backend, typed.task, ev, step, results_root=job.results_root, sweep=job.sweep, run_id=typed.run_id,
+             eval_id=job.stage_id, names=job.names)
+    if isinstance(ckpt, Path):
+        return {"step": step, "checkpoint": os.path.relpath(ckpt, job.out_dir)}
+    return {"step": step, "model": ckpt}  # a Hugging Face id: verl's model_path, evaluated at step 0
 
 
 def _checkpoint_at(rl_done: Path, step: int) -> Path | str:

@@ -15,7 +15,8 @@ engine reads `stage.rl.lr`, never a dict. Sections a stage does not read are abs
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from pydantic import model_validator
 
@@ -24,51 +25,78 @@ from workflow.config import EngineConfig, EvalConfig, ModelConfig, RLConfig, Run
 from workflow.engines.registry import traits
 from workflow.strict import Seed, Strict
 
-STAGES = ("data", "overlap", "sft", "rl", "eval")
-
-
 def overlap_benchmarks(cfg: RunConfig) -> list[str]:
     """The evaluated benchmarks the training data is checked against (the dataset-backed ones)."""
     return [b for b in cfg.eval.benchmarks if not BENCHMARKS[b].synthetic]
 
 
+@dataclass(frozen=True)
+class Ids:
+    """The ids of the stages a stage depends on, which its config names (and so its own id hashes)."""
+    sft_id: str | None = None
+    run_id: str | None = None
+    data_id: str | None = None
+
+
 def stage_config(cfg: RunConfig, stage: str, *, sft_id: str | None = None, run_id: str | None = None,
                  data_id: str | None = None) -> dict:
     """The part of a run's config that decides a stage's result; a stage's id is the hash of exactly this."""
-    d = cfg.model_dump(mode="json")
-    if stage == "data":
-        return {"task": {k: d["task"][k] for k in TaskConfig.DATA_FIELDS}}
-    if stage == "overlap":
-        names = overlap_benchmarks(cfg)
-        return {"data_id": data_id, "benchmarks": names,
-                "paths": {b: p for b, p in d["eval"]["paths"].items() if b in names},
-                "revisions": {b: r for b, r in d["eval"]["revisions"].items() if b in names}}
-    if d["model"]["lora"] is None:  # full fine-tuning keeps the ids it had before LoRA existed
-        del d["model"]["lora"]
-    # the engine's own settings only for its runs, and only those the stage reads (as the rule sections below)
-    engine = traits(cfg.engine.name).stage_settings(d["engine"], stage)
-    common = {"engine": engine, "task": {k: d["task"][k] for k in cfg.task.read_fields}}
-    data = {"data_id": data_id} if data_id is not None else {}  # only runs that train on prepared data
-    if stage == "sft":
-        return {**common, "model": d["model"], "sft": d["sft"], **data}
-    if stage == "rl":
-        # only the selected update rule's settings belong to the run: a GRPO run is the same run whatever
-        # rl.sfpo.K says, so sweeping rl.sfpo.K over GRPO runs is reported as duplicate runs
-        # (and likewise only the selected mixed-policy method's rl.<mix> section)
-        rules, mixes = RLConfig.rule_sections(), RLConfig.mix_sections()
-        rl = {k: v for k, v in d["rl"].items() if (k not in rules or k == d["rl"]["update"])
-              and (k not in mixes or k == d["rl"]["mix"])}
-        if rl["mix"] == "none":  # on-policy runs keep the ids they had before mixed-policy methods existed
-            del rl["mix"]
-        for part in RLConfig.fast_sections():  # FAST-GRPO's parts: in the id only when switched on
-            if not rl[part]["enabled"]:
-                del rl[part]
-        return {**common, "model": d["model"], "rl": rl, "seed": d["seed"], "sft_id": sft_id, **data}
-    if stage == "eval":
-        # at_start off: the ids from before it existed; graders only rescore what was generated (rule rescore)
-        ev = {k: v for k, v in d["eval"].items() if (k != "at_start" or v) and k != "graders"}
-        return {**common, "eval": ev, "run_id": run_id}
-    raise ValueError(f"unknown stage {stage!r}; known: {', '.join(STAGES)}")
+    return stage_of(stage).config(cfg, cfg.model_dump(mode="json"), Ids(sft_id, run_id, data_id))
+
+
+def _data_config(cfg: RunConfig, d: dict, ids: Ids) -> dict:
+    return {"task": {k: d["task"][k] for k in TaskConfig.DATA_FIELDS}}
+
+
+def _overlap_config(cfg: RunConfig, d: dict, ids: Ids) -> dict:
+    names = overlap_benchmarks(cfg)
+    return {"data_id": ids.data_id, "benchmarks": names,
+            "paths": {b: p for b, p in d["eval"]["paths"].items() if b in names},
+            "revisions": {b: r for b, r in d["eval"]["revisions"].items() if b in names}}
+
+
+def _common(cfg: RunConfig, d: dict, stage: str) -> dict:
+    """What every model stage reads: its engine (the engine's own settings only for its runs, and only those the
+    stage reads) and the selected task kind's fields."""
+    return {"engine": traits(cfg.engine.name).stage_settings(d["engine"], stage),
+            "task": {k: d["task"][k] for k in cfg.task.read_fields}}
+
+
+def _model(d: dict) -> dict:
+    model = dict(d["model"])
+    if model["lora"] is None:  # full fine-tuning keeps the ids it had before LoRA existed
+        del model["lora"]
+    return model
+
+
+def _data_ref(ids: Ids) -> dict:
+    return {"data_id": ids.data_id} if ids.data_id is not None else {}  # only runs that train on prepared data
+
+
+def _sft_config(cfg: RunConfig, d: dict, ids: Ids) -> dict:
+    return {**_common(cfg, d, "sft"), "model": _model(d), "sft": d["sft"], **_data_ref(ids)}
+
+
+def _rl_config(cfg: RunConfig, d: dict, ids: Ids) -> dict:
+    # only the selected update rule's settings belong to the run: a GRPO run is the same run whatever
+    # rl.sfpo.K says, so sweeping rl.sfpo.K over GRPO runs is reported as duplicate runs
+    # (and likewise only the selected mixed-policy method's rl.<mix> section)
+    rules, mixes = RLConfig.rule_sections(), RLConfig.mix_sections()
+    rl = {k: v for k, v in d["rl"].items() if (k not in rules or k == d["rl"]["update"])
+          and (k not in mixes or k == d["rl"]["mix"])}
+    if rl["mix"] == "none":  # on-policy runs keep the ids they had before mixed-policy methods existed
+        del rl["mix"]
+    for part in RLConfig.fast_sections():  # FAST-GRPO's parts: in the id only when switched on
+        if not rl[part]["enabled"]:
+            del rl[part]
+    return {**_common(cfg, d, "rl"), "model": _model(d), "rl": rl, "seed": d["seed"], "sft_id": ids.sft_id,
+            **_data_ref(ids)}
+
+
+def _eval_config(cfg: RunConfig, d: dict, ids: Ids) -> dict:
+    # at_start off: the ids from before it existed; graders only rescore what was generated (rule rescore)
+    ev = {k: v for k, v in d["eval"].items() if (k != "at_start" or v) and k != "graders"}
+    return {**_common(cfg, d, "eval"), "eval": ev, "run_id": ids.run_id}
 
 
 class DataStage(Strict):
@@ -112,11 +140,33 @@ class EvalStage(Strict):
     run_id: str
 
 
-STAGE_MODELS: dict[str, type[Strict]] = {"data": DataStage, "overlap": OverlapStage, "sft": SFTStage,
-                                         "rl": RLStage, "eval": EvalStage}
+@dataclass(frozen=True)
+class Stage:
+    """One kind of stage: the slice of the run config its id hashes (`config`), the typed model its job reads that
+    slice back into (`model`), and the function that runs one job of it (`runner`, "module:function" in
+    workflow/launch.py, imported by the job only: planning a sweep imports no torch)."""
+    name: str
+    config: Callable[[RunConfig, dict, Ids], dict]
+    model: type[Strict]
+    runner: str
+
+
+STAGES: dict[str, Stage] = {s.name: s for s in (
+    Stage("data", _data_config, DataStage, "workflow.launch:run_data"),
+    Stage("overlap", _overlap_config, OverlapStage, "workflow.launch:run_overlap"),
+    Stage("sft", _sft_config, SFTStage, "workflow.launch:run_training"),
+    Stage("rl", _rl_config, RLStage, "workflow.launch:run_training"),
+    Stage("eval", _eval_config, EvalStage, "workflow.launch:run_evaluation"),
+)}
+
+
+def stage_of(name: str) -> Stage:
+    try:
+        return STAGES[name]
+    except KeyError:
+        raise ValueError(f"unknown stage {name!r}; known: {', '.join(STAGES)}") from None
 
 
 def parse_stage(stage: str, cfg: dict[str, Any]) -> DataStage | OverlapStage | SFTStage | RLStage | EvalStage:
-    if stage not in STAGE_MODELS:
-        raise ValueError(f"unknown stage {stage!r}; known: {', '.join(STAGES)}")
-    return STAGE_MODELS[stage].model_validate(cfg)
+    """A stage job's config (stage_config's dict, from its command line) as the typed model it reads."""
+    return stage_of(stage).model.model_validate(cfg)
