@@ -15,6 +15,7 @@ from workflow.algos.mix import ON_POLICY  # noqa: E402
 from workflow.algos.mixes.hpt import HPT  # noqa: E402
 from workflow.algos.mixes.luffy import LUFFY  # noqa: E402
 from workflow.algos.mixes.srft import SRFT  # noqa: E402
+from workflow.config import RLConfig  # noqa: E402
 from workflow.engines.verl.mix_batch import (StepRows, demo_positions, group_positions, loss_plan, padded,  # noqa
                                              rollout_metrics, token_fields, trace_response)
 
@@ -284,7 +285,7 @@ def test_verl_runs_every_mixed_policy_method_prefix_rft_through_our_agent_loop()
     agent = "actor_rollout_ref.rollout.agent.default_agent_loop"
     for mix in MIXES.builtins:  # the shipped methods (tests may register toys)
         keys = translate(RunConfig.model_validate({"rl": {"mix": mix}, "engine": verl, "eval": {"backend": "vllm"}}))
-        assert keys["trainer.v1.rlsweep"].get("mix", {"rl": {"mix": "none"}})["rl"]["mix"] == mix
+        assert keys["trainer.v1.rlsweep"]["rl"]["mix"] == mix  # the run's whole RL config (translate.run_rl)
         assert keys.get(agent) == (PREFIX_AGENT_LOOP if mix == "prefix_rft" else None)
     verl["verl"]["overrides"] = {agent: "single_turn_agent"}  # would generate without the prefixes
     with pytest.raises(ValidationError) as e:
@@ -366,7 +367,7 @@ def test_the_driver_marks_prefix_tokens_off_policy_and_fails_when_the_agent_loop
     class Tok:
         eos_token_id = 0
 
-    driver = DriverMix({"mix": "prefix_rft", "max_new_tokens": 4}, seed=0, tokenizer=Tok())
+    driver = DriverMix(RLConfig(mix="prefix_rft", max_new_tokens=4), seed=0, tokenizer=Tok())
     driver.demos = [[5, 6, 7, 8, 9]]
     driver.slots, driver.off_len = [ON_POLICY, Slot(prefix=3), Slot(prefix=6)], [0, 0, 0]
     responses = [torch.tensor([1, 2]), torch.tensor([5, 6, 7, 4]), torch.tensor([5, 6, 7, 8])]
@@ -503,7 +504,7 @@ def test_the_relift_buffer_is_saved_with_verls_checkpoint_and_restored_on_resume
     def trainer():
         t = RlsweepTrainer.__new__(RlsweepTrainer)  # no Ray: only the checkpoint hooks
         t.config = OmegaConf.create({"trainer": {"default_local_dir": str(tmp_path), "v1": {"rlsweep": {}}}})
-        t._rlsweep_mix = DriverMix({"mix": "relift", "relift": {"buffer_size": 4}}, seed=0, tokenizer=None)
+        t._rlsweep_mix = DriverMix(RLConfig(mix="relift", relift={"buffer_size": 4}), seed=0, tokenizer=None)
         return t
     before = trainer()
     before.global_steps = 3
@@ -558,7 +559,7 @@ def fast_driver(monkeypatch, rl: dict, scores: list[list[float]], lengths: list[
     monkeypatch.setattr(mix_hooks, "tq", queue)
     tags = [{"global_steps": 1, "seq_len": len(rows[k]["prompts"]) + len(rows[k]["responses"])} for k in keys]
     batch = KVBatchMeta(keys=keys, partition_id="train", tags=tags, extra_info={})
-    driver = mix_hooks.DriverMix({"group_size": len(scores[0]), "max_new_tokens": 8, **rl}, 0, Tok())
+    driver = mix_hooks.DriverMix(RLConfig(group_size=len(scores[0]), max_new_tokens=8, **rl), 0, Tok())
     if place:
         driver.place_traces(batch, 1)
     return driver, batch, queue
@@ -733,7 +734,7 @@ def test_verls_sampler_refills_each_group_slow2fast_drops_with_one_prompt_within
     monkeypatch.setattr(replay_buffer, "tq", world)
     monkeypatch.setattr(slow2fast, "tq", world)
     rl = {"steps": 4, "prompts_per_step": 2, "group_size": 4, "slow2fast": {"enabled": True, "max_rounds": 1}}
-    sampler = slow2fast.Slow2FastSampler(trainer_mode="rlsweep", trainer_config={"mix": {"rl": rl}},
+    sampler = slow2fast.Slow2FastSampler(trainer_mode="rlsweep", trainer_config={"rl": rl},
                                          max_off_policy_threshold=None, max_off_policy_strategy="drop",
                                          sampler_kwargs={}, refill_fn=world.submit, poll_interval=0.0)
     world.submit(2)  # verl's step submits its batch's prompts first

@@ -59,11 +59,11 @@ def unbind(value) -> list[torch.Tensor]:
 
 
 class DriverMix:
-    def __init__(self, rl: dict[str, Any], seed: int, tokenizer, extra_fields: tuple[str, ...] = ()):
-        """`rl`: the run's RLConfig as plain data; `extra_fields`: per-token fields verl keeps for this run besides
-        ours (ref_log_prob with a reference model, rollout_log_probs when the rollout returns log-probs); a
+    def __init__(self, rl: RLConfig, seed: int, tokenizer, extra_fields: tuple[str, ...] = ()):
+        """`rl`: the run's RLConfig (translate.run_rl); `extra_fields`: per-token fields verl keeps for this run
+        besides ours (ref_log_prob with a reference model, rollout_log_probs when the rollout returns log-probs); a
         replaced row needs them at its length."""
-        self.rl = RLConfig(**rl)
+        self.rl = rl
         self.extra_fields = list(extra_fields)
         self.mix = build_mix(self.rl)
         self.seed, self.tokenizer = seed, tokenizer

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from omegaconf import OmegaConf
 from verl.experimental.agent_loop.agent_loop import register
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 
 from workflow.algos.registry import build_mix
-from workflow.config import RLConfig
+from workflow.engines.verl.translate import run_rl
 from workflow.engines.verl.mix_batch import prefix_len, prompt_slots
 from workflow.engines.verl.translate import PREFIX_AGENT_LOOP
 
@@ -47,11 +46,11 @@ def session_prefix(trainer_config, tokenizer, session_id: int, extra_info: dict 
                    response_length: int) -> list[int]:
     """The demonstration tokens session `session_id` of this prompt starts with ([] for an on-policy session or a
     row without a demonstration). `trainer_config` is the run's verl config: the run's RL config is the one the
-    driver builds its method from (translate.py, trainer.v1.rlsweep.mix.rl), the seed data.seed."""
+    driver builds its method from (translate.run_rl), the seed data.seed."""
     demo = (extra_info or {}).get("demo")
     if not demo:
         return []
-    rl = RLConfig(**OmegaConf.to_container(trainer_config.trainer.v1.rlsweep.mix.rl, resolve=True))
+    rl = run_rl(trainer_config.trainer.v1.rlsweep)
     tokens = tokenizer.encode(demo, add_special_tokens=False)
     slots = prompt_slots(build_mix(rl), rl.group_size, rl.steps, len(tokens), int(trainer_config.data.seed),
                          int(step), int(extra_info["index"]))

@@ -24,7 +24,7 @@ import transfer_queue as tq
 from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync
 
 from workflow.algos.fast_grpo import group_accuracy, slow2fast_keep
-from workflow.config import RLConfig
+from workflow.engines.verl.translate import run_rl
 from workflow.engines.verl.mix_batch import prompt_uid
 
 # the sampler's step metrics (summed over its polls by verl), read by DriverMix.keep_groups
@@ -41,12 +41,13 @@ def phase_progress(global_steps: int, total_steps: int) -> float:
 class Slow2FastSampler(ReplayBufferAsync):
     """verl's replay buffer (trainer_mode rlsweep is not "sync", so ReplayBufferAsync) with Slow2Fast as its group
     filter. verl builds it from `trainer.v1.sampler.custom_sampler` (translate.py sets it) and passes the run's
-    `trainer.v1.rlsweep` section as `trainer_config`. ReplayBufferAsync.sample polls TransferQueue; on each poll it
-    asks _dapo_filtered_keys which finished groups to evict, clears them and calls refill_fn with their number."""
+    `trainer.v1.rlsweep` section as `trainer_config` (translate.run_rl reads the run's RL config from it).
+    ReplayBufferAsync.sample polls TransferQueue; on each poll it asks _dapo_filtered_keys which finished groups to
+    evict, clears them and calls refill_fn with their number."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.rl = RLConfig(**dict(self.trainer_config["mix"]["rl"]))
+        self.rl = run_rl(self.trainer_config)
         self.progress = 0.0
         self.budget = 0  # refill prompts left this step
         self.judged: set[str] = set()  # finished groups already judged this step (kept ones stay kept)

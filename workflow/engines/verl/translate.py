@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from workflow.algos.registry import get_update_rule, rule_settings
+from workflow.algos.registry import get_update_rule
+from workflow.config import RLConfig
 
 # our aggregation -> (verl loss_agg_mode, needs loss_scale_factor = max response length). Ours: token-sum divides
 # by the constant n_seqs * max_len (Dr.GRPO); verl's seq-mean-token-sum-norm = sum / n_seqs / loss_scale_factor.
@@ -21,6 +22,7 @@ LOSS_AGG = {"token-mean": ("token-mean", False), "seq-mean-token-mean": ("seq-me
             "token-sum": ("seq-mean-token-sum-norm", True)}
 
 PLACEHOLDER = "<set by the job>"
+RL_SECTION = "trainer.v1.rlsweep"  # our section of verl's config (trainer_mode rlsweep): {"rl": ..., "log": ...}
 
 # What verl loads by name, in its own processes: the reward function (reward.custom_reward_function), our worker
 # and trainer module (VERL_USE_EXTERNAL_MODULES, imported by every Ray process), the SFT trainer torchrun runs.
@@ -195,10 +197,9 @@ def translate(cfg, *, model_path: str = PLACEHOLDER, train_files: str = PLACEHOL
                                                        **process_env(v)}
     # our update rules inside verl: the registered trainer decides the gates and hands the workers their spec
     out["trainer.v1.trainer_mode"] = "rlsweep"
-    out["trainer.v1.rlsweep"] = rule_settings(rl)
-    if rl.mix != "none" or rl.fast_grpo_parts:  # the driver builds the method from the run's RL config, and plans
-        # the step's rows (mix_hooks.DriverMix); FAST-GRPO's parts are driver hooks on plain GRPO
-        out["trainer.v1.rlsweep"]["mix"] = {"rl": rl.model_dump(mode="json")}
+    # the run's RL config, whole, in one place: every verl process reads it back with run_rl (the driver's gates and
+    # mixed-policy method, the agent loop, the sampler); the engine adds "log" (where our tables go) at job time
+    out[RL_SECTION] = {"rl": rl.model_dump(mode="json")}
     if rl.mix == "prefix_rft":  # every training rollout through our agent loop (it reads the same RL config)
         out["actor_rollout_ref.rollout.agent.default_agent_loop"] = PREFIX_AGENT_LOOP
     if rl.slow2fast.enabled and rl.slow2fast.refill == "resample":  # dropped groups refilled inside verl's sampling
@@ -267,3 +268,13 @@ OURS = {
     "trainer.nnodes": "engine.verl.nnodes",
     "actor_rollout_ref.rollout.tensor_model_parallel_size": "engine.verl.rollout_tp",
 }
+
+
+def run_rl(section) -> RLConfig:
+    """The run's RLConfig from our section of verl's config (`config.trainer.v1.rlsweep`, an OmegaConf node or a
+    plain mapping): the one shape, and the one reader, for every verl process."""
+    rl = section["rl"]
+    if hasattr(rl, "_get_node"):  # an OmegaConf node (inside verl): plain data first
+        from omegaconf import OmegaConf
+        rl = OmegaConf.to_container(rl, resolve=True)
+    return RLConfig.model_validate(rl)

@@ -21,7 +21,6 @@ from pathlib import Path
 
 import ray
 import transfer_queue as tq
-from omegaconf import OmegaConf
 from verl.trainer.ppo.v1 import register_trainer
 from verl.trainer.ppo.utils import need_reference_policy
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
@@ -31,12 +30,13 @@ from verl.utils.metric.utils import AggregationType, Metric
 from verl.utils.py_functional import rename_dict
 from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 
-from workflow.algos.registry import rule_from_settings
+from workflow.algos.registry import rule_from_settings, rule_settings
 from workflow.algos.schedules import scaled_lr
 from workflow.engines.verl.gates import METRIC_PREFIX, UPDATE_KEY, DriverGates
 from workflow.engines.verl.metrics import param_count, train_steps_row
 from workflow.engines.verl.mix_loss import LR_SCALE, mixed_loss, planned
 from workflow.engines.verl.rule_step import rule_train_batch
+from workflow.engines.verl.translate import run_rl
 from workflow.results.train_log import TrainLog
 
 MIX_STATE = "rlsweep_mix.json"  # in verl's global_step_N folder: the driver's method state at that checkpoint
@@ -122,13 +122,12 @@ class RlsweepTrainer(PPOTrainerSync):
     def _driver_mix(self):
         """The run's mixed-policy method on the driver (None for rl.mix none), built on first use."""
         if "_rlsweep_mix" not in self.__dict__:
-            settings = (self.config.trainer.v1.rlsweep or {}).get("mix")
+            rl = run_rl(self.config.trainer.v1.rlsweep)
             self._rlsweep_mix = None
-            if settings:
+            if rl.mix != "none" or rl.fast_grpo_parts:  # FAST-GRPO's parts are driver hooks on plain GRPO
                 from workflow.engines.verl.mix_hooks import DriverMix  # the driver only: it reads verl's TQ
                 extra = (["ref_log_prob"] if need_reference_policy(self.config) else []) + \
                     (["rollout_log_probs"] if self.config.actor_rollout_ref.rollout.calculate_log_probs else [])
-                rl = OmegaConf.to_container(settings["rl"], resolve=True)
                 self._rlsweep_mix = DriverMix(rl, int(self.config.data.seed), self.tokenizer, tuple(extra))
         return self._rlsweep_mix
 
@@ -157,7 +156,7 @@ class RlsweepTrainer(PPOTrainerSync):
             return batch
         gates = self.__dict__.get("_rlsweep_gates")
         if gates is None:
-            gates = self._rlsweep_gates = DriverGates(dict(self.config.trainer.v1.rlsweep))
+            gates = self._rlsweep_gates = DriverGates(rule_settings(run_rl(self.config.trainer.v1.rlsweep)))
         spec = gates.before_update(entropy=metrics.get("actor/entropy"))
         batch.extra_info[UPDATE_KEY] = spec
         batch = super()._update_actor(batch, metrics)
