@@ -27,6 +27,29 @@ def need_verl_and_vllm() -> None:
 torch.set_num_threads(1)
 
 
+# The suite runs on two pytest-xdist workers (pyproject.toml: -n 2 --dist loadgroup): much of its time is waiting
+# (SLURM's scheduler, Ray and vLLM starting, polling), which the other worker fills. Modules that start verl,
+# vLLM, Ray, torchrun or torch.distributed run one at a time in one group: they share ports and the model cache and
+# check that nothing of theirs is left running. The SLURM modules share the one local cluster. Every other module
+# is a group of its own, so its module-scoped fixtures are built once.
+SERIAL_GROUPS = {
+    "verl": ("test_real_model", "test_verl_cpu", "test_verl_mix_cpu", "test_verl_sft", "test_verl_engine",
+             "test_verl_preflight", "test_verl_lora", "test_verl_process", "test_verl_update", "test_verl_mix",
+             "test_verl_seam", "test_verl_config", "test_verl_data", "test_backends", "test_models",
+             "test_distributed", "test_slurm_units"),
+    "slurm": ("test_slurm", "test_slurm_nodes"),
+}
+
+_UNKNOWN = [m for ms in SERIAL_GROUPS.values() for m in ms if not (Path(__file__).parent / f"{m}.py").is_file()]
+assert not _UNKNOWN, f"tests/conftest.py SERIAL_GROUPS names modules that do not exist: {_UNKNOWN}"
+
+
+def pytest_itemcollected(item):
+    """Each test's xdist group (SERIAL_GROUPS), as it is collected: before xdist reads the groups."""
+    module = item.path.stem
+    item.add_marker(pytest.mark.xdist_group(next((g for g, mods in SERIAL_GROUPS.items() if module in mods), module)))
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked `long` (minutes of a real cluster each: a Ray cluster across two nodes, a node killed under a
     job) run on demand, with RLSWEEP_LONG_TESTS=1: CI's time budget has no room for them (README, "SLURM")."""

@@ -137,9 +137,9 @@ def _in_use() -> set[int]:
     return inodes
 
 
-def remove_leaked_segments(before: set[str]) -> list[str]:
-    """Delete /dev/shm entries created since `before` that no live process maps or holds open; returns their
-    names."""
+def leaked_since(before: set[str]) -> list[str]:
+    """/dev/shm entries created since `before` that no live process maps or holds open (what another live job on
+    this node uses is not leaked)."""
     fresh = _segments() - before
     if not fresh:
         return []
@@ -147,10 +147,20 @@ def remove_leaked_segments(before: set[str]) -> list[str]:
     leaked = []
     for name in sorted(fresh):
         try:
-            if (SHM / name).stat().st_ino in in_use:
-                continue
+            if (SHM / name).stat().st_ino not in in_use:
+                leaked.append(name)
+        except OSError:  # removed meanwhile
+            continue
+    return leaked
+
+
+def remove_leaked_segments(before: set[str]) -> list[str]:
+    """Delete the entries leaked_since(before); returns their names."""
+    removed = []
+    for name in leaked_since(before):
+        try:
             (SHM / name).unlink()
         except OSError:  # removed meanwhile, or another user's
             continue
-        leaked.append(name)
-    return leaked
+        removed.append(name)
+    return removed
