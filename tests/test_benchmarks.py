@@ -86,7 +86,7 @@ def test_wrong_schema_and_missing_file_are_clear_errors(tmp_path):
         load("gsm8k", path=fixture("math500"))
     with pytest.raises(DatasetUnavailable, match="file not found"):
         load("gsm8k", path=tmp_path / "nope.jsonl")
-    with pytest.raises(KeyError, match="unknown benchmark 'aime26'"):
+    with pytest.raises(ValueError, match="unknown benchmark .aime26."):
         load("aime26")
 
 

@@ -239,6 +239,28 @@ def test_engines_and_builtin_rules_named_by_string_exist():
         assert getattr(importlib.import_module(module), cls)
 
 
+def registries() -> dict[str, str]:
+    """Entry-point group -> the module defining it, for every module-level `X = Registry(kind, group, ...)`."""
+    found = {}
+    for m, path in MODULES.items():
+        for node in ast.parse(path.read_text()).body:
+            value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+            if (isinstance(value, ast.Call) and getattr(value.func, "id", None) == "Registry"
+                    and len(value.args) > 1 and isinstance(value.args[1], ast.Constant)):
+                found[value.args[1].value] = m
+    return found
+
+
+def test_every_pluggable_kind_is_one_registry_and_the_readme_lists_its_group():
+    """Rules, methods, graders, benchmarks, training sets, engines, samplers and pruners all sit in the one kind of
+    registry (workflow/registry.py), so each takes third-party units the same way, through its entry-point group."""
+    groups = registries()
+    assert set(groups) == {"update_rules", "mixes", "graders", "benchmarks", "datasets", "engines", "samplers",
+                           "pruners"}, groups
+    readme = (REPO / "README.md").read_text()
+    assert all(f"`rlsweep.{g}`" in readme for g in groups), [g for g in groups if f"`rlsweep.{g}`" not in readme]
+
+
 def test_every_stage_of_the_table_names_a_runner_that_exists():
     """The stage table (workflow/stages.py) drives the ids, the typed configs and the launcher: each runner it names
     by string is a function of the launcher."""

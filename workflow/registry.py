@@ -66,6 +66,9 @@ class Registry(Generic[T]):
     def __iter__(self):
         return iter(self.names())
 
+    def __getitem__(self, name: str) -> T:
+        return self.get(name)
+
     def get(self, name: str) -> T:
         if name not in self.loaded:
             target = self.builtins.get(name) or self.plugins().get(name)

@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from workflow.benchmarks import word_problems
 from workflow.benchmarks.answers import extract_boxed
 from workflow.hub import HubDataset, hub_records, normalized, read_records
-from workflow.benchmarks import word_problems
+from workflow.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,9 @@ def _word_problems() -> list[Example]:
             for p in word_problems.split().train]
 
 
-REGISTRY: dict[str, TrainingSet] = {t.name: t for t in [
+# a third-party package adds one (a TrainingSet) through the entry-point group `rlsweep.datasets` (workflow/registry.py)
+REGISTRY: Registry[TrainingSet] = Registry("training set", "datasets", base=TrainingSet)
+for _t in [
     TrainingSet("dapo_math_17k", HubDataset("BytedTsinghua-SIA/DAPO-Math-17k", None, "train",
                                             ("prompt", "reward_model", "extra_info")), _dapo, demonstrations=False,
                 note="the Hub copy repeats each of its ~17k problems many times; the data stage keeps one of each"),
@@ -148,14 +151,13 @@ REGISTRY: dict[str, TrainingSet] = {t.name: t for t in [
     TrainingSet("word_problems", None, None, demonstrations=True, generate=_word_problems,
                 note="generated grade-school word problems with worked solutions (workflow/benchmarks/word_problems.py); "
                      "disjoint from the word_problems benchmark"),
-]}
+]:
+    REGISTRY.register(_t.name)(_t)
 
 
 def get(name: str) -> TrainingSet:
-    try:
-        return REGISTRY[name]
-    except KeyError:
-        raise KeyError(f"unknown training set {name!r}; known: {', '.join(sorted(REGISTRY))}") from None
+    """The training set; an unknown name fails with the known ones."""
+    return REGISTRY.get(name)
 
 
 def load(name: str, path: str | Path | None = None, revision: str | None = None) -> list[Example]:

@@ -70,7 +70,7 @@ SPENT = """
 def own_grader_sql() -> str:
     """Each benchmark's own grader as SQL over a `benchmark` column: eval_samples rows written before the grader
     column existed (null) were judged by it."""
-    cases = " ".join(f"WHEN {_literal(b.name)} THEN {_literal(b.grader)}" for b in REGISTRY.values())
+    cases = " ".join(f"WHEN {_literal(b.name)} THEN {_literal(b.grader)}" for _, b in REGISTRY.items())
     return f"CASE benchmark {cases} END"
 
 

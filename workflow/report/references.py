@@ -15,11 +15,13 @@ from pathlib import Path
 import yaml
 
 from workflow.errors import UserError
-from workflow.benchmarks.catalog import MATH_SET, OOD_SET, REGISTRY
+from workflow.benchmarks.catalog import BUILTIN, MATH_SET, OOD_SET, REGISTRY
 from workflow.report.tables import Cell, Table, fmt
 
 # the synthetic benchmarks (arithmetic, word_problems) are rlsweep's own: no paper reports them
-BENCHMARKS = tuple(name for name, b in REGISTRY.items() if not b.synthetic)
+# the catalogue's order (the built-ins as listed, then any a package adds)
+CATALOGUE = tuple(dict.fromkeys([*(b.name for b in BUILTIN), *REGISTRY]))
+BENCHMARKS = tuple(name for name in CATALOGUE if not REGISTRY[name].synthetic)
 REQUIRED = ("paper", "source", "model", "method", "decoding", "values", "stated", "note")
 OPTIONAL = ("stated_over", "stated_with")
 SETS = {"math": MATH_SET, "ood": OOD_SET}
@@ -194,7 +196,7 @@ def check(refs: list[Reference], tolerance: float = 0.0007) -> list[Flag]:
 
 
 def _columns(benchmarks: set[str]) -> list[str]:
-    known = [n for n in (*MATH_SET, *OOD_SET, *REGISTRY) if n in benchmarks]
+    known = [n for n in (*MATH_SET, *OOD_SET, *CATALOGUE) if n in benchmarks]
     return list(dict.fromkeys(known)) + sorted(benchmarks - set(known))
 
 

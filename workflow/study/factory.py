@@ -13,7 +13,7 @@ import optuna
 from optuna.storages.journal import JournalFileBackend, JournalStorage
 
 from workflow.layout import default_journal
-from workflow.study.spec import OptunaSpec
+from workflow.study.spec import PRUNERS, SAMPLERS, OptunaSpec
 
 
 class AskTellGridSampler(optuna.samplers.GridSampler):
@@ -25,11 +25,6 @@ class AskTellGridSampler(optuna.samplers.GridSampler):
         pass
 
 
-SAMPLERS = {"tpe": optuna.samplers.TPESampler, "cmaes": optuna.samplers.CmaEsSampler,
-            "gp": optuna.samplers.GPSampler, "random": optuna.samplers.RandomSampler,
-            "grid": AskTellGridSampler}
-PRUNERS = {"none": optuna.pruners.NopPruner, "median": optuna.pruners.MedianPruner,
-           "hyperband": optuna.pruners.HyperbandPruner}
 # constructor arguments the block sets itself, so `options:` may not
 _OWNED = {"seed": "sampler.seed", "search_space": "optuna.space"}
 

@@ -71,7 +71,8 @@ class _Reporter:
         self.run_eval = run_eval
         import optuna  # (optuna, and DuckDB below: only in a pruned trial's RL stage, not in every stage job)
 
-        from workflow.study.factory import PRUNERS, open_storage
+        from workflow.study.factory import open_storage
+        from workflow.study.spec import PRUNERS
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         # the study's own pruner (load_study would otherwise give a default MedianPruner)
         pruner = PRUNERS[ctx["pruner"]["name"]](**ctx["pruner"]["options"])

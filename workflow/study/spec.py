@@ -25,9 +25,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, field_validator
+from pydantic import AfterValidator, BeforeValidator, Field, field_validator
 
-from workflow.strict import Seed, Strict
+from workflow.registry import Registry
+from workflow.strict import ConfigProblem, Seed, Strict
 
 Direction = Literal["maximize", "minimize"]
 
@@ -62,14 +63,32 @@ class Param(Strict):
     when: dict[str, Any] = Field(default_factory=dict)
 
 
+# Optuna's samplers and pruners by name, imported only when a study starts (reading a sweep imports no Optuna); a
+# package adds its own through the entry-point groups rlsweep.samplers / rlsweep.pruners (workflow/registry.py)
+SAMPLERS = Registry("sampler", "samplers", base="optuna.samplers:BaseSampler", builtins={
+    "tpe": "optuna.samplers:TPESampler", "cmaes": "optuna.samplers:CmaEsSampler", "gp": "optuna.samplers:GPSampler",
+    "random": "optuna.samplers:RandomSampler", "grid": "workflow.study.factory:AskTellGridSampler"})
+PRUNERS = Registry("pruner", "pruners", base="optuna.pruners:BasePruner", builtins={
+    "none": "optuna.pruners:NopPruner", "median": "optuna.pruners:MedianPruner",
+    "hyperband": "optuna.pruners:HyperbandPruner"})
+
+
+def _one_of(registry: Registry):
+    def check(name: str) -> str:
+        if name not in registry:
+            raise ConfigProblem("", f"unknown {registry.kind} {name!r}; known: {', '.join(registry.names())}")
+        return name
+    return check
+
+
 class SamplerSpec(Strict):
-    name: Literal["tpe", "cmaes", "gp", "random", "grid"] = "tpe"
+    name: Annotated[str, AfterValidator(_one_of(SAMPLERS))] = "tpe"
     seed: Seed | None = None
     options: dict[str, Any] = Field(default_factory=dict)  # keyword arguments of the sampler's constructor
 
 
 class PrunerSpec(Strict):
-    name: Literal["none", "median", "hyperband"] = "none"
+    name: Annotated[str, AfterValidator(_one_of(PRUNERS))] = "none"
     options: dict[str, Any] = Field(default_factory=dict)  # e.g. n_warmup_steps, min_resource, reduction_factor
 
 
