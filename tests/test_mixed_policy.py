@@ -21,7 +21,7 @@ from workflow.algos.registry import mix_names
 from conftest import REPO, refusal, run_cli
 from pydantic import ValidationError
 from workflow.config import RunConfig
-from workflow.engines.rl_batch import advantage_kept
+from workflow.algos.mix_batch import advantage_kept
 from workflow.engines.tiny_lm import pack, prefix_mask
 from workflow.eval.plan import eval_steps
 from workflow.launch import run_stage

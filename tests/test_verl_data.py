@@ -11,9 +11,10 @@ import numpy as np  # noqa: E402
 
 from verl_cpu import write_tiny_model  # noqa: E402
 from workflow.config import RunConfig  # noqa: E402
-from workflow.engines.verl.compose import compose  # noqa: E402
-from workflow.engines.verl.translate import translate  # noqa: E402
-from workflow.engines.verl.data import compute_score, read_rows, write_rl_data  # noqa: E402
+from workflow.engines.verl.driver.compose import compose  # noqa: E402
+from workflow.engines.verl.driver.translate import translate  # noqa: E402
+from workflow.engines.verl.driver.data import read_rows, write_rl_data  # noqa: E402
+from workflow.engines.verl.inside.reward import compute_score  # noqa: E402
 from workflow.benchmarks.arithmetic import sample_train  # noqa: E402
 
 CFG = RunConfig.model_validate({"engine": {"name": "verl", "verl": {"max_prompt_length": 64, "model_path": "m"}},

@@ -14,7 +14,7 @@ pytest.importorskip("verl")
 
 from conftest import refusal, write_sweep  # noqa: E402
 from workflow.engines import lora  # noqa: E402
-from workflow.engines.verl.translate import external_modules, translate, translate_sft  # noqa: E402
+from workflow.engines.verl.driver.translate import external_modules, translate, translate_sft  # noqa: E402
 from workflow.sweep.expand import load_sweep  # noqa: E402
 
 VERL_LORA = """
@@ -42,7 +42,7 @@ def test_model_lora_becomes_verls_lora_keys_for_rl_and_sft_and_passes_verls_chec
     plain = cfg.model_copy(update={"model": cfg.model.model_copy(update={"lora": None})})
     assert not any("lora" in k for k in translate(plain)) and not any("lora" in k for k in translate_sft(plain))
     # verl's vLLM processes get the alias its adapter loader needs on every device
-    assert "workflow.engines.verl.vllm_compat" in external_modules(cfg.engine.verl).split(",")
+    assert "workflow.engines.verl.compat.vllm_compat" in external_modules(cfg.engine.verl).split(",")
 
 
 @pytest.mark.parametrize("lora, message", [
@@ -72,7 +72,7 @@ def test_vllm_compat_gives_verl_what_it_expects_of_vllm():
     with pytest.raises(ValueError, match="was skipped because it is tied"):
         check(Bucket(), {"model.norm.weight"})
     try:
-        importlib.reload(importlib.import_module("workflow.engines.verl.vllm_compat"))
+        importlib.reload(importlib.import_module("workflow.engines.verl.compat.vllm_compat"))
         assert utils.WeightsMapper.get_unstacked_mapper is utils.WeightsMapper.get_rename_mapper
         assert utils.AutoWeightsLoader._check_skipped_aliases(Bucket(), {"model.norm.weight"}) is None
     finally:  # this test process's vLLM as it was
@@ -87,7 +87,7 @@ def test_the_export_folds_a_lora_adapter_into_the_start_model(tmp_path):
     from peft import LoraConfig, PeftModel, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from workflow.engines.verl.tiny_model import write_tiny_model
+    from workflow.engines.verl.driver.tiny_model import write_tiny_model
     start = write_tiny_model(tmp_path / "start")
     torch.manual_seed(0)
     policy = get_peft_model(AutoModelForCausalLM.from_pretrained(start, dtype=torch.float32),

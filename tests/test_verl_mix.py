@@ -16,7 +16,7 @@ from workflow.algos.mixes.hpt import HPT  # noqa: E402
 from workflow.algos.mixes.luffy import LUFFY  # noqa: E402
 from workflow.algos.mixes.srft import SRFT  # noqa: E402
 from workflow.config import RLConfig  # noqa: E402
-from workflow.engines.verl.mix_batch import (StepRows, demo_positions, group_positions, loss_plan, padded,  # noqa
+from workflow.algos.mix_batch import (StepRows, demo_positions, group_positions, loss_plan, padded,  # noqa
                                              rollout_metrics, token_fields, trace_response)
 
 G = 4
@@ -170,7 +170,7 @@ def loss_grad(td, parts: list[slice], dp_size: int = 1, loss=None, config=None) 
     """d(loss)/d(log-probs) of the whole batch, the loss taken over `parts` of its rows as separate micro-batches
     (or, with dp_size > 1, ranks whose gradients FSDP averages)."""
     from verl.utils import tensordict_utils as tu
-    from workflow.engines.verl.mix_loss import mixed_loss
+    from workflow.engines.verl.inside.mix_loss import mixed_loss
     loss = loss or (lambda c, m, d: mixed_loss(c, m, d, lam=0.1))
     ids = td["input_ids"]
     g = torch.Generator().manual_seed(7)
@@ -238,7 +238,7 @@ def test_expert_tokens_get_the_shaped_gradient_and_the_sft_row_its_nll():
 
 def test_each_rows_kl_penalty_takes_its_own_coefficient_and_the_kl_column_stays_the_plain_kl():
     """FAST-GRPO's dynamic KL on verl: the driver's per-row coefficients (rlsweep_kl_coef) weigh the KL term."""
-    from workflow.engines.verl.mix_loss import mixed_loss
+    from workflow.engines.verl.inside.mix_loss import mixed_loss
     td = mix_batch_td()
     td["ref_log_prob"] = td["old_log_probs"] - 0.3 * td["response_mask"]
     config = actor_config(use_kl_loss=True, kl_loss_type="low_var_kl", kl_loss_coef=0.0)
@@ -261,7 +261,7 @@ def test_each_rows_kl_penalty_takes_its_own_coefficient_and_the_kl_column_stays_
 
 # ---------------------------------------------------------------------------------------------- rows and config
 def test_train_steps_row_carries_the_mix_columns():
-    from workflow.engines.verl.metrics import train_steps_row
+    from workflow.engines.verl.inside.metrics import train_steps_row
     metrics = {"critic/score/mean": 0.5, "perf/total_num_tokens": 100, "rlsweep/mix/off_policy_frac": 0.25,
                "rlsweep/mix/trace_reward": 1.0, "rlsweep/mix/reward": 0.2, "rlsweep/mix/rollouts": 12,
                "rlsweep/mix/sft_frac": 0.0, "rlsweep/mix/discarded_tokens": 20,
@@ -279,7 +279,7 @@ def test_verl_runs_every_mixed_policy_method_prefix_rft_through_our_agent_loop()
     from pydantic import ValidationError
     from workflow.algos.registry import MIXES
     from workflow.config import RunConfig
-    from workflow.engines.verl.translate import PREFIX_AGENT_LOOP, translate
+    from workflow.engines.verl.driver.translate import PREFIX_AGENT_LOOP, translate
     from workflow.strict import format_validation_error
     verl = {"name": "verl", "verl": {"model_path": "m"}}
     agent = "actor_rollout_ref.rollout.agent.default_agent_loop"
@@ -298,7 +298,7 @@ def prefix_run(**prefix):
     """The verl config a Prefix-RFT run's agent loop reads (translate's keys, nested as Hydra composes them)."""
     from omegaconf import OmegaConf
     from workflow.config import RunConfig
-    from workflow.engines.verl.translate import translate
+    from workflow.engines.verl.driver.translate import translate
     cfg = RunConfig.model_validate({"rl": {"mix": "prefix_rft", "group_size": 4, "steps": 10, "prefix_rft": prefix},
                                     "engine": {"name": "verl", "verl": {"model_path": "m"}},
                                     "eval": {"backend": "vllm"}, "seed": 3})
@@ -316,8 +316,8 @@ class CharTokenizer:
 
 def test_the_agent_loop_prefixes_the_sessions_the_driver_expects_with_the_demonstrations_first_tokens():
     from workflow.algos.registry import build_mix
-    from workflow.engines.verl.mix_batch import prompt_slots
-    from workflow.engines.verl.prefix_agent import session_prefix
+    from workflow.algos.mix_batch import prompt_slots
+    from workflow.engines.verl.inside.prefix_agent import session_prefix
     cfg, tree = prefix_run(n_prefixed=2, min_frac=0.2, max_frac=0.8)
     demo = "12+30=\\boxed{42}"  # 15 characters
     tok, seen = CharTokenizer(), set()
@@ -340,7 +340,7 @@ def test_the_agent_loop_prefixes_the_sessions_the_driver_expects_with_the_demons
 def test_the_prefixed_server_continues_prompt_plus_prefix_and_returns_the_prefix_as_generated():
     import asyncio
     from verl.workers.rollout.replica import TokenOutput
-    from workflow.engines.verl.prefix_agent import PrefixedServer
+    from workflow.engines.verl.inside.prefix_agent import PrefixedServer
     calls = []
 
     class Server:
@@ -362,7 +362,7 @@ def test_the_prefixed_server_continues_prompt_plus_prefix_and_returns_the_prefix
 
 def test_the_driver_marks_prefix_tokens_off_policy_and_fails_when_the_agent_loop_did_not_prefix():
     from workflow.algos.mix import Slot
-    from workflow.engines.verl.mix_hooks import DriverMix
+    from workflow.engines.verl.inside.mix_hooks import DriverMix
 
     class Tok:
         eos_token_id = 0
@@ -380,7 +380,7 @@ def test_the_driver_marks_prefix_tokens_off_policy_and_fails_when_the_agent_loop
 
 def test_verl_rows_carry_the_demonstration_only_with_a_mix():
     from workflow.config import RunConfig
-    from workflow.engines.verl.data import rl_rows
+    from workflow.engines.verl.driver.data import rl_rows
     from workflow.stages import parse_stage
     for mix in ("none", "luffy"):
         cfg = RunConfig.model_validate({"rl": {"mix": mix, "steps": 1, "prompts_per_step": 2},
@@ -410,7 +410,7 @@ def test_a_mixed_policy_run_on_verl_refuses_more_than_one_update_per_step():
 
 # ------------------------------------------------------------------------------- ReLIFT's interleaved SFT step
 def test_a_demonstration_row_rebuilds_every_per_token_field_at_its_length():
-    from workflow.engines.verl.mix_batch import demonstration_row
+    from workflow.algos.mix_batch import demonstration_row
     template = {"prompts": torch.tensor([7, 8]), "responses": torch.tensor([3, 4, 5]),
                 "response_mask": torch.ones(3, dtype=torch.int64), "input_ids": torch.tensor([7, 8, 3, 4, 5]),
                 "position_ids": torch.arange(5), "old_log_probs": torch.full((3,), -0.5),
@@ -429,7 +429,7 @@ def test_a_demonstration_row_rebuilds_every_per_token_field_at_its_length():
 
 
 def test_interleaved_sft_weights_are_one_token_mean_and_padding_rows_weigh_nothing():
-    from workflow.engines.verl.mix_batch import sft_weights
+    from workflow.algos.mix_batch import sft_weights
     w = sft_weights([torch.ones(3), torch.ones(1), torch.ones(3)], trained=2)
     assert [x.tolist() for x in w] == [[0.25] * 3, [0.25], [0.0] * 3]
 
@@ -454,8 +454,8 @@ class FakeEngine:
 def test_the_interleaved_sft_update_steps_at_the_scaled_lr_and_leaves_the_schedule_alone():
     from functools import partial
     from verl.utils import tensordict_utils as tu
-    from workflow.engines.verl.mix_loss import LR_SCALE, MIX_KEY
-    from workflow.engines.verl.worker import RuleTrainingWorker
+    from workflow.engines.verl.inside.mix_loss import LR_SCALE, MIX_KEY
+    from workflow.engines.verl.inside.worker import RuleTrainingWorker
     worker = RuleTrainingWorker.__new__(RuleTrainingWorker)  # no Ray, no model: only the engine hooks
     worker.engine = engine = FakeEngine()
     worker._install_rule_step()
@@ -475,7 +475,7 @@ def test_the_interleaved_sft_update_steps_at_the_scaled_lr_and_leaves_the_schedu
 
 def test_a_step_with_an_interleaved_sft_update_counts_its_pass_tokens_and_flops():
     from workflow.algos.flops import rl_step_flops, sft_flops
-    from workflow.engines.verl.metrics import train_steps_row
+    from workflow.engines.verl.inside.metrics import train_steps_row
     metrics = {"perf/total_num_tokens": 100, "rlsweep/mix/off_policy_frac": 0.0, "rlsweep/mix/buffer_size": 3,
                "rlsweep/mix/interleaved_sft_rows": 2, "rlsweep/mix/interleaved_sft_tokens": 30,
                "rlsweep/mix/interleaved_sft_loss": 1.5}
@@ -490,8 +490,8 @@ def test_a_step_with_an_interleaved_sft_update_counts_its_pass_tokens_and_flops(
 def test_the_relift_buffer_is_saved_with_verls_checkpoint_and_restored_on_resume(tmp_path, monkeypatch):
     from omegaconf import OmegaConf
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
-    from workflow.engines.verl.mix_hooks import DriverMix
-    from workflow.engines.verl.worker import RlsweepTrainer
+    from workflow.engines.verl.inside.mix_hooks import DriverMix
+    from workflow.engines.verl.inside.worker import RlsweepTrainer
 
     def verl_save(trainer):
         (tmp_path / f"global_step_{trainer.global_steps}").mkdir()
@@ -541,7 +541,7 @@ def fast_driver(monkeypatch, rl: dict, scores: list[list[float]], lengths: list[
     """A DriverMix on plain GRPO with FAST-GRPO parts, over a fake queue holding P x G scored rows (prompt p has
     3 + p tokens), after place_traces (unless `place` is False)."""
     from transfer_queue import KVBatchMeta
-    from workflow.engines.verl import mix_hooks
+    from workflow.engines.verl.inside import mix_hooks
 
     class Tok:
         eos_token_id = 0
@@ -618,7 +618,7 @@ def group_scores(accuracies: list[float], group_size: int = 4) -> list[list[floa
 
 
 def test_slow2fast_drops_the_groups_outside_the_phases_band_from_verls_batch(monkeypatch):
-    from workflow.engines.verl.slow2fast import EVICTED_GROUPS, EVICTED_TOKENS
+    from workflow.engines.verl.inside.slow2fast import EVICTED_GROUPS, EVICTED_TOKENS
     accuracies = [0.0, 0.25, 0.75, 1.0]  # slow [0.3, 0.99] keeps only 0.75, fast [0.01, 0.7] only 0.25
     rl = {"steps": 2, "slow2fast": {"enabled": True}}
     for step, kept in [(1, 2), (2, 1)]:  # verl's step 1 is progress 0 (slow), step 2 progress 0.5 (fast)
@@ -645,7 +645,7 @@ def test_a_step_slow2fast_leaves_without_a_group_keeps_verls_batch_and_takes_no_
 
 def test_rows_verl_pads_the_shrunk_batch_with_weigh_nothing_and_the_kept_rows_are_one_token_mean(monkeypatch):
     from transfer_queue import KVBatchMeta
-    from workflow.engines.verl.mix_loss import W_KL, W_RL
+    from workflow.engines.verl.inside.mix_loss import W_KL, W_RL
     driver, batch, queue = fast_driver(monkeypatch, {"steps": 2, "slow2fast": {"enabled": True}},
                                        group_scores([0.0, 0.75]), [[5, 6, 7, 8], [4] * 4], place=False)
     batch = driver.keep_groups(batch, 1, {})  # keeps uid1 (0.75)
@@ -673,7 +673,7 @@ def test_rows_verl_pads_the_shrunk_batch_with_weigh_nothing_and_the_kept_rows_ar
 
 def test_a_slow2fast_steps_row_counts_every_token_generated_and_trains_only_the_kept(monkeypatch):
     from workflow.algos.flops import rl_step_flops
-    from workflow.engines.verl.metrics import train_steps_row
+    from workflow.engines.verl.inside.metrics import train_steps_row
     step = {"perf/total_num_tokens": 100, "rlsweep/mix/padding_tokens": 12, "rlsweep/mix/dropped_tokens": 50,
             "rlsweep/mix/kept_groups": 1, "rlsweep/mix/dropped_groups": 3, "rlsweep/mix/extra_rollouts": 4,
             "rlsweep/mix/rollouts": 20}
@@ -729,7 +729,7 @@ class RolloutWorld:
 def test_verls_sampler_refills_each_group_slow2fast_drops_with_one_prompt_within_its_budget(
         monkeypatch, accuracies, trained, evicted):
     from verl.trainer.ppo.v1 import replay_buffer
-    from workflow.engines.verl import slow2fast
+    from workflow.engines.verl.inside import slow2fast
     world = RolloutWorld(accuracies)
     monkeypatch.setattr(replay_buffer, "tq", world)
     monkeypatch.setattr(slow2fast, "tq", world)

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from workflow.config import RunConfig
-from workflow.engines.verl.process import remove_leaked_segments, run_supervised
+from workflow.engines.verl.driver.process import remove_leaked_segments, run_supervised
 from workflow.stages import stage_config
 from workflow.sweep.identity import stable_id
 
@@ -123,7 +123,7 @@ def test_a_cpu_runs_verl_processes_let_mkl_follow_their_openmp_threads(monkeypat
     """vLLM's CPU worker pins itself to one core and sets OMP_NUM_THREADS=1; Snakemake sets MKL_NUM_THREADS to the
     rule's threads, which MKL obeys first: two MKL threads on one core made rollouts ~40x slower. A CPU run's verl
     children do not inherit it (then MKL follows OMP_NUM_THREADS); a GPU run's keep the whole environment."""
-    from workflow.engines.verl.engine import child_env
+    from workflow.engines.verl.driver.engine import child_env
     from workflow.config import VerlSettings
     monkeypatch.setenv("MKL_NUM_THREADS", "2")
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
@@ -141,7 +141,7 @@ def test_a_one_node_run_starts_its_own_ray_whatever_cluster_the_machine_last_sta
     pytest.importorskip("ray")
     from ray._private.services import canonicalize_bootstrap_address
     from workflow.config import VerlSettings
-    from workflow.engines.verl.engine import child_env
+    from workflow.engines.verl.driver.engine import child_env
     (tmp_path / "ray_current_cluster").write_text("10.77.0.2:6379")  # what a `ray start --head` leaves behind
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     assert canonicalize_bootstrap_address(None, str(tmp_path)) == "10.77.0.2:6379"  # Ray's default: join it
@@ -154,8 +154,8 @@ def test_a_one_node_run_starts_its_own_ray_whatever_cluster_the_machine_last_sta
 
 def test_cpu_runs_translate_to_verls_cpu_settings_and_device_is_part_of_the_id():
     pytest.importorskip("verl")
-    from workflow.engines.verl.compose import compose, validate
-    from workflow.engines.verl.translate import (AGENT_MODULE, CPU_MODULE, VLLM_COMPAT_MODULE, WORKER_MODULE, translate,
+    from workflow.engines.verl.driver.compose import compose, validate
+    from workflow.engines.verl.driver.translate import (AGENT_MODULE, CPU_MODULE, VLLM_COMPAT_MODULE, WORKER_MODULE, translate,
                                                  translate_sft)
     base = {"engine": {"name": "verl", "verl": {"model_path": "m", "device": "cpu"}},
             "rl": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 32}}

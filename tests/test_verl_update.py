@@ -10,7 +10,7 @@ import pytest
 
 from workflow.config import RLConfig, RunConfig
 from workflow.algos.registry import rule_from_settings, rule_settings
-from workflow.engines.verl.gates import DriverGates
+from workflow.engines.verl.inside.gates import DriverGates
 
 
 def verl_run(**rl) -> RunConfig:
@@ -53,10 +53,10 @@ def test_grpo_spec_is_never_enabled_and_worker_rules_never_trip_themselves():
 def test_trainer_update_actor_hands_the_spec_over_and_feeds_the_gate_back():
     pytest.importorskip("verl")
     pytest.importorskip("transfer_queue")
-    from workflow.engines.verl.compose import compose
-    from workflow.engines.verl.translate import translate
-    from workflow.engines.verl.gates import UPDATE_KEY
-    from workflow.engines.verl.worker import RlsweepTrainer
+    from workflow.engines.verl.driver.compose import compose
+    from workflow.engines.verl.driver.translate import translate
+    from workflow.engines.verl.inside.gates import UPDATE_KEY
+    from workflow.engines.verl.inside.worker import RlsweepTrainer
     cfg = verl_run(update="gxpo", prompts_per_step=8, group_size=4, gxpo={"window": 3, "warmup": 3, "tau": 2.0})
     trainer = object.__new__(RlsweepTrainer)  # no Ray: everything but the worker group, which a stand-in plays
     trainer.config = compose(translate(cfg), set())
@@ -82,11 +82,11 @@ def test_verl_step_metrics_land_in_train_steps(tmp_path, monkeypatch):
     pytest.importorskip("transfer_queue")
     from omegaconf import OmegaConf, open_dict
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer
-    from workflow.engines.verl.compose import compose
-    from workflow.engines.verl.translate import translate
+    from workflow.engines.verl.driver.compose import compose
+    from workflow.engines.verl.driver.translate import translate
     from transformers import AutoModelForCausalLM
-    from workflow.engines.verl.tiny_model import write_tiny_model
-    from workflow.engines.verl.worker import RlsweepTrainer
+    from workflow.engines.verl.driver.tiny_model import write_tiny_model
+    from workflow.engines.verl.inside.worker import RlsweepTrainer
     from workflow.results.catalog import query
     cfg = verl_run(update="gxpo", steps=3, checkpoint_every=2, prompts_per_step=8, group_size=4)
     trainer = object.__new__(RlsweepTrainer)

@@ -12,8 +12,8 @@ import torch
 
 
 def use_cpu_platform() -> None:
-    """verl on the CPU platform the package ships for engine.verl.device: cpu (workflow/engines/verl/cpu.py)."""
-    from workflow.engines.verl.cpu import use_cpu_platform as package_platform
+    """verl on the CPU platform the package ships for engine.verl.device: cpu (workflow/engines/verl/compat/cpu.py)."""
+    from workflow.engines.verl.compat.cpu import use_cpu_platform as package_platform
     package_platform()
 
 

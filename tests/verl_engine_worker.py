@@ -28,7 +28,7 @@ from workflow.algos.rules.grpo import GRPOStep  # noqa: E402
 from workflow.algos.rules.gxpo import GXPO  # noqa: E402
 from workflow.algos.rules.sfpo import SFPO  # noqa: E402
 from workflow.algos.registry import rule_from_settings  # noqa: E402
-from workflow.engines.verl.rule_step import rule_train_batch  # noqa: E402
+from workflow.engines.verl.inside.rule_step import rule_train_batch  # noqa: E402
 
 import toy_rule  # noqa: E402,F401 - registers the test's own update rule, toy_two_steps
 
@@ -83,8 +83,8 @@ def worker_run(spec: dict | None, ours: bool = True) -> dict:
     from verl.utils import tensordict_utils as tu
     from verl.workers.config import FSDPEngineConfig, FSDPOptimizerConfig, HFModelConfig
     from verl.workers.engine_workers import TrainingWorker, TrainingWorkerConfig
-    from workflow.engines.verl.gates import UPDATE_KEY
-    from workflow.engines.verl.worker import RuleTrainingWorker
+    from workflow.engines.verl.inside.gates import UPDATE_KEY
+    from workflow.engines.verl.inside.worker import RuleTrainingWorker
     cls = RuleTrainingWorker if ours else TrainingWorker
     worker = cls(config=TrainingWorkerConfig(
         model_type="language_model",
@@ -125,7 +125,7 @@ SFPO_SPEC = {"update": "sfpo", "max_grad_norm": 1.0e9, "K": 3, "alpha": 0.8, "wi
 def export_run() -> dict:
     """Train a step, save verl's (sharded) checkpoint, merge it into our layout: the HF model must hold the
     gathered parameters."""
-    from workflow.engines.verl.export import export_all
+    from workflow.engines.verl.driver.export import export_all
     engine = verl_cpu.build_engine(Path(model_dir))
     init = verl_cpu.full_params(engine)
     with engine.train_mode():

@@ -25,13 +25,13 @@ from workflow.strict import ConfigProblem, Seed, Strict
 
 class VerlSettings(Strict):
     """How a run uses verl (engine.name = verl); only then part of the run ids. See
-    workflow/engines/verl/translate.py for how the rest of the run config maps onto verl's."""
+    workflow/engines/verl/driver/translate.py for how the rest of the run config maps onto verl's."""
 
     # the Hugging Face model (id or directory) SFT starts from, or RL when sft is off; or a built-in model
     # (workflow/models.py: rlsweep:tiny, rlsweep:smollm2-135m)
     model_path: str | None = None
     # where verl runs: cuda (GPU nodes) or cpu (verl + vLLM's CPU build on tiny models: the whole chain on a laptop,
-    # a login node or CI; workflow/engines/verl/cpu.py)
+    # a login node or CI; workflow/engines/verl/compat/cpu.py)
     device: Literal["cuda", "cpu"] = "cuda"
     n_gpus_per_node: PositiveInt = 1
     nnodes: PositiveInt = 1

@@ -6,7 +6,6 @@ preflight (workflow/preflight.py) checks this closure's gradient under other mic
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -17,6 +16,7 @@ from workflow.algos.fast_grpo import ThinkingReward, group_accuracy, group_kl_co
 from workflow.algos.losses import (group_advantages, kl_k3, mixed_token_loss, sft_loss, token_entropy,
                                    token_logprobs, token_weights)
 from workflow.algos.mix import LossPlan, MixedPolicy, Slot, sft_loss_share, step_columns
+from workflow.algos.mix_batch import advantage_kept, row_mean
 from workflow.config import RLConfig, TaskConfig
 from workflow.engines.tiny_lm import (TOKENIZER, device, forward_logits, micro_slices, pack, prefix_mask, sample,
                                       step_seed)
@@ -293,21 +293,3 @@ def score(model, ref, batch: dict[str, torch.Tensor], micro_batch_size: int | No
         if ref is not None:
             ref_out.append(token_logprobs(forward_logits(ref, batch, rows), labels[rows]).cpu())
     return torch.cat(old), torch.cat(ent), torch.cat(ref_out) if ref is not None else None
-
-
-def row_mean(values: torch.Tensor, mask: torch.Tensor) -> np.ndarray:
-    """Each row's mean of `values` over its `mask`ed tokens (0 for a row without any)."""
-    return ((values * mask).sum(1) / mask.sum(1).clamp_min(1.0)).numpy()
-
-
-def advantage_kept(off_policy: torch.Tensor, entropy: torch.Tensor, top: float | None) -> torch.Tensor:
-    """[B, T] 1.0 where a token keeps its advantage: every on-policy token, and the off-policy tokens among the
-    `top` share of the batch's off-policy tokens by policy entropy (all of them when top is None). Decided over the
-    whole batch, so micro-batching cannot change which tokens train."""
-    keep = torch.ones_like(entropy)
-    if top is None or not bool(off_policy.any()):
-        return keep
-    values = entropy[off_policy]
-    threshold = torch.topk(values, max(1, int(math.ceil(top * len(values))))).values[-1]
-    keep[off_policy & (entropy < threshold)] = 0.0
-    return keep

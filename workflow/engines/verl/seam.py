@@ -118,10 +118,10 @@ def moved(seam: tuple[Use, ...] | None = None) -> list[str]:
     return out
 
 
-_E = "workflow/engines/verl/"
-WORKER, MIX_LOSS, MIX_HOOKS, CPU = _E + "worker.py", _E + "mix_loss.py", _E + "mix_hooks.py", _E + "cpu.py"
-EXPORT, SLOW2FAST, PREFIX, PPO = _E + "export.py", _E + "slow2fast.py", _E + "prefix_agent.py", _E + "ppo.py"
-COMPOSE, PREFLIGHT, SFT = _E + "compose.py", _E + "preflight.py", _E + "sft_trainer.py"
+_D, _I, _C = "workflow/engines/verl/driver/", "workflow/engines/verl/inside/", "workflow/engines/verl/compat/"
+WORKER, MIX_LOSS, MIX_HOOKS, CPU = _I + "worker.py", _I + "mix_loss.py", _I + "mix_hooks.py", _C + "cpu.py"
+EXPORT, SLOW2FAST, PREFIX, PPO = _D + "export.py", _I + "slow2fast.py", _I + "prefix_agent.py", _I + "ppo.py"
+COMPOSE, PREFLIGHT, SFT = _D + "compose.py", _I + "preflight.py", _I + "sft_trainer.py"
 
 
 def _w(*files: str) -> str:

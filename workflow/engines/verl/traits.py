@@ -20,7 +20,7 @@ STAGE_FIELDS = {
 
 
 class VerlTraits(EngineTraits):
-    trainer = "workflow.engines.verl.engine:VerlEngine"
+    trainer = "workflow.engines.verl.driver.engine:VerlEngine"
     settings = "verl"
 
     def check(self, cfg) -> None:
@@ -36,7 +36,7 @@ class VerlTraits(EngineTraits):
         _check_driver_side_methods(cfg)
 
     def sweep_problems(self, cfg) -> list[str]:
-        from workflow.engines.verl.compose import VerlConfigError, validate  # verl's own checks: imports verl
+        from workflow.engines.verl.driver.compose import VerlConfigError, validate  # verl's own checks: imports verl
         try:
             validate(cfg)
         except VerlConfigError as e:

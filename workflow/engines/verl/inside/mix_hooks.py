@@ -38,14 +38,14 @@ from verl.utils import tensordict_utils as tu
 from workflow.algos.fast_grpo import ThinkingReward, group_accuracy, group_kl_coef, slow2fast_keep
 from workflow.algos.registry import build_mix
 from workflow.config import RLConfig
-from workflow.engines.verl.data import compute_score
-from workflow.engines.verl.gates import UPDATE_KEY
-from workflow.engines.verl.mix_batch import (StepRows, by_group, demo_positions, demonstration_row, group_positions,
+from workflow.engines.verl.inside.reward import compute_score
+from workflow.engines.verl.inside.gates import UPDATE_KEY
+from workflow.algos.mix_batch import (StepRows, by_group, demo_positions, demonstration_row, group_positions,
                                              loss_plan, padded, prefix_len, prompt_slots, prompt_uid, rollout_metrics,
                                              sequence_fields, sft_weights, token_fields, trace_response, user_text)
-from workflow.engines.verl.mix_loss import FIELDS, KL_COEF, LR_SCALE, MIX_KEY, SHAPED, W_KL, W_RL, W_SFT
-from workflow.engines.verl.slow2fast import EVICTED_GROUPS, EVICTED_TOKENS, phase_progress
-from workflow.engines.verl.translate import PREFIX_AGENT_LOOP
+from workflow.engines.verl.inside.mix_loss import FIELDS, KL_COEF, LR_SCALE, MIX_KEY, SHAPED, W_KL, W_RL, W_SFT
+from workflow.engines.verl.inside.slow2fast import EVICTED_GROUPS, EVICTED_TOKENS, phase_progress
+from workflow.engines.verl.driver.translate import PREFIX_AGENT_LOOP
 
 METRIC = "rlsweep/mix/"  # the driver's mix columns in verl's step metrics (metrics.py reads them)
 

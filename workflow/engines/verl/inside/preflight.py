@@ -9,7 +9,7 @@ torch.distributed process group and, on GPUs, device memory that a process canno
 the stage then starts torchrun for the training itself, whose ranks need those GPUs. A child leaves nothing behind,
 and it can have several data-parallel ranks, which is the only way to see a per-rank mean.
 
-    python -m workflow.engines.verl.preflight CONFIG.yaml REQUEST.json OUT.pt      # on every torchrun rank
+    python -m workflow.engines.verl.inside.preflight CONFIG.yaml REQUEST.json OUT.pt      # on every torchrun rank
 
 Each rank builds the worker (FSDP engine, loss, optimizer), takes its share of the probe's rows and runs, for every
 split the request names, the worker's own train_batch:
@@ -40,7 +40,7 @@ import torch
 
 from workflow.preflight import plan
 
-MODULE = "workflow.engines.verl.preflight"
+MODULE = "workflow.engines.verl.inside.preflight"
 MAX_COORDS = 1 << 22
 WHOLE = "whole"  # the key of m = None in the request and the figures (JSON has no None keys)
 
@@ -246,7 +246,7 @@ class MixRunner(Runner):
         meta data the trainer's _update_actor and the driver's plan give it."""
         from tensordict.tensorclass import NonTensorData
         from verl.utils import tensordict_utils as tu
-        from workflow.engines.verl.mix_loss import MIX_KEY
+        from workflow.engines.verl.inside.mix_loss import MIX_KEY
         rows = [self.items[i] for i in self._rows(m)]
         fields = {k: torch.nested.as_nested_tensor([r[k] for r in rows], layout=torch.jagged) for k in rows[0]}
         actor = self.config.actor_rollout_ref.actor

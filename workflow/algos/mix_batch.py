@@ -23,6 +23,7 @@ that no micro-batch split or data-parallel layout changes.
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,7 +31,6 @@ import torch
 
 from workflow.algos.losses import token_weights
 from workflow.algos.mix import LossPlan, MixedPolicy, Slot, step_columns
-from workflow.engines.rl_batch import advantage_kept, row_mean
 
 
 def group_positions(keys: list[str]) -> list[list[int]]:
@@ -253,3 +253,21 @@ def rollout_metrics(rows: StepRows) -> dict:
         return {"rollouts": 0}
     return {"reward": float(rows.reward[sampled].mean()), "rollouts": len(sampled),
             "response_len": float(rows.mask[sampled].sum(1).mean())}
+
+
+def row_mean(values: torch.Tensor, mask: torch.Tensor) -> np.ndarray:
+    """Each row's mean of `values` over its `mask`ed tokens (0 for a row without any)."""
+    return ((values * mask).sum(1) / mask.sum(1).clamp_min(1.0)).numpy()
+
+
+def advantage_kept(off_policy: torch.Tensor, entropy: torch.Tensor, top: float | None) -> torch.Tensor:
+    """[B, T] 1.0 where a token keeps its advantage: every on-policy token, and the off-policy tokens among the
+    `top` share of the batch's off-policy tokens by policy entropy (all of them when top is None). Decided over the
+    whole batch, so micro-batching cannot change which tokens train."""
+    keep = torch.ones_like(entropy)
+    if top is None or not bool(off_policy.any()):
+        return keep
+    values = entropy[off_policy]
+    threshold = torch.topk(values, max(1, int(math.ceil(top * len(values))))).values[-1]
+    keep[off_policy & (entropy < threshold)] = 0.0
+    return keep

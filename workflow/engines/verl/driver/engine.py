@@ -36,14 +36,14 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from workflow.engines.verl.compose import SFT, compose
-from workflow.engines.verl.data import write_rl_data, write_sft_data
-from workflow.engines.verl.export import export_all
-from workflow.engines.verl.preflight import MODULE as PREFLIGHT_MODULE, VerlProbe, probe_rows
-from workflow.engines.verl.process import run_supervised
-from workflow.engines.verl.sft_launch import command as sft_command
+from workflow.engines.verl.driver.compose import SFT, compose
+from workflow.engines.verl.driver.data import write_rl_data, write_sft_data
+from workflow.engines.verl.driver.export import export_all
+from workflow.engines.verl.inside.preflight import MODULE as PREFLIGHT_MODULE, VerlProbe, probe_rows
+from workflow.engines.verl.driver.process import run_supervised
+from workflow.engines.verl.driver.sft_launch import command as sft_command
 from workflow.models import resolve_model
-from workflow.engines.verl.translate import CPU_MODULE, FP32, PPO_MODULE, WORKER_MODULE, external_modules, \
+from workflow.engines.verl.driver.translate import CPU_MODULE, FP32, PPO_MODULE, WORKER_MODULE, external_modules, \
     CPU_DROPPED_ENV, process_env, translate, translate_sft
 from workflow.layout import CHECKPOINTS
 from workflow.results.train_log import TrainLog
@@ -146,8 +146,8 @@ class VerlEngine:
             return None
         from omegaconf import OmegaConf, open_dict
         from workflow.algos.registry import build_mix
-        from workflow.engines.verl.mix_loss import FIELDS
-        from workflow.engines.verl.probe_batch import stage_rows
+        from workflow.engines.verl.inside.mix_loss import FIELDS
+        from workflow.engines.verl.inside.probe_batch import stage_rows
         import torch
         v = stage.engine.verl
         work = tempfile.TemporaryDirectory(prefix="rlsweep-preflight-")

@@ -18,9 +18,9 @@ from verl.experimental.agent_loop.agent_loop import register
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 
 from workflow.algos.registry import build_mix
-from workflow.engines.verl.translate import run_rl
-from workflow.engines.verl.mix_batch import prefix_len, prompt_slots
-from workflow.engines.verl.translate import PREFIX_AGENT_LOOP
+from workflow.engines.verl.driver.translate import run_rl
+from workflow.algos.mix_batch import prefix_len, prompt_slots
+from workflow.engines.verl.driver.translate import PREFIX_AGENT_LOOP
 
 
 class PrefixedServer:

@@ -32,11 +32,11 @@ from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 
 from workflow.algos.registry import rule_from_settings, rule_settings
 from workflow.algos.schedules import scaled_lr
-from workflow.engines.verl.gates import METRIC_PREFIX, UPDATE_KEY, DriverGates
-from workflow.engines.verl.metrics import param_count, train_steps_row
-from workflow.engines.verl.mix_loss import LR_SCALE, mixed_loss, planned
-from workflow.engines.verl.rule_step import rule_train_batch
-from workflow.engines.verl.translate import run_rl
+from workflow.engines.verl.inside.gates import METRIC_PREFIX, UPDATE_KEY, DriverGates
+from workflow.engines.verl.inside.metrics import param_count, train_steps_row
+from workflow.engines.verl.inside.mix_loss import LR_SCALE, mixed_loss, planned
+from workflow.engines.verl.inside.rule_step import rule_train_batch
+from workflow.engines.verl.driver.translate import run_rl
 from workflow.results.train_log import TrainLog
 
 MIX_STATE = "rlsweep_mix.json"  # in verl's global_step_N folder: the driver's method state at that checkpoint
@@ -125,7 +125,7 @@ class RlsweepTrainer(PPOTrainerSync):
             rl = run_rl(self.config.trainer.v1.rlsweep)
             self._rlsweep_mix = None
             if rl.mix != "none" or rl.fast_grpo_parts:  # FAST-GRPO's parts are driver hooks on plain GRPO
-                from workflow.engines.verl.mix_hooks import DriverMix  # the driver only: it reads verl's TQ
+                from workflow.engines.verl.inside.mix_hooks import DriverMix  # the driver only: it reads verl's TQ
                 extra = (["ref_log_prob"] if need_reference_policy(self.config) else []) + \
                     (["rollout_log_probs"] if self.config.actor_rollout_ref.rollout.calculate_log_probs else [])
                 self._rlsweep_mix = DriverMix(rl, int(self.config.data.seed), self.tokenizer, tuple(extra))

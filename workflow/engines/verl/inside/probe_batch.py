@@ -28,9 +28,9 @@ import torch
 from workflow.algos.losses import group_advantages
 from workflow.algos.mix import MixedPolicy
 from workflow.config import RLConfig
-from workflow.engines.verl.mix_batch import (StepRows, demo_positions, loss_plan, padded, prefix_len, prompt_slots,
+from workflow.algos.mix_batch import (StepRows, demo_positions, loss_plan, padded, prefix_len, prompt_slots,
                                              sequence_fields, sft_weights, token_fields, trace_response)
-from workflow.engines.verl.mix_loss import KL_COEF, SHAPED, W_KL, W_RL, W_SFT
+from workflow.engines.verl.inside.mix_loss import KL_COEF, SHAPED, W_KL, W_RL, W_SFT
 
 STEP = 1  # the step whose slots the probe draws (Prefix-RFT's schedule: its longest prefixes)
 
@@ -113,7 +113,7 @@ def stage_rows(stage, model_path: str, data, ranks: int, micro: int) -> list[dic
     up to whole groups and whole micro-batches."""
     from transformers import AutoTokenizer
     from workflow.algos.registry import build_mix
-    from workflow.engines.verl.data import rl_rows
+    from workflow.engines.verl.driver.data import rl_rows
     rl, mix = stage.rl, build_mix(stage.rl)
     group = 1 if mix.interleaves_sft else rl.group_size  # one demonstration row per prompt in an SFT step
     share = rl.prompts_per_step * rl.group_size // (stage.engine.verl.n_gpus_per_node * stage.engine.verl.nnodes)

@@ -27,18 +27,18 @@ RL_SECTION = "trainer.v1.rlsweep"  # our section of verl's config (trainer_mode 
 # What verl loads by name, in its own processes: the reward function (reward.custom_reward_function), our worker
 # and trainer module (VERL_USE_EXTERNAL_MODULES, imported by every Ray process), the SFT trainer torchrun runs.
 # tests/test_structure.py imports each.
-REWARD_FN = ("pkg://workflow.engines.verl.data", "compute_score")
-WORKER_MODULE = "workflow.engines.verl.worker"
-SFT_TRAINER_MODULE = "workflow.engines.verl.sft_trainer"
-CPU_MODULE = "workflow.engines.verl.cpu"  # engine.verl.device cpu: verl's CPU platform and the vLLM CPU shims
-VLLM_COMPAT_MODULE = "workflow.engines.verl.vllm_compat"  # what verl 0.9.1 expects of vLLM that our builds differ in
-PPO_MODULE = "workflow.engines.verl.ppo"  # the RL stage's verl process
+REWARD_FN = ("pkg://workflow.engines.verl.inside.reward", "compute_score")
+WORKER_MODULE = "workflow.engines.verl.inside.worker"
+SFT_TRAINER_MODULE = "workflow.engines.verl.inside.sft_trainer"
+CPU_MODULE = "workflow.engines.verl.compat.cpu"  # engine.verl.device cpu: verl's CPU platform and the vLLM CPU shims
+VLLM_COMPAT_MODULE = "workflow.engines.verl.compat.vllm_compat"  # what verl 0.9.1 expects of vLLM that our builds differ in
+PPO_MODULE = "workflow.engines.verl.inside.ppo"  # the RL stage's verl process
 # Prefix-RFT's agent loop (rl.mix prefix_rft: the rollout continues a demonstration prefix inside generation),
 # registered under this name in verl's agent-loop registry when its module is imported (in the agent-loop workers)
-AGENT_MODULE = "workflow.engines.verl.prefix_agent"
+AGENT_MODULE = "workflow.engines.verl.inside.prefix_agent"
 PREFIX_AGENT_LOOP = "rlsweep_prefix_rft"
 # FAST-GRPO's Slow2Fast with refill resample: verl's replay buffer as ours (trainer.v1.sampler.custom_sampler)
-SLOW2FAST_SAMPLER = ("pkg://workflow.engines.verl.slow2fast", "Slow2FastSampler")
+SLOW2FAST_SAMPLER = ("pkg://workflow.engines.verl.inside.slow2fast", "Slow2FastSampler")
 
 
 def external_modules(v) -> str:
