@@ -142,7 +142,9 @@ def test_shared_step0_evaluations_copy_on_the_submitting_machine(slurm, tmp_path
     assert len(starts) == 2 and starts[0]["avg_at_k"] == starts[1]["avg_at_k"]
 
 
-def _wait(predicate, what: str, proc: subprocess.Popen, timeout: float = 240):
+def _wait(predicate, what: str, proc: subprocess.Popen, timeout: float = 600):
+    """Poll `predicate` while snakemake runs. The bound is generous: the tests run beside a verl job on two cores
+    (pytest-xdist), which slows these CPU jobs 2-4x (240 s was once too short for SFT + 5 RL steps)."""
     deadline = time.monotonic() + timeout
     while not predicate():
         if proc.poll() is not None:
@@ -161,6 +163,7 @@ base:
 """
 
 
+@pytest.mark.timeout(1800)
 def test_running_rl_job_survives_preemption_and_requeue_exactly(slurm, tmp_path):
     sweep = write_sweep(tmp_path / "rq.yaml", "rq", CPU_JOBS, base=REQUEUE_BASE)
     run = load_sweep(sweep).runs[0]
@@ -189,7 +192,7 @@ def test_running_rl_job_survives_preemption_and_requeue_exactly(slurm, tmp_path)
     # 2. a hard requeue (node failure, admin): killed, requeued, resumes from its last periodic checkpoint
     assert newest() < 60, "the run finished before the hard requeue; the test proved nothing"
     cluster.run(["scontrol", "requeue", job_id])
-    out, _ = proc.communicate(timeout=400)
+    out, _ = proc.communicate(timeout=900)
     assert proc.returncode == 0, out[-4000:]
 
     log = next((tmp_path / ".snakemake" / "slurm").glob(f"{job_id}/{job_id}_0_log.out")).read_text()
