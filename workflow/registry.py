@@ -61,7 +61,11 @@ class Registry(Generic[T]):
         return sorted({*self.builtins, *self.loaded, *self.plugins()})
 
     def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and name in self.names()
+        return isinstance(name, str) and (name in self.loaded or name in self.builtins or name in self.plugins())
+
+    def unknown(self, name: str) -> str:
+        """What an unknown `name` is refused with: the kind, the name and the known names."""
+        return f"unknown {self.kind} {name!r}; known: {', '.join(self.names())}"
 
     def __iter__(self):
         return iter(self.names())
@@ -73,8 +77,8 @@ class Registry(Generic[T]):
         if name not in self.loaded:
             target = self.builtins.get(name) or self.plugins().get(name)
             if target is None:
-                raise ValueError(f"unknown {self.kind} {name!r}; known: {', '.join(self.names())}")
-            unit = _load(target)
+                raise ValueError(self.unknown(name))
+            unit = load_object(target)
             if name not in self.loaded:  # a module that registers itself by decorator has done it on import
                 self.register(name)(unit)
         unit = self.loaded[name]
@@ -86,7 +90,7 @@ class Registry(Generic[T]):
     @property
     def base(self) -> type | None:
         if isinstance(self._base, str):
-            self._base = _load(self._base)
+            self._base = load_object(self._base)
         return self._base
 
     def items(self) -> list[tuple[str, T]]:
@@ -94,7 +98,8 @@ class Registry(Generic[T]):
         return [(n, self.get(n)) for n in self.names()]
 
 
-def _load(target: str) -> Any:
+def load_object(target: str) -> Any:
+    """The object a "module:qualname" string names (the module itself for "module"), importing the module."""
     module, _, attr = target.partition(":")
     obj = importlib.import_module(module)
     for part in filter(None, attr.split(".")):

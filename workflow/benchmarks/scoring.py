@@ -65,8 +65,8 @@ class MathVerifier:
         self._lock = threading.Lock()
 
     def _start(self) -> None:
-        self._proc = subprocess.Popen([sys.executable, "-m", "workflow.benchmarks.verify_worker"], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, bufsize=0)
+        self._proc = subprocess.Popen([sys.executable, "-m", "workflow.benchmarks.verify_worker"],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
         self._pending = b""
 
     def _kill(self) -> None:

@@ -1,6 +1,6 @@
-"""The grader worker: `python -m workflow.benchmarks.verify_worker` reads one JSON [method, gold, text] per line on stdin
-and answers one JSON [correct, extracted] per line on stdout (scoring.MathVerifier runs it and bounds each answer's
-time). Methods (workflow/benchmarks/graders.py names them):
+"""The grader worker: `python -m workflow.benchmarks.verify_worker` reads one JSON [method, gold, text] per line on
+stdin and answers one JSON [correct, extracted] per line on stdout (scoring.MathVerifier runs it and bounds each
+answer's time). Methods (workflow/benchmarks/graders.py names them):
 
     math_verify   text: the extracted answer; math-verify's verify(parse(gold), parse(text))
     math_equal    text: the extracted answer; workflow/benchmarks/math_equal.py

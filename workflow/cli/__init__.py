@@ -81,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     rs = sub.add_parser("rescore", parents=[common], help="judge stored responses again with other graders")
     rs.add_argument("sweep_file")
     rs.add_argument("--graders", nargs="+", required=True, metavar="GRADER",
-                    help="graders (workflow/benchmarks/graders.py): math_verify, math_equal, dapo, exact, mc_letter, mc_text")
+                    help="graders (workflow/benchmarks/graders.py): math_verify, math_equal, dapo, exact, mc_letter, "
+                         "mc_text")
     rs.add_argument("--cores", type=int, default=1, help="rescore jobs at once (default 1)")
     rs.add_argument("--snakemake", default="", metavar="ARGS", help="more options for snakemake")
     rs.set_defaults(fn="rescore:cmd_rescore")

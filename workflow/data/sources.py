@@ -149,8 +149,8 @@ for _t in [
     TrainingSet("gsm8k_train", HubDataset("openai/gsm8k", "main", "train", ("question", "answer")), _gsm8k_train,
                 demonstrations=True, note="gold = the number after ####"),
     TrainingSet("word_problems", None, None, demonstrations=True, generate=_word_problems,
-                note="generated grade-school word problems with worked solutions (workflow/benchmarks/word_problems.py); "
-                     "disjoint from the word_problems benchmark"),
+                note="generated grade-school word problems with worked solutions "
+                     "(workflow/benchmarks/word_problems.py); disjoint from the word_problems benchmark"),
 ]:
     REGISTRY.register(_t.name)(_t)
 

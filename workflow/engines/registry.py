@@ -5,10 +5,9 @@ registers its traits through the entry-point group `rlsweep.engines` (workflow/r
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
-from workflow.registry import Registry
+from workflow.registry import Registry, load_object
 
 ENGINES = Registry("engine", "engines", base="workflow.engines.traits:EngineTraits", builtins={
     "local": "workflow.engines.traits:LOCAL",
@@ -23,5 +22,4 @@ def traits(name: str):
 
 def get_engine(name: str) -> Any:
     """A new instance of the engine's trainer (workflow/engines/base.py Engine)."""
-    module, _, cls = traits(name).trainer.partition(":")
-    return getattr(importlib.import_module(module), cls)()
+    return load_object(traits(name).trainer)()

@@ -76,7 +76,7 @@ PRUNERS = Registry("pruner", "pruners", base="optuna.pruners:BasePruner", builti
 def _one_of(registry: Registry):
     def check(name: str) -> str:
         if name not in registry:
-            raise ConfigProblem("", f"unknown {registry.kind} {name!r}; known: {', '.join(registry.names())}")
+            raise ConfigProblem("", registry.unknown(name))
         return name
     return check
 

@@ -31,7 +31,8 @@ REWARD_FN = ("pkg://workflow.engines.verl.inside.reward", "compute_score")
 WORKER_MODULE = "workflow.engines.verl.inside.worker"
 SFT_TRAINER_MODULE = "workflow.engines.verl.inside.sft_trainer"
 CPU_MODULE = "workflow.engines.verl.compat.cpu"  # engine.verl.device cpu: verl's CPU platform and the vLLM CPU shims
-VLLM_COMPAT_MODULE = "workflow.engines.verl.compat.vllm_compat"  # what verl 0.9.1 expects of vLLM that our builds differ in
+# what verl 0.9.1 expects of vLLM that our builds differ in
+VLLM_COMPAT_MODULE = "workflow.engines.verl.compat.vllm_compat"
 PPO_MODULE = "workflow.engines.verl.inside.ppo"  # the RL stage's verl process
 # Prefix-RFT's agent loop (rl.mix prefix_rft: the rollout continues a demonstration prefix inside generation),
 # registered under this name in verl's agent-loop registry when its module is imported (in the agent-loop workers)
