@@ -18,10 +18,10 @@ import time
 import torch
 
 from workflow import preflight
-from workflow.algos.registry import build_mix, build_update_rule
 from workflow.engines.local import LocalEngine, adamw, sft_accumulate, sft_batch
 from workflow.engines.rl_batch import mixed_closure, rollout
 from workflow.engines.tiny_lm import TOKENIZER, build_model
+from workflow.methods.registry import build_mix, build_update_rule
 from workflow.stages import parse_stage
 from workflow.sweep.expand import load_sweep
 

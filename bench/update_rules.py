@@ -24,9 +24,9 @@ import time
 
 import torch
 
-from workflow.algos.rules.grpo import GRPOStep
-from workflow.algos.rules.gxpo import GXPO
-from workflow.algos.rules.sfpo import SFPO
+from workflow.methods.grpo.algorithm import GRPOStep
+from workflow.methods.gxpo.algorithm import GXPO
+from workflow.methods.sfpo.algorithm import SFPO
 
 
 def make_params(n: int, tensors: int, grads: bool = True) -> list[torch.nn.Parameter]:

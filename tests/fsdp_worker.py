@@ -14,8 +14,8 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
 from test_update_rules import mlp_closure, mlp_problem
-from workflow.algos.rules.gxpo import GXPO
-from workflow.algos.rules.sfpo import SFPO
+from workflow.methods.gxpo.algorithm import GXPO
+from workflow.methods.sfpo.algorithm import SFPO
 
 
 def make_rule(name: str):

@@ -140,9 +140,9 @@ def test_a_rule_added_as_one_registered_class_runs_on_the_local_engine(sft_done,
     import importlib
 
     import toy_rule
-    from workflow.algos import registry
+    from workflow.methods import registry
     # registered for this test only
-    monkeypatch.setattr(registry.UPDATE_RULES, "loaded", dict(registry.UPDATE_RULES.loaded))
+    monkeypatch.setattr(registry.METHODS, "loaded", dict(registry.METHODS.loaded))
     importlib.reload(toy_rule)
     sft, cfg = sft_done
     with pytest.raises(ValueError, match="unknown update rule 'toy_three_steps'; known: grpo, gxpo, sfpo, "

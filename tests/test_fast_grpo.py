@@ -9,9 +9,14 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from workflow.algos.fast_grpo import ThinkingReward, group_kl_coef, slow2fast_keep
-from workflow.config import DynamicKLConfig, RunConfig, Slow2FastConfig, ThinkingRewardConfig
+from workflow.config import RunConfig
 from workflow.launch import run_stage
+from workflow.methods.dynamic_kl import DynamicKLConfig
+from workflow.methods.dynamic_kl.algorithm import group_kl_coef
+from workflow.methods.slow2fast import Slow2FastConfig
+from workflow.methods.slow2fast.algorithm import slow2fast_keep
+from workflow.methods.thinking_reward import ThinkingRewardConfig
+from workflow.methods.thinking_reward.algorithm import ThinkingReward
 from workflow.results.catalog import query
 from workflow.stages import stage_config
 from workflow.strict import format_validation_error
@@ -162,7 +167,8 @@ def test_bad_settings_are_refused_naming_the_key(tmp_path):
     sampler = "trainer.v1.sampler.custom_sampler.name"
     assert problems({"rl": {"slow2fast": {"enabled": True}}, "engine": {**verl, "verl": {
         "model_path": "m", "overrides": {sampler: "Mine"}}}}).startswith(
-        f"engine.verl.overrides.{sampler}: with rl.slow2fast refill resample verl's sampling runs through rlsweep's")
+        f"engine.verl.overrides.{sampler}: rlsweep sets it to 'Slow2FastSampler' for the method slow2fast (its verl "
+        "hook")
     RunConfig.model_validate({"rl": {"slow2fast": {"enabled": True, "refill": "shrink"}}, "engine": {**verl, "verl": {
         "model_path": "m", "overrides": {sampler: "Mine"}}}})  # shrink: verl's own sampler, whichever it is
     assert problems({"rl": {"dynamic_kl": {"enabled": True}}, "engine": {**verl, "verl": {

@@ -12,13 +12,13 @@ from safetensors.torch import load_file
 
 from conftest import SFT_FOR_RL, kill_and_resume_rl
 from test_update_rules import reference_gxpo_point
-from workflow.algos.rules.gxpo import GXPO
-from workflow.algos.rules.sfpo import SFPO
 from workflow.config import LoRAConfig, ModelConfig, RunConfig
 from workflow.engines import lora
 from workflow.engines.local import demonstrations, sft_accumulate
 from workflow.engines.tiny_lm import TOKENIZER, build_model, load_model
 from workflow.launch import run_stage
+from workflow.methods.gxpo.algorithm import GXPO
+from workflow.methods.sfpo.algorithm import SFPO
 from workflow.results.catalog import query
 from workflow.stages import stage_config
 from workflow.sweep.identity import stable_id

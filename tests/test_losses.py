@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from workflow.algos.losses import clipped_policy_loss, group_advantages, kl_k3, token_weights
-from workflow.algos.rules.grpo import GRPOStep
 from workflow.config import ModelConfig, TaskConfig
 from workflow.engines.local import TOKENIZER, sft_accumulate, sft_batch
 from workflow.engines.tiny_lm import build_model
+from workflow.methods.grpo.algorithm import GRPOStep
 
 
 def grads_of(model) -> torch.Tensor:

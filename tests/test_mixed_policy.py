@@ -12,16 +12,16 @@ import yaml
 
 from workflow.algos.losses import mixed_token_loss, shaped_off_policy_loss
 from workflow.algos.mix import ON_POLICY, Slot
-from workflow.algos.mixes.hpt import HPT
-from workflow.algos.mixes.luffy import LUFFY
-from workflow.algos.mixes.prefix_rft import PrefixRFT
-from workflow.algos.mixes.relift import ReLIFT
-from workflow.algos.mixes.srft import SRFT
-from workflow.algos.registry import mix_names
+from workflow.methods.hpt.algorithm import HPT
+from workflow.methods.luffy.algorithm import LUFFY
+from workflow.methods.prefix_rft.algorithm import PrefixRFT
+from workflow.methods.registry import mix_names
+from workflow.methods.relift.algorithm import ReLIFT
+from workflow.methods.srft.algorithm import SRFT
 from conftest import REPO, refusal, run_cli
 from pydantic import ValidationError
-from workflow.config import RunConfig
 from workflow.algos.mix_batch import advantage_kept
+from workflow.config import RunConfig
 from workflow.engines.tiny_lm import pack, prefix_mask
 from workflow.eval.plan import eval_steps
 from workflow.launch import run_stage

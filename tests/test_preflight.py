@@ -10,14 +10,14 @@ import torch
 
 from conftest import REPO
 from workflow import preflight
-from workflow.algos.registry import build_mix, mix_names
+from workflow.algos.losses import token_logprobs
 from workflow.config import RunConfig
 from workflow.engines import local
 from workflow.engines.local import LocalEngine
 from workflow.engines.rl_batch import build_step_batch, mixed_closure
 from workflow.engines.tiny_lm import TOKENIZER, build_model, forward_logits, micro_slices
-from workflow.algos.losses import token_logprobs
 from workflow.launch import run_stage
+from workflow.methods.registry import build_mix, mix_names
 from workflow.results.catalog import query
 from workflow.stages import parse_stage, stage_config
 from workflow.sweep.identity import stable_id

@@ -44,6 +44,20 @@ def test_a_second_unit_under_a_taken_name_and_a_unit_of_the_wrong_kind_are_refus
         reg.get("stray")
 
 
+# the lab's method cards (light: what reading a sweep loads) and its algorithms (imported when a run trains)
+CARDS = '''
+from pydantic import Field
+
+from workflow.methods.base import Method, MethodSettings
+
+
+class ThreeStepsSettings(MethodSettings):
+    steps: int = Field(3, ge=2)  # optimizer steps on the same batch
+
+
+THREE_STEPS = Method("update", algorithm="lab_plugin:ThreeSteps", settings=ThreeStepsSettings)
+BROKEN = Method("update", algorithm="lab_plugin:NotARule")
+'''
 PLUGIN = '''
 from workflow.algos.rule import StepStats, UpdateRule
 from workflow.benchmarks.graders import Grader
@@ -51,11 +65,16 @@ from workflow.benchmarks.scoring import Verdict
 
 
 class ThreeSteps(UpdateRule):
+    def __init__(self, steps=3, max_grad_norm=1.0, gate_here=True):
+        super().__init__(max_grad_norm, gate_here)
+        self.steps = steps
+
     def step(self, params, optimizer, closure):
         first = self.grpo_step(params, optimizer, closure)
-        for _ in range(2):
+        for _ in range(self.steps - 1):
             self.grpo_step(params, optimizer, closure)
-        return StepStats(loss=first.loss, grad_norm=first.grad_norm, backward_passes=3, optimizer_steps=3)
+        return StepStats(loss=first.loss, grad_norm=first.grad_norm, backward_passes=self.steps,
+                         optimizer_steps=self.steps)
 
 
 class LastLine(Grader):
@@ -70,51 +89,69 @@ class NotARule:
     pass
 '''
 ENTRY_POINTS = """
-[rlsweep.update_rules]
-lab_three_steps = lab_plugin:ThreeSteps
-lab_broken = lab_plugin:NotARule
+[rlsweep.methods]
+lab_three_steps = lab_cards:THREE_STEPS
+lab_broken = lab_cards:BROKEN
 
 [rlsweep.graders]
 lab_last_line = lab_plugin:LastLine
 """
 CHECK = '''
-import json
-from workflow.algos.registry import UPDATE_RULES, build_update_rule
-from workflow.benchmarks import graders
+import json, sys
+from pydantic import ValidationError
 from workflow.config import RunConfig
+from workflow.methods.registry import build_update_rule, get_update_rule, update_rule_names
 from workflow.stages import stage_config
 from workflow.sweep.identity import stable_id
-cfg = RunConfig.model_validate({"rl": {"update": "lab_three_steps"}, "eval": {"graders": ["lab_last_line"]}})
-out = {"rule": type(build_update_rule(cfg.rl)).__name__, "id": stable_id(stage_config(cfg, "rl", sft_id="s")),
-       "verdict": graders.make("lab_last_line").grade("so\\n42", "42").correct, "rules": UPDATE_RULES.names()}
+plain = stable_id(stage_config(RunConfig(), "rl", sft_id="s"))
+cfg = RunConfig.model_validate({"rl": {"update": "lab_three_steps", "lab_three_steps": {"steps": 4}},
+                                "eval": {"graders": ["lab_last_line"]}})
+out = {"imported": "lab_plugin" in sys.modules, "plain": plain, "id": stable_id(stage_config(cfg, "rl", sft_id="s"))}
+rule = build_update_rule(cfg.rl)
+from workflow.benchmarks import graders
+out.update(rule=type(rule).__name__, steps=rule.steps, rules=update_rule_names(),
+           verdict=graders.make("lab_last_line").grade("so\\n42", "42").correct)
 try:
-    UPDATE_RULES.get("lab_broken")
+    RunConfig.model_validate({"rl": {"update": "lab_three_steps", "lab_three_steps": {"steps": 1}}})
+except ValidationError as e:
+    out["bad"] = str(e)
+try:
+    get_update_rule("lab_broken")
 except TypeError as e:
     out["broken"] = str(e)
 print(json.dumps(out))
 '''
 
 
-def test_a_labs_package_adds_an_update_rule_and_a_grader_through_entry_points(tmp_path):
+def test_a_labs_package_adds_an_update_rule_with_settings_and_a_grader_through_entry_points(tmp_path):
     """A package on the path with a dist-info (what `pip install` leaves) declaring entry points in the groups
-    rlsweep.update_rules and rlsweep.graders: its names validate in a run config and build, with nothing imported
-    before they are asked for."""
+    rlsweep.methods and rlsweep.graders: its rule's settings are a section of the run config (`rl.lab_three_steps`,
+    validated, in the run id only when selected), its names validate and build, and its algorithm is imported only
+    when the run builds it."""
     site = tmp_path / "site"
     (site / "lab_plugin-0.1.dist-info").mkdir(parents=True)
     (site / "lab_plugin-0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: lab-plugin\n"
                                                                "Version: 0.1\n")
     (site / "lab_plugin-0.1.dist-info" / "entry_points.txt").write_text(ENTRY_POINTS)
+    (site / "lab_cards.py").write_text(textwrap.dedent(CARDS))
     (site / "lab_plugin.py").write_text(textwrap.dedent(PLUGIN))
     env = {"PYTHONPATH": f"{site}:{REPO}", "PATH": "/usr/bin:/bin"}
     res = subprocess.run([sys.executable, "-c", CHECK], cwd=tmp_path, env=env, capture_output=True, text=True,
                          timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     out = json.loads(res.stdout.splitlines()[-1])
-    assert out["rule"] == "ThreeSteps" and out["verdict"] is True
+    assert out["imported"] is False and out["rule"] == "ThreeSteps" and out["steps"] == 4 and out["verdict"] is True
     assert out["rules"] == ["grpo", "gxpo", "lab_broken", "lab_three_steps", "sfpo"]
+    assert "rl.lab_three_steps.steps" in out["bad"] and "greater than or equal to 2" in out["bad"]
     assert out["broken"] == ("update rule 'lab_broken' (lab_plugin.NotARule) is not a "
                              "workflow.algos.rule.UpdateRule")
-    # without the package the name is unknown, with the known ones listed
+    assert out["id"] != out["plain"]
+    # without the package: the name is unknown, with the known ones listed, and a plain run keeps its id
     res = subprocess.run([sys.executable, "-c", CHECK], cwd=tmp_path, env={**env, "PYTHONPATH": str(REPO)},
                          capture_output=True, text=True, timeout=300)
     assert res.returncode != 0 and "unknown update rule 'lab_three_steps'; known: grpo, gxpo, sfpo" in res.stderr
+    code = ("from workflow.config import RunConfig; from workflow.stages import stage_config; "
+            "from workflow.sweep.identity import stable_id; print(stable_id(stage_config(RunConfig(), 'rl', sft_id='s')))")
+    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={**env, "PYTHONPATH": str(REPO)},
+                         capture_output=True, text=True, timeout=300, check=True)
+    assert res.stdout.strip() == out["plain"]

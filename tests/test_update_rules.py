@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from workflow.algos.gates import ZGate
-from workflow.algos.rules.grpo import GRPOStep
-from workflow.algos.rules.gxpo import GXPO, geometric_scale
-from workflow.algos.rules.sfpo import SFPO
+from workflow.methods.grpo.algorithm import GRPOStep
+from workflow.methods.gxpo.algorithm import GXPO, geometric_scale
+from workflow.methods.sfpo.algorithm import SFPO
 
 
 class Counter:

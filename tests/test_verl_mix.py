@@ -12,10 +12,10 @@ import torch
 pytest.importorskip("verl")
 
 from workflow.algos.mix import ON_POLICY  # noqa: E402
-from workflow.algos.mixes.hpt import HPT  # noqa: E402
-from workflow.algos.mixes.luffy import LUFFY  # noqa: E402
-from workflow.algos.mixes.srft import SRFT  # noqa: E402
 from workflow.config import RLConfig  # noqa: E402
+from workflow.methods.hpt.algorithm import HPT  # noqa: E402
+from workflow.methods.luffy.algorithm import LUFFY  # noqa: E402
+from workflow.methods.srft.algorithm import SRFT  # noqa: E402
 from workflow.algos.mix_batch import (StepRows, demo_positions, group_positions, loss_plan, padded,  # noqa
                                              rollout_metrics, token_fields, trace_response)
 
@@ -277,20 +277,22 @@ def test_train_steps_row_carries_the_mix_columns():
 
 def test_verl_runs_every_mixed_policy_method_prefix_rft_through_our_agent_loop():
     from pydantic import ValidationError
-    from workflow.algos.registry import MIXES
     from workflow.config import RunConfig
-    from workflow.engines.verl.driver.translate import PREFIX_AGENT_LOOP, translate
+    from workflow.engines.verl.driver.translate import translate
+    from workflow.methods.prefix_rft import VERL_AGENT_LOOP
+    from workflow.methods.registry import METHODS
     from workflow.strict import format_validation_error
     verl = {"name": "verl", "verl": {"model_path": "m"}}
     agent = "actor_rollout_ref.rollout.agent.default_agent_loop"
-    for mix in MIXES.builtins:  # the shipped methods (tests may register toys)
+    for mix in [n for n in METHODS.builtins if METHODS.get(n).role == "mix"]:  # the shipped ones (not tests' toys)
         keys = translate(RunConfig.model_validate({"rl": {"mix": mix}, "engine": verl, "eval": {"backend": "vllm"}}))
         assert keys["trainer.v1.rlsweep"]["rl"]["mix"] == mix  # the run's whole RL config (translate.run_rl)
-        assert keys.get(agent) == (PREFIX_AGENT_LOOP if mix == "prefix_rft" else None)
+        assert keys.get(agent) == (VERL_AGENT_LOOP if mix == "prefix_rft" else None)
     verl["verl"]["overrides"] = {agent: "single_turn_agent"}  # would generate without the prefixes
     with pytest.raises(ValidationError) as e:
         RunConfig.model_validate({"rl": {"mix": "prefix_rft"}, "engine": verl, "eval": {"backend": "vllm"}})
-    assert format_validation_error(e.value)[0].startswith(f"engine.verl.overrides.{agent}: with rl.mix prefix_rft")
+    assert format_validation_error(e.value)[0].startswith(
+        f"engine.verl.overrides.{agent}: rlsweep sets it to 'rlsweep_prefix_rft' for the method prefix_rft")
 
 
 # ----------------------------------------------------------------------- Prefix-RFT: prefixes inside generation
@@ -315,7 +317,7 @@ class CharTokenizer:
 
 
 def test_the_agent_loop_prefixes_the_sessions_the_driver_expects_with_the_demonstrations_first_tokens():
-    from workflow.algos.registry import build_mix
+    from workflow.methods.registry import build_mix
     from workflow.algos.mix_batch import prompt_slots
     from workflow.engines.verl.inside.prefix_agent import session_prefix
     cfg, tree = prefix_run(n_prefixed=2, min_frac=0.2, max_frac=0.8)
@@ -566,8 +568,8 @@ def fast_driver(monkeypatch, rl: dict, scores: list[list[float]], lengths: list[
 
 
 def test_the_thinking_bonus_goes_into_verls_scores_and_the_reward_column_keeps_the_plain_score(monkeypatch):
-    from workflow.algos.fast_grpo import ThinkingReward
-    from workflow.config import ThinkingRewardConfig
+    from workflow.methods.thinking_reward import ThinkingRewardConfig
+    from workflow.methods.thinking_reward.algorithm import ThinkingReward
     scores, lengths = [[1.0, 1.0], [0.0, 0.0]], [[2, 6], [4, 8]]  # an easy prompt solved, a hard one failed
     driver, batch, queue = fast_driver(monkeypatch, {"thinking_reward": {"enabled": True}}, scores, lengths)
     driver.shape_rewards(batch)

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 
 from workflow.config import RLConfig, RunConfig
-from workflow.algos.registry import rule_from_settings, rule_settings
 from workflow.engines.verl.inside.gates import DriverGates
+from workflow.methods.registry import rule_from_settings, rule_settings
 
 
 def verl_run(**rl) -> RunConfig:

@@ -3,8 +3,8 @@ Two plain steps on the same rollout batch; on verl that equals calling verl's ow
 
 from __future__ import annotations
 
-from workflow.algos.registry import register_update_rule
 from workflow.algos.rule import StepStats, UpdateRule
+from workflow.methods.registry import register_update_rule
 
 
 @register_update_rule("toy_two_steps")

@@ -24,11 +24,11 @@ import verl_cpu  # noqa: E402
 verl_cpu.use_cpu_platform()
 dist.init_process_group("gloo")
 
-from workflow.algos.rules.grpo import GRPOStep  # noqa: E402
-from workflow.algos.rules.gxpo import GXPO  # noqa: E402
-from workflow.algos.rules.sfpo import SFPO  # noqa: E402
-from workflow.algos.registry import rule_from_settings  # noqa: E402
 from workflow.engines.verl.inside.rule_step import rule_train_batch  # noqa: E402
+from workflow.methods.grpo.algorithm import GRPOStep  # noqa: E402
+from workflow.methods.gxpo.algorithm import GXPO  # noqa: E402
+from workflow.methods.registry import rule_from_settings  # noqa: E402
+from workflow.methods.sfpo.algorithm import SFPO  # noqa: E402
 
 import toy_rule  # noqa: E402,F401 - registers the test's own update rule, toy_two_steps
 

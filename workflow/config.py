@@ -11,14 +11,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, field_validator, model_validator
+from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, create_model, field_validator, model_validator
 
-from workflow.algos.registry import MIXES, UPDATE_RULES
-from workflow.data.sources import REGISTRY as TRAINING_SETS
 from workflow.benchmarks.catalog import REGISTRY as BENCHMARKS
 from workflow.benchmarks.graders import GRADERS
+from workflow.data.sources import REGISTRY as TRAINING_SETS
 from workflow.engines.registry import ENGINES, traits
 from workflow.hub import record_file_problem
+from workflow.methods import registry as methods
+from workflow.methods.base import Method
+from workflow.methods.registry import METHODS
 from workflow.models import check_name as check_model_name
 from workflow.strict import ConfigProblem, Seed, Strict
 
@@ -189,191 +191,15 @@ class SFTConfig(Strict):
     checkpoint_every: PositiveInt = 100
 
 
-class RuleSettings(Strict):
-    """The settings of one update rule: the section `rl.<rule name>` of RLConfig. Only the selected rule's section
-    is part of a run's identity; the rule's class (workflow/algos/rules/) names its section model as `Settings`
-    and takes its fields as keyword arguments."""
-
-
-class SFPOConfig(RuleSettings):
-    """Slow-Fast Policy Optimization: K fast steps, reposition by alpha, one slow step; entropy trigger."""
-
-    K: int = Field(3, ge=1)
-    alpha: float = Field(0.8, ge=0.0, le=1.0)
-    window: int = Field(30, ge=2)  # past entropies the trigger compares against (also its warm-up)
-    tau: PositiveFloat = 1.0  # trigger when the entropy z-score >= tau; then plain GRPO for good
-
-
-class GXPOConfig(RuleSettings):
-    """Gradient Extrapolation Policy Optimization: 2 probes, geometric K-step extrapolation, 1 corrective step."""
-
-    K: int = Field(5, ge=2)  # virtual depth; always 3 backward passes
-    alpha: float = Field(0.5, ge=0.0, le=1.0)
-    eps: PositiveFloat = 1e-8  # |g0| <= eps: no ratio, keep the observed displacement (s = 1)
-    window: int = Field(20, ge=2)  # past corrective-gradient norms the gate compares against
-    warmup: int = Field(10, ge=2)  # steps that only fill the gate's window
-    tau: PositiveFloat = 2.0  # gate trips when z > tau; then plain GRPO for good
-    ratio_source: Literal["grad", "displacement"] = "grad"
-    clamp: Literal["s", "r", "none"] = "s"
-    clamp_min: float | None = None  # None: s in [0, K]; r in [-0.999, 1]
-    clamp_max: float | None = None
-
-    @model_validator(mode="after")
-    def _clamp_order(self) -> "GXPOConfig":
-        if self.clamp_min is not None and self.clamp_max is not None and self.clamp_min > self.clamp_max:
-            raise ConfigProblem("clamp_min", f"{self.clamp_min} must be <= clamp_max ({self.clamp_max})")
-        return self
-
-
-class MixSettings(Strict):
-    """The settings of one mixed-policy method: the section `rl.<method name>` of RLConfig, part of a run's identity
-    only when rl.mix selects it. The method's class (workflow/algos/mixes/) names its model as `Settings` and takes
-    its fields as keyword arguments."""
-
-
-class LUFFYConfig(MixSettings):
-    """LUFFY (Yan et al., arXiv:2504.14945): n_off of each group's G sequences are the prompt's expert trace instead
-    of rollouts; advantages over the mixed group; expert tokens trained with -f(pi) A, f(pi) = pi / (pi + lam)."""
-
-    n_off: PositiveInt = 1
-    lam: PositiveFloat = 0.1
-
-
-class SRFTConfig(MixSettings):
-    """SRFT (Fu et al., arXiv:2506.19767): one batch; SFT loss on every prompt's demonstration weighted
-    sft_coef x sg(exp(-H_demo)); the demonstration also in the group as an off-policy trace (shaped loss, lam);
-    correct rollouts weighted rl_coef x sg(exp(H)), wrong ones -1 (workflow/algos/mixes/srft.py)."""
-
-    sft_coef: PositiveFloat = 0.5
-    rl_coef: PositiveFloat = 0.1
-    lam: PositiveFloat = 0.1
-
-
-class HPTConfig(MixSettings):
-    """HPT (Lv et al., arXiv:2509.04419): per prompt, the SFT loss on its demonstration when at most `threshold` of
-    its rollouts are correct (0: all wrong), the GRPO loss on its rollouts otherwise."""
-
-    threshold: int = Field(0, ge=0)
-    sft_coef: PositiveFloat = 1.0
-
-
-class ReLIFTConfig(MixSettings):
-    """ReLIFT (Ma et al., arXiv:2506.07527): prompts that no rollout solved go into a buffer; when it holds
-    `buffer_size` of them (or every `every` steps, if set, whatever it holds) one SFT step on (at most buffer_size
-    of) their demonstrations is interleaved after the RL step. The paper's runs: 128."""
-
-    buffer_size: PositiveInt = 16
-    every: PositiveInt | None = None
-    lr_scale: PositiveFloat = 1.0  # the SFT step's learning rate = rl.lr x lr_scale
-
-
-class PrefixRFTConfig(MixSettings):
-    """Prefix-RFT (Huang et al., arXiv:2507.01679): `n_prefixed` of each group's G rollouts continue a prefix of the
-    demonstration, a fraction drawn uniformly from [min_frac, upper] with upper decaying max_frac -> min_frac along
-    a cosine over training; prefix tokens train with the clipped ratio, only the top `entropy_top` of them by
-    entropy keeping their advantage (workflow/algos/mixes/prefix_rft.py)."""
-
-    n_prefixed: PositiveInt = 1
-    min_frac: float = Field(0.05, ge=0.0, le=1.0)
-    max_frac: float = Field(0.95, ge=0.0, le=1.0)
-    entropy_top: float = Field(0.2, gt=0.0, le=1.0)
-
-    @model_validator(mode="after")
-    def _fraction_order(self) -> "PrefixRFTConfig":
-        if self.min_frac > self.max_frac:
-            raise ConfigProblem("min_frac", f"{self.min_frac} must be <= max_frac ({self.max_frac})")
-        return self
-
-
-class FastGRPOPart(Strict):
-    """One of FAST-GRPO's three parts (workflow/algos/fast_grpo.py states what each computes): a section of
-    RLConfig, switched on by its own `enabled`, and part of a run's identity only then (so each part is an ablation
-    of its own and every run id from before FAST-GRPO existed stays what it was)."""
-
-    enabled: bool = False
-
-
-class ThinkingRewardConfig(FastGRPOPart):
-    """The thinking reward: a correct answer to an easy prompt earns scale x g(1 - L / max_new_tokens), a wrong
-    answer to a hard prompt scale x g(L / max_new_tokens); difficulty = (1 - pass rate) x normalised complexity,
-    easy = at or below its `percentile`-th value over the step's prompts. Estimates online from the group or from
-    `table` (JSONL rows {prompt, pass_rate, complexity})."""
-
-    percentile: float = Field(80.0, gt=0.0, lt=100.0)
-    scale: float = Field(0.5, gt=0.0, lt=1.0)  # < 1: a wrong answer never outscores a right one
-    shape: Literal["linear", "cosine"] = "linear"
-    pass_rate: Literal["group", "table"] = "group"
-    complexity: Literal["response_len", "prompt_len", "table"] = "response_len"
-    table: str | None = None
-
-    @model_validator(mode="after")
-    def _table_when_read(self) -> "ThinkingRewardConfig":
-        reads = [k for k in ("pass_rate", "complexity") if getattr(self, k) == "table"]
-        if reads and not self.table:
-            raise ConfigProblem("table", f"required when {' and '.join(reads)} is 'table' (a JSONL file of rows "
-                                "{prompt, pass_rate, complexity})")
-        if self.table and not reads:
-            raise ConfigProblem("table", "is read only when pass_rate or complexity is 'table'")
-        if self.table and self.enabled and not Path(self.table).is_file():
-            raise ConfigProblem("table", f"{self.table}: no such file")
-        return self
-
-
-class DynamicKLConfig(FastGRPOPart):
-    """Group-accuracy-based KL: each group's KL coefficient beta_min + (beta_max - beta_min) x its accuracy, on the
-    low-variance (k3) estimator against the initial policy; replaces rl.kl_coef."""
-
-    beta_min: NonNegativeFloat = 0.001
-    beta_max: NonNegativeFloat = 0.01
-
-    @model_validator(mode="after")
-    def _order(self) -> "DynamicKLConfig":
-        if self.beta_min > self.beta_max:
-            raise ConfigProblem("beta_min", f"{self.beta_min} must be <= beta_max ({self.beta_max})")
-        return self
-
-
-AccuracyBounds = tuple[float, float]
-
-
-class Slow2FastConfig(FastGRPOPart):
-    """Slow2Fast sampling: keep the groups whose accuracy lies in `slow` during the first `switch` share of
-    training, in `fast` after it (bounds inclusive); refill the step by sampling more prompts (resample, at most
-    max_rounds extra rounds) or train on the groups kept (shrink)."""
-
-    switch: float = Field(0.5, gt=0.0, lt=1.0)
-    slow: AccuracyBounds = (0.3, 0.99)
-    fast: AccuracyBounds = (0.01, 0.7)
-    refill: Literal["resample", "shrink"] = "resample"
-    max_rounds: PositiveInt = 4
-
-    @field_validator("slow", "fast")
-    @classmethod
-    def _bounds(cls, v: AccuracyBounds) -> AccuracyBounds:
-        low, high = v
-        if not 0.0 <= low <= high <= 1.0:
-            raise ConfigProblem("", f"[{low}, {high}]: accuracy bounds need 0 <= low <= high <= 1")
-        return v
-
-
-class RLConfig(Strict):
+class RLBase(Strict):
     """GRPO and its common variants (DAPO clip-higher, Dr.GRPO no-std / token-sum), on-policy, with the policy
-    update done by an update rule: grpo (one step), sfpo or gxpo (several steps on the same rollout batch)."""
+    update done by an update rule (rl.update), optionally a mixed-policy method (rl.mix) and FAST-GRPO's parts. The
+    methods' own sections (rl.sfpo, rl.luffy, rl.slow2fast, ...) come from their cards (workflow/methods/): RLConfig
+    below is this model plus one section per registered method with settings."""
 
-    update: str = "grpo"  # a registered update rule (workflow/algos/registry.py): grpo, sfpo, gxpo, ...
-    sfpo: SFPOConfig = SFPOConfig()  # read only when update = sfpo (and only then part of the run id)
-    gxpo: GXPOConfig = GXPOConfig()  # read only when update = gxpo
-    # a mixed-policy method (workflow/algos/registry.py): none (on-policy), luffy, srft, hpt, relift, prefix_rft
+    update: str = "grpo"  # a registered update rule (workflow/methods/): grpo, sfpo, gxpo, ...
+    # a mixed-policy method (workflow/methods/): none (on-policy), luffy, srft, hpt, relift, prefix_rft
     mix: str = "none"
-    luffy: LUFFYConfig = LUFFYConfig()  # read only when mix = luffy (and only then part of the run id)
-    srft: SRFTConfig = SRFTConfig()
-    hpt: HPTConfig = HPTConfig()
-    relift: ReLIFTConfig = ReLIFTConfig()
-    prefix_rft: PrefixRFTConfig = PrefixRFTConfig()
-    # FAST-GRPO's parts (workflow/algos/fast_grpo.py), each on its own; part of the run id only when enabled
-    thinking_reward: ThinkingRewardConfig = ThinkingRewardConfig()
-    dynamic_kl: DynamicKLConfig = DynamicKLConfig()
-    slow2fast: Slow2FastConfig = Slow2FastConfig()
     steps: PositiveInt = 40
     prompts_per_step: PositiveInt = 32
     group_size: int = Field(8, ge=2)
@@ -393,42 +219,40 @@ class RLConfig(Strict):
     @field_validator("update", "mix")
     @classmethod
     def _registered(cls, v: str, info) -> str:
-        """A name of the registry (workflow/algos/registry.py); listed without importing torch."""
-        registry = UPDATE_RULES if info.field_name == "update" else MIXES
-        if v not in registry:
-            raise ConfigProblem("", registry.unknown(v))
+        """A method of the registry (workflow/methods/registry.py) with the field's role; listed without torch."""
+        role = "update" if info.field_name == "update" else "mix"
+        if v not in METHODS or METHODS.get(v).role != role:
+            raise ConfigProblem("", methods.unknown(v, role))
         return v
 
     @model_validator(mode="after")
-    def _groups_keep_a_rollout(self) -> "RLConfig":
-        taken = {"luffy": ("luffy.n_off", self.luffy.n_off), "prefix_rft": ("prefix_rft.n_prefixed",
-                                                                            self.prefix_rft.n_prefixed)}
-        key, n = taken.get(self.mix, (None, 0))
-        if key is not None and n >= self.group_size:
-            raise ConfigProblem(key, f"{n} must be < group_size ({self.group_size}): every group keeps at least one "
-                                "plain on-policy rollout")
-        return self
-
-    @model_validator(mode="after")
-    def _fast_grpo_parts_compose(self) -> "RLConfig":
+    def _selected_methods_fit(self) -> "RLBase":
+        """Each selected method's own check against the rest of the RL config; parts train on the policy's own
+        groups, so they do not compose with a mixed-policy method."""
         parts = self.fast_grpo_parts
         if parts and self.mix != "none":
             raise ConfigProblem(f"{parts[0]}.enabled", f"FAST-GRPO's parts train on the policy's own groups; they "
                                 f"do not compose with a mixed-policy method (rl.mix {self.mix})")
-        if self.dynamic_kl.enabled and self.kl_coef > 0:
-            raise ConfigProblem("kl_coef", f"{self.kl_coef}: with dynamic_kl each group's coefficient comes from its "
-                                "accuracy (dynamic_kl.beta_min .. beta_max); set kl_coef to 0")
+        for name in (self.update, self.mix, *parts):
+            settings = getattr(self, name, None)
+            if settings is not None:
+                settings.check(self)
         return self
 
     @property
     def fast_grpo_parts(self) -> list[str]:
-        """The FAST-GRPO sections switched on (rl.thinking_reward, rl.dynamic_kl, rl.slow2fast)."""
+        """The parts switched on (rl.thinking_reward, rl.dynamic_kl, rl.slow2fast, ...)."""
         return [name for name in self.fast_sections() if getattr(self, name).enabled]
+
+    @property
+    def selected(self) -> list[Method]:
+        """The cards of the methods this run uses: its update rule, its mixed-policy method, the parts switched on."""
+        return [METHODS.get(name) for name in (self.update, self.mix, *self.fast_grpo_parts)]
 
     @property
     def uses_reference(self) -> bool:
         """Whether the step needs the reference policy's log-probs (a KL penalty)."""
-        return self.kl_coef > 0 or self.dynamic_kl.enabled
+        return self.kl_coef > 0 or any(m.uses_reference for m in self.selected)
 
     @property
     def method(self) -> str:
@@ -443,22 +267,28 @@ class RLConfig(Strict):
     @classmethod
     def rule_sections(cls) -> tuple[str, ...]:
         """The names of the rule settings sections (`rl.sfpo`, `rl.gxpo`, ...), each read only by its own rule."""
-        return cls._sections(RuleSettings)
+        return cls._sections("update")
 
     @classmethod
     def mix_sections(cls) -> tuple[str, ...]:
         """The names of the mixed-policy settings sections (`rl.luffy`, ...), each read only by its own method."""
-        return cls._sections(MixSettings)
+        return cls._sections("mix")
 
     @classmethod
     def fast_sections(cls) -> tuple[str, ...]:
-        """The FAST-GRPO sections, each part of a run's identity only when enabled."""
-        return cls._sections(FastGRPOPart)
+        """The parts' sections, each part of a run's identity only when enabled."""
+        return cls._sections("part")
 
     @classmethod
-    def _sections(cls, kind: type) -> tuple[str, ...]:
-        return tuple(name for name, f in cls.model_fields.items()
-                     if isinstance(f.annotation, type) and issubclass(f.annotation, kind))
+    def _sections(cls, role: str) -> tuple[str, ...]:
+        return tuple(name for name in cls.model_fields if name in _SECTIONS and _SECTIONS[name].role == role)
+
+
+# One section rl.<name> per registered method with settings, its default the settings' defaults. A method's section
+# is part of a run's identity only while the method is selected (workflow/stages.py).
+_SECTIONS: dict[str, Method] = {name: card for name, card in methods.in_order() if card.settings is not None}
+RLConfig = create_model("RLConfig", __base__=RLBase, __module__=__name__, __doc__=RLBase.__doc__,
+                        **{name: (card.settings, card.settings()) for name, card in _SECTIONS.items()})
 
 
 class EvalConfig(Strict):

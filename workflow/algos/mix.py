@@ -29,9 +29,9 @@ changes the gradient):
 
 with w_rl the rl.loss_agg weights over the RL rows and w_sft = 1 / (SFT tokens of the batch): a token-mean SFT loss.
 
-A new method: subclass MixedPolicy, name its settings model (`Settings`, a MixSettings section of
-workflow/config.py whose fields are the constructor's keyword arguments), decorate it with `@register_mix("name")`
-(workflow/algos/registry.py).
+A new method: subclass MixedPolicy, its constructor taking the fields of its settings section as keyword arguments,
+and register it once as a method (workflow/methods/: a folder with its card and settings, workflow/methods/luffy/
+for one; or `@register_mix("name")` for a method without settings).
 """
 
 from __future__ import annotations
@@ -91,8 +91,7 @@ class MixedPolicy:
     """Plain on-policy RL: every slot a rollout, every rollout in the RL loss, no SFT term. The base of every
     method, and itself the method `none`."""
 
-    name: ClassVar[str] = ""  # set by @register_mix
-    Settings: ClassVar[type | None] = None  # the rl.<name> section's model; None: no settings
+    name: ClassVar[str] = ""  # the name it is registered under (workflow/methods/registry.py)
     trains_on_demonstrations: ClassVar[bool] = False  # loss_plan may give a prompt an SFT weight
     needs_demo_entropy: ClassVar[bool] = False  # loss_plan reads signals["demo_entropy"]
     interleaves_sft: ClassVar[bool] = False  # after_step may ask for SFT steps of its own (ReLIFT)

@@ -17,9 +17,9 @@ gate) keeps the gate in the rule (`gate_here=True`, the local engine), or leaves
 for every data-parallel rank (`gate_here=False`, verl): the driver builds the same rule with its gate, feeds it
 through `feed_gate`, and hands each worker's rule the decision with `set_enabled`.
 
-A new rule: subclass UpdateRule (one pass per step) or MultiPassRule, name its settings model (`Settings`, a
-RuleSettings section of workflow/config.py whose fields are the constructor's keyword arguments), decorate it with
-`@register_update_rule("name")` (workflow/algos/registry.py).
+A new rule: subclass UpdateRule (one pass per step) or MultiPassRule, its constructor taking the fields of its
+settings section as keyword arguments, and register it once as a method (workflow/methods/: a folder with its card
+and settings, workflow/methods/sfpo/ for one; or `@register_update_rule("name")` for a rule without settings).
 """
 
 from __future__ import annotations
@@ -58,8 +58,7 @@ class UpdateRule:
     """One closure, one optimizer step (GRPO's step); the base of every rule. The loss and grad_norm in StepStats
     are those of the first closure, at the rollout policy, for every rule, so they compare across rules."""
 
-    name: ClassVar[str] = ""  # set by @register_update_rule
-    Settings: ClassVar[type | None] = None  # the rl.<name> section's model; None: no settings
+    name: ClassVar[str] = ""  # the name it is registered under (workflow/methods/registry.py)
     # which rollout signals on_rollout needs (an engine computes them only when asked: verl's entropy)
     rollout_signals: ClassVar[tuple[str, ...]] = ()
     # the gate, if any: fed before the update with a rollout signal, or after it with one of the step's stats
@@ -76,7 +75,7 @@ class UpdateRule:
 
     @classmethod
     def build(cls, settings: Any, max_grad_norm: float | None, gate_here: bool = True) -> "UpdateRule":
-        """The rule for one settings section (a `Settings` instance, or None for a rule without settings)."""
+        """The rule for one settings section (its card's settings model, or None for a rule without settings)."""
         kwargs = settings.model_dump() if settings is not None else {}
         return cls(**kwargs, max_grad_norm=max_grad_norm, gate_here=gate_here)
 

@@ -22,21 +22,21 @@ import torch
 from workflow import preemption
 from workflow.algos.flops import generation_flops, rl_step_flops, sft_flops
 from workflow.algos.losses import sft_loss, token_logprobs, token_weights
-from workflow.algos.registry import build_mix, build_update_rule
 from workflow.algos.schedules import constant, scaled_lr, warmup_cosine
 from workflow.algos.sharded import clip_and_step
 from workflow.checkpoint import load_trainer_state, remove_stale_temporaries, save_checkpoint
 from workflow.config import ModelConfig, RLConfig, TaskConfig
 from workflow.engines import lora
 from workflow.engines.rl_batch import mixed_closure, rollout
+from workflow.methods.registry import build_mix, build_update_rule
 from workflow.engines.tiny_lm import (TOKENIZER, build_model, device, forward_logits, load_model, micro_slices,
                                       pack, step_seed)
+from workflow.benchmarks.arithmetic import sample_train
 from workflow.layout import CHECKPOINTS, latest_checkpoint
 from workflow.preflight import TorchProbe
 from workflow.progress import StepProgress, say
 from workflow.results.train_log import TrainLog
 from workflow.stages import RLStage, SFTStage
-from workflow.benchmarks.arithmetic import sample_train
 
 
 def sft_accumulate(model, batch: dict[str, torch.Tensor], micro_batch_size: int | None) -> float:

@@ -12,7 +12,10 @@ from typing import Callable
 import numpy as np
 import torch
 
-from workflow.algos.fast_grpo import ThinkingReward, group_accuracy, group_kl_coef, slow2fast_keep
+from workflow.algos.fast_grpo import group_accuracy
+from workflow.methods.dynamic_kl.algorithm import group_kl_coef
+from workflow.methods.slow2fast.algorithm import slow2fast_keep
+from workflow.methods.thinking_reward.algorithm import ThinkingReward
 from workflow.algos.losses import (group_advantages, kl_k3, mixed_token_loss, sft_loss, token_entropy,
                                    token_logprobs, token_weights)
 from workflow.algos.mix import LossPlan, MixedPolicy, Slot, sft_loss_share, step_columns

@@ -82,15 +82,13 @@ def _check_driver_side_methods(cfg) -> None:
             raise ConfigProblem(f"engine.verl.overrides.{key}", f"{overrides[key]}: with {what} it must be {needed} "
                                 "(the step's token weights are computed once over the whole step batch, which then "
                                 "trains in one update)")
-    agent = "actor_rollout_ref.rollout.agent.default_agent_loop"
-    if rl.mix == "prefix_rft" and agent in overrides:
-        raise ConfigProblem(f"engine.verl.overrides.{agent}", "with rl.mix prefix_rft the rollouts run through "
-                            "rlsweep's agent loop, which continues the demonstration prefixes; leave it unset")
-    sampler = [k for k in overrides if k.startswith("trainer.v1.sampler.custom_sampler")]
-    if rl.slow2fast.enabled and rl.slow2fast.refill == "resample" and sampler:
-        raise ConfigProblem(f"engine.verl.overrides.{sampler[0]}", "with rl.slow2fast refill resample verl's "
-                            "sampling runs through rlsweep's sampler, which drops and refills the groups; "
-                            "leave it unset")
+    for card in rl.selected:  # what a method sets in verl's config (its verl hook) is not the user's to override
+        owned = card.verl_keys(getattr(rl, card.name, None)) if card.verl_keys is not None else {}
+        for key in owned:
+            if key in overrides:
+                raise ConfigProblem(f"engine.verl.overrides.{key}", f"rlsweep sets it to {owned[key]!r} for the "
+                                    f"method {card.name} (its verl hook, workflow/methods/{card.name}/); leave it "
+                                    "unset")
 
 
 VERL = VerlTraits()

@@ -39,13 +39,13 @@ from typing import Callable
 from workflow.engines.verl.driver.compose import SFT, compose
 from workflow.engines.verl.driver.data import write_rl_data, write_sft_data
 from workflow.engines.verl.driver.export import export_all
-from workflow.engines.verl.inside.preflight import MODULE as PREFLIGHT_MODULE, VerlProbe, probe_rows
 from workflow.engines.verl.driver.process import run_supervised
 from workflow.engines.verl.driver.sft_launch import command as sft_command
-from workflow.models import resolve_model
 from workflow.engines.verl.driver.translate import CPU_MODULE, FP32, PPO_MODULE, WORKER_MODULE, external_modules, \
     CPU_DROPPED_ENV, process_env, translate, translate_sft
+from workflow.engines.verl.inside.preflight import MODULE as PREFLIGHT_MODULE, VerlProbe, probe_rows
 from workflow.layout import CHECKPOINTS
+from workflow.models import resolve_model
 from workflow.results.train_log import TrainLog
 from workflow.slurm.ray_cluster import allocation_nodes, head_address, start_commands, wait_for_nodes
 from workflow.stages import RLStage, SFTStage
@@ -145,9 +145,9 @@ class VerlEngine:
         if stage.rl.mix == "none":  # plain GRPO is verl's own loss; the preflight is for SFT and mixed-policy jobs
             return None
         from omegaconf import OmegaConf, open_dict
-        from workflow.algos.registry import build_mix
         from workflow.engines.verl.inside.mix_loss import FIELDS
         from workflow.engines.verl.inside.probe_batch import stage_rows
+        from workflow.methods.registry import build_mix
         import torch
         v = stage.engine.verl
         work = tempfile.TemporaryDirectory(prefix="rlsweep-preflight-")

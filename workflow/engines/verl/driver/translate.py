@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from workflow.algos.registry import get_update_rule
 from workflow.config import RLConfig
+from workflow.methods.registry import get_update_rule
 
 # our aggregation -> (verl loss_agg_mode, needs loss_scale_factor = max response length). Ours: token-sum divides
 # by the constant n_seqs * max_len (Dr.GRPO); verl's seq-mean-token-sum-norm = sum / n_seqs / loss_scale_factor.
@@ -35,11 +35,9 @@ CPU_MODULE = "workflow.engines.verl.compat.cpu"  # engine.verl.device cpu: verl'
 VLLM_COMPAT_MODULE = "workflow.engines.verl.compat.vllm_compat"
 PPO_MODULE = "workflow.engines.verl.inside.ppo"  # the RL stage's verl process
 # Prefix-RFT's agent loop (rl.mix prefix_rft: the rollout continues a demonstration prefix inside generation),
-# registered under this name in verl's agent-loop registry when its module is imported (in the agent-loop workers)
+# registered in verl's agent-loop registry when its module is imported (in the agent-loop workers); the name it is
+# registered under, and the Slow2Fast sampler, are their methods' verl hooks (workflow/methods/<name>/, verl_keys)
 AGENT_MODULE = "workflow.engines.verl.inside.prefix_agent"
-PREFIX_AGENT_LOOP = "rlsweep_prefix_rft"
-# FAST-GRPO's Slow2Fast with refill resample: verl's replay buffer as ours (trainer.v1.sampler.custom_sampler)
-SLOW2FAST_SAMPLER = ("pkg://workflow.engines.verl.inside.slow2fast", "Slow2FastSampler")
 
 
 def external_modules(v) -> str:
@@ -201,11 +199,7 @@ def translate(cfg, *, model_path: str = PLACEHOLDER, train_files: str = PLACEHOL
     # the run's RL config, whole, in one place: every verl process reads it back with run_rl (the driver's gates and
     # mixed-policy method, the agent loop, the sampler); the engine adds "log" (where our tables go) at job time
     out[RL_SECTION] = {"rl": rl.model_dump(mode="json")}
-    if rl.mix == "prefix_rft":  # every training rollout through our agent loop (it reads the same RL config)
-        out["actor_rollout_ref.rollout.agent.default_agent_loop"] = PREFIX_AGENT_LOOP
-    if rl.slow2fast.enabled and rl.slow2fast.refill == "resample":  # dropped groups refilled inside verl's sampling
-        sampler = "trainer.v1.sampler.custom_sampler"
-        out[f"{sampler}.path"], out[f"{sampler}.name"] = SLOW2FAST_SAMPLER
+    out.update(method_keys(rl))  # e.g. Prefix-RFT's agent loop, Slow2Fast's sampler
     if "entropy" in get_update_rule(rl.update).rollout_signals:  # e.g. SFPO's trigger: the rollout's entropy
         out[f"{actor}.calculate_entropy"] = True
     if scaled:
@@ -269,6 +263,15 @@ OURS = {
     "trainer.nnodes": "engine.verl.nnodes",
     "actor_rollout_ref.rollout.tensor_model_parallel_size": "engine.verl.rollout_tp",
 }
+
+
+def method_keys(rl: RLConfig) -> dict[str, Any]:
+    """The keys of verl's config the run's selected methods set (their verl hooks: workflow/methods/base.py)."""
+    out: dict[str, Any] = {}
+    for card in rl.selected:
+        if card.verl_keys is not None:
+            out.update(card.verl_keys(getattr(rl, card.name, None)))
+    return out
 
 
 def run_rl(section) -> RLConfig:

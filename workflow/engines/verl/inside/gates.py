@@ -3,7 +3,7 @@
 In verl every data-parallel rank runs the update; a rule's gate (SFPO's entropy trigger, GXPO's corrective-gradient
 norm gate) must take one decision for all of them, so the driver keeps the gate (`DriverGates`, which builds the
 run's rule with its gate, exactly as the local engine does, and only ever feeds it) and hands each update a plain
-spec in the batch's non-tensor data (`UPDATE_KEY`): the rule's settings (workflow.algos.registry.rule_settings) and
+spec in the batch's non-tensor data (`UPDATE_KEY`): the rule's settings (workflow.methods.registry.rule_settings) and
 whether its extra passes are still enabled. The workers build the same rule without a gate and follow the spec.
 Nothing here imports verl.
 """
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from workflow.algos.registry import rule_from_settings
 from workflow.algos.rule import MultiPassRule
+from workflow.methods.registry import rule_from_settings
 
 UPDATE_KEY = "rlsweep_update"
 METRIC_PREFIX = "rlsweep/"  # our StepStats in the workers' metrics (verl prefixes them with "actor/")

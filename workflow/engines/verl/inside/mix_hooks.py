@@ -35,17 +35,20 @@ import transfer_queue as tq
 from transfer_queue import KVBatchMeta
 from verl.utils import tensordict_utils as tu
 
-from workflow.algos.fast_grpo import ThinkingReward, group_accuracy, group_kl_coef, slow2fast_keep
-from workflow.algos.registry import build_mix
+from workflow.algos.fast_grpo import group_accuracy
 from workflow.config import RLConfig
-from workflow.engines.verl.inside.reward import compute_score
 from workflow.engines.verl.inside.gates import UPDATE_KEY
+from workflow.engines.verl.inside.reward import compute_score
+from workflow.methods.dynamic_kl.algorithm import group_kl_coef
+from workflow.methods.registry import build_mix
+from workflow.methods.slow2fast.algorithm import slow2fast_keep
+from workflow.methods.thinking_reward.algorithm import ThinkingReward
 from workflow.algos.mix_batch import (StepRows, by_group, demo_positions, demonstration_row, group_positions,
                                              loss_plan, padded, prefix_len, prompt_slots, prompt_uid, rollout_metrics,
                                              sequence_fields, sft_weights, token_fields, trace_response, user_text)
 from workflow.engines.verl.inside.mix_loss import FIELDS, KL_COEF, LR_SCALE, MIX_KEY, SHAPED, W_KL, W_RL, W_SFT
 from workflow.engines.verl.inside.slow2fast import EVICTED_GROUPS, EVICTED_TOKENS, phase_progress
-from workflow.engines.verl.driver.translate import PREFIX_AGENT_LOOP
+from workflow.methods.prefix_rft import VERL_AGENT_LOOP
 
 METRIC = "rlsweep/mix/"  # the driver's mix columns in verl's step metrics (metrics.py reads them)
 
@@ -220,7 +223,7 @@ class DriverMix:
                     raise RuntimeError(f"rl.mix prefix_rft: rollout {pos} should start with the first {k} tokens of "
                                        "its demonstration, but verl's agent loop did not put them there (is "
                                        "actor_rollout_ref.rollout.agent.default_agent_loop still "
-                                       f"{PREFIX_AGENT_LOOP}?)")
+                                       f"{VERL_AGENT_LOOP}?)")
                 self.off_len[pos] = k
 
     @staticmethod

@@ -1,5 +1,5 @@
 """Prefix-RFT's rollouts inside verl 0.9's generation: an agent loop, registered in verl's agent-loop registry as
-translate.PREFIX_AGENT_LOOP (the run's rollout.agent.default_agent_loop), that is verl's own single-turn loop with
+workflow.methods.prefix_rft.VERL_AGENT_LOOP (the run's rollout.agent.default_agent_loop), that is verl's own single-turn loop with
 one change. For a session the method's slot prefixes (mix_batch.prompt_slots: the same draw as the driver's), the
 LLM server is asked to continue prompt + the demonstration's first k tokens, and the k tokens are put in front of
 what it generated: the response is prefix + continuation, at most rollout.response_length tokens, scored as a whole
@@ -17,10 +17,10 @@ from typing import Any
 from verl.experimental.agent_loop.agent_loop import register
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 
-from workflow.algos.registry import build_mix
-from workflow.engines.verl.driver.translate import run_rl
 from workflow.algos.mix_batch import prefix_len, prompt_slots
-from workflow.engines.verl.driver.translate import PREFIX_AGENT_LOOP
+from workflow.engines.verl.driver.translate import run_rl
+from workflow.methods.prefix_rft import VERL_AGENT_LOOP
+from workflow.methods.registry import build_mix
 
 
 class PrefixedServer:
@@ -58,7 +58,7 @@ def session_prefix(trainer_config, tokenizer, session_id: int, extra_info: dict 
     return tokens[: prefix_len(slot, response_length)] if slot.generate and slot.prefix else []
 
 
-@register(PREFIX_AGENT_LOOP)
+@register(VERL_AGENT_LOOP)
 class PrefixAgentLoop(SingleTurnAgentLoop):
     async def run(self, sampling_params: dict[str, Any], **kwargs):
         prefix = session_prefix(self.config, self.tokenizer, int(kwargs["session_id"]), kwargs.get("extra_info"),

@@ -112,7 +112,7 @@ def stage_rows(stage, model_path: str, data, ranks: int, micro: int) -> list[dic
     run has fewer): per rank two of the job's micro-batches (no more than the job's share, at least 2 rows), rounded
     up to whole groups and whole micro-batches."""
     from transformers import AutoTokenizer
-    from workflow.algos.registry import build_mix
+    from workflow.methods.registry import build_mix
     from workflow.engines.verl.driver.data import rl_rows
     rl, mix = stage.rl, build_mix(stage.rl)
     group = 1 if mix.interleaves_sft else rl.group_size  # one demonstration row per prompt in an SFT step

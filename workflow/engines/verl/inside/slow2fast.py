@@ -23,9 +23,10 @@ import numpy as np
 import transfer_queue as tq
 from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync
 
-from workflow.algos.fast_grpo import group_accuracy, slow2fast_keep
-from workflow.engines.verl.driver.translate import run_rl
+from workflow.algos.fast_grpo import group_accuracy
 from workflow.algos.mix_batch import prompt_uid
+from workflow.engines.verl.driver.translate import run_rl
+from workflow.methods.slow2fast.algorithm import slow2fast_keep
 
 # the sampler's step metrics (summed over its polls by verl), read by DriverMix.keep_groups
 EVICTED_GROUPS = "rlsweep/slow2fast/evicted_groups"

@@ -30,13 +30,13 @@ from verl.utils.metric.utils import AggregationType, Metric
 from verl.utils.py_functional import rename_dict
 from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 
-from workflow.algos.registry import rule_from_settings, rule_settings
 from workflow.algos.schedules import scaled_lr
+from workflow.engines.verl.driver.translate import run_rl
 from workflow.engines.verl.inside.gates import METRIC_PREFIX, UPDATE_KEY, DriverGates
 from workflow.engines.verl.inside.metrics import param_count, train_steps_row
 from workflow.engines.verl.inside.mix_loss import LR_SCALE, mixed_loss, planned
 from workflow.engines.verl.inside.rule_step import rule_train_batch
-from workflow.engines.verl.driver.translate import run_rl
+from workflow.methods.registry import rule_from_settings, rule_settings
 from workflow.results.train_log import TrainLog
 
 MIX_STATE = "rlsweep_mix.json"  # in verl's global_step_N folder: the driver's method state at that checkpoint

@@ -18,13 +18,9 @@ from __future__ import annotations
 import numpy as np
 
 from workflow.algos.mix import ON_POLICY, LossPlan, MixedPolicy, Slot
-from workflow.algos.registry import register_mix
-from workflow.config import SRFTConfig
 
 
-@register_mix("srft")
 class SRFT(MixedPolicy):
-    Settings = SRFTConfig
     trains_on_demonstrations = True
     needs_demo_entropy = True
 

@@ -8,13 +8,9 @@ from __future__ import annotations
 import numpy as np
 
 from workflow.algos.mix import LossPlan, MixedPolicy
-from workflow.algos.registry import register_mix
-from workflow.config import HPTConfig
 
 
-@register_mix("hpt")
 class HPT(MixedPolicy):
-    Settings = HPTConfig
     trains_on_demonstrations = True
 
     def __init__(self, threshold: int = 0, sft_coef: float = 1.0):

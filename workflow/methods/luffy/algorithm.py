@@ -9,14 +9,9 @@ from __future__ import annotations
 import numpy as np
 
 from workflow.algos.mix import ON_POLICY, LossPlan, MixedPolicy, Slot
-from workflow.algos.registry import register_mix
-from workflow.config import LUFFYConfig
 
 
-@register_mix("luffy")
 class LUFFY(MixedPolicy):
-    Settings = LUFFYConfig
-
     def __init__(self, n_off: int = 1, lam: float = 0.1):
         self.n_off, self.lam = n_off, lam
 

@@ -11,13 +11,9 @@ from typing import Any
 import numpy as np
 
 from workflow.algos.mix import MixedPolicy
-from workflow.algos.registry import register_mix
-from workflow.config import ReLIFTConfig
 
 
-@register_mix("relift")
 class ReLIFT(MixedPolicy):
-    Settings = ReLIFTConfig
     interleaves_sft = True
 
     def __init__(self, buffer_size: int = 16, every: int | None = None, lr_scale: float = 1.0):

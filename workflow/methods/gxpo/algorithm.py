@@ -12,10 +12,8 @@ import torch.distributed as dist
 from torch import Tensor
 
 from workflow.algos.gates import ZGate
-from workflow.algos.registry import register_update_rule
 from workflow.algos.rule import MultiPassRule, StepStats
 from workflow.algos.sharded import CHUNK, all_reduce_sum, chunked_dot, clip_and_step, local, process_group, with_grad
-from workflow.config import GXPOConfig
 
 QUANTILE_SAMPLE = 1 << 16  # ratios kept for the quantile diagnostics
 
@@ -48,7 +46,6 @@ def geometric_scale(r: Tensor, K: int, out: Tensor | None = None, q: Tensor | No
 _ONE = torch.ones(())
 
 
-@register_update_rule("gxpo")
 class GXPO(MultiPassRule):
     """Gradient Extrapolation Policy Optimization (3 backward passes per active step for any K).
 
@@ -62,7 +59,6 @@ class GXPO(MultiPassRule):
     maximize=False).
     """
 
-    Settings = GXPOConfig
     gate_phase, gate_signal = "step", "gxpo_gcorr_norm"
 
     def __init__(self, K: int, alpha: float, eps: float = 1e-8, window: int = 20, warmup: int = 10,

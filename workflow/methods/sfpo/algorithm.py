@@ -7,18 +7,14 @@ from __future__ import annotations
 import torch
 
 from workflow.algos.gates import ZGate
-from workflow.algos.registry import register_update_rule
 from workflow.algos.rule import MultiPassRule, StepStats
 from workflow.algos.sharded import clip_and_step, local, process_group, with_grad
-from workflow.config import SFPOConfig
 
 
-@register_update_rule("sfpo")
 class SFPO(MultiPassRule):
     """alpha = 0 means no reposition at all, which is exactly GRPOStep (the K fast steps could not move the slow
     weights), so it runs as GRPOStep: the same parameters bit for bit, 1 pass."""
 
-    Settings = SFPOConfig
     rollout_signals = ("entropy",)
     gate_phase, gate_signal = "rollout", "entropy"  # a NaN entropy trips the trigger, as it should
 

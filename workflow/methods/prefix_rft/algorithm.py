@@ -14,13 +14,9 @@ import math
 import numpy as np
 
 from workflow.algos.mix import ON_POLICY, LossPlan, MixedPolicy, Slot
-from workflow.algos.registry import register_mix
-from workflow.config import PrefixRFTConfig
 
 
-@register_mix("prefix_rft")
 class PrefixRFT(MixedPolicy):
-    Settings = PrefixRFTConfig
     off_policy_loss = "clip"
 
     def __init__(self, n_prefixed: int = 1, min_frac: float = 0.05, max_frac: float = 0.95,

@@ -1,0 +1,91 @@
+"""What a method is to rlsweep: a `Method` card (its role, its settings model, where its algorithm lives, what it
+sets in an engine's config) and the settings base classes. Cards are light (pydantic, no torch): reading a sweep
+loads every card, because the run config's `rl.<name>` sections are the cards' settings models.
+
+Roles:
+  update  an update rule (`rl.update`): how one step turns the loss on a rollout batch into parameter updates;
+          its algorithm is a workflow.algos.rule.UpdateRule subclass.
+  mix     a mixed-policy method (`rl.mix`): which sequences of a group are rollouts, expert traces or prefixed
+          continuations, and the loss over them; a workflow.algos.mix.MixedPolicy subclass.
+  part    a switch on plain on-policy RL (FAST-GRPO's thinking reward, dynamic KL, Slow2Fast): on when its section's
+          `enabled` is true, composing with any update rule and not with a mixed-policy method.
+
+A method's settings are part of a run's identity only while the method is selected (`rl.update` / `rl.mix` names it,
+or its `enabled` is true), so adding a method never changes an existing run's id.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Literal
+
+from workflow.registry import load_object
+from workflow.strict import Strict
+
+Role = Literal["update", "mix", "part"]
+ALGORITHM_BASE = {"update": "workflow.algos.rule:UpdateRule", "mix": "workflow.algos.mix:MixedPolicy"}
+ROLE_NAMES = {"update": "update rule", "mix": "mixed-policy method", "part": "FAST-GRPO part"}
+
+
+class MethodSettings(Strict):
+    """A method's section `rl.<name>` of the run config. The algorithm's constructor takes its fields as keyword
+    arguments. `check` holds what depends on the rest of the RL config; it runs only while the method is selected."""
+
+    def check(self, rl: Any) -> None:
+        """Raise workflow.strict.ConfigProblem (its key relative to the RL config: `luffy.n_off`, `kl_coef`) if this method cannot run with `rl`."""
+
+
+class PartSettings(MethodSettings):
+    """A part's section: switched on by its own `enabled` (each part an ablation of its own)."""
+
+    enabled: bool = False
+
+
+@dataclass(eq=False)
+class Method:
+    """One method, registered once under its name (workflow/methods/registry.py).
+
+    algorithm:  "module:Class" (imported only when a run trains, so the card stays light) or the class itself.
+    settings:   the model of its `rl.<name>` section, or None for a method without settings.
+    verl_keys:  its hook into verl's config: (its settings) -> {dotted verl key: value} the method needs set (an
+                agent loop, a sampler); the verl engine sets them and refuses a user override of the same keys.
+    uses_reference: the step needs the reference policy's log-probs while the method is selected (a KL penalty).
+    """
+
+    role: Role
+    algorithm: str | type | None = None
+    settings: type[MethodSettings] | None = None
+    verl_keys: Callable[[Any], dict[str, Any]] | None = None
+    uses_reference: bool = False
+    name: str = ""  # set by the registry
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLE_NAMES:
+            raise ValueError(f"Method role {self.role!r}: one of {', '.join(ROLE_NAMES)}")
+        if self.role == "part" and not (self.settings and issubclass(self.settings, PartSettings)):
+            raise ValueError("a part's settings must be a PartSettings model (it is switched on by `enabled`)")
+
+    def __eq__(self, other: object) -> bool:
+        """The same method: the same role, algorithm and settings by where they are defined (a module reloaded in a
+        notebook or test registers the same method again, not a second one)."""
+        return isinstance(other, Method) and self._key() == other._key()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def _key(self) -> tuple:
+        def where(x: Any) -> Any:
+            return f"{x.__module__}:{x.__qualname__}" if isinstance(x, type) else x
+        return self.role, where(self.algorithm), where(self.settings), self.verl_keys is None, self.uses_reference
+
+    def load(self) -> Any:
+        """The algorithm (imported on first call), checked against the role's base class."""
+        algo = load_object(self.algorithm) if isinstance(self.algorithm, str) else self.algorithm
+        base = ALGORITHM_BASE.get(self.role)
+        if base is not None:
+            base_cls = load_object(base)
+            if not (isinstance(algo, type) and issubclass(algo, base_cls)):
+                where = f"{getattr(algo, '__module__', '?')}.{getattr(algo, '__qualname__', algo)}"
+                raise TypeError(f"{ROLE_NAMES[self.role]} {self.name!r} ({where}) is not a "
+                                f"{base_cls.__module__}.{base_cls.__qualname__}")
+            algo.name = self.name  # a rule or method knows the name it runs under (its metrics, its messages)
+        return algo

@@ -1,0 +1,24 @@
+"""LUFFY, the mixed-policy method `luffy`: its settings `rl.luffy` and its card; the algorithm is algorithm.py."""
+
+from __future__ import annotations
+
+from pydantic import PositiveFloat, PositiveInt
+
+from workflow.methods.base import Method, MethodSettings
+from workflow.strict import ConfigProblem
+
+
+class LUFFYConfig(MethodSettings):
+    """LUFFY (Yan et al., arXiv:2504.14945): n_off of each group's G sequences are the prompt's expert trace instead
+    of rollouts; advantages over the mixed group; expert tokens trained with -f(pi) A, f(pi) = pi / (pi + lam)."""
+
+    n_off: PositiveInt = 1
+    lam: PositiveFloat = 0.1
+
+    def check(self, rl) -> None:
+        if self.n_off >= rl.group_size:
+            raise ConfigProblem("luffy.n_off", f"{self.n_off} must be < group_size ({rl.group_size}): every group keeps at "
+                                "least one plain on-policy rollout")
+
+
+METHOD = Method("mix", algorithm="workflow.methods.luffy.algorithm:LUFFY", settings=LUFFYConfig)

@@ -1,0 +1,41 @@
+"""Prefix-RFT, the mixed-policy method `prefix_rft`: its settings `rl.prefix_rft`, its card and its verl hook
+(every training rollout through rlsweep's agent loop, which continues the demonstration prefixes); the algorithm
+is algorithm.py."""
+
+from __future__ import annotations
+
+from pydantic import Field, PositiveInt, model_validator
+
+from workflow.methods.base import Method, MethodSettings
+from workflow.strict import ConfigProblem
+
+# the name rlsweep's agent loop is registered under in verl (workflow/engines/verl/inside/prefix_agent.py)
+VERL_AGENT_LOOP = "rlsweep_prefix_rft"
+
+
+class PrefixRFTConfig(MethodSettings):
+    """Prefix-RFT (Huang et al., arXiv:2507.01679): `n_prefixed` of each group's G rollouts continue a prefix of the
+    demonstration, a fraction drawn uniformly from [min_frac, upper] with upper decaying max_frac -> min_frac along
+    a cosine over training; prefix tokens train with the clipped ratio, only the top `entropy_top` of them by
+    entropy keeping their advantage (workflow/methods/prefix_rft/algorithm.py)."""
+
+    n_prefixed: PositiveInt = 1
+    min_frac: float = Field(0.05, ge=0.0, le=1.0)
+    max_frac: float = Field(0.95, ge=0.0, le=1.0)
+    entropy_top: float = Field(0.2, gt=0.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _fraction_order(self) -> "PrefixRFTConfig":
+        if self.min_frac > self.max_frac:
+            raise ConfigProblem("min_frac", f"{self.min_frac} must be <= max_frac ({self.max_frac})")
+        return self
+
+    def check(self, rl) -> None:
+        if self.n_prefixed >= rl.group_size:
+            raise ConfigProblem("prefix_rft.n_prefixed", f"{self.n_prefixed} must be < group_size ({rl.group_size}): every group "
+                                "keeps at least one plain on-policy rollout")
+
+
+METHOD = Method("mix", algorithm="workflow.methods.prefix_rft.algorithm:PrefixRFT", settings=PrefixRFTConfig,
+                # every training rollout through rlsweep's agent loop (it reads the run's RL config)
+                verl_keys=lambda cfg: {"actor_rollout_ref.rollout.agent.default_agent_loop": VERL_AGENT_LOOP})

@@ -1,0 +1,20 @@
+"""ReLIFT, the mixed-policy method `relift`: its settings `rl.relift` and its card; the algorithm is algorithm.py."""
+
+from __future__ import annotations
+
+from pydantic import PositiveFloat, PositiveInt
+
+from workflow.methods.base import Method, MethodSettings
+
+
+class ReLIFTConfig(MethodSettings):
+    """ReLIFT (Ma et al., arXiv:2506.07527): prompts that no rollout solved go into a buffer; when it holds
+    `buffer_size` of them (or every `every` steps, if set, whatever it holds) one SFT step on (at most buffer_size
+    of) their demonstrations is interleaved after the RL step. The paper's runs: 128."""
+
+    buffer_size: PositiveInt = 16
+    every: PositiveInt | None = None
+    lr_scale: PositiveFloat = 1.0  # the SFT step's learning rate = rl.lr x lr_scale
+
+
+METHOD = Method("mix", algorithm="workflow.methods.relift.algorithm:ReLIFT", settings=ReLIFTConfig)

@@ -1,0 +1,48 @@
+"""FAST-GRPO's Slow2Fast sampling, the part `slow2fast` (workflow/algos/fast_grpo.py): its settings
+`rl.slow2fast`, its card and its verl hook (with `refill: resample`, verl's sampling runs through rlsweep's
+sampler, which drops and refills groups); which groups a step keeps is computed in algorithm.py."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, PositiveInt, field_validator
+
+from workflow.methods.base import Method, PartSettings
+from workflow.strict import ConfigProblem
+
+AccuracyBounds = tuple[float, float]
+# verl's sampler class that drops and refills groups inside verl's sampling (workflow/engines/verl/inside/slow2fast.py)
+VERL_SAMPLER = ("pkg://workflow.engines.verl.inside.slow2fast", "Slow2FastSampler")
+
+
+class Slow2FastConfig(PartSettings):
+    """Slow2Fast sampling: keep the groups whose accuracy lies in `slow` during the first `switch` share of
+    training, in `fast` after it (bounds inclusive); refill the step by sampling more prompts (resample, at most
+    max_rounds extra rounds) or train on the groups kept (shrink)."""
+
+    switch: float = Field(0.5, gt=0.0, lt=1.0)
+    slow: AccuracyBounds = (0.3, 0.99)
+    fast: AccuracyBounds = (0.01, 0.7)
+    refill: Literal["resample", "shrink"] = "resample"
+    max_rounds: PositiveInt = 4
+
+    @field_validator("slow", "fast")
+    @classmethod
+    def _bounds(cls, v: AccuracyBounds) -> AccuracyBounds:
+        low, high = v
+        if not 0.0 <= low <= high <= 1.0:
+            raise ConfigProblem("", f"[{low}, {high}]: accuracy bounds need 0 <= low <= high <= 1")
+        return v
+
+
+def _verl_keys(cfg: Slow2FastConfig) -> dict:
+    """With refill resample, dropped groups are refilled inside verl's sampling, by rlsweep's sampler."""
+    if cfg.refill != "resample":
+        return {}
+    path, name = VERL_SAMPLER
+    return {"trainer.v1.sampler.custom_sampler.path": path, "trainer.v1.sampler.custom_sampler.name": name}
+
+
+METHOD = Method("part", algorithm="workflow.methods.slow2fast.algorithm:slow2fast_keep", settings=Slow2FastConfig,
+                verl_keys=_verl_keys)

@@ -1,0 +1,42 @@
+"""FAST-GRPO's thinking reward, the part `thinking_reward` (workflow/algos/fast_grpo.py): its settings
+`rl.thinking_reward` and its card; the bonus is computed in algorithm.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from workflow.methods.base import Method, PartSettings
+from workflow.strict import ConfigProblem
+
+
+class ThinkingRewardConfig(PartSettings):
+    """The thinking reward: a correct answer to an easy prompt earns scale x g(1 - L / max_new_tokens), a wrong
+    answer to a hard prompt scale x g(L / max_new_tokens); difficulty = (1 - pass rate) x normalised complexity,
+    easy = at or below its `percentile`-th value over the step's prompts. Estimates online from the group or from
+    `table` (JSONL rows {prompt, pass_rate, complexity})."""
+
+    percentile: float = Field(80.0, gt=0.0, lt=100.0)
+    scale: float = Field(0.5, gt=0.0, lt=1.0)  # < 1: a wrong answer never outscores a right one
+    shape: Literal["linear", "cosine"] = "linear"
+    pass_rate: Literal["group", "table"] = "group"
+    complexity: Literal["response_len", "prompt_len", "table"] = "response_len"
+    table: str | None = None
+
+    @model_validator(mode="after")
+    def _table_when_read(self) -> "ThinkingRewardConfig":
+        reads = [k for k in ("pass_rate", "complexity") if getattr(self, k) == "table"]
+        if reads and not self.table:
+            raise ConfigProblem("table", f"required when {' and '.join(reads)} is 'table' (a JSONL file of rows "
+                                "{prompt, pass_rate, complexity})")
+        if self.table and not reads:
+            raise ConfigProblem("table", "is read only when pass_rate or complexity is 'table'")
+        if self.table and self.enabled and not Path(self.table).is_file():
+            raise ConfigProblem("table", f"{self.table}: no such file")
+        return self
+
+
+METHOD = Method("part", algorithm="workflow.methods.thinking_reward.algorithm:ThinkingReward",
+                settings=ThinkingRewardConfig)
