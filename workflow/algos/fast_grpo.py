@@ -1,12 +1,12 @@
 """FAST-GRPO (Xiao & Gan, "Fast-Slow Thinking GRPO for Large Vision-Language Model Reasoning", NeurIPS 2025; code:
 Mr-Loevan/FAST-GRPO): think as long as a problem needs. Three parts, each switched on by its own section of the run
 config (rl.thinking_reward, rl.dynamic_kl, rl.slow2fast) so that each can be ablated. Each is a method of its own
-(workflow/methods/<part>/: its settings, card and algorithm), written once for both engines: plain numpy over one
-step's groups, no torch, no engine types. This module holds what they share.
+(workflow/methods/<part>/: its settings, card and algorithm), a workflow.algos.part.Part written once for both
+engines: plain numpy over one step's groups, no torch, no engine types. This module holds what they share.
 
-    keep = slow2fast_keep(accuracy, progress, cfg)           # which groups the step trains on (Slow2Fast sampling)
-    bonus, columns = ThinkingReward(cfg).bonus(...)          # added to the groups' rewards before the advantages
-    beta = group_kl_coef(accuracy, cfg)                      # per group: the KL penalty's coefficient
+    Slow2Fast.keep(accuracy, progress)                       # which groups the step trains on (Slow2Fast sampling)
+    ThinkingReward.bonus(rewards, lengths, ...)              # added to the groups' rewards before the advantages
+    DynamicKL.kl_coef(accuracy)                              # per group: the KL penalty's coefficient
 
 `accuracy` is a group's share of correct rollouts (reward > 0). The official README publishes the ingredients but
 not the exact shaping; the choices below are settings, and their defaults are ours (README, "FAST-GRPO"):

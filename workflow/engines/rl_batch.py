@@ -12,10 +12,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from workflow.algos.fast_grpo import group_accuracy
-from workflow.methods.dynamic_kl.algorithm import group_kl_coef
-from workflow.methods.slow2fast.algorithm import slow2fast_keep
-from workflow.methods.thinking_reward.algorithm import ThinkingReward
+from workflow.algos import part
 from workflow.algos.losses import (group_advantages, kl_k3, mixed_token_loss, sft_loss, token_entropy,
                                    token_logprobs, token_weights)
 from workflow.algos.mix import LossPlan, MixedPolicy, Slot, sft_loss_share, step_columns
@@ -24,39 +21,40 @@ from workflow.config import RLConfig, TaskConfig
 from workflow.engines.tiny_lm import (TOKENIZER, device, forward_logits, micro_slices, pack, prefix_mask, sample,
                                       step_seed)
 from workflow.benchmarks.arithmetic import Problem, reward, sample_train
+from workflow.methods.registry import build_parts
 
 
 def rollout(model, ref, mix: MixedPolicy, task: TaskConfig, rl: RLConfig, seed: int, step: int,
             total: int) -> tuple[StepBatch | None, list[Problem], np.ndarray, list[bool], dict]:
     """Step `step`'s rollout: its problems (drawn from (seed, step) alone, so a resumed run replays it), the
-    method's slots sampled and scored, FAST-GRPO's parts applied (workflow/algos/fast_grpo.py), the trained batch
-    built. Returns the batch (None when Slow2Fast kept no group: the step trains nothing), the problems, the rewards
+    method's slots sampled and scored, the parts switched on applied (workflow/algos/part.py: FAST-GRPO's), the
+    trained batch built. Returns the batch (None when no group was kept: the step trains nothing), the problems, the rewards
     [P, G] and which sequences hit max_new_tokens, of the groups trained on, and FAST-GRPO's columns of the step
     (workflow/results/schemas.py)."""
     gen = torch.Generator(device=device()).manual_seed(step_seed(seed, step, 2))
+    parts = build_parts(rl)
     groups = sample_groups(model, mix, task, rl, seed, step, step / total, gen)
     sampled = groups
     columns: dict[str, float] = {}
-    if rl.slow2fast.enabled:
-        groups, columns = slow2fast(model, mix, task, rl, seed, step, step / total, gen, groups)
+    if part.filtering(parts):
+        groups, columns = kept_groups(model, mix, task, rl, seed, step, step / total, gen, groups, parts)
         sampled = columns.pop("_sampled")
         columns["rollouts"] = len(sampled.slots)  # every sequence sampled, those of dropped groups included
     if not groups.problems:  # the step trains nothing; what it sampled still cost its generation
         columns.update(tokens=sampled.tokens(), reward=float(sampled.rewards.mean()))
         return None, [], np.zeros((0, rl.group_size)), [], columns
-    advantage_rewards, kl_coef = groups.rewards, None
-    if rl.thinking_reward.enabled:
-        bonus, bonus_columns = ThinkingReward(rl.thinking_reward).bonus(
-            groups.rewards, groups.lengths(), rl.max_new_tokens, [p.prompt for p in groups.problems],
-            [len(p) for p in groups.prompts])
+    advantage_rewards = groups.rewards
+    bonus, bonus_columns = part.bonus(parts, groups.rewards, groups.lengths(), rl.max_new_tokens,
+                                      [p.prompt for p in groups.problems], [len(p) for p in groups.prompts])
+    if bonus is not None:
         advantage_rewards = groups.rewards + bonus
         columns.update(bonus_columns)
-    if rl.dynamic_kl.enabled:
-        kl_coef = group_kl_coef(group_accuracy(groups.rewards), rl.dynamic_kl)
+    kl_coef = part.kl_coef(parts, groups.rewards)
+    if kl_coef is not None:
         columns["kl_coef_mean"] = float(kl_coef.mean())
     batch = build_step_batch(model, ref, mix, rl, groups.prompts, groups.demos, groups.slots, groups.responses,
                              groups.truncated, advantage_rewards, kl_coef=kl_coef)
-    dropped = sampled.tokens() - groups.tokens()  # generated, then dropped by Slow2Fast: generation FLOPs only
+    dropped = sampled.tokens() - groups.tokens()  # generated, then dropped (Slow2Fast): generation FLOPs only
     batch.generated_tokens += dropped
     batch.tokens += dropped
     return batch, groups.problems, groups.rewards, groups.truncated, columns
@@ -115,20 +113,20 @@ def sample_groups(model, mix: MixedPolicy, task: TaskConfig, rl: RLConfig, seed:
     return Groups(problems, prompts, demos, slots, responses, truncated, rewards)
 
 
-def slow2fast(model, mix: MixedPolicy, task: TaskConfig, rl: RLConfig, seed: int, step: int, progress: float,
-              gen: torch.Generator, first: Groups) -> tuple[Groups, dict]:
-    """FAST-GRPO's Slow2Fast sampling: the groups the schedule's phase keeps; with refill `resample`, more rounds
-    of prompts until rl.prompts_per_step groups are kept (at most slow2fast.max_rounds extra rounds, then the
-    step trains on those it has). Returns the kept groups (at most prompts_per_step) and the step's columns
-    kept_groups, dropped_groups, extra_rollouts (and under "_sampled" every group sampled: rollouts, FLOPs)."""
-    cfg = rl.slow2fast
-    sampled, kept = first, first.select(slow2fast_keep(group_accuracy(first.rewards), progress, cfg))
-    rounds = 0
-    while cfg.refill == "resample" and len(kept.problems) < rl.prompts_per_step and rounds < cfg.max_rounds:
+def kept_groups(model, mix: MixedPolicy, task: TaskConfig, rl: RLConfig, seed: int, step: int, progress: float,
+                gen: torch.Generator, first: Groups, parts: list[part.Part]) -> tuple[Groups, dict]:
+    """The groups the filtering parts keep (FAST-GRPO's Slow2Fast: those of the phase's accuracy band); with refill
+    rounds (Slow2Fast's `resample`), more rounds of prompts until rl.prompts_per_step groups are kept (at most
+    refill_rounds extra rounds, then the step trains on those it has). Returns the kept groups (at most
+    prompts_per_step) and the step's columns kept_groups, dropped_groups, extra_rollouts (and under "_sampled"
+    every group sampled: rollouts, FLOPs)."""
+    sampled, kept = first, first.select(part.keep(parts, first.rewards, progress))
+    rounds, budget = 0, part.refill_rounds(parts)
+    while len(kept.problems) < rl.prompts_per_step and rounds < budget:
         rounds += 1
         more = sample_groups(model, mix, task, rl, seed, step, progress, gen, round_=rounds)
         sampled = sampled + more
-        kept = kept + more.select(slow2fast_keep(group_accuracy(more.rewards), progress, cfg))
+        kept = kept + more.select(part.keep(parts, more.rewards, progress))
     trained = kept.select(np.arange(len(kept.problems)) < rl.prompts_per_step)
     n_sampled = len(sampled.problems)
     return trained, {"kept_groups": len(trained.problems), "dropped_groups": n_sampled - len(kept.problems),

@@ -8,7 +8,8 @@ Roles:
   mix     a mixed-policy method (`rl.mix`): which sequences of a group are rollouts, expert traces or prefixed
           continuations, and the loss over them; a workflow.algos.mix.MixedPolicy subclass.
   part    a switch on plain on-policy RL (FAST-GRPO's thinking reward, dynamic KL, Slow2Fast): on when its section's
-          `enabled` is true, composing with any update rule and not with a mixed-policy method.
+          `enabled` is true, composing with any update rule and not with a mixed-policy method; a
+          workflow.algos.part.Part subclass, whose hooks the engines call on a step's groups.
 
 A method's settings are part of a run's identity only while the method is selected (`rl.update` / `rl.mix` names it,
 or its `enabled` is true), so adding a method never changes an existing run's id.
@@ -23,7 +24,8 @@ from workflow.registry import load_object
 from workflow.strict import Strict
 
 Role = Literal["update", "mix", "part"]
-ALGORITHM_BASE = {"update": "workflow.algos.rule:UpdateRule", "mix": "workflow.algos.mix:MixedPolicy"}
+ALGORITHM_BASE = {"update": "workflow.algos.rule:UpdateRule", "mix": "workflow.algos.mix:MixedPolicy",
+                  "part": "workflow.algos.part:Part"}
 ROLE_NAMES = {"update": "update rule", "mix": "mixed-policy method", "part": "FAST-GRPO part"}
 
 
@@ -80,12 +82,10 @@ class Method:
     def load(self) -> Any:
         """The algorithm (imported on first call), checked against the role's base class."""
         algo = load_object(self.algorithm) if isinstance(self.algorithm, str) else self.algorithm
-        base = ALGORITHM_BASE.get(self.role)
-        if base is not None:
-            base_cls = load_object(base)
-            if not (isinstance(algo, type) and issubclass(algo, base_cls)):
-                where = f"{getattr(algo, '__module__', '?')}.{getattr(algo, '__qualname__', algo)}"
-                raise TypeError(f"{ROLE_NAMES[self.role]} {self.name!r} ({where}) is not a "
-                                f"{base_cls.__module__}.{base_cls.__qualname__}")
-            algo.name = self.name  # a rule or method knows the name it runs under (its metrics, its messages)
+        base = load_object(ALGORITHM_BASE[self.role])
+        if not (isinstance(algo, type) and issubclass(algo, base)):
+            where = f"{getattr(algo, '__module__', '?')}.{getattr(algo, '__qualname__', algo)}"
+            raise TypeError(f"{ROLE_NAMES[self.role]} {self.name!r} ({where}) is not a "
+                            f"{base.__module__}.{base.__qualname__}")
+        algo.name = self.name  # a rule or method knows the name it runs under (its metrics, its messages)
         return algo

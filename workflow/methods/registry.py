@@ -110,6 +110,11 @@ def rule_from_settings(settings: dict[str, Any], gate_here: bool = True):
     return rule.load().build(section, max_grad_norm=settings.get("max_grad_norm"), gate_here=gate_here)
 
 
+def build_parts(rl) -> list:
+    """The parts a run switched on (rl.<part>.enabled), built from their sections (workflow/algos/part.py)."""
+    return [card(name, "part").load()(getattr(rl, name)) for name in rl.fast_grpo_parts]
+
+
 def build_mix(rl):
     """The mixed-policy method an RLConfig selects (rl.mix), built from its settings section rl.<mix>."""
     return get_mix(rl.mix)(**section(rl, rl.mix))

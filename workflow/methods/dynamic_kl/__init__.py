@@ -28,5 +28,5 @@ class DynamicKLConfig(PartSettings):
                                 "accuracy (dynamic_kl.beta_min .. beta_max); set kl_coef to 0")
 
 
-METHOD = Method("part", algorithm="workflow.methods.dynamic_kl.algorithm:group_kl_coef", settings=DynamicKLConfig,
+METHOD = Method("part", algorithm="workflow.methods.dynamic_kl.algorithm:DynamicKL", settings=DynamicKLConfig,
                 uses_reference=True)  # the KL penalty is against the reference policy

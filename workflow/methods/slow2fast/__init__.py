@@ -44,5 +44,5 @@ def _verl_keys(cfg: Slow2FastConfig) -> dict:
     return {"trainer.v1.sampler.custom_sampler.path": path, "trainer.v1.sampler.custom_sampler.name": name}
 
 
-METHOD = Method("part", algorithm="workflow.methods.slow2fast.algorithm:slow2fast_keep", settings=Slow2FastConfig,
+METHOD = Method("part", algorithm="workflow.methods.slow2fast.algorithm:Slow2Fast", settings=Slow2FastConfig,
                 verl_keys=_verl_keys)

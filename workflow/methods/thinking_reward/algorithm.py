@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import math
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 
 from workflow.algos.fast_grpo import group_accuracy
+from workflow.algos.part import Part
 
 
 def shape(x: np.ndarray, name: str) -> np.ndarray:
@@ -34,13 +36,19 @@ def read_table(path: str | Path) -> dict[str, dict]:
     return table
 
 
-class ThinkingReward:
+class ThinkingReward(Part):
     """The thinking reward's bonus for one step. `cfg` is rl.thinking_reward; the table (if it reads one) is read
-    once, here."""
+    once, when first needed."""
 
-    def __init__(self, cfg):
-        self.cfg = cfg
-        self.table = read_table(cfg.table) if cfg.table else {}
+    shapes_rewards = True
+
+    @property
+    def reads_prompt_text(self) -> bool:  # the table is keyed by the prompts' texts
+        return "table" in (self.cfg.pass_rate, self.cfg.complexity)
+
+    @cached_property
+    def table(self) -> dict[str, dict]:
+        return read_table(self.cfg.table) if self.cfg.table else {}
 
     def _from_table(self, prompts: list[str], field: str) -> np.ndarray:
         values = []

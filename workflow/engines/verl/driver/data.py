@@ -24,10 +24,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from workflow.algos.part import refill_rounds
 from workflow.benchmarks.prompts import messages
 from workflow.results.writer import write_parquet
 from workflow.benchmarks.arithmetic import sample_train, split
 from workflow.engines.verl.inside.reward import DATA_SOURCE, MATH_SOURCE
+from workflow.methods.registry import build_parts
 
 VAL_ROWS = 64  # verl reads a validation file even with validation off (test_freq -1); a few rows do
 
@@ -57,7 +59,7 @@ def rl_prompt_count(rl) -> int:
     refill prompts as its budget allows (max_rounds x prompts_per_step a step, slow2fast.py). verl refills from the
     same stream, so a step after a refill starts further on in it; the rows are there so that it never wraps round
     to the first step's problems."""
-    rounds = 1 + (rl.slow2fast.max_rounds if rl.slow2fast.enabled and rl.slow2fast.refill == "resample" else 0)
+    rounds = 1 + refill_rounds(build_parts(rl))
     return rl.steps * rl.prompts_per_step * rounds
 
 

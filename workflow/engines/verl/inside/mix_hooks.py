@@ -35,14 +35,11 @@ import transfer_queue as tq
 from transfer_queue import KVBatchMeta
 from verl.utils import tensordict_utils as tu
 
-from workflow.algos.fast_grpo import group_accuracy
+from workflow.algos import part
 from workflow.config import RLConfig
 from workflow.engines.verl.inside.gates import UPDATE_KEY
 from workflow.engines.verl.inside.reward import compute_score
-from workflow.methods.dynamic_kl.algorithm import group_kl_coef
-from workflow.methods.registry import build_mix
-from workflow.methods.slow2fast.algorithm import slow2fast_keep
-from workflow.methods.thinking_reward.algorithm import ThinkingReward
+from workflow.methods.registry import build_mix, build_parts
 from workflow.algos.mix_batch import (StepRows, by_group, demo_positions, demonstration_row, group_positions,
                                              loss_plan, padded, prefix_len, prompt_slots, prompt_uid, rollout_metrics,
                                              sequence_fields, sft_weights, token_fields, trace_response, user_text)
@@ -85,7 +82,7 @@ class DriverMix:
         self.fast_columns: dict[str, float] = {}
         self.sampling_columns: dict[str, float] = {}  # Slow2Fast's of the step (keep_groups)
         self.trains_nothing = False  # Slow2Fast kept no group: the step takes no update
-        self.thinking = ThinkingReward(self.rl.thinking_reward) if self.rl.thinking_reward.enabled else None
+        self.parts = build_parts(self.rl)  # the parts switched on (FAST-GRPO's), applied on the driver
 
     def _demo_tokens(self, info: dict) -> list[int]:
         demo = (info or {}).get("demo")
@@ -101,12 +98,12 @@ class DriverMix:
         (`trains_nothing`; the local engine's empty step). Returns the batch verl goes on with; the step's columns
         kept_groups, dropped_groups, extra_rollouts and rollouts (every sequence sampled) go into plan's metrics."""
         self.trains_nothing, self.sampling_columns = False, {}
-        if not self.rl.slow2fast.enabled:
+        if not part.filtering(self.parts):
             return batch
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["rm_scores"])
         groups = group_positions(batch.keys)
         scores = by_group(np.asarray([float(s.sum()) for s in unbind(data["rm_scores"])]), groups)
-        keep = slow2fast_keep(group_accuracy(scores), phase_progress(step, self.rl.steps), self.rl.slow2fast)
+        keep = part.keep(self.parts, scores, phase_progress(step, self.rl.steps))
         evicted, n = int(metrics.get(EVICTED_GROUPS, 0)), self.rl.group_size
         dropped = [pos for g, kept in zip(groups, keep) if not kept for pos in g]
         seq_len = [int(tag["seq_len"]) for tag in batch.tags]
@@ -184,30 +181,26 @@ class DriverMix:
         reward column and dynamic_kl's group accuracy read it), and with FAST-GRPO's thinking reward each
         response's bonus (workflow/algos/fast_grpo.py) added to its score, so that verl's GRPO sees reward + bonus
         as the local engine's does."""
-        fields = ["rm_scores"] + (["prompts", "response_mask"] if self.thinking is not None else []) + \
-            (["raw_prompt"] if self._reads_table() else [])
+        with_text = part.reads_prompt_text(self.parts)
+        fields = ["rm_scores"] + (["prompts", "response_mask"] if part.shaping(self.parts) else []) + \
+            (["raw_prompt"] if with_text else [])
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
         scores = [s.float() for s in unbind(data["rm_scores"])]
         self.fast_columns = {}
         self.score_of = {k: float(s.sum()) for k, s in zip(batch.keys, scores)}
-        if self.thinking is None:
+        if not part.shaping(self.parts):
             return
         groups = group_positions(batch.keys)
         rewards = by_group(np.asarray([self.score_of[k] for k in batch.keys]), groups)
         lengths = by_group(np.asarray([float(m.sum()) for m in unbind(data["response_mask"])]), groups)
         prompts = unbind(data["prompts"])
-        texts = ([user_text(data["raw_prompt"][g[0]]) for g in groups] if self._reads_table()
-                 else [""] * len(groups))
-        bonus, self.fast_columns = self.thinking.bonus(rewards, lengths, self.rl.max_new_tokens, texts,
-                                                       [len(prompts[g[0]]) for g in groups])
+        texts = [user_text(data["raw_prompt"][g[0]]) for g in groups] if with_text else [""] * len(groups)
+        bonus, self.fast_columns = part.bonus(self.parts, rewards, lengths, self.rl.max_new_tokens, texts,
+                                              [len(prompts[g[0]]) for g in groups])
         for p, g in enumerate(groups):
             for j, pos in enumerate(g):
                 scores[pos][-1] += float(bonus[p, j])
         self._put(batch, list(batch.keys), [{"rm_scores": s} for s in scores])
-
-    def _reads_table(self) -> bool:
-        cfg = self.rl.thinking_reward
-        return self.thinking is not None and "table" in (cfg.pass_rate, cfg.complexity)
 
     def _check_prefixes(self, groups, responses) -> None:
         """Prefixed rollouts (Prefix-RFT): the agent loop (prefix_agent.py) put the demonstration's first tokens in
@@ -316,11 +309,11 @@ class DriverMix:
         return planned
 
     def _kl_coef(self, rows: StepRows) -> float | np.ndarray:
-        """The KL penalty's coefficient: rl.kl_coef, or per row its group's under FAST-GRPO's dynamic_kl (from the
-        group's accuracy on the rows' own scores)."""
-        if not self.rl.dynamic_kl.enabled:
+        """The KL penalty's coefficient: rl.kl_coef, or per row its group's from the part that sets it (FAST-GRPO's
+        dynamic_kl: from the group's accuracy on the rows' own scores)."""
+        beta = part.kl_coef(self.parts, rows.by_group(rows.reward))
+        if beta is None:
             return self.rl.kl_coef
-        beta = group_kl_coef(group_accuracy(rows.by_group(rows.reward)), self.rl.dynamic_kl)
         self.fast_columns["kl_coef_mean"] = float(beta.mean())
         out = np.zeros(len(rows.reward))
         for p, g in enumerate(rows.groups):

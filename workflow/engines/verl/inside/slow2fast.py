@@ -1,5 +1,6 @@
-"""FAST-GRPO's Slow2Fast sampling inside verl 0.9's step: which groups a phase keeps is
-workflow/algos/fast_grpo.slow2fast_keep (the local engine's rule); this is where verl drops and refills them.
+"""FAST-GRPO's Slow2Fast sampling inside verl 0.9's step: which groups a phase keeps is the part's `keep`
+(workflow/methods/slow2fast/algorithm.py, the local engine's rule; any filtering part's, workflow/algos/part.py);
+this is where verl drops and refills them.
 
 Two places, in the order verl's step reaches them:
 
@@ -23,10 +24,10 @@ import numpy as np
 import transfer_queue as tq
 from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync
 
-from workflow.algos.fast_grpo import group_accuracy
+from workflow.algos import part
 from workflow.algos.mix_batch import prompt_uid
 from workflow.engines.verl.driver.translate import run_rl
-from workflow.methods.slow2fast.algorithm import slow2fast_keep
+from workflow.methods.registry import build_parts
 
 # the sampler's step metrics (summed over its polls by verl), read by DriverMix.keep_groups
 EVICTED_GROUPS = "rlsweep/slow2fast/evicted_groups"
@@ -49,6 +50,7 @@ class Slow2FastSampler(ReplayBufferAsync):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.rl = run_rl(self.trainer_config)
+        self.parts = build_parts(self.rl)  # the filtering ones decide (workflow/algos/part.py)
         self.progress = 0.0
         self.budget = 0  # refill prompts left this step
         self.judged: set[str] = set()  # finished groups already judged this step (kept ones stay kept)
@@ -58,7 +60,7 @@ class Slow2FastSampler(ReplayBufferAsync):
         if partition_id == "val":
             return super().sample(global_steps, partition_id, batch_size)
         self.progress = phase_progress(global_steps, self.rl.steps)
-        self.budget = self.rl.slow2fast.max_rounds * batch_size
+        self.budget = part.refill_rounds(self.parts) * batch_size
         self.judged.clear()
         self.evicted_groups = self.evicted_tokens = 0
         batch, metrics = super().sample(global_steps, partition_id, batch_size)
@@ -84,8 +86,7 @@ class Slow2FastSampler(ReplayBufferAsync):
         for uid in new:
             if uid not in by_uid or self.budget <= 0:
                 continue
-            accuracy = group_accuracy(np.asarray([by_uid[uid]]))
-            if not slow2fast_keep(accuracy, self.progress, self.rl.slow2fast)[0]:
+            if not part.keep(self.parts, np.asarray([by_uid[uid]]), self.progress)[0]:
                 evict.add(uid)
                 self.budget -= 1
         self.evicted_groups += len(evict)
