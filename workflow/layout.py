@@ -26,9 +26,16 @@ from pathlib import Path
 DONE = "DONE.json"  # a stage's last write; the file Snakemake waits for
 CHECKPOINTS = "checkpoints"
 _STEP_DIR = re.compile(r"^step_(\d{6,})$")
+# a sweep's name names its directory results/<name>/: one plain path component, never "..", never absolute
+SWEEP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+SWEEP_NAME_RULE = "must be 1-64 characters of letters, digits, '_', '.', '-' (it names results/<name>/)"
 
 
 def sweep_dir(results_root: str | Path, sweep: str) -> Path:
+    """results/<sweep>/; a name that is not a sweep's (a path: "../x", "/abs") is refused, so nothing outside the
+    results directory is ever read or written as a sweep's."""
+    if not SWEEP_NAME.fullmatch(sweep):
+        raise ValueError(f"sweep name {sweep!r}: {SWEEP_NAME_RULE}")
     return Path(results_root) / sweep
 
 

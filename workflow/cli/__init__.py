@@ -41,7 +41,16 @@ import importlib
 import sys
 
 from workflow.errors import UserError
+from workflow.layout import SWEEP_NAME, SWEEP_NAME_RULE
 from workflow.results.display import FORMATS
+
+
+def sweep_name(value: str) -> str:
+    """argparse type of --sweep: the name of a sweep (its results/<name>/), never a path."""
+    if not SWEEP_NAME.fullmatch(value):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a sweep name: {SWEEP_NAME_RULE}; give the sweep's name, "
+                                         "not a path (the results directory is --results)")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     q = sub.add_parser("query", parents=[common], help="run read-only SQL over the result tables")
     q.add_argument("sql")
-    q.add_argument("--sweep", help="only this sweep's results")
+    q.add_argument("--sweep", type=sweep_name, help="only this sweep's results")
     q.add_argument("--format", choices=FORMATS, default="table",
                    help="table (one record per block when too wide), records, csv, json")
     q.set_defaults(fn="query:cmd_query")
@@ -62,12 +71,12 @@ def main(argv: list[str] | None = None) -> int:
     s.set_defaults(fn="status:cmd_status")
     d = sub.add_parser("doctor", parents=[common], help="find damaged or inconsistent results; say how to recompute")
     d.add_argument("sweep_file", nargs="?", help="the sweep file (or --sweep NAME)")
-    d.add_argument("--sweep", help="the sweep's name, when its file is not at hand")
+    d.add_argument("--sweep", type=sweep_name, help="the sweep's name, when its file is not at hand")
     d.add_argument("--fix", action="store_true", help="move what each problem lists to results/<sweep>/quarantine/")
     d.set_defaults(fn="doctor:cmd_doctor")
     c = sub.add_parser("compact", parents=[common], help="merge finished stages' table files into a few packs")
     c.add_argument("sweep_file", nargs="?", help="the sweep file (or --sweep NAME)")
-    c.add_argument("--sweep", help="the sweep's name, when its file is not at hand")
+    c.add_argument("--sweep", type=sweep_name, help="the sweep's name, when its file is not at hand")
     c.set_defaults(fn="compact:cmd_compact")
     pl = sub.add_parser("plan", parents=[common], help="what running the sweep would do, and its GPU-hours")
     pl.add_argument("sweep_file")

@@ -19,9 +19,8 @@ once, from where packs.resolve says it lives.
 from __future__ import annotations
 
 import datetime as dt
-import io
 import os
-import threading
+import resource
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +30,8 @@ import pyarrow.parquet as pq
 from fsspec import AbstractFileSystem
 
 from workflow.errors import UserError
-from workflow.layout import TableFile, parse_table_file
+from workflow.layout import SWEEP_NAME, SWEEP_NAME_RULE, TableFile, parse_table_file
+from workflow.results.files import PositionalReader, open_regular
 from workflow.results.packs import SOURCE, TableLayout, read_pack, resolve
 from workflow.results.schemas import TABLES
 
@@ -89,81 +89,50 @@ def foreign_columns(table: str, schema: pa.Schema) -> str | None:
     return f"not a file of table {table}: {'; '.join(clashes)}" if clashes else None
 
 
-def read_schema(table: str, path: Path, deep: bool = False) -> tuple[pa.Schema | None, str | None]:
-    """(the file's schema, None) when DuckDB can read it as part of `table`, else (None, why not). The footer is
-    enough for an empty, truncated or non-Parquet file; `deep` also decodes every page (rlsweep doctor)."""
+def read_schema(table: str, fd: int, deep: bool = False) -> tuple[pa.Schema | None, str | None]:
+    """(the schema of the file open as `fd`, None) when DuckDB can read it as part of `table`, else (None, why not).
+    The footer is enough for an empty, truncated or non-Parquet file; `deep` also decodes every page (rlsweep
+    doctor). `fd` stays open."""
     try:
-        schema = pq.read_schema(path)
-        if deep:
-            pq.read_table(path)
+        with PositionalReader(os.dup(fd)) as f:
+            schema = pq.read_schema(f)
+            if deep:
+                f.seek(0)
+                pq.read_table(f)
     except (pa.ArrowException, OSError) as e:
         return None, str(e).strip().rstrip(".") or type(e).__name__
     reason = foreign_columns(table, schema)
     return (None, reason) if reason else (schema, None)
 
 
-class PositionalReader(io.RawIOBase):
-    """A file opened for reading whose position is per thread. DuckDB's threads share one handle per file and each
-    seeks, then reads: with one shared position (a plain `open()`), two threads reading two row groups of a file
-    at once get each other's bytes ("Snappy decompression failure" at best). Reads are `pread`s at the thread's
-    own position."""
-
-    def __init__(self, path: str):
-        super().__init__()
-        self.fd = os.open(path, os.O_RDONLY)
-        self.size = os.fstat(self.fd).st_size
-        self.local = threading.local()
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return getattr(self.local, "pos", 0)
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.tell(), io.SEEK_END: self.size}[whence]
-        self.local.pos = base + offset
-        return self.local.pos
-
-    def read(self, n: int = -1) -> bytes:
-        pos = self.tell()
-        n = self.size - pos if n is None or n < 0 else min(n, self.size - pos)
-        chunks = []
-        while n > 0:  # pread may return less than asked (a signal, a network file system)
-            chunk = os.pread(self.fd, n, pos)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            pos, n = pos + len(chunk), n - len(chunk)
-        self.local.pos = pos
-        return b"".join(chunks)
-
-    def readinto(self, buffer) -> int:
-        data = self.read(len(buffer))
-        buffer[:len(data)] = data
-        return len(data)
-
-    def close(self) -> None:
-        if not self.closed:
-            os.close(self.fd)
-        super().close()
+def descriptor_budget(wanted: int) -> int:
+    """How many table files a catalog may hold open (it reads each through the descriptor it listed it with):
+    the process's limit raised to its hard limit if that helps, less a margin for everything else."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if wanted + 256 > soft and soft != resource.RLIM_INFINITY:
+        target = wanted + 256 if hard == resource.RLIM_INFINITY else min(hard, wanted + 256)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    return max(soft - 256, 0)
 
 
 class ReadOnlyFiles(AbstractFileSystem):
     """The only file system the catalog's DuckDB connection has: these files, opened for reading. Everything that
-    would change a file raises (DuckDB's CreateDirectory / RemoveFile / MoveFile / a write handle land here)."""
+    would change a file raises (DuckDB's CreateDirectory / RemoveFile / MoveFile / a write handle land here).
+    `files` maps each path to the descriptor the catalog listed it with (None: opened by name, past the process's
+    descriptor limit): DuckDB reads exactly what the listing saw, even if a writer has replaced the file since."""
 
     protocol = PROTOCOL
     cachable = False  # fsspec would otherwise hand this instance (and its file list) to the next catalog
 
-    def __init__(self, files: list[Path]):
+    def __init__(self, files: dict[str, int | None]):
         super().__init__()
-        self.files = {str(p) for p in files}
+        self.files = files
         self.stats: dict[str, dict] = {}  # DuckDB asks for a file's size and time several times per query
-        self.vanished = False  # a listed file was gone when DuckDB opened it (a compaction finished meanwhile)
+        self.vanished = False  # a file opened by name was gone (a compaction finished meanwhile): list again
 
     def _listed(self, path: str) -> str:
         path = self._strip_protocol(path)
@@ -174,8 +143,12 @@ class ReadOnlyFiles(AbstractFileSystem):
     def _open(self, path, mode="rb", **kwargs):
         if mode != "rb":
             raise PermissionError(f"{path} cannot be written (read-only catalog)")
+        path = self._listed(path)
+        fd = self.files[path]
+        if fd is not None:
+            return PositionalReader(os.dup(fd))
         try:
-            return PositionalReader(self._listed(path))
+            return PositionalReader.of(path)
         except FileNotFoundError:
             self.vanished = True
             raise
@@ -183,8 +156,9 @@ class ReadOnlyFiles(AbstractFileSystem):
     def info(self, path, **kwargs):
         path = self._listed(path)
         if path not in self.stats:
+            fd = self.files[path]
             try:
-                st = os.stat(path)
+                st = os.fstat(fd) if fd is not None else os.stat(path)
             except FileNotFoundError:
                 self.vanished = True
                 raise
@@ -210,24 +184,49 @@ class Catalog:
 
     def __init__(self, results_root: str | Path = "results", sweep: str | None = None, deep: bool = False):
         """`deep`: decode every file in full, not only its footer (slower; `rlsweep doctor`)."""
+        if sweep is not None and not SWEEP_NAME.fullmatch(sweep):  # a path would read outside the results
+            raise QueryError(f"sweep {sweep!r}: {SWEEP_NAME_RULE}")
         self.root, self.sweep, self.deep = Path(results_root).resolve(), sweep, deep
         self.layouts: dict[str, TableLayout] = {}  # per table: the live small files and packs (packs.py)
         self.schemas: dict[str, list[pa.Schema]] = {}  # the distinct schemas of each table's small files
         self.pack_schemas: dict[str, list[pa.Schema]] = {}  # and of its packs (without their source column)
         self.damaged: list[Damaged] = []
-        for table, paths in table_files(self.root, sweep).items():
+        self.fds: dict[str, int | None] = {}  # every readable file: the descriptor it was listed with
+        listing = table_files(self.root, sweep)
+        budget = descriptor_budget(sum(map(len, listing.values())))
+        for table, paths in listing.items():
             small, packs, schemas = [], [], {}
             for path in paths:  # ~0.1 ms a file (threads do not help: building the schema holds the GIL)
-                schema, reason = read_schema(table, path, deep)
+                try:
+                    fd = open_regular(path)
+                except FileNotFoundError:  # removed since the glob (packed by a compaction): not a table file now
+                    continue
+                except OSError as e:  # a symlink, a FIFO: reported, never followed or read
+                    self.damaged.append(Damaged(table, path, e.strerror or str(e)))
+                    continue
+                schema, reason = read_schema(table, fd, deep)
+                if schema is None or len(self.fds) >= budget:
+                    os.close(fd)
                 if schema is None:
                     self.damaged.append(Damaged(table, path, reason))
                     continue
+                self.fds[str(path)] = fd if len(self.fds) < budget else None
                 pack = read_pack(path, schema)
                 (packs if pack else small).append(pack or path)
                 schemas[path] = schema.remove(schema.get_field_index(SOURCE)) if pack else schema
             self.layouts[table] = layout = resolve(table, small, packs)
             self.schemas[table] = _distinct(schemas[p] for p in layout.files)
             self.pack_schemas[table] = _distinct(schemas[p] for p in layout.packs)
+
+    def close(self) -> None:
+        """Close the table files (a catalog holds each readable one open from its listing on)."""
+        for fd in getattr(self, "fds", {}).values():
+            if fd is not None:
+                os.close(fd)
+        self.fds = {}
+
+    def __del__(self) -> None:
+        self.close()
 
     @property
     def files(self) -> dict[str, list[Path]]:
@@ -255,7 +254,7 @@ class Catalog:
     def connect(self) -> duckdb.DuckDBPyConnection:
         self.check_available()
         con = duckdb.connect(":memory:")
-        self.file_system = ReadOnlyFiles([p for paths in self.files.values() for p in paths])
+        self.file_system = ReadOnlyFiles({str(p): self.fds[str(p)] for paths in self.files.values() for p in paths})
         con.register_filesystem(self.file_system)
         for table, schema in TABLES.items():
             self._create_view(con, table, schema)
@@ -297,6 +296,7 @@ class Catalog:
                 return result
             except duckdb.Error as e:
                 if attempt == 1 and self.file_system.vanished:  # packed and removed since the listing: list again
+                    self.close()
                     self.__init__(self.root, self.sweep, self.deep)
                     continue
                 raise QueryError(_message(e)) from None

@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from workflow.layout import is_pack, pack_seq, parse_table_file
+from workflow.results.files import PositionalReader
 
 SOURCE = "packed_from"  # a pack's column: the stem of the file each row was written to
 META_KEY = b"rlsweep.pack"
@@ -127,7 +128,8 @@ def table_layout(directory: Path, table: str) -> TableLayout:
     files, packs = [], []
     for path in sorted(Path(directory).glob("*.parquet")):
         try:
-            schema = pq.read_schema(path)
+            with PositionalReader.of(path) as f:  # regular files only: a FIFO would block, a symlink lead out
+                schema = pq.read_schema(f)
         except (pa.ArrowException, OSError):
             continue
         pack = read_pack(path, schema)

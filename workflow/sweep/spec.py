@@ -40,6 +40,7 @@ import yaml
 from pydantic import Field, PositiveInt, ValidationError, field_validator, model_validator
 
 from workflow.errors import UserError
+from workflow.layout import SWEEP_NAME, SWEEP_NAME_RULE
 from workflow.strict import ConfigProblem, Seed, Strict, format_validation_error
 from workflow.study.spec import OptunaSpec
 from workflow.sweep.loader import YAMLRefused, load_yaml
@@ -247,8 +248,8 @@ class SweepSpec(Strict):
     @field_validator("name")
     @classmethod
     def _safe_name(cls, v: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", v):
-            raise ValueError("must be 1-64 characters of letters, digits, '_', '.', '-' (it names results/<name>/)")
+        if not SWEEP_NAME.fullmatch(v):
+            raise ValueError(SWEEP_NAME_RULE)
         return v
 
     @field_validator("seeds")

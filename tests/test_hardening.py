@@ -1,0 +1,90 @@
+"""Faults and concurrency a new user meets (issue 30): readers while writers replace table files, hostile paths and
+table-directory entries that are not regular files. Each test fails on the code before its fix."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from conftest import REPO, run_cli
+from workflow.results.catalog import QueryError, query
+from workflow.results.writer import write_rows
+
+N_FILES = 20
+
+
+def runs_rows(i: int, n: int = 0) -> list[dict]:
+    # the status flips and the label's length changes, so each rewrite has another size, as a stage's runs row does
+    return [dict(run_id=f"r{i}", sweep="s", stage="rl", status="completed" if n % 2 else "running",
+                 label="x" * (n % 7) * 50)]
+
+
+def test_queries_never_fail_while_stages_replace_their_table_files(tmp_path):
+    """A writer rewrites `runs` files (running -> completed, as every stage does) as fast as it can while queries
+    loop: every query answers, with every run counted once. Before the fix 26 of 56 failed ("Failed to read N bytes
+    ... only M returned", "No magic bytes"): the catalog listed a file, DuckDB opened its replacement."""
+    root = tmp_path / "results"
+    for i in range(N_FILES):
+        write_rows(root, "s", "runs", f"rl_r{i}", runs_rows(i))
+    writer = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import itertools, sys
+        sys.path[:0] = [{str(REPO)!r}, {str(REPO / "tests")!r}]
+        from test_hardening import runs_rows
+        from workflow.results.writer import write_rows
+        for n in itertools.count(1):
+            write_rows({str(root)!r}, "s", "runs", f"rl_r{{n % {N_FILES}}}", runs_rows(n % {N_FILES}, n))
+        """)])
+    answers, failures, start = 0, [], time.monotonic()
+    try:
+        while time.monotonic() - start < 10 or answers < 20:
+            try:
+                got = query("SELECT count(*) AS n, count(DISTINCT run_id) AS d FROM runs", root).to_pylist()[0]
+                assert got == {"n": N_FILES, "d": N_FILES}, got
+                answers += 1
+            except QueryError as e:
+                failures.append(str(e))
+    finally:
+        writer.kill()
+        writer.wait()
+    assert not failures, f"{len(failures)} of {answers + len(failures)} queries failed: {failures[:3]}"
+
+
+@pytest.mark.parametrize("argv", [["query", "SELECT 1", "--sweep", "../outside"],
+                                  ["query", "SELECT 1", "--sweep", "/abs/dir"],
+                                  ["doctor", "--sweep", "../outside", "--fix"],
+                                  ["compact", "--sweep", ".."]])
+def test_a_sweep_name_that_is_a_path_is_refused(tmp_path, argv):
+    """`--sweep` names results/<name>/: a path would read, or `doctor --fix` move, files outside the results."""
+    root, outside = tmp_path / "results", tmp_path / "outside"
+    write_rows(root, "s", "runs", "rl_r1", runs_rows(1))
+    write_rows(outside.parent, "outside", "runs", "rl_r9", runs_rows(9))  # a "sweep" beside the results
+    (outside / "tables" / "runs" / "junk.parquet").write_text("not parquet")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    res = run_cli("--results", str(root), *argv, timeout=120)
+    assert res.returncode == 2 and "is not a sweep name" in res.stderr and "Traceback" not in res.stderr, res.stderr
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # nothing moved anywhere
+    with pytest.raises(QueryError, match="sweep '../outside': must be 1-64 characters"):
+        query("SELECT 1", root, sweep="../outside")  # the library call too
+
+
+def test_a_symlink_or_a_fifo_in_a_table_directory_is_reported_never_followed_or_opened(tmp_path):
+    """A symlink to a valid Parquet file outside the results is not read; a FIFO named *.parquet does not hang
+    `rlsweep query` or `rlsweep doctor` (opening one for reading waits for a writer): both are reported."""
+    root = tmp_path / "results"
+    write_rows(root, "s", "runs", "rl_r1", runs_rows(1))
+    elsewhere = write_rows(tmp_path / "elsewhere", "t", "runs", "rl_r2", runs_rows(2))
+    runs = root / "s" / "tables" / "runs"
+    (runs / "rl_r2.parquet").symlink_to(elsewhere)
+    os.mkfifo(runs / "rl_r3.parquet")
+    res = run_cli("--results", str(root), "query", "SELECT run_id FROM runs", "--format", "csv", timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.replace('"', "").split() == ["run_id", "r1"]  # neither the link's rows nor a hang
+    assert "rl_r2.parquet" in res.stderr and "symbolic link" in res.stderr
+    assert "rl_r3.parquet" in res.stderr and "a FIFO" in res.stderr
+    res = run_cli("--results", str(root), "doctor", "--sweep", "s", timeout=60)
+    assert res.returncode == 1 and "symbolic link" in res.stdout and "a FIFO" in res.stdout, res.stdout + res.stderr

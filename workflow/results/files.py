@@ -1,0 +1,98 @@
+"""Opening a result table's file for reading, safely and consistently.
+
+A table directory holds regular files that writers replace atomically (write, then rename over the old name). A
+reader that lists the files, reads their footers and later opens them by name again can get a different file the
+second time (the writer replaced it meanwhile: DuckDB then reads the old length from the new file, "only N bytes
+returned"). So a reader opens each file ONCE, when it lists it, and reads everything through that descriptor: a
+replaced file's old contents stay readable through it until the reader closes it.
+
+Only regular files are opened: a symbolic link is not followed (it could point anywhere outside the results) and a
+FIFO or device is never read (opening one for reading blocks until a writer appears); both are reported instead.
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+import stat
+import threading
+from pathlib import Path
+
+
+class NotARegularFile(OSError):
+    """A table directory entry that is not a regular file (a symlink, a FIFO, a device, a directory)."""
+
+
+def open_regular(path: str | Path) -> int:
+    """A read-only descriptor of `path` if it is a regular file; NotARegularFile says what it is otherwise."""
+    try:  # O_NONBLOCK: opening a FIFO does not wait for a writer; O_NOFOLLOW: a final symlink is refused
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise NotARegularFile(e.errno, "a symbolic link (table files are read as regular files only; not "
+                                  "followed)", str(path)) from None
+        raise
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode) else
+                "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+                else "not a regular file")
+        raise NotARegularFile(errno.EINVAL, f"{kind} (table files are read as regular files only; not opened)",
+                              str(path))
+    return fd
+
+
+class PositionalReader(io.RawIOBase):
+    """A file opened for reading whose position is per thread. DuckDB's threads share one handle per file and each
+    seeks, then reads: with one shared position (a plain `open()`), two threads reading two row groups of a file
+    at once get each other's bytes ("Snappy decompression failure" at best). Reads are `pread`s at the thread's
+    own position. It owns `fd` (closes it)."""
+
+    def __init__(self, fd: int):
+        super().__init__()
+        self.fd = fd
+        self.size = os.fstat(fd).st_size
+        self.local = threading.local()
+
+    @classmethod
+    def of(cls, path: str | Path) -> "PositionalReader":
+        return cls(open_regular(path))
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return getattr(self.local, "pos", 0)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.tell(), io.SEEK_END: self.size}[whence]
+        self.local.pos = base + offset
+        return self.local.pos
+
+    def read(self, n: int = -1) -> bytes:
+        pos = self.tell()
+        n = self.size - pos if n is None or n < 0 else min(n, self.size - pos)
+        chunks = []
+        while n > 0:  # pread may return less than asked (a signal, a network file system)
+            chunk = os.pread(self.fd, n, pos)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            pos, n = pos + len(chunk), n - len(chunk)
+        self.local.pos = pos
+        return b"".join(chunks)
+
+    def readinto(self, buffer) -> int:
+        data = self.read(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        if not self.closed:
+            os.close(self.fd)
+        super().close()
