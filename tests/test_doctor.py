@@ -165,6 +165,29 @@ def test_doctor_finds_each_kind_of_problem(sweep):
     assert "4 problem(s)" in res.stderr
 
 
+def test_a_stage_run_again_removes_what_its_killed_attempt_left_and_doctor_is_clean(sweep):
+    """A stage killed mid-write leaves hidden temporaries (a table file's, a checkpoint directory's); running the
+    stage again removes its own (it holds the stage's lock: nothing else writes them, whatever their pid), and leaves
+    another stage's alone. Before, the rerun completed but doctor reported the temporaries forever."""
+    r = sweep.run
+    runs = sweep.base / "tables" / "runs"
+    mine = [runs / f".rl_{r.run_id}.parquet.tmp-4000001",
+            sweep.base / "rl" / r.run_id / "checkpoints" / ".step_000002.tmp-4000002" / "model.safetensors",
+            sweep.base / "rl" / r.run_id / ".DONE.json.tmp-4000003"]
+    other = runs / f".sft_{r.sft_id}.parquet.tmp-4000004"  # the SFT stage's: not the RL stage's to remove
+    for path in (*mine, other):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"half a file")
+    assert sweep.doctor().stdout.count("temporary:") == 4
+    (sweep.base / "rl" / r.run_id / "DONE.json").unlink()
+    sweep.rerun("rl")  # resumes at its final checkpoint, rewrites its DONE.json and runs row
+    assert not any(p.exists() for p in mine) and not mine[1].parent.exists() and other.exists()
+    res = sweep.doctor()
+    assert res.stdout.count("temporary:") == 1 and f".sft_{r.sft_id}.parquet.tmp-4000004" in res.stdout
+    other.unlink()
+    assert sweep.doctor().returncode == 0
+
+
 def test_a_rescore_whose_verdicts_are_gone_is_found_and_fix_lets_it_run_again(sweep):
     from workflow.eval.rescore import run_rescore
     r = sweep.run

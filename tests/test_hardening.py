@@ -4,6 +4,7 @@ table-directory entries that are not regular files. Each test fails on the code 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -88,3 +89,31 @@ def test_a_symlink_or_a_fifo_in_a_table_directory_is_reported_never_followed_or_
     assert "rl_r3.parquet" in res.stderr and "a FIFO" in res.stderr
     res = run_cli("--results", str(root), "doctor", "--sweep", "s", timeout=60)
     assert res.returncode == 1 and "symbolic link" in res.stdout and "a FIFO" in res.stdout, res.stdout + res.stderr
+
+
+RUNAWAY = "SELECT sum(i) FROM range(100000000000000) t(i)"  # hours of work
+
+
+def test_a_runaway_query_stops_at_its_time_bound_and_at_ctrl_c(tmp_path):
+    """`rlsweep query` has a time bound (default 300 s, --timeout) and a memory bound (default 4GB, --memory), and
+    Ctrl-C stops a query at once. Before, a runaway query ran for minutes, Ctrl-C did nothing, and DuckDB took up to
+    80% of the machine's memory."""
+    root = tmp_path / "results"
+    write_rows(root, "s", "runs", "rl_r1", runs_rows(1))
+    start = time.monotonic()
+    res = run_cli("--results", str(root), "query", RUNAWAY, "--timeout", "2", timeout=120)
+    assert res.returncode == 2 and "stopped after 2 s, the query's time bound" in res.stderr, res.stderr
+    assert time.monotonic() - start < 60
+    res = run_cli("--results", str(root), "query", "SELECT count(DISTINCT i) FROM range(200000000) t(i)",
+                  "--memory", "50MB", timeout=120)
+    assert res.returncode == 2 and "Out of Memory" in res.stderr and "--memory SIZE" in res.stderr, res.stderr
+    assert len(res.stderr.splitlines()) == 1  # one line, no traceback, no DuckDB tuning advice
+    query = subprocess.Popen([sys.executable, "-m", "workflow.cli", "--results", str(root), "query", RUNAWAY],
+                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(4)  # well into the query
+    assert query.poll() is None
+    query.send_signal(signal.SIGINT)
+    sent = time.monotonic()
+    _, err = query.communicate(timeout=60)
+    assert query.returncode == 130 and err.strip() == "interrupted", err
+    assert time.monotonic() - sent < 10

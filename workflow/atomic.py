@@ -32,7 +32,8 @@ def parse_temporary(path: Path) -> tuple[str, int] | None:
     return (m["name"], int(m["pid"])) if m else None
 
 
-def _remove(path: Path) -> None:
+def discard(path: Path) -> None:
+    """Remove a file or directory (a temporary) if it is there."""
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path, ignore_errors=True)
     elif path.exists() or path.is_symlink():
@@ -46,12 +47,12 @@ def replacing(path: str | Path) -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_sibling(path)
-    _remove(tmp)  # left by an earlier process with the same pid
+    discard(tmp)  # left by an earlier process with the same pid
     try:
         yield tmp
         os.replace(tmp, path)
     finally:
-        _remove(tmp)
+        discard(tmp)
 
 
 def write_text(path: str | Path, text: str) -> Path:

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from workflow import preemption
-from workflow.atomic import write_json
+from workflow.atomic import discard, write_json
 from workflow.data.overlap import TrainOverlap, check as check_overlap, enforce as enforce_overlap
 from workflow.data.prepare import prepare
 from workflow.engines.registry import get_engine, traits
@@ -46,6 +46,7 @@ from workflow.preemption import EXIT_PREEMPTED, Preempted
 from workflow.provenance import provenance, slurm_usage
 from workflow.registry import load_object
 from workflow.results.compaction import AUTO_FILES, CompactionBusy, compact, compaction_line
+from workflow.results.doctor import own_temporaries
 from workflow.results.summary import write_summary
 from workflow.results.train_log import TrainLog
 from workflow.results.writer import write_rows
@@ -179,6 +180,8 @@ class Job:
 
 def _run_locked(stage: str, sweep: str, stage_id: str, cfg: dict, typed, out_dir: Path, *, results_root: Path,
                 inputs: Inputs, label: str | None, step: int | None, job: dict, names: list[str] | None) -> Path:
+    for leftover in own_temporaries(results_root, sweep, out_dir):  # a killed attempt's half-written files
+        discard(leftover)
     (out_dir / "config.json").write_text(json.dumps(cfg, indent=1, sort_keys=True))
     runs = _RunsRow(results_root, sweep, stage, stage_id, cfg, typed.rl.method if stage == "rl" else stage, label, job)
     runs.write("running")

@@ -3,7 +3,7 @@
     rlsweep validate SWEEP.yaml          expand + validate a sweep, list its runs (nothing runs)
     rlsweep status SWEEP.yaml            each run's stage states (pending / step n/N / running / failed / done);
                                          for an Optuna sweep also its study: trials by state, best value, params
-    rlsweep query "SQL" [--sweep NAME] [--format table|records|csv|json]
+    rlsweep query "SQL" [--sweep NAME] [--format table|records|csv|json] [--timeout S] [--memory SIZE]
                                          read-only DuckDB over the views runs, train_steps, eval_samples, eval_scores,
                                          eval_grades
     rlsweep plan SWEEP.yaml [--detect D] what running it would do: per stage the jobs done / partial (a checkpoint) /
@@ -65,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument("--sweep", type=sweep_name, help="only this sweep's results")
     q.add_argument("--format", choices=FORMATS, default="table",
                    help="table (one record per block when too wide), records, csv, json")
+    q.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
+                   help="stop the query after this long (default 300; Ctrl-C stops it at once)")
+    q.add_argument("--memory", default="4GB", metavar="SIZE", help="DuckDB's memory bound (default 4GB)")
     q.set_defaults(fn="query:cmd_query")
     s = sub.add_parser("status", parents=[common], help="show each run's stage states")
     s.add_argument("sweep_file")
@@ -123,3 +126,6 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: stopped as asked, no traceback
+        print("interrupted", file=sys.stderr)
+        return 130

@@ -5,14 +5,14 @@ from __future__ import annotations
 import sys
 
 from workflow.cli.common import results_root
-from workflow.results.catalog import Catalog, Damaged
+from workflow.results.catalog import Catalog, Damaged, QueryLimits
 from workflow.results.display import print_table
 
 
 def cmd_query(a) -> int:
     catalog = Catalog(results_root(a), a.sweep)
     warn_damaged(catalog.damaged)
-    print_table(catalog.query(a.sql), a.format)
+    print_table(catalog.query(a.sql, QueryLimits(a.timeout, a.memory)), a.format)
     return 0
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import resource
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +42,15 @@ PROTOCOL = "rlsweep-ro"  # how the views name the table files: rlsweep-ro:///abs
 
 class QueryError(UserError):
     """SQL that is not read-only, fails, or has nothing to read."""
+
+
+@dataclass(frozen=True)
+class QueryLimits:
+    """What one query may take: a runaway (a cross join, `range(10^12)`) is stopped with a message instead of
+    holding the machine. The defaults suit a laptop; `rlsweep query --timeout S --memory SIZE` raises them."""
+
+    timeout_s: float = 300.0
+    memory: str = "4GB"  # DuckDB's memory_limit (its default is 80% of the machine's memory)
 
 
 @dataclass(frozen=True)
@@ -251,9 +261,15 @@ class Catalog:
                                  f"(sweeps with results: {', '.join(known) or 'none'})")
             raise QueryError(f"no result tables under {self.root} yet")
 
-    def connect(self) -> duckdb.DuckDBPyConnection:
+    def connect(self, limits: QueryLimits = QueryLimits()) -> duckdb.DuckDBPyConnection:
         self.check_available()
         con = duckdb.connect(":memory:")
+        try:  # no spilling to disk: the catalog writes nothing (past the bound a query stops, saying so)
+            con.execute("SET temp_directory = ''")
+            con.execute(f"SET memory_limit = {sql_str(limits.memory)}")
+        except duckdb.Error as e:
+            con.close()
+            raise QueryError(f"memory limit {limits.memory!r}: {_message(e)} (a size such as 4GB or 512MB)") from None
         self.file_system = ReadOnlyFiles({str(p): self.fds[str(p)] for paths in self.files.values() for p in paths})
         con.register_filesystem(self.file_system)
         for table, schema in TABLES.items():
@@ -284,16 +300,13 @@ class Catalog:
             parts.insert(0, f"SELECT * FROM _{table}_columns")  # only then: a union costs
         con.execute(f"CREATE VIEW {table} AS {' UNION ALL BY NAME '.join(parts)}")
 
-    def query(self, sql: str) -> pa.Table:
+    def query(self, sql: str, limits: QueryLimits = QueryLimits()) -> pa.Table:
         statements = _read_only_statements(sql)
         for attempt in (1, 2):
             con = None
             try:
-                con = self.connect()  # (binding the views opens the first file of each)
-                result = None
-                for s in statements:
-                    result = con.sql(s.query).to_arrow_table()
-                return result
+                con = self.connect(limits)  # (binding the views opens the first file of each)
+                return _bounded(con, statements, limits)
             except duckdb.Error as e:
                 if attempt == 1 and self.file_system.vanished:  # packed and removed since the listing: list again
                     self.close()
@@ -303,6 +316,44 @@ class Catalog:
             finally:
                 if con is not None:
                     con.close()
+
+
+def _bounded(con: duckdb.DuckDBPyConnection, statements: list, limits: QueryLimits) -> pa.Table:
+    """Run the statements in a worker thread, so that this one can stop them: past the time bound, or on Ctrl-C
+    (a KeyboardInterrupt reaches Python only between bytecodes, never inside DuckDB's call). The wait is on an
+    Event, not Thread.join: a KeyboardInterrupt inside join leaves the thread looking finished while it runs."""
+    out: dict[str, object] = {}
+    done = threading.Event()
+    cursor = con.cursor()  # the worker's own handle on the database: this thread may interrupt it meanwhile
+
+    def work() -> None:
+        try:
+            result = None
+            for s in statements:
+                result = cursor.sql(s.query).to_arrow_table()
+            out["result"] = result
+        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
+            out["error"] = e
+        finally:
+            done.set()
+
+    threading.Thread(target=work, name="rlsweep-query", daemon=True).start()
+    try:
+        if not done.wait(limits.timeout_s):
+            cursor.interrupt()
+            done.wait()
+            raise QueryError(f"stopped after {limits.timeout_s:g} s, the query's time bound (`rlsweep query "
+                             "--timeout SECONDS` raises it)")
+    except KeyboardInterrupt:
+        cursor.interrupt()
+        done.wait()
+        raise
+    finally:
+        if done.is_set():
+            cursor.close()
+    if "error" in out:
+        raise out["error"]  # type: ignore[misc]
+    return out["result"]  # type: ignore[return-value]
 
 
 def _read(files: list[Path], schemas: list[pa.Schema]) -> str:
@@ -339,6 +390,8 @@ def _message(e: duckdb.Error) -> str:
         text = text.splitlines()[-1].removeprefix("PermissionError: ")
     if isinstance(e, duckdb.PermissionException) or text.endswith("(read-only catalog)"):
         return f"read-only: the query tried to write a file, or to read one that is not a result table ({text})"
+    if isinstance(e, duckdb.OutOfMemoryException):  # (DuckDB's advice that follows is about its own settings)
+        return f"{text.splitlines()[0]} (the query's memory bound; `rlsweep query --memory SIZE` raises it)"
     return text
 
 
@@ -355,6 +408,7 @@ def _read_only_statements(sql: str) -> list:
     return statements
 
 
-def query(sql: str, results_root: str | Path = "results", sweep: str | None = None) -> pa.Table:
+def query(sql: str, results_root: str | Path = "results", sweep: str | None = None,
+          limits: QueryLimits = QueryLimits()) -> pa.Table:
     """Read-only SQL over the readable table files (a Catalog's `damaged` lists the files left out)."""
-    return Catalog(results_root, sweep).query(sql)
+    return Catalog(results_root, sweep).query(sql, limits)

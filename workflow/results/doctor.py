@@ -149,6 +149,21 @@ def leftover_temporaries(root: Path, sweep: str) -> list[Problem]:
     return out
 
 
+def own_temporaries(root: Path, sweep: str, job_dir: Path) -> list[Path]:
+    """The temporaries a stage job's earlier attempts left: under its directory, and of the table files it owns.
+    Its job removes them on starting, holding RUNNING.lock: no other process writes those files then, so each is
+    dead whatever its pid says (a pid may belong to another node)."""
+    out = [p for p in job_dir.rglob(".*.tmp-*") if parse_temporary(p) and not any(
+        parse_temporary(d) for d in p.parents if job_dir in d.parents)]  # a temporary directory's contents go with it
+    for path in (sweep_dir(root, sweep) / "tables").glob("*/.*.tmp-*"):
+        parsed = parse_temporary(path)
+        owner = parse_table_file(path.parent.name, Path(parsed[0]).stem) if parsed else None
+        job = owning_job(root, sweep, owner) if owner else None
+        if job is not None and job.dir(root, sweep).resolve() == job_dir.resolve():
+            out.append(path)
+    return sorted(out)
+
+
 def _being_written(root: Path, sweep: str, path: Path, parsed: tuple[str, int]) -> bool:
     """Whether a temporary may still be in use: its writer's pid lives on this host, or its stage holds
     RUNNING.lock. Either errs towards leaving it alone (a pid of another node may be alive here by chance)."""
