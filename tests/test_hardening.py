@@ -117,3 +117,44 @@ def test_a_runaway_query_stops_at_its_time_bound_and_at_ctrl_c(tmp_path):
     _, err = query.communicate(timeout=60)
     assert query.returncode == 130 and err.strip() == "interrupted", err
     assert time.monotonic() - sent < 10
+
+
+DAMAGES = {
+    "cut mid-line": lambda data: data[:-9],
+    "cut in half": lambda data: data[: len(data) // 2],
+    "a garbage line appended": lambda data: data + b"\x89PNG not a record\n",
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGES))
+def test_a_torn_study_journal_is_refused_before_any_append_and_doctor_keeps_its_intact_records(tmp_path, damage):
+    """A journal cut mid-line, cut in half, or with garbage appended is refused with the file, the line and the way
+    back, and nothing is appended to it; `rlsweep doctor --fix` moves it to quarantine and puts back the records
+    before the damage, from which the study goes on. Before: "resuming 1 trial(s)", a JSONDecodeError traceback,
+    and the next append joined the torn line, so Optuna could not read the journal at all."""
+    import optuna
+    from workflow.study.factory import open_storage
+    from workflow.study.journal import JournalDamaged
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    root = tmp_path / "results"
+    path = root / "s" / "optuna.journal"
+    path.parent.mkdir(parents=True)
+    study = optuna.create_study(study_name="s", storage=open_storage(str(path)))
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=4)
+    torn = DAMAGES[damage](path.read_bytes())
+    path.write_bytes(torn)
+    with pytest.raises(JournalDamaged, match=r"optuna.journal is damaged at line \d+ of \d+: .*Nothing was added"):
+        open_storage(str(path))
+    assert path.read_bytes() == torn  # refused before anything was appended
+
+    res = run_cli("--results", str(root), "doctor", "--sweep", "s", timeout=120)
+    assert res.returncode == 1 and "damaged: optuna.journal" in res.stdout, res.stdout + res.stderr
+    res = run_cli("--results", str(root), "doctor", "--sweep", "s", "--fix", timeout=120)
+    assert res.returncode == 1 and "moved to quarantine" in res.stdout, res.stdout + res.stderr
+    assert [p.read_bytes() for p in (root / "s" / "quarantine").rglob("optuna.journal")] == [torn]  # kept
+    assert run_cli("--results", str(root), "doctor", "--sweep", "s", timeout=120).returncode == 0
+    study = optuna.load_study(study_name="s", storage=open_storage(str(path)))
+    kept = len(study.trials)
+    assert 0 <= kept <= 4 and torn.startswith(path.read_bytes())  # the intact prefix, nothing invented
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=2)  # the study goes on, appending cleanly
+    assert len(optuna.load_study(study_name="s", storage=open_storage(str(path))).trials) == kept + 2

@@ -55,6 +55,12 @@ def replacing(path: str | Path) -> Iterator[Path]:
         discard(tmp)
 
 
+def write_bytes(path: str | Path, data: bytes) -> Path:
+    with replacing(path) as tmp:
+        tmp.write_bytes(data)
+    return Path(path)
+
+
 def write_text(path: str | Path, text: str) -> Path:
     with replacing(path) as tmp:
         tmp.write_text(text)

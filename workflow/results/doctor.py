@@ -34,12 +34,13 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from workflow.atomic import parse_temporary
+from workflow.atomic import parse_temporary, write_bytes
 from workflow.benchmarks.catalog import REGISTRY
-from workflow.layout import (CHECKPOINTS, DONE, StageJob, TableFile, is_pack, parse_table_file, quarantine_dir,
-                             stage_jobs, sweep_dir, train_steps_files)
+from workflow.layout import (CHECKPOINTS, DONE, StageJob, TableFile, default_journal, is_pack, parse_table_file,
+                             quarantine_dir, stage_jobs, sweep_dir, train_steps_files)
 from workflow.results.catalog import Catalog, Damaged, QueryError
 from workflow.runlock import LOCK_NAME
+from workflow.study.journal import inspect as inspect_journal
 
 # which id of a sweep's run names the stage's id
 _RUN_KEY = {"data": "data_id", "overlap": "overlap_id", "sft": "sft_id", "rl": "run_id", "eval": "eval_id"}
@@ -55,6 +56,7 @@ class Problem:
     job: StageJob | None = None
     locked: Path | None = None  # the RUNNING.lock that keeps --fix away
     target: Path | None = None  # the DONE.json to ask Snakemake for
+    restore: bytes | None = None  # what --fix writes in place of the moved file (a study journal's intact records)
 
 
 @dataclass
@@ -83,9 +85,22 @@ def examine(results_root: str | Path, sweep: str, sweep_file: str | None = None)
     jobs = stage_jobs(root, sweep)
     problems = [damaged_file(root, sweep, d) for d in catalog.damaged]
     problems += leftover_temporaries(root, sweep)
+    problems += damaged_journal(root, sweep)
     problems += disagreements(root, sweep, catalog, jobs, done_with={p.job for p in problems if p.job})
     return Report(sweep, str(results_root), sweep_dir(root, sweep), problems, sum(map(len, catalog.files.values())),
                   len(jobs), sweep_file)
+
+
+def damaged_journal(root: Path, sweep: str) -> list[Problem]:
+    """The sweep's Optuna journal (results/<sweep>/optuna.journal) when a line of it does not read (study/journal.py):
+    --fix moves it to quarantine and puts back the records before the damage."""
+    damage = inspect_journal(default_journal(root, sweep))
+    if damage is None:
+        return []
+    kept = damage.line - 1
+    return [Problem("damaged", damage.path, str(damage), f"the study resumes from the {kept} intact record(s): a "
+                    "trial whose records were after the damage is lost and proposed anew (its finished runs stay in "
+                    "the tables and Snakemake does not train them again)", [damage.path], restore=damage.intact)]
 
 
 def owning_job(root: Path, sweep: str, owner: TableFile) -> StageJob | None:
@@ -295,6 +310,8 @@ def quarantine(report: Report) -> tuple[Path, list[tuple[Path, Path]]]:
             dst.parent.mkdir(parents=True, exist_ok=True)
             os.replace(src, dst)  # the same file system: a rename, however large a checkpoint directory is
             moved.append((src, dst))
+        if problem.restore is not None:
+            write_bytes(problem.subject, problem.restore)
     return target, moved
 
 

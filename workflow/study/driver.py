@@ -37,6 +37,7 @@ from optuna.trial import TrialState
 from rich.console import Console
 
 from workflow.atomic import write_json
+from workflow.errors import UserError
 from workflow.layout import done_path, runs_file, stage_dir, summary_path, table_dir, trial_log
 from workflow.results.summary import write_summary
 from workflow.results.packs import read_rows_of
@@ -275,7 +276,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="after --: options every nested snakemake gets (the outer run's profile / executor)")
     a = p.parse_args(argv)
     extra = a.snakemake_args[1:] if a.snakemake_args[:1] == ["--"] else a.snakemake_args
-    driver = Driver(a.sweep_file, a.results, a.snakefile, a.cores, extra)
+    try:
+        driver = Driver(a.sweep_file, a.results, a.snakefile, a.cores, extra)
+    except UserError as e:  # e.g. a damaged journal: one line saying how to recover, not a traceback
+        print(f"error: {e}", file=sys.stderr)
+        return 2
 
     def stop(signum, frame):
         driver.stop()

@@ -13,6 +13,7 @@ import optuna
 from optuna.storages.journal import JournalFileBackend, JournalStorage
 
 from workflow.layout import default_journal
+from workflow.study import journal
 from workflow.study.spec import PRUNERS, SAMPLERS, OptunaSpec
 
 
@@ -78,6 +79,7 @@ def make_storage(spec: OptunaSpec, results_root: str | Path, sweep_name: str) ->
     path = journal_path(spec, results_root, sweep_name)
     if path is None:
         return spec.storage
+    journal.check(path, sweep_name)  # a torn journal is refused before Optuna replays or appends to it
     path.parent.mkdir(parents=True, exist_ok=True)
     return JournalStorage(JournalFileBackend(str(path)))
 
@@ -122,4 +124,7 @@ def storage_location(spec: OptunaSpec, results_root: str | Path, sweep_name: str
 
 
 def open_storage(location: str) -> optuna.storages.BaseStorage | str:
-    return location if "://" in location else JournalStorage(JournalFileBackend(location))
+    if "://" in location:
+        return location
+    journal.check(location)
+    return JournalStorage(JournalFileBackend(location))
