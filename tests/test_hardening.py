@@ -3,7 +3,9 @@ table-directory entries that are not regular files. Each test fails on the code 
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -158,3 +160,39 @@ def test_a_torn_study_journal_is_refused_before_any_append_and_doctor_keeps_its_
     assert 0 <= kept <= 4 and torn.startswith(path.read_bytes())  # the intact prefix, nothing invented
     study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=2)  # the study goes on, appending cleanly
     assert len(optuna.load_study(study_name="s", storage=open_storage(str(path))).trials) == kept + 2
+
+
+def can_mount_tmpfs(tmp_path) -> bool:
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", f"mount -t tmpfs -o size=64k tmpfs {tmp_path}"],
+                           capture_output=True)
+    return probe.returncode == 0
+
+
+def test_a_full_disk_is_one_line_naming_the_path_and_the_rerun_completes(tmp_path):
+    """Results on a tiny tmpfs (a mount namespace of the test's own): the SFT stage fails with one line naming the
+    file system and the need for space, no traceback; with space again the same command completes and doctor finds
+    nothing damaged. Before: a Python traceback; torch's said only "unexpected pos 3840 vs 3732"."""
+    if not can_mount_tmpfs(tmp_path):
+        pytest.skip("mounting a tmpfs needs unshare -m and mount (root or user namespaces)")
+    from workflow.sweep.expand import load_sweep
+    from conftest import write_sweep
+    run = load_sweep(write_sweep(tmp_path / "s.yaml", "s")).runs[0]
+    results = tmp_path / "results"
+    results.mkdir()
+    stage = [sys.executable, str(REPO / "scripts" / "stage.py"), "sft", "--sweep", "s", "--id", run.sft_id,
+             "--config", json.dumps(run.stage_config("sft")), "--results", str(results)]
+    doctor = [sys.executable, "-m", "workflow.cli", "--results", str(results), "doctor", "--sweep", "s"]
+    script = "\n".join([
+        f"mount -t tmpfs -o size=160k tmpfs {results}",
+        f"{shlex.join(stage)}; echo FIRST=$?",
+        f"mount -o remount,size=64m {results}",
+        f"{shlex.join(stage)}; echo SECOND=$?",
+        f"{shlex.join(doctor)}; echo DOCTOR=$?"])
+    res = subprocess.run(["unshare", "-m", "sh", "-c", script], cwd=REPO, capture_output=True, text=True, timeout=600)
+    out, err = res.stdout, res.stderr
+    assert "FIRST=1" in out and "SECOND=0" in out and "DOCTOR=0" in out, out + err[-3000:]
+    first = err.split(f"sft {run.sft_id} done in")[0]  # the first attempt's stderr
+    assert "Traceback" not in first, first[-3000:]
+    lines = [line for line in first.splitlines() if "no space left" in line]
+    assert len(lines) == 1 and f"no space left on the file system holding {results}" in lines[0], first[-3000:]
+    assert "run the same command again" in lines[0]

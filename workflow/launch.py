@@ -40,6 +40,7 @@ from workflow.models import resolve_model
 from workflow.eval.backends import make_backend, resolve_backend
 from workflow.hub import DatasetUnavailable
 from workflow.eval.harness import copy_evaluation, evaluate
+from workflow.errors import out_of_space
 from workflow.eval.plan import eval_groups
 from workflow.layout import CHECKPOINTS, DONE, eval_job_at, runs_file, stage_dir, step_dir, summary_path
 from workflow.preemption import EXIT_PREEMPTED, Preempted
@@ -392,5 +393,11 @@ def main(argv: list[str] | None = None) -> int:
     except Terminated:
         print(f"{a.stage} {a.id}: terminated (SIGTERM); it resumes from its newest checkpoint", file=sys.stderr)
         return 128 + signal.SIGTERM
+    except Exception as e:  # noqa: BLE001 - a full disk gets one line naming it; anything else its traceback
+        line = out_of_space(e, a.results)
+        if line is None:
+            raise
+        print(f"{a.stage} {a.id}: {line}", file=sys.stderr)
+        return 1
     print(f"{a.stage} {a.id} done in {time.monotonic() - t0:.1f}s", file=sys.stderr)
     return 0
