@@ -82,7 +82,9 @@ def stage_args(stage_id, input=None, **options):
     placeholder of every job's command several times; one pre-quoted field per job instead of five keeps planning
     near bare Snakemake's time (bench/plan_dag.py). `input`: the job's named inputs, passed on as --init, --data
     and --overlap (with the overlap gate)."""
-    args = ["--sweep", SWEEP.name, "--id", stage_id]
+    # --wait-for-twin: another driver (a second snakemake, an Optuna trial) running the same stage is waited for and
+    # its result used, never refused: a refused job would make Snakemake delete the other's DONE.json
+    args = ["--sweep", SWEEP.name, "--id", stage_id, "--wait-for-twin"]
     named = dict(input.items()) if input is not None else {}
     for name in ("init", "data"):
         if name in named:

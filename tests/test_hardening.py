@@ -196,3 +196,28 @@ def test_a_full_disk_is_one_line_naming_the_path_and_the_rerun_completes(tmp_pat
     lines = [line for line in first.splitlines() if "no space left" in line]
     assert len(lines) == 1 and f"no space left on the file system holding {results}" in lines[0], first[-3000:]
     assert "run the same command again" in lines[0]
+
+
+def test_two_drivers_on_one_results_directory_both_finish_and_every_stage_runs_once(tmp_path):
+    """Two `snakemake` runs of one sweep from two working directories (two terminals, two login nodes) onto one
+    results directory: the second's job for a stage the first is running waits for it and uses its result. Before,
+    it was refused, Snakemake then deleted the DONE.json the first had just written, and both exited 1."""
+    from conftest import write_sweep
+    results = tmp_path / "results"
+    procs = []
+    for side in ("a", "b"):
+        (tmp_path / side).mkdir()
+        sweep = write_sweep(tmp_path / side / "s.yaml", "s")
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--cores", "1",
+             "--config", f"sweep={sweep}", f"results={results}"],
+            cwd=tmp_path / side, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outs = [p.communicate(timeout=900)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], "\n=====\n".join(o[-3000:] for o in outs)
+    assert any("(another driver): waiting for it" in o for o in outs)  # they did meet on a stage
+    steps = query("SELECT run_id, step, count(*) AS n FROM train_steps GROUP BY ALL HAVING n > 1", results)
+    assert steps.num_rows == 0  # no step trained (or logged) twice
+    runs = query("SELECT stage, status FROM runs", results).to_pylist()
+    assert runs and all(r["status"] == "completed" for r in runs), runs
+    res = run_cli("--results", str(results), "doctor", "--sweep", "s", timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr

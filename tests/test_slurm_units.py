@@ -160,6 +160,32 @@ def test_run_lock_from_another_host_without_slurm_is_kept(tmp_path):
             pass
 
 
+def test_waiting_for_a_twin_ends_when_it_releases_or_stops_renewing_its_lock(tmp_path, monkeypatch):
+    """A second driver's job waits while the stage's owner renews its lock, and refuses once an owner it cannot
+    check (another host, no SLURM) has not renewed it for STALE_S seconds of the wait."""
+    from workflow import runlock
+    monkeypatch.setattr(runlock, "HEARTBEAT_S", 0.2)
+    monkeypatch.setattr(runlock, "STALE_S", 1.5)
+    said = []
+    held, release = threading.Event(), threading.Event()
+
+    def twin():
+        with run_lock(tmp_path, "sft x"):
+            held.set()
+            release.wait(10)
+    t = threading.Thread(target=twin)
+    t.start()
+    held.wait(10)
+    threading.Timer(2.5, release.set).start()  # longer than STALE_S: only the heartbeat keeps the wait going
+    start = time.monotonic()
+    runlock.wait_for(tmp_path, "sft x", say=said.append)
+    assert 2.0 < time.monotonic() - start < 8 and "waiting for it" in said[0]
+    t.join()
+    (tmp_path / LOCK_NAME).write_text(json.dumps({"host": "elsewhere", "pid": 1}))  # dead, on a host we cannot see
+    with pytest.raises(RunLocked, match="has not renewed it for 2 s"):
+        runlock.wait_for(tmp_path, "sft x", say=said.append)
+
+
 # ---------------------------------------------------------------------------------------------- job wrapper
 STAGE_STANDIN = """
 import signal, sys, time

@@ -51,7 +51,7 @@ from workflow.results.doctor import own_temporaries
 from workflow.results.summary import write_summary
 from workflow.results.train_log import TrainLog
 from workflow.results.writer import write_rows
-from workflow.runlock import RunLocked, run_lock
+from workflow.runlock import RunLocked, run_lock, wait_for
 from workflow.stages import STAGES, parse_stage, stage_of
 from workflow.study import pruning
 from workflow.sweep.identity import canonical_json, stable_id
@@ -122,9 +122,11 @@ def run_stage(stage: str, sweep: str, stage_id: str, cfg: dict, *, results_root:
               checkpoint_from: Path | None = None, label: str | None = None, step: int | None = None,
               group: str | None = None, data: Path | None = None, overlaps: tuple[Path, ...] = (),
               max_train_overlap: float | None = None, copy_from: Path | None = None,
-              start_model: str | None = None) -> Path:
+              start_model: str | None = None, wait_for_twin: bool = False) -> Path:
     """Run one stage to completion; returns its DONE.json. An eval job evaluates the RL checkpoint at `step` on
-    the benchmarks of `group` (default: the final checkpoint, every benchmark)."""
+    the benchmarks of `group` (default: the final checkpoint, every benchmark). `wait_for_twin`: when another
+    process holds the stage (another driver on the same results), wait for it and return its DONE.json instead of
+    refusing (the Snakefile's jobs do: a refused job would make Snakemake delete the twin's DONE.json)."""
     inputs = Inputs(init, checkpoint_from, data, tuple(overlaps), max_train_overlap, copy_from, start_model)
     if stable_id(cfg) != stage_id:  # the id IS the hash of the config: a mismatch means a stale or hand-made call
         raise ValueError(f"{stage} id {stage_id} does not match its config (hash {stable_id(cfg)})")
@@ -146,20 +148,29 @@ def run_stage(stage: str, sweep: str, stage_id: str, cfg: dict, *, results_root:
     out_dir = stage_dir(results_root, sweep, stage, stage_id, cfg.get("run_id"), step, group)
     out_dir.mkdir(parents=True, exist_ok=True)
     what = f"{stage} {stage_id}" + "".join(f" {k}={v}" for k, v in job.items())
-    # Optuna trials run as concurrent snakemake invocations that may need the same stage (one SFT job for every
-    # trial): the driver sets RLSWEEP_WAIT_FOR_TWIN, and the second job waits for the first and uses its result
-    wait = bool(os.environ.get("RLSWEEP_WAIT_FOR_TWIN"))
+    # Concurrent drivers may need the same stage: two snakemake invocations on one results directory, Optuna trials
+    # sharing one SFT job. The second job waits for the first (runlock.wait_for) and uses its result.
+    done, before = out_dir / DONE, _stamp(out_dir / DONE)
     while True:
-        if wait and (out_dir / DONE).is_file():
-            return out_dir / DONE
         try:
             with run_lock(out_dir, what):
+                if _stamp(done) not in (None, before):  # a twin finished the stage while this job waited
+                    return done
                 return _run_locked(stage, sweep, stage_id, cfg, typed, out_dir, results_root=results_root,
                                    inputs=inputs, label=label, step=step, job=job, names=names)
         except RunLocked:
-            if not wait:
+            if not wait_for_twin:
                 raise
-            time.sleep(2.0)
+            wait_for(out_dir, what, say=lambda line: print(line, file=sys.stderr, flush=True))
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    """Which file `path` is (inode, modification time), None when there is none: tells a DONE.json written since."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_mtime_ns
 
 
 @dataclass(frozen=True)
@@ -360,6 +371,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--label")
     p.add_argument("--results", type=Path, default=Path(os.environ.get("RLSWEEP_RESULTS", "results")))
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--wait-for-twin", action="store_true", help="another process running this stage is waited for "
+                   "and its result used (the Snakefile's jobs), instead of refused")
     p.add_argument("--out", type=Path, help="aggregate: where to write the summary")
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
@@ -376,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
         run_stage(a.stage, a.sweep, a.id, json.loads(a.config), results_root=a.results, init=a.init,
                   checkpoint_from=a.checkpoint_from, label=a.label, step=a.step, group=a.group, data=a.data,
                   overlaps=tuple(a.overlap), max_train_overlap=a.max_train_overlap, copy_from=a.copy_from,
-                  start_model=a.start_model)
+                  start_model=a.start_model, wait_for_twin=a.wait_for_twin)
     except (DatasetUnavailable, RunLocked, TrainOverlap) as e:  # a problem with a clear fix: the message, no traceback
         print(f"error: {e}", file=sys.stderr)
         return 1

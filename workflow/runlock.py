@@ -9,6 +9,10 @@ says who holds it. A lock left by a dead owner is taken over:
 - another SLURM job that squeue no longer lists as active;
 - same host, no SLURM job, process gone (or its pid reused by another process).
 An owner on another host without a SLURM job cannot be checked from here: the message says how to clear it.
+
+While held, the lock file's modification time is renewed every HEARTBEAT_S seconds, so that a process waiting for
+a twin (`wait_for`) can tell an owner that still runs from one that died on another host: no renewal for STALE_S
+seconds of its own waiting (clocks of two hosts are never compared).
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import datetime as dt
 import json
 import os
 import socket
+import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -25,10 +31,16 @@ from workflow.provenance import slurm_job_name, slurm_restart_count
 from workflow.slurm import cluster
 
 LOCK_NAME = "RUNNING.lock"
+HEARTBEAT_S = 10.0
+STALE_S = 90.0
 
 
 class RunLocked(RuntimeError):
-    pass
+    """The stage is held by another process; `owner` is its lock record ({} when unreadable)."""
+
+    def __init__(self, message: str, owner: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.owner = owner or {}
 
 
 def _proc_start(pid: int) -> str | None:
@@ -98,14 +110,55 @@ def run_lock(directory: Path, what: str) -> Iterator[dict[str, Any]]:
                 path.with_name(f".{LOCK_NAME}.stale-{os.getpid()}").unlink(missing_ok=True)
                 continue
             raise RunLocked(f"{what} is already running: {describe(owner) if owner else 'owner unknown'} holds "
-                            f"{path}. If that job or process is gone, delete the lock file and run again.") from None
+                            f"{path}. If that job or process is gone, delete the lock file and run again.",
+                            owner) from None
         with os.fdopen(fd, "w") as f:
             json.dump(mine, f)
         break
     else:
         raise RunLocked(f"{what}: could not take {path} (it keeps changing hands)")
+    stop = threading.Event()
+    beat = threading.Thread(target=_heartbeat, args=(path, stop), name="rlsweep-lock-heartbeat", daemon=True)
+    beat.start()
     try:
         yield mine
     finally:
+        stop.set()
+        beat.join()
         if _read(path) == mine:
             path.unlink(missing_ok=True)
+
+
+def _heartbeat(path: Path, stop: threading.Event) -> None:
+    while not stop.wait(HEARTBEAT_S):
+        try:
+            os.utime(path)
+        except OSError:  # taken over or removed by hand: nothing to renew
+            return
+
+
+def wait_for(directory: Path, what: str, say=print) -> None:
+    """Wait until nobody holds `directory/RUNNING.lock` (a twin: another driver running the same stage). An owner
+    whose lock is not renewed for STALE_S seconds of this wait (a process that died on another host) ends the wait
+    with RunLocked, as run_lock refuses it."""
+    path = Path(directory) / LOCK_NAME
+    said, seen, still = False, None, time.monotonic()
+    while True:
+        try:
+            mtime = path.stat().st_mtime_ns
+        except FileNotFoundError:
+            return
+        owner = _read(path)
+        if owner and owner_is_gone(owner, me()):
+            return  # run_lock takes it over
+        if mtime != seen:
+            seen, still = mtime, time.monotonic()
+        elif time.monotonic() - still > STALE_S:
+            raise RunLocked(f"{what}: {describe(owner) if owner else 'an unknown owner'} holds {path} but has not "
+                            f"renewed it for {STALE_S:.0f} s: if that job or process is gone, delete the lock file "
+                            "and run again.", owner)
+        if not said:
+            say(f"{what} is being run by {describe(owner) if owner else 'another process'} (another driver): "
+                "waiting for it, then using its result")
+            said = True
+        time.sleep(1.0)

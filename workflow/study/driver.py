@@ -15,7 +15,7 @@ trials a dead driver left RUNNING with their recorded parameters first: their fi
 interrupted stage resumes from its checkpoint, nothing is asked twice. A trial whose nested run fails (a stage
 failed, or its SLURM job vanished: the executor reports it failed) is told FAIL with the log path and never
 retried; the study asks a new trial instead. Twin stage jobs (two trials needing the same SFT job at once) wait for
-each other through the stage lock (RLSWEEP_WAIT_FOR_TWIN).
+each other through the stage lock (the Snakefile's jobs run with --wait-for-twin).
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ class Driver:
         run_ids = [r.run_id for r in runs]
         trial.set_user_attr("run_ids", run_ids)
         record_trial(self.results, self.sweep.name, number, params)  # before the nested run reads the records
-        env = {**os.environ, "RLSWEEP_WAIT_FOR_TWIN": "1"}
+        env = dict(os.environ)
         if self.spec.pruner.name != "none":
             if any(pruning.marker(self._rl_dir(run_id)).is_file() for run_id in run_ids):
                 self._pruned(trial, "its run was pruned in an earlier trial with the same parameters")
