@@ -136,7 +136,7 @@ def test_a_torn_study_journal_is_refused_before_any_append_and_doctor_keeps_its_
     and the next append joined the torn line, so Optuna could not read the journal at all."""
     import optuna
     from workflow.study.factory import open_storage
-    from workflow.study.journal import JournalDamaged
+    from workflow.results.journal import JournalDamaged
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     root = tmp_path / "results"
     path = root / "s" / "optuna.journal"

@@ -40,7 +40,7 @@ from workflow.layout import (CHECKPOINTS, DONE, StageJob, TableFile, default_jou
                              quarantine_dir, stage_jobs, sweep_dir, train_steps_files)
 from workflow.results.catalog import Catalog, Damaged, QueryError
 from workflow.runlock import LOCK_NAME
-from workflow.study.journal import inspect as inspect_journal
+from workflow.results.journal import inspect as inspect_journal
 
 # which id of a sweep's run names the stage's id
 _RUN_KEY = {"data": "data_id", "overlap": "overlap_id", "sft": "sft_id", "rl": "run_id", "eval": "eval_id"}
@@ -92,7 +92,7 @@ def examine(results_root: str | Path, sweep: str, sweep_file: str | None = None)
 
 
 def damaged_journal(root: Path, sweep: str) -> list[Problem]:
-    """The sweep's Optuna journal (results/<sweep>/optuna.journal) when a line of it does not read (study/journal.py):
+    """The sweep's Optuna journal (results/<sweep>/optuna.journal) when a line of it does not read (results/journal.py):
     --fix moves it to quarantine and puts back the records before the damage."""
     damage = inspect_journal(default_journal(root, sweep))
     if damage is None:

@@ -13,7 +13,7 @@ import optuna
 from optuna.storages.journal import JournalFileBackend, JournalStorage
 
 from workflow.layout import default_journal
-from workflow.study import journal
+from workflow.results import journal
 from workflow.study.spec import PRUNERS, SAMPLERS, OptunaSpec
 
 
