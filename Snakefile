@@ -76,15 +76,16 @@ def job_function(func):
     return func
 
 
-def stage_args(stage_id, input=None, **options):
+def stage_args(stage_id, input=None, lock=True, **options):
     """A stage job's options for scripts/stage.py (workflow/launch.py), quoted, as ONE string: each rule has one
     `params` function that returns it. Planning 10,000 runs evaluates every params function and formats every
     placeholder of every job's command several times; one pre-quoted field per job instead of five keeps planning
     near bare Snakemake's time (bench/plan_dag.py). `input`: the job's named inputs, passed on as --init, --data
-    and --overlap (with the overlap gate)."""
+    and --overlap (with the overlap gate). `lock`: the job runs a stage that holds the stage's lock (not a rescore
+    job, which writes only its grader's rows)."""
     # --wait-for-twin: another driver (a second snakemake, an Optuna trial) running the same stage is waited for and
     # its result used, never refused: a refused job would make Snakemake delete the other's DONE.json
-    args = ["--sweep", SWEEP.name, "--id", stage_id, "--wait-for-twin"]
+    args = ["--sweep", SWEEP.name, "--id", stage_id, *(["--wait-for-twin"] if lock else [])]
     named = dict(input.items()) if input is not None else {}
     for name in ("init", "data"):
         if name in named:

@@ -87,7 +87,7 @@ localrules: rescore
 
 @job_function
 def _rescore_args(wc):
-    return stage_args(wc.eval_id, step=wc.step, group=wc.group, grader=wc.grader,
+    return stage_args(wc.eval_id, lock=False, step=wc.step, group=wc.group, grader=wc.grader,
                       config=EVAL_OF[wc.eval_id].stage_config_json("eval"))
 
 
