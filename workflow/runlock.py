@@ -148,12 +148,12 @@ def wait_for(directory: Path, what: str, say=print) -> None:
             mtime = path.stat().st_mtime_ns
         except FileNotFoundError:
             return
-        owner = _read(path)
-        if owner and owner_is_gone(owner, me()):
+        owner, now = _read(path), time.monotonic()
+        if mtime != seen:  # renewed: its owner runs (no need to ask SLURM, once a second, for every waiting job)
+            seen, still = mtime, now
+        elif now - still > 2 * HEARTBEAT_S and owner and owner_is_gone(owner, me()):
             return  # run_lock takes it over
-        if mtime != seen:
-            seen, still = mtime, time.monotonic()
-        elif time.monotonic() - still > STALE_S:
+        elif now - still > STALE_S:
             raise RunLocked(f"{what}: {describe(owner) if owner else 'an unknown owner'} holds {path} but has not "
                             f"renewed it for {STALE_S:.0f} s: if that job or process is gone, delete the lock file "
                             "and run again.", owner)
