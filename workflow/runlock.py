@@ -36,11 +36,7 @@ STALE_S = 90.0
 
 
 class RunLocked(RuntimeError):
-    """The stage is held by another process; `owner` is its lock record ({} when unreadable)."""
-
-    def __init__(self, message: str, owner: dict[str, Any] | None = None):
-        super().__init__(message)
-        self.owner = owner or {}
+    """The stage is held by another process (the message names it)."""
 
 
 def _proc_start(pid: int) -> str | None:
@@ -110,8 +106,7 @@ def run_lock(directory: Path, what: str) -> Iterator[dict[str, Any]]:
                 path.with_name(f".{LOCK_NAME}.stale-{os.getpid()}").unlink(missing_ok=True)
                 continue
             raise RunLocked(f"{what} is already running: {describe(owner) if owner else 'owner unknown'} holds "
-                            f"{path}. If that job or process is gone, delete the lock file and run again.",
-                            owner) from None
+                            f"{path}. If that job or process is gone, delete the lock file and run again.") from None
         with os.fdopen(fd, "w") as f:
             json.dump(mine, f)
         break
@@ -156,7 +151,7 @@ def wait_for(directory: Path, what: str, say=print) -> None:
         elif now - still > STALE_S:
             raise RunLocked(f"{what}: {describe(owner) if owner else 'an unknown owner'} holds {path} but has not "
                             f"renewed it for {STALE_S:.0f} s: if that job or process is gone, delete the lock file "
-                            "and run again.", owner)
+                            "and run again.")
         if not said:
             say(f"{what} is being run by {describe(owner) if owner else 'another process'} (another driver): "
                 "waiting for it, then using its result")
