@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from workflow.engines.traits import EngineTraits
+from workflow.methods.registry import verl_hooks
 from workflow.models import TINY
 from workflow.strict import ConfigProblem
 
@@ -82,13 +83,11 @@ def _check_driver_side_methods(cfg) -> None:
             raise ConfigProblem(f"engine.verl.overrides.{key}", f"{overrides[key]}: with {what} it must be {needed} "
                                 "(the step's token weights are computed once over the whole step batch, which then "
                                 "trains in one update)")
-    for card in rl.selected:  # what a method sets in verl's config (its verl hook) is not the user's to override
-        owned = card.verl_keys(getattr(rl, card.name, None)) if card.verl_keys is not None else {}
+    for method, owned in verl_hooks(rl):  # what a method sets in verl's config (its verl hook) is not the user's
         for key in owned:
             if key in overrides:
                 raise ConfigProblem(f"engine.verl.overrides.{key}", f"rlsweep sets it to {owned[key]!r} for the "
-                                    f"method {card.name} (its verl hook, workflow/methods/{card.name}/); leave it "
-                                    "unset")
+                                    f"method {method} (its verl hook, workflow/methods/{method}/); leave it unset")
 
 
 VERL = VerlTraits()

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from workflow.config import RLConfig
-from workflow.methods.registry import get_update_rule
+from workflow.methods.registry import get_update_rule, verl_hooks
 
 # our aggregation -> (verl loss_agg_mode, needs loss_scale_factor = max response length). Ours: token-sum divides
 # by the constant n_seqs * max_len (Dr.GRPO); verl's seq-mean-token-sum-norm = sum / n_seqs / loss_scale_factor.
@@ -268,9 +268,8 @@ OURS = {
 def method_keys(rl: RLConfig) -> dict[str, Any]:
     """The keys of verl's config the run's selected methods set (their verl hooks: workflow/methods/base.py)."""
     out: dict[str, Any] = {}
-    for card in rl.selected:
-        if card.verl_keys is not None:
-            out.update(card.verl_keys(getattr(rl, card.name, None)))
+    for _, keys in verl_hooks(rl):
+        out.update(keys)
     return out
 
 
