@@ -5,7 +5,8 @@
 #   snakemake --config sweep=sweeps/optuna_sfpo_gxpo.yaml   # an Optuna study (rules/study.smk)
 #
 # Targets are DONE.json files whose directories are named by run ids (hashes of each stage's resolved config),
-# so a finished run is never re-run and changing one hyperparameter re-runs only the runs whose ids it changes.
+# so a finished run is never re-run and changing one hyperparameter re-runs only the runs whose ids it changes;
+# they live in results/_store/, shared by every sweep, so no sweep recomputes a stage another one finished.
 # NB: Snakemake defines a global named `workflow` in this file; import from our package with `from workflow.x
 # import y` only (a bare `import workflow...` would shadow Snakemake's object).
 
@@ -17,6 +18,8 @@ import sys
 from snakemake.common import overwrite_function_params
 
 from workflow.layout import done_path, report_dir, rescore_path, summary_path
+from workflow.results.membership import record as record_members
+from workflow.results.migrate import migrate_if_needed
 from workflow.sweep.expand import load_sweep
 from workflow.sweep.identity import canonical_json
 from workflow.sweep.spec import SweepError
@@ -37,12 +40,18 @@ if SWEEP.spec.optuna is not None:  # the trials the study driver has started so 
     from workflow.study.trials import recorded_runs
     SWEEP.add_runs(recorded_runs(SWEEP.spec, RESULTS, SWEEP.name))
 RUNS = SWEEP.by_run_id
+
+# Stage outputs live once in results/_store/, shared by every sweep (workflow/layout.py): a stage another sweep
+# finished is an existing target here and never runs again. Results made before the store are moved into it first,
+# then the sweep records the stage jobs it plans (workflow/results/membership.py: its views in `rlsweep query`).
+migrate_if_needed(RESULTS)
+record_members(RESULTS, SWEEP.name, SWEEP.members())
 EVAL_OF = {r.eval_id: r for r in SWEEP.runs}
 
 
 def pattern(stage, stage_id, **where):
     """A stage's DONE.json with wildcards (workflow/layout.py is the one place that knows the layout)."""
-    return str(done_path(RESULTS, SWEEP.name, stage, stage_id, **where))
+    return str(done_path(RESULTS, stage, stage_id, **where))
 
 
 # one eval job per (run, RL checkpoint step, benchmark group): str.format of one pattern, not a Path per job
@@ -53,7 +62,7 @@ EVAL_DONE = [_EVAL_PATTERN.format(eval_id=r.eval_id, run_id=r.run_id, step=step,
 # `--config graders=a,b` (what `rlsweep rescore` passes)
 try:
     _extra = [g for g in str(config.get("graders", "")).split(",") if g]
-    RESCORE_DONE = [str(rescore_path(RESULTS, SWEEP.name, r.eval_id, r.run_id, step, group, grader))
+    RESCORE_DONE = [str(rescore_path(RESULTS, r.eval_id, r.run_id, step, group, grader))
                     for r in SWEEP.runs for step, group, grader in r.rescore_jobs(_extra)]
 except KeyError as err:
     print(f"invalid --config graders: {err.args[0]}", file=sys.stderr)

@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 from workflow.layout import DONE, eval_file, runs_file, stage_dir, table_dir
 from workflow.results.catalog import query
 from workflow.results.compaction import compact, compaction_line
+from workflow.results.membership import Member, record
 from workflow.results.schemas import EVAL_SAMPLES, EVAL_SCORES, RUNS
 
 SWEEP = "bench"
@@ -57,39 +58,41 @@ def generate(root: Path, a) -> int:
     sample = pa.array(np.arange(n) % a.k)
     count = 0
     for table in ("runs", "eval_samples", "eval_scores"):
-        table_dir(root, SWEEP, table).mkdir(parents=True)
+        table_dir(root, table).mkdir(parents=True)
     for r in range(a.runs):
         run_id, eval_id = f"{r:012x}", f"{r:012x}"[::-1]
-        rl = stage_dir(root, SWEEP, "rl", run_id)
+        rl = stage_dir(root, "rl", run_id)
         rl.mkdir(parents=True)
         (rl / DONE).write_text("{}")
         pq.write_table(pa.Table.from_pylist([{"run_id": run_id, "sweep": SWEEP, "stage": "rl", "status": "completed",
                                               "label": f"setting{r % 10}", "seed": r // 10}], schema=RUNS),
-                       table_dir(root, SWEEP, "runs") / f"{runs_file('rl', run_id)}.parquet")
+                       table_dir(root, "runs") / f"{runs_file('rl', run_id)}.parquet")
         count += 1
         for step in range(0, a.steps * 50, 50):
-            job = stage_dir(root, SWEEP, "eval", eval_id, run_id, step, GROUP)
+            job = stage_dir(root, "eval", eval_id, run_id, step, GROUP)
             job.mkdir(parents=True)
             (job / DONE).write_text("{}")
             for b in BENCHMARKS:
                 correct = rng.random(n) < 0.4
                 columns = {"run_id": const(run_id, n, pa.string()), "eval_id": const(eval_id, n, pa.string()),
                            "sweep": const(SWEEP, n, pa.string()), "step": const(step, n, pa.int64()),
-                           "benchmark": const(b, n, pa.string()), "problem_id": problem, "sample_idx": sample,
+                           "benchmark": const(b, n, pa.string()), "grader": pa.nulls(n, pa.string()), "problem_id": problem, "sample_idx": sample,
                            "correct": pa.array(correct), "response_len": pa.array(rng.integers(10, 4000, n)),
                            "extracted": const("42", n, pa.string()), "truncated": const(False, n, pa.bool_()),
                            "response": const("Let me think. The answer is \\boxed{42}.", n, pa.string()),
                            "timed_out": const(False, n, pa.bool_()), "shuffle_seed": pa.nulls(n, pa.int64())}
                 name = eval_file(run_id, eval_id, step, b)
-                pq.write_table(pa.table(columns, schema=EVAL_SAMPLES), table_dir(root, SWEEP, "eval_samples")
+                pq.write_table(pa.table(columns, schema=EVAL_SAMPLES), table_dir(root, "eval_samples")
                                / f"{name}.parquet")
                 scores = {**{f.name: None for f in EVAL_SCORES}, "run_id": run_id, "eval_id": eval_id,
                           "sweep": SWEEP, "step": step, "benchmark": b, "k": 1, "avg_at_k": float(correct.mean())}
                 pq.write_table(pa.Table.from_pylist([scores], schema=EVAL_SCORES),
-                               table_dir(root, SWEEP, "eval_scores") / f"{name}.parquet")
+                               table_dir(root, "eval_scores") / f"{name}.parquet")
                 count += 2
         if r % 100 == 99:
             print(f"  generated {r + 1} runs ({count:,} files)", file=sys.stderr)
+    record(root, SWEEP, [Member(stage, f"{r:012x}"[::step]) for r in range(a.runs)  # as Snakemake records the sweep
+                         for stage, step in (("rl", 1), ("eval", -1))])
     return count
 
 
@@ -98,7 +101,7 @@ def one_file_per_table(root: Path, out: Path) -> None:
     out.mkdir()
     con = duckdb.connect()
     for table in ("runs", "eval_samples"):
-        con.execute(f"COPY (SELECT * FROM read_parquet('{table_dir(root, SWEEP, table)}/*.parquet')) "
+        con.execute(f"COPY (SELECT * FROM read_parquet('{table_dir(root, table)}/*.parquet')) "
                     f"TO '{out / table}.parquet' (FORMAT parquet, COMPRESSION zstd)")
     con.close()
 
@@ -147,7 +150,7 @@ def main() -> None:
         t_before, before_times, got = median_of(a.repeat, query, SQL, root, SWEEP)
         if got.to_pylist() != expected.to_pylist():
             sys.exit("before compaction: rlsweep and bare DuckDB disagree on the result")
-        t_compact, done = timed(compact, root, SWEEP)
+        t_compact, done = timed(compact, root)
         query(SQL, root, SWEEP)
         t_after, after_times, got = median_of(a.repeat, query, SQL, root, SWEEP)
         if got.to_pylist() != expected.to_pylist():

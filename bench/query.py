@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from workflow.layout import eval_file, table_dir
+from workflow.results.membership import Member, record
 from workflow.results.catalog import query
 from workflow.results.schemas import EVAL_SAMPLES
 from workflow.results.writer import write_parquet
@@ -47,7 +48,7 @@ def samples(n: int, run_id: str, rng: np.random.Generator) -> pa.Table:
     columns = {
         "run_id": repeat(run_id, n), "eval_id": repeat(run_id[::-1], n), "sweep": repeat("bench", n),
         "step": pa.array(np.full(n, 100)),
-        "benchmark": pa.array(BENCHMARKS).take(rng.integers(0, len(BENCHMARKS), n)),
+        "benchmark": pa.array(BENCHMARKS).take(rng.integers(0, len(BENCHMARKS), n)), "grader": pa.nulls(n, pa.string()),
         "problem_id": pc.cast(pa.array(idx // 16), pa.string()), "sample_idx": pa.array(idx % 16),
         "correct": pa.array(rng.random(n) < 0.4), "response_len": pa.array(rng.integers(10, 4000, n)),
         "extracted": extracted, "truncated": pa.array(rng.random(n) < 0.05),
@@ -65,13 +66,14 @@ def generate(root: Path, rows: int, files: int) -> list[Path]:
         n = rows // files + (i < rows % files)
         run_id = f"{i:012x}"
         name = eval_file(run_id, "e" * 12, 100, "all")
-        out.append(write_parquet(samples(n, run_id, rng), table_dir(root, "bench", "eval_samples") / f"{name}.parquet"))
+        out.append(write_parquet(samples(n, run_id, rng), table_dir(root, "eval_samples") / f"{name}.parquet"))
+    record(root, "bench", [Member("eval", "e" * 12)])  # the sweep's plan, as Snakemake records it
     return out
 
 
 def bare(root: Path, sql: str) -> pa.Table:
     con = duckdb.connect(":memory:")
-    pattern = str(table_dir(root, "bench", "eval_samples") / "*.parquet")
+    pattern = str(table_dir(root, "eval_samples") / "*.parquet")
     con.execute(f"CREATE VIEW eval_samples AS SELECT * FROM read_parquet('{pattern}')")
     try:
         return con.sql(sql).to_arrow_table()
@@ -80,7 +82,7 @@ def bare(root: Path, sql: str) -> pa.Table:
 
 
 def bare_process(root: Path, sql: str) -> None:
-    pattern = str(table_dir(root, "bench", "eval_samples") / "*.parquet")
+    pattern = str(table_dir(root, "eval_samples") / "*.parquet")
     code = ("import duckdb, sys; con = duckdb.connect(); "
             f"con.execute(\"CREATE VIEW eval_samples AS SELECT * FROM read_parquet('{pattern}')\"); "
             f"con.sql(sys.argv[1]).write_csv('/dev/stdout')")

@@ -60,7 +60,7 @@ if START_FROM:
     @job_function
     def _copy_source(wc):
         source = START_FROM[wc.eval_id]
-        return str(done_path(RESULTS, SWEEP.name, "eval", source.eval_id, source.run_id, 0, wc.group))
+        return str(done_path(RESULTS, "eval", source.eval_id, source.run_id, 0, wc.group))
 
     @job_function
     def _copy_args(wc, input):
@@ -93,7 +93,7 @@ def _rescore_args(wc):
 
 rule rescore:
     input: pattern("eval", "{eval_id}", run_id="{run_id}", step="{step}", group="{group}")
-    output: str(rescore_path(RESULTS, SWEEP.name, "{eval_id}", "{run_id}", "{step}", "{group}", "{grader}"))
+    output: str(rescore_path(RESULTS, "{eval_id}", "{run_id}", "{step}", "{group}", "{grader}"))
     wildcard_constraints:
         grader="[a-z0-9_]+",
     params:

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from workflow.layout import stage_dir
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -125,7 +127,7 @@ def kill_and_resume_rl(sweep: str, run_id: str, rcfg: dict, sft_done: Path, root
     import time
     cmd = [sys.executable, "scripts/stage.py", "rl", "--sweep", sweep, "--id", run_id, "--init", str(sft_done),
            "--results", str(root), "--config", json.dumps(rcfg)]
-    ckpts = root / sweep / "rl" / run_id / "checkpoints"
+    ckpts = stage_dir(root, "rl", run_id) / "checkpoints"
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + wait_s
     while not (ckpts / f"step_{kill_at:06d}").exists():
@@ -138,7 +140,7 @@ def kill_and_resume_rl(sweep: str, run_id: str, rcfg: dict, sft_done: Path, root
     second = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert second.returncode == 0, second.stderr
     assert f"resuming from checkpoint at step {newest}/{total_steps}" in second.stderr
-    return root / sweep / "rl" / run_id / "DONE.json"
+    return stage_dir(root, "rl", run_id) / "DONE.json"
 
 
 # the SFT stage the RL resume tests start from (tests/test_engine.py, tests/test_lora.py); SFT reads no `rl` section, so

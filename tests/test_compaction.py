@@ -16,12 +16,13 @@ import pytest
 from conftest import REPO
 from workflow.benchmarks.catalog import REGISTRY
 from workflow.eval.harness import copy_evaluation
-from workflow.layout import DONE, eval_file, is_pack, runs_file, stage_dir, table_dir, train_steps_file
+from workflow.layout import DONE, eval_file, is_pack, runs_file, stage_dir, store_dir, table_dir, train_steps_file
 from workflow.results import compaction
 from workflow.results.catalog import Catalog, query
 from workflow.results.compaction import CompactionBusy, compact
 from workflow.results.doctor import examine
 from workflow.results.packs import read_rows_of
+from workflow.results.membership import Member, record
 from workflow.results.writer import write_rows
 
 SWEEP = "s"
@@ -36,23 +37,23 @@ def write_run(root: Path, i: int, finished: bool = True, status: str = "complete
     """What one RL stage and its evaluations write: a runs row (with a hyperparameter column), train_steps in
     two-step checkpoint intervals, and per eval step a score and two samples; DONE.json when `finished`."""
     rid = f"run{i}"
-    rl = stage_dir(root, SWEEP, "rl", rid)
+    rl = stage_dir(root, "rl", rid)
     rl.mkdir(parents=True, exist_ok=True)
-    write_rows(root, SWEEP, "runs", runs_file("rl", rid),
+    write_rows(root, "runs", runs_file("rl", rid),
                [{"run_id": rid, "sweep": SWEEP, "stage": "rl", "status": status, "method": "grpo", "label": "grpo",
                  "rl_lr": i if i % 2 else i / 4}])  # (exact sums in any order)
     for first in steps:
-        write_rows(root, SWEEP, "train_steps", train_steps_file("rl", rid, first, first + 1),
+        write_rows(root, "train_steps", train_steps_file("rl", rid, first, first + 1),
                    [{"run_id": rid, "sweep": SWEEP, "stage": "rl", "step": s} for s in (first, first + 1)])
     for step in (0, 4):
-        ev = stage_dir(root, SWEEP, "eval", f"ev{i}", rid, step, GROUP)
+        ev = stage_dir(root, "eval", f"ev{i}", rid, step, GROUP)
         ev.mkdir(parents=True, exist_ok=True)
         common = {"run_id": rid, "eval_id": f"ev{i}", "sweep": SWEEP, "step": step, "benchmark": "math500"}
-        write_rows(root, SWEEP, "eval_scores", eval_file(rid, f"ev{i}", step, "math500"),
+        write_rows(root, "eval_scores", eval_file(rid, f"ev{i}", step, "math500"),
                    [{**common, "k": 1, "avg_at_k": 0.5, "pass_at_k": 0.5, "n_samples": 1, "mean_len": 10.0}])
-        write_rows(root, SWEEP, "eval_samples", eval_file(rid, f"ev{i}", step, "math500"),
+        write_rows(root, "eval_samples", eval_file(rid, f"ev{i}", step, "math500"),
                    [{**common, "problem_id": "p", "sample_idx": j, "correct": bool(j)} for j in range(2)])
-        write_rows(root, SWEEP, "runs", runs_file("eval", f"ev{i}", step, GROUP),
+        write_rows(root, "runs", runs_file("eval", f"ev{i}", step, GROUP),
                    [{"run_id": f"ev{i}", "sweep": SWEEP, "stage": "eval", "parent_id": rid, "status": status,
                      "eval_step": step, "eval_group": GROUP}])
         if finished:
@@ -66,7 +67,7 @@ def counts(root: Path) -> dict:
 
 
 def files(root: Path, table: str) -> list[Path]:
-    return sorted(table_dir(root, SWEEP, table).glob("*.parquet"))
+    return sorted(table_dir(root, table).glob("*.parquet"))
 
 
 @pytest.fixture
@@ -74,13 +75,15 @@ def sweep(tmp_path) -> Path:
     for i in range(3):
         write_run(tmp_path, i)
     write_run(tmp_path, 9, finished=False, status="running")  # a stage still at work: its files stay as they are
+    record(tmp_path, SWEEP, [Member(stage, f"{prefix}{i}") for i in (0, 1, 2, 9)  # as Snakemake records the sweep
+                             for stage, prefix in (("rl", "run"), ("eval", "ev"))])
     return tmp_path
 
 
 def test_compaction_packs_finished_stages_and_every_query_gives_the_same_rows(sweep):
     before = counts(sweep)
     assert before["steps"] == 4 * 4 and before["runs"] == 4 * 3
-    done = {c.table: c for c in compact(sweep, SWEEP)}
+    done = {c.table: c for c in compact(sweep)}
     assert counts(sweep) == before
     assert done["train_steps"].packed == 6 and done["train_steps"].skipped == 2 and done["train_steps"].rows == 12
     for table in ("runs", "train_steps", "eval_scores", "eval_samples"):
@@ -88,7 +91,7 @@ def test_compaction_packs_finished_stages_and_every_query_gives_the_same_rows(sw
         assert sum(map(is_pack, names)) == 1, names
         assert all(is_pack(n) or "9" in n for n in names), names  # only the unfinished run's files remain
     # a second round with nothing new to pack changes nothing
-    again = compact(sweep, SWEEP)
+    again = compact(sweep)
     assert sum(c.packed for c in again) == 0 and counts(sweep) == before
 
 
@@ -105,10 +108,10 @@ def test_a_crash_at_any_point_of_compaction_loses_and_duplicates_nothing(sweep, 
 
     monkeypatch.setattr(compaction, "_remove_if", dies_after_some_deletes)
     with pytest.raises(KeyboardInterrupt):
-        compact(sweep, SWEEP)
+        compact(sweep)
     assert counts(sweep) == before  # a pack in place and (some of) the files it holds still there: each row once
     monkeypatch.setattr(compaction, "_remove_if", real)
-    compact(sweep, SWEEP)  # the next round finishes the deletes
+    compact(sweep)  # the next round finishes the deletes
     assert counts(sweep) == before
     assert len(files(sweep, "runs")) == 1 + 3  # one pack, run9's own files (its RL stage's, its evaluations')
 
@@ -121,34 +124,34 @@ def test_a_crash_while_the_pack_is_written_leaves_the_files_as_they_were(sweep, 
 
     monkeypatch.setattr(compaction, "_write_pack", fails)
     with pytest.raises(OSError):
-        compact(sweep, SWEEP)
+        compact(sweep)
     assert counts(sweep) == before and {t: files(sweep, t) for t in listed} == listed
-    assert not [p for p in table_dir(sweep, SWEEP, "runs").iterdir() if ".tmp-" in p.name]
+    assert not [p for p in table_dir(sweep, "runs").iterdir() if ".tmp-" in p.name]
 
 
 def test_a_stage_that_runs_again_after_compaction_replaces_its_packed_rows(sweep):
-    compact(sweep, SWEEP)
+    compact(sweep)
     # run1 trains again from scratch (rlsweep doctor --fix) and so far has written its first interval and a new row
     write_run(sweep, 1, finished=False, status="running", steps=(1,))
     after = counts(sweep)
     assert after["steps"] == 4 * 4 - 2 and after["statuses"] == "completed,running,completed,running"
-    assert read_rows_of(table_dir(sweep, SWEEP, "runs"), "runs", runs_file("rl", "run1")).to_pylist()[0][
+    assert read_rows_of(table_dir(sweep, "runs"), "runs", runs_file("rl", "run1")).to_pylist()[0][
         "status"] == "running"
-    assert read_rows_of(table_dir(sweep, SWEEP, "train_steps"), "train_steps",
+    assert read_rows_of(table_dir(sweep, "train_steps"), "train_steps",
                         train_steps_file("rl", "run1", 3, 4)) is None  # superseded: the retrained stage has no step 3
     # it finishes; the next compaction packs its new rows, and the older pack's rows of it stay hidden
     write_run(sweep, 1, status="completed")
     expected = counts(sweep)
-    compact(sweep, SWEEP)
+    compact(sweep)
     assert counts(sweep) == expected and expected["steps"] == 16
 
 
 def test_packs_are_merged_once_a_table_has_max_packs(sweep, monkeypatch):
-    compact(sweep, SWEEP)
+    compact(sweep)
     for i in range(10, 10 + compaction.MAX_PACKS):
         write_run(sweep, i)
         expected = counts(sweep)
-        done = {c.table: c for c in compact(sweep, SWEEP)}
+        done = {c.table: c for c in compact(sweep)}
         assert counts(sweep) == expected
     assert done["runs"].merged == compaction.MAX_PACKS and done["runs"].files_after == 1 + 3  # one pack + run9's
     # a crash after the merged pack is in place but before the packs it replaces are deleted: still each row once
@@ -157,38 +160,39 @@ def test_packs_are_merged_once_a_table_has_max_packs(sweep, monkeypatch):
     monkeypatch.setattr(compaction, "MAX_PACKS", 1)  # the one pack there is merged into the next
     real = compaction._remove_if
     monkeypatch.setattr(compaction, "_remove_if", lambda path, was: 0 if is_pack(path.stem) else real(path, was))
-    compact(sweep, SWEEP)
+    compact(sweep)
     assert sum(is_pack(p.stem) for p in files(sweep, "runs")) == 2 and counts(sweep) == expected
     monkeypatch.setattr(compaction, "_remove_if", real)
-    compact(sweep, SWEEP)  # the replaced packs go
+    compact(sweep)  # the replaced packs go
     assert sum(is_pack(p.stem) for p in files(sweep, "runs")) == 1 and counts(sweep) == expected
 
 
 def test_a_query_listed_before_a_compaction_still_reads_every_row_once(sweep):
     catalog = Catalog(sweep, SWEEP)
     before = catalog.query(COUNTS).to_pylist()
-    compact(sweep, SWEEP)  # deletes files that catalog listed
+    compact(sweep)  # deletes files that catalog listed
     assert catalog.query(COUNTS).to_pylist() == before
 
 
 def test_one_compaction_of_a_sweep_at_a_time(sweep):
-    with compaction._locked(sweep / SWEEP / "tables", SWEEP):
+    with compaction._locked(store_dir(sweep) / "tables"):
         with pytest.raises(CompactionBusy, match=f"pid {os.getpid()}"):
-            compact(sweep, SWEEP)
+            compact(sweep)
 
 
 def test_a_step0_evaluation_is_copied_from_a_pack(sweep):
-    compact(sweep, SWEEP)
+    compact(sweep)
     copy_evaluation("run0", "ev0", 0, ["math500"], results_root=sweep, sweep=SWEEP, run_id="runX", eval_id="evX")
+    record(sweep, SWEEP, [Member("eval", "evX")])
     rows = query("SELECT run_id, eval_id, count(*) AS n FROM eval_samples WHERE run_id = 'runX' GROUP BY ALL",
                  sweep, SWEEP).to_pylist()
     assert rows == [{"run_id": "runX", "eval_id": "evX", "n": 2}]
-    copied = pq.read_table(table_dir(sweep, SWEEP, "eval_samples") / f"{eval_file('runX', 'evX', 0, 'math500')}.parquet")
+    copied = pq.read_table(table_dir(sweep, "eval_samples") / f"{eval_file('runX', 'evX', 0, 'math500')}.parquet")
     assert "packed_from" not in copied.column_names
 
 
 def test_doctor_reads_packs_and_names_the_stages_a_damaged_pack_takes_with_it(sweep):
-    compact(sweep, SWEEP)
+    compact(sweep)
     assert examine(sweep, SWEEP).problems == []
     pack = next(p for p in files(sweep, "runs") if is_pack(p.stem))
     pack.write_bytes(pack.read_bytes()[:100])  # truncated
@@ -210,6 +214,6 @@ def test_rlsweep_compact_and_the_aggregate_stage(sweep):
                          env={**env, "RLSWEEP_AUTO_COMPACT": "10"})
     assert out.returncode == 0 and "compacted" in out.stderr, out.stderr
     assert sum(is_pack(p.stem) for p in files(sweep, "runs")) == 1
-    out = subprocess.run([sys.executable, "-m", "workflow.cli", "compact", "--sweep", SWEEP, "--results", str(sweep)],
+    out = subprocess.run([sys.executable, "-m", "workflow.cli", "compact", "--results", str(sweep)],
                          capture_output=True, text=True, cwd=REPO)
     assert out.returncode == 0 and "train_steps" in out.stdout, out.stderr

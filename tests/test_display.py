@@ -54,7 +54,7 @@ def test_repeated_column_names_and_markup_like_text_print_as_they_are(capsys):
 
 @pytest.fixture
 def runs_with_lists(tmp_path):
-    write_rows(tmp_path, "s", "runs", "rl_r1", [dict(run_id="r1", sweep="s", stage="rl", method="grpo", label="x",
+    write_rows(tmp_path, "runs", "rl_r1", [dict(run_id="r1", sweep="s", stage="rl", method="grpo", label="x",
                                                       eval_benchmarks=["math500", "arc_c"])])
     return tmp_path
 

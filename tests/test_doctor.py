@@ -21,6 +21,8 @@ import pytest
 
 from conftest import REPO, SNAKEMAKE, planned_jobs, run_cli, snakemake, write_sweep
 from workflow.launch import run_stage
+from workflow.layout import store_dir
+from workflow.results.membership import Member, record
 from workflow.results.catalog import query
 from workflow.results.writer import write_rows
 from workflow.runlock import run_lock
@@ -35,8 +37,8 @@ class Sweep:
     run: Run
 
     @property
-    def base(self) -> Path:
-        return self.results / "s"
+    def base(self) -> Path:  # the shared store (layout.py), where the sweep's stages and tables are
+        return store_dir(self.results)
 
     def table_file(self, table: str, prefix: str = "") -> Path:
         return next(p for p in sorted((self.base / "tables" / table).glob(f"{prefix}*.parquet")))
@@ -69,6 +71,7 @@ def finished(tmp_path_factory) -> Path:
     base = tmp_path_factory.mktemp("finished")
     sweep_file = write_sweep(base / "s.yaml", "s")
     s = Sweep(base, sweep_file, base / "results", load_sweep(sweep_file).runs[0])
+    record(s.results, "s", load_sweep(sweep_file).members())  # what Snakemake records when it plans the sweep
     for stage in ("sft", "rl", "eval"):
         s.rerun(stage)
     return base
@@ -119,11 +122,12 @@ def test_a_foreign_file_is_named_with_its_table_and_a_shared_stage_names_every_r
 
 def test_the_summary_says_what_it_left_out(tmp_path):
     from workflow.results.summary import write_summary
-    write_rows(tmp_path, "s", "runs", "rl_r1", [dict(run_id="r1", sweep="s", stage="rl", method="grpo", label="x")])
-    write_rows(tmp_path, "s", "eval_scores", "r1_e1_step000005_gsm8k",
+    write_rows(tmp_path, "runs", "rl_r1", [dict(run_id="r1", sweep="s", stage="rl", method="grpo", label="x")])
+    write_rows(tmp_path, "eval_scores", "r1_e1_step000005_gsm8k",
                [dict(run_id="r1", eval_id="e1", sweep="s", step=5, benchmark="gsm8k", k=1, avg_at_k=0.5,
                      pass_at_k=0.5, n_samples=1, mean_len=3.0)])
-    (tmp_path / "s" / "tables" / "eval_scores" / "r2_e2_step000005_gsm8k.parquet").write_bytes(b"")
+    record(tmp_path, "s", [Member("rl", "r1"), Member("eval", "e1"), Member("eval", "e2")])
+    (store_dir(tmp_path) / "tables" / "eval_scores" / "r2_e2_step000005_gsm8k.parquet").write_bytes(b"")
     text = write_summary(tmp_path, "s", tmp_path / "summary.md").read_text()
     assert "| gsm8k | grpo | x | 1 |" in text
     assert "Left out, unreadable (1 table files" in text and "`eval_scores/r2_e2_step000005_gsm8k.parquet`" in text
@@ -144,7 +148,7 @@ def write_then_die(table, where, **kw):  # killed mid-write: the temporary stays
     real(table, where, **kw)
     os._exit(9)
 writer.pq.write_table = write_then_die
-writer.write_rows(sys.argv[1], "s", "runs", "rl_0123456789ab", [dict(run_id="0123456789ab", sweep="s", stage="rl")])
+writer.write_rows(sys.argv[1], "runs", "rl_0123456789ab", [dict(run_id="0123456789ab", sweep="s", stage="rl")])
 """
 
 
@@ -158,10 +162,10 @@ def test_doctor_finds_each_kind_of_problem(sweep):
     res = sweep.doctor()
     assert res.returncode == 1, res.stderr
     out = res.stdout
-    assert f"damaged: tables/eval_scores/{r.run_id}_{r.eval_id}_step" in out
-    assert "temporary: tables/runs/.rl_0123456789ab.parquet.tmp-" in out
-    assert f"done-without-rows: rl/{r.run_id}" in out and "train_steps holds 2 of its 4 steps" in out
-    assert f"rows-without-done: sft/{r.sft_id}" in out
+    assert f"damaged: _store/tables/eval_scores/{r.run_id}_{r.eval_id}_step" in out  # (relative to the results)
+    assert "temporary: _store/tables/runs/.rl_0123456789ab.parquet.tmp-" in out
+    assert f"done-without-rows: _store/rl/{r.run_id}" in out and "train_steps holds 2 of its 4 steps" in out
+    assert f"rows-without-done: _store/sft/{r.sft_id}" in out
     assert "4 problem(s)" in res.stderr
 
 
@@ -197,7 +201,7 @@ def test_a_rescore_whose_verdicts_are_gone_is_found_and_fix_lets_it_run_again(sw
     sweep.table_file("eval_grades").unlink()
     res = sweep.doctor()
     assert res.returncode == 1
-    assert f"done-without-rows: eval/{r.run_id}/{r.eval_id}/step_{step}/{group}/rescored/math_equal.json" in res.stdout
+    assert f"done-without-rows: _store/eval/{r.run_id}/{r.eval_id}/step_{step}/{group}/rescored/math_equal.json" in res.stdout
     assert "eval_grades has no rows for arithmetic" in res.stdout and "--graders math_equal" in res.stdout
     assert sweep.doctor("--fix").returncode == 1 and not marker.exists()  # moved aside, so the rescore runs again
     run_rescore(sweep.results, "s", r.eval_id, r.stage_config("eval"), step, group, "math_equal")

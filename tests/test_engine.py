@@ -19,6 +19,7 @@ from conftest import REPO, SFT_FOR_RL, kill_and_resume_rl
 from workflow.config import ModelConfig, RunConfig
 from workflow.engines.local import TOKENIZER
 from workflow.engines.tiny_lm import build_model, sample
+from workflow.layout import stage_dir
 from workflow.launch import run_stage
 from workflow.results.catalog import query
 from workflow.stages import stage_config
@@ -169,7 +170,7 @@ def test_rl_preempted_by_signal_checkpoints_that_step_then_resumes_exactly(sft_d
     root = tmp_path / "preempted"
     cmd = [sys.executable, "scripts/stage.py", "rl", "--sweep", "pre", "--id", run_id, "--init", str(sft),
            "--results", str(root), "--config", json.dumps(rcfg)]
-    run_dir = root / "pre" / "rl" / run_id
+    run_dir = stage_dir(root, "rl", run_id)
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 120
     while not (run_dir / "checkpoints" / "step_000003").exists():

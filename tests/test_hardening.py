@@ -15,7 +15,9 @@ import time
 import pytest
 
 from conftest import REPO, run_cli
+from workflow.layout import table_dir
 from workflow.results.catalog import QueryError, query
+from workflow.results.membership import Member, record
 from workflow.results.writer import write_rows
 
 N_FILES = 20
@@ -33,14 +35,14 @@ def test_queries_never_fail_while_stages_replace_their_table_files(tmp_path):
     ... only M returned", "No magic bytes"): the catalog listed a file, DuckDB opened its replacement."""
     root = tmp_path / "results"
     for i in range(N_FILES):
-        write_rows(root, "s", "runs", f"rl_r{i}", runs_rows(i))
+        write_rows(root, "runs", f"rl_r{i}", runs_rows(i))
     writer = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import itertools, sys
         sys.path[:0] = [{str(REPO)!r}, {str(REPO / "tests")!r}]
         from test_hardening import runs_rows
         from workflow.results.writer import write_rows
         for n in itertools.count(1):
-            write_rows({str(root)!r}, "s", "runs", f"rl_r{{n % {N_FILES}}}", runs_rows(n % {N_FILES}, n))
+            write_rows({str(root)!r}, "runs", f"rl_r{{n % {N_FILES}}}", runs_rows(n % {N_FILES}, n))
         """)])
     answers, failures, start = 0, [], time.monotonic()
     try:
@@ -60,13 +62,14 @@ def test_queries_never_fail_while_stages_replace_their_table_files(tmp_path):
 @pytest.mark.parametrize("argv", [["query", "SELECT 1", "--sweep", "../outside"],
                                   ["query", "SELECT 1", "--sweep", "/abs/dir"],
                                   ["doctor", "--sweep", "../outside", "--fix"],
-                                  ["compact", "--sweep", ".."]])
+                                  ["doctor", "--sweep", ".."]])
 def test_a_sweep_name_that_is_a_path_is_refused(tmp_path, argv):
     """`--sweep` names results/<name>/: a path would read, or `doctor --fix` move, files outside the results."""
     root, outside = tmp_path / "results", tmp_path / "outside"
-    write_rows(root, "s", "runs", "rl_r1", runs_rows(1))
-    write_rows(outside.parent, "outside", "runs", "rl_r9", runs_rows(9))  # a "sweep" beside the results
-    (outside / "tables" / "runs" / "junk.parquet").write_text("not parquet")
+    write_rows(root, "runs", "rl_r1", runs_rows(1))
+    write_rows(outside, "runs", "rl_r9", runs_rows(9))  # results beside the results
+    (table_dir(outside, "runs") / "junk.parquet").write_text("not parquet")
+    (outside / "members").mkdir()  # and what makes a directory a sweep's
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     res = run_cli("--results", str(root), *argv, timeout=120)
     assert res.returncode == 2 and "is not a sweep name" in res.stderr and "Traceback" not in res.stderr, res.stderr
@@ -79,9 +82,10 @@ def test_a_symlink_or_a_fifo_in_a_table_directory_is_reported_never_followed_or_
     """A symlink to a valid Parquet file outside the results is not read; a FIFO named *.parquet does not hang
     `rlsweep query` or `rlsweep doctor` (opening one for reading waits for a writer): both are reported."""
     root = tmp_path / "results"
-    write_rows(root, "s", "runs", "rl_r1", runs_rows(1))
-    elsewhere = write_rows(tmp_path / "elsewhere", "t", "runs", "rl_r2", runs_rows(2))
-    runs = root / "s" / "tables" / "runs"
+    write_rows(root, "runs", "rl_r1", runs_rows(1))
+    elsewhere = write_rows(tmp_path / "elsewhere", "runs", "rl_r2", runs_rows(2))
+    record(root, "s", [Member("rl", f"r{i}") for i in (1, 2, 3)])
+    runs = table_dir(root, "runs")
     (runs / "rl_r2.parquet").symlink_to(elsewhere)
     os.mkfifo(runs / "rl_r3.parquet")
     res = run_cli("--results", str(root), "query", "SELECT run_id FROM runs", "--format", "csv", timeout=60)
@@ -101,7 +105,7 @@ def test_a_runaway_query_stops_at_its_time_bound_and_at_ctrl_c(tmp_path):
     Ctrl-C stops a query at once. Before, a runaway query ran for minutes, Ctrl-C did nothing, and DuckDB took up to
     80% of the machine's memory."""
     root = tmp_path / "results"
-    write_rows(root, "s", "runs", "rl_r1", runs_rows(1))
+    write_rows(root, "runs", "rl_r1", runs_rows(1))
     start = time.monotonic()
     res = run_cli("--results", str(root), "query", RUNAWAY, "--timeout", "2", timeout=120)
     assert res.returncode == 2 and "stopped after 2 s, the query's time bound" in res.stderr, res.stderr
@@ -150,10 +154,10 @@ def test_a_torn_study_journal_is_refused_before_any_append_and_doctor_keeps_its_
     assert path.read_bytes() == torn  # refused before anything was appended
 
     res = run_cli("--results", str(root), "doctor", "--sweep", "s", timeout=120)
-    assert res.returncode == 1 and "damaged: optuna.journal" in res.stdout, res.stdout + res.stderr
+    assert res.returncode == 1 and "damaged: s/optuna.journal" in res.stdout, res.stdout + res.stderr
     res = run_cli("--results", str(root), "doctor", "--sweep", "s", "--fix", timeout=120)
     assert res.returncode == 1 and "moved to quarantine" in res.stdout, res.stdout + res.stderr
-    assert [p.read_bytes() for p in (root / "s" / "quarantine").rglob("optuna.journal")] == [torn]  # kept
+    assert [p.read_bytes() for p in (root / "_store" / "quarantine").rglob("optuna.journal")] == [torn]  # kept
     assert run_cli("--results", str(root), "doctor", "--sweep", "s", timeout=120).returncode == 0
     study = optuna.load_study(study_name="s", storage=open_storage(str(path)))
     kept = len(study.trials)
@@ -182,11 +186,15 @@ def test_a_full_disk_is_one_line_naming_the_path_and_the_rerun_completes(tmp_pat
     stage = [sys.executable, str(REPO / "scripts" / "stage.py"), "sft", "--sweep", "s", "--id", run.sft_id,
              "--config", json.dumps(run.stage_config("sft")), "--results", str(results)]
     doctor = [sys.executable, "-m", "workflow.cli", "--results", str(results), "doctor", "--sweep", "s"]
+    plan = [sys.executable, "-c", "import sys; from workflow.results.membership import record; from workflow.sweep."
+            f"expand import load_sweep; record({str(results)!r}, 's', load_sweep({str(tmp_path / 's.yaml')!r})"
+            ".members())"]  # what Snakemake records when it plans the sweep
     script = "\n".join([
         f"mount -t tmpfs -o size=160k tmpfs {results}",
         f"{shlex.join(stage)}; echo FIRST=$?",
         f"mount -o remount,size=64m {results}",
         f"{shlex.join(stage)}; echo SECOND=$?",
+        shlex.join(plan),
         f"{shlex.join(doctor)}; echo DOCTOR=$?"])
     res = subprocess.run(["unshare", "-m", "sh", "-c", script], cwd=REPO, capture_output=True, text=True, timeout=600)
     out, err = res.stdout, res.stderr

@@ -26,6 +26,7 @@ from workflow.engines.tiny_lm import pack, prefix_mask
 from workflow.eval.plan import eval_steps
 from workflow.launch import run_stage
 from workflow.results.catalog import query
+from workflow.results.membership import Member, record
 from workflow.stages import stage_config
 from workflow.strict import format_validation_error
 from workflow.sweep.expand import load_sweep
@@ -209,6 +210,7 @@ def test_eval_at_start_evaluates_the_model_rl_starts_from(sft_stage):
     eval_done = run_stage("eval", "start", stable_id(ecfg), ecfg, results_root=root, checkpoint_from=done, step=0)
     evaluated = eval_done.parent / json.loads(eval_done.read_text())["checkpoint"]
     assert evaluated.resolve() == (sft.parent / json.loads(sft.read_text())["checkpoint"]).resolve()
+    record(root, "start", [Member("eval", stable_id(ecfg))])  # what Snakemake records when it plans the sweep
     assert query("SELECT DISTINCT step FROM eval_scores", root, "start").column(0).to_pylist() == [0]
     assert problems({"sft": {"enabled": False}, "eval": {"at_start": True}}).startswith(
         "eval.at_start: the local engine without SFT starts RL from a random initialisation")

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from conftest import run_cli, write_sweep
-from workflow.layout import done_path, stage_dir, step_dir
+from workflow.layout import done_path, stage_dir, step_dir, train_steps_file
 from workflow.results.writer import write_rows
 
 SWEEP = """
@@ -36,23 +36,23 @@ def test_jobs_by_state_and_the_gpu_hours_left(tmp_path):
     assert rl.bounded == 4 and rl.gpu_hours == pytest.approx(4 * 2.0 * 2)  # time limit x GPUs, an upper bound
 
     done, partial, failed, new = sweep.runs
-    sft = stage_dir(root, "p", "sft", done.sft_id)
+    sft = stage_dir(root, "sft", done.sft_id)
     sft.mkdir(parents=True)
     (sft / "DONE.json").write_text("{}")
     for run in (done, partial, failed):
-        write_rows(root, "p", "runs", f"rl_{run.run_id}", [dict(run_id=run.run_id, sweep="p", stage="rl",
+        write_rows(root, "runs", f"rl_{run.run_id}", [dict(run_id=run.run_id, sweep="p", stage="rl",
                    status={done.run_id: "completed", failed.run_id: "failed"}.get(run.run_id, "interrupted"),
                    wall_s=40.0)])
-    out = stage_dir(root, "p", "rl", done.run_id)
+    out = stage_dir(root, "rl", done.run_id)
     out.mkdir(parents=True)
     (out / "DONE.json").write_text("{}")
-    write_rows(root, "p", "train_steps", f"rl_{done.run_id}", [dict(run_id=done.run_id, sweep="p", stage="rl",
+    write_rows(root, "train_steps", train_steps_file("rl", done.run_id, 1, 4), [dict(run_id=done.run_id, sweep="p", stage="rl",
                step=s, wall_s=9.0) for s in range(1, 5)])  # 9 s a step measured
-    ckpt = step_dir(stage_dir(root, "p", "rl", partial.run_id) / "checkpoints", 3)
+    ckpt = step_dir(stage_dir(root, "rl", partial.run_id) / "checkpoints", 3)
     ckpt.mkdir(parents=True)
     (ckpt / "meta.json").write_text(json.dumps({"step": 3}))
     step, group = done.eval_jobs[0]
-    evaluated = done_path(root, "p", "eval", done.eval_id, done.run_id, step, group)
+    evaluated = done_path(root, "eval", done.eval_id, done.run_id, step, group)
     evaluated.parent.mkdir(parents=True)
     evaluated.write_text("{}")
 
@@ -66,7 +66,7 @@ def test_jobs_by_state_and_the_gpu_hours_left(tmp_path):
     assert not any(p.measured for p in stages if p.stage == "eval")  # no eval job's wall-clock recorded yet
 
     # SLURM's accounting of the finished job (start-up and checkpoints included): its GPU-hours per step win
-    write_rows(root, "p", "runs", f"rl_{done.run_id}", [dict(run_id=done.run_id, sweep="p", stage="rl",
+    write_rows(root, "runs", f"rl_{done.run_id}", [dict(run_id=done.run_id, sweep="p", stage="rl",
                status="completed", wall_s=40.0, gpu_hours=0.04, slurm_gpus=2)])  # 0.01 GPU-hours a step
     rl = next(p for p in plan(load_sweep(sweep.path), root) if p.stage == "rl")
     assert rl.measured == 3 and rl.gpu_hours == pytest.approx(0.01 * (1 + 4 + 4))

@@ -16,6 +16,7 @@ from workflow.engines import local
 from workflow.engines.local import LocalEngine
 from workflow.engines.rl_batch import build_step_batch, mixed_closure
 from workflow.engines.tiny_lm import TOKENIZER, build_model, forward_logits, micro_slices
+from workflow.layout import stage_dir
 from workflow.launch import run_stage
 from workflow.methods.registry import build_mix, mix_names
 from workflow.results.catalog import query
@@ -129,7 +130,7 @@ def test_a_job_with_a_planted_bug_fails_before_it_trains_and_runs_records_why(tm
     row = query("SELECT status, error, preflight FROM runs WHERE sweep = 'bad'", tmp_path).to_pylist()[0]
     assert row["status"] == "failed" and row["preflight"] == "failed" and "(a) gradient" in row["error"]
     assert not query("SELECT * FROM train_steps WHERE sweep = 'bad'", tmp_path).num_rows  # nothing trained
-    assert not list((tmp_path / "bad" / "sft" / stable_id(bad)).glob("checkpoints/*"))
+    assert not list(stage_dir(tmp_path, "sft", stable_id(bad)).glob("checkpoints/*"))
 
 
 def test_rlsweep_preflight_checks_every_sft_and_mixed_policy_job(tmp_path):

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import run_cli
+from workflow.layout import stage_dir, table_dir
 from workflow.results.catalog import QueryError, query
 from workflow.results.writer import to_arrow, write_rows
 
@@ -24,18 +25,18 @@ def snapshot(root):
 @pytest.fixture
 def results(tmp_path):
     root = tmp_path / "results"
-    write_rows(root, "s", "runs", "rl_r1", [dict(run_id="r1", sweep="s", stage="rl", status="completed", rl_lr=1e-4)])
-    write_rows(root, "s", "train_steps", "rl_r1_000001-000002",
+    write_rows(root, "runs", "rl_r1", [dict(run_id="r1", sweep="s", stage="rl", status="completed", rl_lr=1e-4)])
+    write_rows(root, "train_steps", "rl_r1_000001-000002",
                [dict(run_id="r1", sweep="s", stage="rl", step=i, loss=1.0 / i) for i in (1, 2)])
-    write_rows(root, "s", "eval_scores", "r1_e1_step000002_arithmetic",
+    write_rows(root, "eval_scores", "r1_e1_step000002_arithmetic",
                [dict(run_id="r1", eval_id="e1", sweep="s", step=2, benchmark="arithmetic", k=1, avg_at_k=0.5)])
-    (root / "s" / "rl" / "r1").mkdir(parents=True)
-    (root / "s" / "rl" / "r1" / "DONE.json").write_text('{"step": 2}')
+    stage_dir(root, "rl", "r1").mkdir(parents=True)
+    (stage_dir(root, "rl", "r1") / "DONE.json").write_text('{"step": 2}')
     return root
 
 
 def nested_writes(root) -> dict[str, str]:
-    runs = root / "s" / "tables" / "runs"
+    runs = table_dir(root, "runs")
     return {
         "explain analyze copy": f"EXPLAIN ANALYZE COPY (SELECT 1 AS a) TO '{runs}/x.parquet'",
         "explain analyze copy over a result file":
@@ -45,7 +46,7 @@ def nested_writes(root) -> dict[str, str]:
         "through the catalog's file system":
             f"EXPLAIN ANALYZE COPY (SELECT 1 AS a) TO 'rlsweep-ro://{runs}/ro.parquet'",
         "a relative path": "EXPLAIN ANALYZE COPY (SELECT 1 AS a) TO 'relative.csv'",
-        "a partitioned copy into the sweep": f"EXPLAIN ANALYZE COPY (SELECT * FROM runs) TO '{root}/s' "
+        "a partitioned copy into the store": f"EXPLAIN ANALYZE COPY (SELECT * FROM runs) TO '{root}/_store' "
                                              "(FORMAT parquet, PARTITION_BY (stage), OVERWRITE_OR_IGNORE)",
     }
 
@@ -63,7 +64,7 @@ def test_a_write_nested_in_a_query_is_refused_and_changes_nothing(results, tmp_p
 
 @pytest.mark.parametrize("sql", [
     "SELECT * FROM read_csv('/etc/passwd')",
-    "SELECT * FROM read_text('{root}/s/rl/r1/DONE.json')",  # inside the results directory, but not a table
+    "SELECT * FROM read_text('{root}/_store/rl/r1/DONE.json')",  # inside the results directory, but not a table
     "SELECT * FROM glob('{root}/*')",
     "EXPLAIN ANALYZE ATTACH '{root}/x.db'",
     "EXPLAIN ANALYZE SET disabled_filesystems = ''",
@@ -81,7 +82,7 @@ def test_a_missing_results_directory_or_sweep_is_an_error_not_an_empty_table(res
                                   (results, "other", "no results for sweep 'other'"),
                                   (tmp_path / "empty", None, "no result tables under")]:
         if where.name == "empty":
-            (where / "s" / "rl").mkdir(parents=True)  # a sweep that has started nothing that writes tables
+            (where / "_store" / "rl").mkdir(parents=True)  # a store where nothing that writes tables has started
         res = run_cli("--results", str(where), "query", "SELECT count(*) AS n FROM runs",
                       *(["--sweep", sweep] if sweep else []), cwd=tmp_path)
         assert res.returncode == 2 and message in res.stderr and "Traceback" not in res.stderr, res.stderr
@@ -103,7 +104,7 @@ def test_many_row_groups_read_by_several_threads_give_the_files_rows(tmp_path):
     table = to_arrow("eval_samples", [dict(run_id=f"r{i % 7}", eval_id="e", sweep="s", step=1, benchmark="b",
                                            problem_id=str(i), sample_idx=i % 4, correct=i % 3 == 0,
                                            response_len=i % 1000, response="x" * (i % 50)) for i in range(n)])
-    path = tmp_path / "s" / "tables" / "eval_samples" / "r_e_step000001_b.parquet"
+    path = table_dir(tmp_path, "eval_samples") / "r_e_step000001_b.parquet"
     path.parent.mkdir(parents=True)
     pq.write_table(table, path, row_group_size=5_000)  # 40 row groups
     got = query("SELECT run_id, count(*) AS n, sum(response_len) AS l, sum(length(response)) AS chars "

@@ -90,7 +90,7 @@ def test_lora_trained_the_adapter_and_left_the_real_models_weights_untouched(fin
     """SFT's exported checkpoint is the start model with the adapter folded in: every weight without an adapter is
     the real model's, bit for bit; every adapted projection moved."""
     base = load_file(Path(models.resolve_model(models.SMOLLM2, finished)) / "model.safetensors")
-    sft_done = next(finished.glob("smollm2_ci/sft/*/DONE.json"))
+    sft_done = next(finished.glob("_store/sft/*/DONE.json"))
     ckpt = sft_done.parent / json.loads(sft_done.read_text())["checkpoint"]
     assert (ckpt / "adapter" / "adapter_model.safetensors").is_file()
     trained = load_file(ckpt / "model.safetensors")

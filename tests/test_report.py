@@ -10,6 +10,8 @@ import re
 import pytest
 
 from conftest import run_cli, write_sweep
+from workflow.layout import eval_file, table_dir, train_steps_file
+from workflow.results.membership import Member, record
 from workflow.results.writer import write_rows
 
 SWEEP = """
@@ -25,6 +27,11 @@ START = [(0, 0), (0, 0), (1, 0), (0, 1)]  # step 0 (the SFT model every run star
 PASSES = {"grpo": 1, "sfpo": 4}  # backward passes per step; flops = 100 x passes, wall_s = 1 s x (1 + (sfpo))
 
 
+def final_eval(run) -> str:
+    """The name of a run's eval files (layout.eval_file): these hold its step-0 and final evaluations."""
+    return eval_file(run.run_id, run.eval_id, run.config.rl.steps, "arithmetic")
+
+
 @pytest.fixture
 def sweep_results(tmp_path):
     from workflow.sweep.expand import load_sweep
@@ -36,11 +43,11 @@ def sweep_results(tmp_path):
     for run in sweep.runs:
         method, seed = run.method, run.config.seed
         failed = method == "sfpo" and seed == 2
-        write_rows(results, "rep", "runs", f"rl_{run.run_id}", [dict(
+        write_rows(results, "runs", f"rl_{run.run_id}", [dict(
             run_id=run.run_id, sweep="rep", stage="rl", parent_id=run.sft_id, method=method, label=run.label,
             seed=seed, status="failed" if failed else "completed", error="RuntimeError: boom" if failed else None)])
         steps = 1 if failed else 4
-        write_rows(results, "rep", "train_steps", f"rl_{run.run_id}", [dict(
+        write_rows(results, "train_steps", train_steps_file("rl", run.run_id, 1, steps), [dict(
             run_id=run.run_id, sweep="rep", stage="rl", step=s, reward=0.1 * s, entropy=1.0 - 0.1 * s,
             backward_passes=PASSES[method], rollouts=16, flops=100.0 * PASSES[method],
             wall_s=1.0 + (method == "sfpo"), gate_tripped=method == "sfpo" and s == 2) for s in range(1, steps + 1)])
@@ -48,15 +55,16 @@ def sweep_results(tmp_path):
             continue
         scores = {0: 0.1, **{step: acc[seed] for step, acc in ACC[method].items()}}
         # the start's and the final evaluation's samples: 4 problems x 2 samples
-        write_rows(results, "rep", "eval_samples", run.run_id, [dict(
+        write_rows(results, "eval_samples", final_eval(run), [dict(
             run_id=run.run_id, eval_id=run.eval_id, sweep="rep", step=step, benchmark="arithmetic",
             problem_id=f"p{i}", sample_idx=j, correct=bool(c))
             for step, correct in ((0, START), (4, SAMPLES[method])) for i, pair in enumerate(correct)
             for j, c in enumerate(pair)])
-        write_rows(results, "rep", "eval_scores", run.run_id, [dict(
+        write_rows(results, "eval_scores", final_eval(run), [dict(
             run_id=run.run_id, eval_id=run.eval_id, sweep="rep", step=step, benchmark="arithmetic", k=2,
             avg_at_k=a, pass_at_k=a, n_problems=16, n_samples=2, mean_len=5.0, avg_ci_low=a - 0.05,
             avg_ci_high=a + 0.05) for step, a in scores.items()])
+    record(results, sweep.name, sweep.members())  # what Snakemake records when it plans the sweep
     return sweep, results
 
 
@@ -151,7 +159,7 @@ def test_without_a_single_grpo_setting_the_report_says_how_to_name_the_baseline(
     sweep = load_sweep(path)
     results = tmp_path / "results"
     for run in sweep.runs:
-        write_rows(results, "lr", "train_steps", f"rl_{run.run_id}",
+        write_rows(results, "train_steps", train_steps_file("rl", run.run_id, 1, 1),
                    [dict(run_id=run.run_id, sweep="lr", stage="rl", step=1, reward=0.5)])
     md = (write_report(sweep, results).parent / "report.md").read_text()
     assert "name the baseline with `report: {baseline: SETTING}`" in md
@@ -193,7 +201,7 @@ def test_a_setting_with_one_seeds_evaluation_shows_its_mean_without_a_spread_or_
     sweep, results = sweep_results
     sfpo_seed_1 = next(r for r in sweep.runs if r.method == "sfpo" and r.config.seed == 1)
     for table in ("eval_scores", "eval_samples"):
-        (results / "rep" / "tables" / table / f"{sfpo_seed_1.run_id}.parquet").unlink()
+        (table_dir(results, table) / f"{final_eval(sfpo_seed_1)}.parquet").unlink()
     md = (write_report(sweep, results).parent / "report.md").read_text()
     assert cells(md, "Accuracy")["rl.update=sfpo"][3] == "**0.600 (n=1 of 3)**"  # seed 0 alone: no std, no t interval
 
@@ -226,7 +234,7 @@ def test_the_graders_section_flags_a_winner_that_changes_with_the_grader(sweep_r
             continue
         # math_equal finds every grpo sample right and every sfpo sample wrong: the winner flips
         verdict = run.method == "grpo"
-        write_rows(results, "rep", "eval_grades", f"{run.run_id}_{run.eval_id}_step000004_arithmetic-math_equal",
+        write_rows(results, "eval_grades", f"{run.run_id}_{run.eval_id}_step000004_arithmetic-math_equal",
                    [dict(run_id=run.run_id, eval_id=run.eval_id, sweep="rep", step=4, benchmark="arithmetic",
                          problem_id=f"p{i}", sample_idx=j, grader="math_equal", correct=verdict, extracted="7",
                          gold="8") for i in range(4) for j in range(2)])
@@ -307,11 +315,11 @@ def test_each_starting_model_has_its_own_start_row(tmp_path):
     sweep = load_sweep(write_sweep(tmp_path / "m.yaml", "m", body, base=base))
     results, start_acc = tmp_path / "results", {"Qwen/Qwen2.5-Math-1.5B": 0.4, "Qwen/Qwen2.5-1.5B": 0.2}
     for run in sweep.runs:
-        write_rows(results, "m", "runs", f"rl_{run.run_id}", [dict(
+        write_rows(results, "runs", f"rl_{run.run_id}", [dict(
             run_id=run.run_id, sweep="m", stage="rl", parent_id=None, method="grpo", label=run.label,
             seed=run.config.seed, status="completed", error=None)])
         a0 = start_acc[run.start]
-        write_rows(results, "m", "eval_scores", run.run_id, [dict(
+        write_rows(results, "eval_scores", final_eval(run), [dict(
             run_id=run.run_id, eval_id=run.eval_id, sweep="m", step=step, benchmark="arithmetic", k=2,
             avg_at_k=a, pass_at_k=a, n_problems=16, n_samples=2, mean_len=5.0, avg_ci_low=a - 0.05,
             avg_ci_high=a + 0.05) for step, a in ((0, a0), (4, a0 + 0.1))])
@@ -335,11 +343,11 @@ def test_one_checkpoint_evaluated_under_two_eval_settings_has_a_start_row_for_ea
     assert len({r.start_key for r in sweep.runs}) == 2
     results, start_acc = tmp_path / "results", {0.6: 0.4, 1.0: 0.2}
     for run in sweep.runs:
-        write_rows(results, "t", "runs", f"rl_{run.run_id}", [dict(
+        write_rows(results, "runs", f"rl_{run.run_id}", [dict(
             run_id=run.run_id, sweep="t", stage="rl", parent_id=run.sft_id, method="grpo", label=run.label,
             seed=run.config.seed, status="completed", error=None)])
         a0 = start_acc[run.config.eval.temperature]
-        write_rows(results, "t", "eval_scores", f"{run.run_id}_{run.eval_id}", [dict(
+        write_rows(results, "eval_scores", final_eval(run), [dict(
             run_id=run.run_id, eval_id=run.eval_id, sweep="t", step=step, benchmark="arithmetic", k=2,
             avg_at_k=a, pass_at_k=a, n_problems=16, n_samples=2, mean_len=5.0, avg_ci_low=a - 0.05,
             avg_ci_high=a + 0.05) for step, a in ((0, a0), (run.config.rl.steps, a0 + 0.1))])
@@ -380,7 +388,8 @@ def test_an_optuna_sweeps_report_shows_its_best_trials_history_and_importances(t
     block = {"objective": "avg_at_k", "sampler": {"name": "random", "seed": 0}, "n_trials": 6, "space": space}
     sweep = load_sweep(write_sweep(tmp_path / "o.yaml", "o", yaml.safe_dump({"optuna": block})))
     results = tmp_path / "results"
-    write_rows(results, "o", "runs", "rl_x", [dict(run_id="x", sweep="o", stage="rl", status="completed")])
+    write_rows(results, "runs", "rl_x", [dict(run_id="x", sweep="o", stage="rl", status="completed")])
+    record(results, "o", [Member("rl", "x")])
     study = optuna.create_study(study_name="o", direction="maximize",
                                 storage=make_storage(sweep.spec.optuna, results, "o"))
     dists = {"rl.lr": optuna.distributions.FloatDistribution(1e-5, 1e-3, log=True),

@@ -26,6 +26,7 @@ from safetensors.torch import load_file
 
 from conftest import REPO, run_cli, write_sweep
 from workflow.launch import run_stage
+from workflow.layout import stage_dir, store_dir
 from workflow.slurm import cluster
 from workflow.sweep.expand import load_sweep
 
@@ -167,7 +168,7 @@ base:
 def test_running_rl_job_survives_preemption_and_requeue_exactly(slurm, tmp_path):
     sweep = write_sweep(tmp_path / "rq.yaml", "rq", CPU_JOBS, base=REQUEUE_BASE)
     run = load_sweep(sweep).runs[0]
-    run_dir = tmp_path / "results" / "rq" / "rl" / run.run_id
+    run_dir = stage_dir(tmp_path / "results", "rl", run.run_id)
     ckpts = run_dir / "checkpoints"
     lock = run_dir / "RUNNING.lock"
 
@@ -211,7 +212,7 @@ def test_running_rl_job_survives_preemption_and_requeue_exactly(slurm, tmp_path)
 
     # the same run uninterrupted, from the same SFT checkpoint, in this process
     torch.set_num_threads(1)
-    sft_done = tmp_path / "results" / "rq" / "sft" / run.sft_id / "DONE.json"
+    sft_done = stage_dir(tmp_path / "results", "sft", run.sft_id) / "DONE.json"
     ref = run_stage("rl", "rq", run.run_id, run.stage_config("rl"), results_root=tmp_path / "ref", init=sft_done)
 
     def weights(done: Path) -> dict[str, torch.Tensor]:
@@ -267,7 +268,7 @@ def test_a_controller_outage_mid_sweep_is_waited_out_not_fatal(slurm, tmp_path):
         pytest.skip("not the project's local cluster: the test does not stop someone else's controller")
     sweep = write_sweep(tmp_path / "out.yaml", "out", CPU_JOBS + "seeds: [0, 1]\n")
     proc = snakemake_slurm(tmp_path, sweep, background=True)
-    _wait(lambda: (tmp_path / "results" / "out" / "sft").is_dir(), "the SFT job to start", proc)
+    _wait(lambda: (store_dir(tmp_path / "results") / "sft").is_dir(), "the SFT job to start", proc)
     os.kill(int(pidfile.read_text()), 15)
     time.sleep(40)
     subprocess.run(["slurmctld"], check=True)  # jobs and their state survive a controller restart (StateSaveLocation)

@@ -349,7 +349,9 @@ def test_reading_a_sweep_imports_neither_torch_nor_optuna():
 def test_read_side_commands_import_only_what_they_use(tmp_path, argv, heavy):
     """`rlsweep query` answers in well under a second: it loads DuckDB and pyarrow, not the training stack."""
     from workflow.results.writer import write_rows
-    write_rows(tmp_path, "demo", "runs", "rl_r1", [dict(run_id="r1", sweep="demo", stage="rl", method="grpo")])
+    from workflow.results.membership import Member, record
+    write_rows(tmp_path, "runs", "rl_r1", [dict(run_id="r1", sweep="demo", stage="rl", method="grpo")])
+    record(tmp_path, "demo", [Member("rl", "r1")])
     code = ("import runpy, sys\n"
             f"sys.argv = ['rlsweep', '--results', {str(tmp_path)!r}, *{argv!r}]\n"
             "try:\n    runpy.run_module('workflow.cli', run_name='__main__')\n"

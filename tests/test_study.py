@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from conftest import REPO, TINY_BASE, run_cli, write_sweep
+from workflow.layout import stage_dir, store_dir
 from workflow.results.catalog import query
 from workflow.study.factory import make_storage
 
@@ -124,7 +125,7 @@ def test_killing_the_driver_then_the_same_command_finishes_the_study_training_no
     before = load(tmp_path, sweep).trials
     left_running = [t.number for t in before if t.state == optuna.trial.TrialState.RUNNING]
     assert left_running, out[-2000:]
-    finished = {r: (p / "DONE.json").stat().st_mtime_ns for p in (tmp_path / "results" / "study" / "rl").iterdir()
+    finished = {r: (p / "DONE.json").stat().st_mtime_ns for p in (store_dir(tmp_path / "results") / "rl").iterdir()
                 if (p / "DONE.json").is_file() for r in [p.name]}
 
     res = subprocess.run(snakemake_argv(sweep), cwd=tmp_path, capture_output=True, text=True, timeout=900)
@@ -136,7 +137,7 @@ def test_killing_the_driver_then_the_same_command_finishes_the_study_training_no
     for t in before:  # the resumed trials kept their parameters
         assert trials[t.number].params == t.params
     for run_id, mtime in finished.items():  # RL runs finished before the kill were not trained again
-        assert (tmp_path / "results" / "study" / "rl" / run_id / "DONE.json").stat().st_mtime_ns == mtime
+        assert (stage_dir(tmp_path / "results", "rl", run_id) / "DONE.json").stat().st_mtime_ns == mtime
     steps = rl_steps(tmp_path, "study")
     assert steps and all(s == [1, 2, 3, 4] for s in steps.values()), steps  # every step exactly once
 

@@ -19,6 +19,7 @@ import psutil
 import pytest
 
 from conftest import REPO, need_verl_and_vllm, planned_jobs
+from workflow.layout import stage_dir, table_dir
 from workflow.results.catalog import query
 from workflow.sweep.expand import load_sweep
 
@@ -50,7 +51,7 @@ def finished(tmp_path_factory):
     deadline = time.monotonic() + 1800
     while proc.poll() is None and time.monotonic() < deadline:  # SIGTERM the first RL stage after its 2nd save
         for run in sweep.runs:
-            rl = results / sweep.name / "rl" / run.run_id
+            rl = stage_dir(results, "rl", run.run_id)
             tracker = rl / "verl" / "latest_checkpointed_iteration.txt"
             lock = rl / "RUNNING.lock"
             if killed is None and tracker.is_file() and tracker.read_text().strip() == "2" and lock.is_file():
@@ -59,7 +60,7 @@ def finished(tmp_path_factory):
         time.sleep(1)
     proc.wait(timeout=max(1.0, deadline - time.monotonic()))
     assert killed is not None, f"no RL stage reached verl's step-2 checkpoint; see {log}"
-    first_rows = sorted((results / sweep.name / "tables" / "train_steps").glob(f"rl_{killed.run_id}_*.parquet"))
+    first_rows = sorted(table_dir(results, "train_steps").glob(f"rl_{killed.run_id}_*.parquet"))
     mtimes = {p.name: p.stat().st_mtime_ns for p in first_rows}
     again = _snakemake(results, log)
     assert again.wait(timeout=1800) == 0, f"the second snakemake failed; see {log}"
@@ -95,12 +96,12 @@ def test_rl_trained_with_our_rules_and_a_real_reward(finished):
 
 
 def test_the_killed_rl_stage_resumed_from_verls_checkpoint(finished):
-    killed, results, sweep = finished["killed"], finished["results"], finished["sweep"]
-    tables = results / sweep.name / "tables" / "train_steps"
+    killed, results = finished["killed"], finished["results"]
+    tables = table_dir(results, "train_steps")
     files = {p.name: p.stat().st_mtime_ns for p in tables.glob(f"rl_{killed.run_id}_*.parquet")}
     assert finished["mtimes"] and all(files[n] == t for n, t in finished["mtimes"].items())  # steps 1-2 kept as is
     assert "global_step_2, setting global step to 2" in finished["log"].read_text()  # verl resumed, not restarted
-    rl = results / sweep.name / "rl" / killed.run_id
+    rl = stage_dir(results, "rl", killed.run_id)
     assert {p.name for p in (rl / "checkpoints").iterdir()} >= {"step_000002", "step_000003"}
 
 
@@ -151,13 +152,13 @@ def test_runs_without_sft_evaluate_their_model_path_once_before_any_training(tmp
     (source, copy), results = sweep.runs, tmp_path / "results"
     assert sweep.start_sources() == {copy.eval_id: source}
     (step, group), = [job for job in copy.eval_jobs if job[0] == 0]
-    target = done_path(results, sweep.name, "eval", copy.eval_id, copy.run_id, step, group)
+    target = done_path(results, "eval", copy.eval_id, copy.run_id, step, group)
     res = subprocess.run([sys.executable, "-m", "snakemake", str(target), "--cores", "2", "--config", f"sweep={path}",
                           f"results={results}"], cwd=REPO, capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]
     jobs = planned_jobs(res.stderr)
     assert jobs.get("eval_start") == 1 and jobs.get("eval_copy") == 1 and "rl" not in jobs, jobs
-    evaluated = json.loads(done_path(results, sweep.name, "eval", source.eval_id, source.run_id, 0, group).read_text())
+    evaluated = json.loads(done_path(results, "eval", source.eval_id, source.run_id, 0, group).read_text())
     assert evaluated["model"] == "rlsweep:tiny" and json.loads(target.read_text())["copied_from"]["run_id"] == \
         source.run_id
     rows = query("SELECT run_id, avg_at_k, n_samples FROM eval_scores WHERE step = 0 AND k = 1 ORDER BY run_id",

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, need_verl_and_vllm, write_sweep
+from workflow.layout import stage_dir
 
 need_verl_and_vllm()
 
@@ -91,9 +92,9 @@ def test_mixed_policy_methods_train_inside_verl(tmp_path, mix):
     assert all(r["grad_norm"] is not None for r in rows)
     (job,) = query("SELECT preflight, preflight_grad_diff FROM runs WHERE stage = 'rl'", results).to_pylist()
     assert job["preflight"] == "passed" and job["preflight_grad_diff"] < 1e-5  # verl's actor step, checked first
-    assert Path(results / sweep.name / "rl" / run.run_id / "checkpoints" / "step_000002").is_dir()
+    assert Path(stage_dir(results, "rl", run.run_id) / "checkpoints" / "step_000002").is_dir()
     if mix == "relift":  # the buffer is saved with verl's checkpoint (a resumed run continues it)
-        (state,) = (results / sweep.name / "rl" / run.run_id).rglob("global_step_2/rlsweep_mix.json")
+        (state,) = (stage_dir(results, "rl", run.run_id)).rglob("global_step_2/rlsweep_mix.json")
         assert json.loads(state.read_text()) == {"buffer": [], "steps": 2}
 
 

@@ -16,6 +16,7 @@ pytest.importorskip("verl")
 from workflow import preflight  # noqa: E402
 from workflow.config import RunConfig  # noqa: E402
 from workflow.engines.verl.driver.engine import VerlEngine  # noqa: E402
+from workflow.layout import stage_dir  # noqa: E402
 from workflow.stages import parse_stage, stage_config  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -87,7 +88,7 @@ def test_a_verl_sft_job_that_fails_the_preflight_never_trains(tmp_path, monkeypa
         run_stage("sft", "bad", stable_id(cfg), cfg, results_root=tmp_path)
     row = query("SELECT status, preflight, preflight_grad_diff FROM runs", tmp_path).to_pylist()[0]
     assert row["status"] == "failed" and row["preflight"] == "failed" and row["preflight_grad_diff"] > 1e-2
-    assert not (tmp_path / "bad" / "sft" / stable_id(cfg) / "verl_sft.yaml").exists()  # verl's SFT never started
+    assert not (stage_dir(tmp_path, "sft", stable_id(cfg)) / "verl_sft.yaml").exists()  # verl's SFT never started
     assert not query("SELECT * FROM train_steps", tmp_path).num_rows
 
 

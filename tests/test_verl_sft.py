@@ -19,6 +19,7 @@ import duckdb  # noqa: E402
 
 from workflow.config import RunConfig  # noqa: E402
 from workflow.engines.verl.driver.sft_launch import command  # noqa: E402
+from workflow.layout import stage_dir, table_dir  # noqa: E402
 from workflow.launch import run_stage  # noqa: E402
 from workflow.stages import stage_config  # noqa: E402
 from workflow.sweep.identity import stable_id  # noqa: E402
@@ -59,7 +60,7 @@ def trained(tmp_path_factory) -> dict:
 
 
 def steps_table(root: Path) -> list[dict]:
-    return duckdb.sql(f"SELECT step, loss, grad_norm, lr, tokens FROM '{root}/s/tables/train_steps/*.parquet' "
+    return duckdb.sql(f"SELECT step, loss, grad_norm, lr, tokens FROM '{table_dir(root, 'train_steps')}/*.parquet' "
                       "ORDER BY step").fetchdf().to_dict("records")
 
 
@@ -134,16 +135,16 @@ def test_a_restarted_stage_resumes_from_verls_checkpoint(trained, tmp_path, monk
     src, cfg = trained[1]["root"], trained[1]["cfg"]
     root = tmp_path / "r"
     shutil.copytree(src, root)
-    stage = root / "s" / "sft" / stable_id(cfg)
+    stage = stage_dir(root, "sft", stable_id(cfg))
     shutil.rmtree(stage / "verl" / f"global_step_{STEPS}")
     (stage / "verl" / "latest_checkpointed_iteration.txt").write_text(str(EVERY))  # verl writes it after a save
     shutil.rmtree(stage / "checkpoints" / f"step_{STEPS:06d}")
     (stage / "DONE.json").unlink()
-    files = {f.name: f.stat().st_mtime_ns for f in (root / "s" / "tables" / "train_steps").iterdir()}
+    files = {f.name: f.stat().st_mtime_ns for f in table_dir(root, "train_steps").iterdir()}
     time.sleep(0.01)
     run(root, cfg)
     # (mtimes, not inodes: a deleted file's inode number is reused by the next file written)
-    after = {f.name: f.stat().st_mtime_ns for f in (root / "s" / "tables" / "train_steps").iterdir()}
+    after = {f.name: f.stat().st_mtime_ns for f in table_dir(root, "train_steps").iterdir()}
     first, second = (f"sft_{stable_id(cfg)}_{a:06d}-{b:06d}.parquet" for a, b in ((1, 2), (3, 4)))
     assert set(after) == set(files) == {first, second}
     assert after[first] == files[first] and after[second] != files[second]  # steps 1-2 not retrained, 3-4 redone

@@ -147,7 +147,7 @@ def test_runs_starting_from_one_checkpoint_evaluate_it_once_and_without_waiting_
     results = tmp_path / "results"
     evals = next(p for p in plan(load_sweep(sweep), results) if p.stage == "eval")
     assert evals.counts["new"] == 4 and evals.bounded == 3  # the copy needs no time or GPU of its own
-    copied = done_path(results, "st", "eval", second.eval_id, second.run_id, 0, "arithmetic")
+    copied = done_path(results, "eval", second.eval_id, second.run_id, 0, "arithmetic")
     dry = snakemake(tmp_path, sweep, "-n", str(copied.relative_to(tmp_path)))  # it needs the SFT stage, not RL
     assert planned_jobs(dry.stdout) == {"sft": 1, "eval_start": 1, "eval_copy": 1}, dry.stdout[-2000:]
 

@@ -99,7 +99,7 @@ class _RunsRow:
                  label: str | None, job: dict[str, Any] | None = None):
         parent = cfg.get("sft_id") if stage == "rl" else cfg.get("run_id", cfg.get("data_id"))
         job = job or {}  # what tells apart the jobs of one stage id (an eval's step and benchmark group)
-        self.where = (results_root, sweep, "runs",
+        self.where = (results_root, "runs",
                       runs_file(stage, stage_id, job.get("eval_step"), job.get("eval_group")))
         self.started = dt.datetime.now(dt.timezone.utc)
         self.row = {"run_id": stage_id, "sweep": sweep, "stage": stage, "parent_id": parent, "method": method,
@@ -145,7 +145,7 @@ def run_stage(stage: str, sweep: str, stage_id: str, cfg: dict, *, results_root:
             raise ValueError(f"eval group {group!r} has no benchmarks in this run (groups: {', '.join(groups)})")
         job = {"eval_step": step, "eval_group": group}
         names = None if group == "all" else groups[group]
-    out_dir = stage_dir(results_root, sweep, stage, stage_id, cfg.get("run_id"), step, group)
+    out_dir = stage_dir(results_root, stage, stage_id, cfg.get("run_id"), step, group)
     out_dir.mkdir(parents=True, exist_ok=True)
     what = f"{stage} {stage_id}" + "".join(f" {k}={v}" for k, v in job.items())
     # Concurrent drivers may need the same stage: two snakemake invocations on one results directory, Optuna trials
@@ -192,7 +192,7 @@ class Job:
 
 def _run_locked(stage: str, sweep: str, stage_id: str, cfg: dict, typed, out_dir: Path, *, results_root: Path,
                 inputs: Inputs, label: str | None, step: int | None, job: dict, names: list[str] | None) -> Path:
-    for leftover in own_temporaries(results_root, sweep, out_dir):  # a killed attempt's half-written files
+    for leftover in own_temporaries(results_root, out_dir):  # a killed attempt's half-written files
         discard(leftover)
     (out_dir / "config.json").write_text(json.dumps(cfg, indent=1, sort_keys=True))
     runs = _RunsRow(results_root, sweep, stage, stage_id, cfg, typed.rl.method if stage == "rl" else stage, label, job)
@@ -334,20 +334,20 @@ def _terminated(signum, frame) -> None:
     raise Terminated()
 
 
-def auto_compact(results_root: Path, sweep: str) -> None:
-    """The end of a sweep: pack its finished stages' table files once there are many (compaction.py), so queries
+def auto_compact(results_root: Path) -> None:
+    """The end of a sweep: pack the finished stages' table files (every sweep's) once there are many (compaction.py), so queries
     stay fast; $RLSWEEP_AUTO_COMPACT sets how many (0: never). The summary is written first: it never waits on
     compaction or fails with it."""
     min_files = int(os.environ.get("RLSWEEP_AUTO_COMPACT", AUTO_FILES))
     if min_files <= 0:
         return
     try:
-        done = compact(results_root, sweep, min_files=min_files)
+        done = compact(results_root, min_files=min_files)
     except CompactionBusy as e:
         print(f"aggregate: not compacted: {e}", file=sys.stderr)
         return
     if done:
-        print(f"aggregate: compacted {sweep}'s tables: {compaction_line(done)}", file=sys.stderr)
+        print(f"aggregate: compacted the tables: {compaction_line(done)}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -379,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     if a.stage == "aggregate":
         write_summary(a.results, a.sweep, a.out or summary_path(a.results, a.sweep))
-        auto_compact(a.results, a.sweep)
+        auto_compact(a.results)
         return 0
     if not a.id or not a.config:
         p.error(f"{a.stage} needs --id and --config")

@@ -1,12 +1,20 @@
 """Where everything a sweep produces lives on disk, in one place and with no heavy imports (the Snakefile, the
 CLI and the study driver read it without importing torch).
 
-    results/<sweep>/
+Stage outputs are named by their ids (content hashes of each stage's config), so they live once in a store that
+every sweep of a results directory shares: a sweep that needs a stage another sweep finished (the same SFT, a
+baseline RL run) reuses it. A sweep's own directory keeps what is the sweep's alone.
+
+    results/_store/                     shared by all sweeps (`_`: no sweep's name starts so)
+      data/<data_id>/  overlap/<id>/    a datasets task's prepared rows and their overlap checks
       sft/<sft_id>/                     one SFT stage: DONE.json, RUNNING.lock, config.json, checkpoints/step_N/
       rl/<run_id>/                      one RL stage (the same files; PRUNED.json when an Optuna pruner stopped it)
       eval/<run_id>/<eval_id>/step_<N>/<group>/DONE.json   one eval job: an RL checkpoint x a benchmark group
-      tables/<table>/*.parquet          runs, train_steps, eval_samples, eval_scores (file names: below)
+      tables/<table>/*.parquet          runs, train_steps, eval_samples, eval_scores (file names: below); one row
+                                        set per stage job, whichever sweep ran it (its `sweep` column)
       quarantine/<time>/...             what `rlsweep doctor --fix` moved aside (same relative paths)
+    results/<sweep>/
+      members/<digest>.parquet          the stage jobs the sweep planned (results/membership.py): its views
       summary.md                        the aggregate stage's table
       report/                           `rlsweep report`: index.html, report.md, queries.sql, figures/*.png|svg
       optuna.journal                    an Optuna study's default storage
@@ -39,21 +47,35 @@ def sweep_dir(results_root: str | Path, sweep: str) -> Path:
     return Path(results_root) / sweep
 
 
-def stage_dir(results_root: str | Path, sweep: str, stage: str, stage_id: str, run_id: str | None = None,
+STORE = "_store"
+STAGES = ("data", "overlap", "sft", "rl", "eval")  # the stages with outputs in the store, upstream first
+
+
+def store_dir(results_root: str | Path) -> Path:
+    """results/_store/: every stage output of every sweep, once, by id."""
+    return Path(results_root) / STORE
+
+
+def stage_dir(results_root: str | Path, stage: str, stage_id: str, run_id: str | None = None,
               step: int | str | None = None, group: str | None = None) -> Path:
-    """An SFT or RL stage's directory, or (stage eval) one eval job's: the run, the eval id, the step, the group."""
+    """A stage's directory in the store, or (stage eval) one eval job's: the run, the eval id, the step, the group."""
     if stage == "eval":
-        return sweep_dir(results_root, sweep) / "eval" / str(run_id) / stage_id / f"step_{step}" / str(group)
-    return sweep_dir(results_root, sweep) / stage / stage_id
+        return store_dir(results_root) / "eval" / str(run_id) / stage_id / f"step_{step}" / str(group)
+    return store_dir(results_root) / stage / stage_id
 
 
-def done_path(results_root: str | Path, sweep: str, stage: str, stage_id: str, run_id: str | None = None,
+def done_path(results_root: str | Path, stage: str, stage_id: str, run_id: str | None = None,
               step: int | str | None = None, group: str | None = None) -> Path:
-    return stage_dir(results_root, sweep, stage, stage_id, run_id, step, group) / DONE
+    return stage_dir(results_root, stage, stage_id, run_id, step, group) / DONE
 
 
-def table_dir(results_root: str | Path, sweep: str, table: str) -> Path:
-    return sweep_dir(results_root, sweep) / "tables" / table
+def table_dir(results_root: str | Path, table: str) -> Path:
+    return store_dir(results_root) / "tables" / table
+
+
+def members_dir(results_root: str | Path, sweep: str) -> Path:
+    """results/<sweep>/members/: which stage jobs of the store the sweep planned (results/membership.py)."""
+    return sweep_dir(results_root, sweep) / "members"
 
 
 def summary_path(results_root: str | Path, sweep: str) -> Path:
@@ -64,8 +86,8 @@ def report_dir(results_root: str | Path, sweep: str) -> Path:
     return sweep_dir(results_root, sweep) / "report"
 
 
-def quarantine_dir(results_root: str | Path, sweep: str) -> Path:
-    return sweep_dir(results_root, sweep) / "quarantine"
+def quarantine_dir(results_root: str | Path) -> Path:
+    return store_dir(results_root) / "quarantine"
 
 
 @dataclass(frozen=True)
@@ -78,8 +100,13 @@ class StageJob:
     step: int | None = None
     group: str | None = None
 
-    def dir(self, results_root: str | Path, sweep: str) -> Path:
-        return stage_dir(results_root, sweep, self.stage, self.stage_id, self.run_id, self.step, self.group)
+    @property
+    def key(self) -> tuple[str, str]:
+        """(stage, stage id): what a sweep's membership records (an eval id already names its run)."""
+        return self.stage, self.stage_id
+
+    def dir(self, results_root: str | Path) -> Path:
+        return stage_dir(results_root, self.stage, self.stage_id, self.run_id, self.step, self.group)
 
     def __str__(self) -> str:
         if self.stage == "eval":
@@ -87,9 +114,9 @@ class StageJob:
         return f"{self.stage} {self.stage_id}"
 
 
-def stage_jobs(results_root: str | Path, sweep: str) -> list[StageJob]:
-    """Every stage job of the sweep that has a directory on disk."""
-    root = sweep_dir(results_root, sweep)
+def stage_jobs(results_root: str | Path, root: Path | None = None) -> list[StageJob]:
+    """Every stage job that has a directory in the store (or under `root`, laid out as the store is)."""
+    root = store_dir(results_root) if root is None else root
     found = [StageJob(stage, p.name) for stage in ("data", "overlap", "sft", "rl")
              for p in sorted((root / stage).glob("*")) if p.is_dir()]
     for p in sorted((root / "eval").glob("*/*/step_*/*")):
@@ -143,9 +170,9 @@ def train_steps_file(stage: str, run_id: str, first: int, last: int) -> str:
     return f"{stage}_{run_id}_{first:06d}-{last:06d}"
 
 
-def train_steps_files(results_root: str | Path, sweep: str, stage: str, run_id: str) -> list[Path]:
+def train_steps_files(results_root: str | Path, stage: str, run_id: str) -> list[Path]:
     """Every train_steps file of one training stage, in step order."""
-    return sorted(table_dir(results_root, sweep, "train_steps").glob(f"{stage}_{run_id}_*.parquet"))
+    return sorted(table_dir(results_root, "train_steps").glob(f"{stage}_{run_id}_*.parquet"))
 
 
 def eval_file(run_id: str, eval_id: str, step: int, benchmark: str) -> str:
@@ -157,11 +184,11 @@ def grades_file(run_id: str, eval_id: str, step: int, benchmark: str, grader: st
     return f"{eval_file(run_id, eval_id, step, benchmark)}-{grader}"
 
 
-def rescore_path(results_root: str | Path, sweep: str, eval_id: str, run_id: str, step: int | str, group: str,
+def rescore_path(results_root: str | Path, eval_id: str, run_id: str, step: int | str, group: str,
                  grader: str) -> Path:
     """The rescore job's output: eval/<run_id>/<eval_id>/step_<N>/<group>/rescored/<grader>.json, in its eval job's
     directory (what the grader found, per benchmark)."""
-    return stage_dir(results_root, sweep, "eval", eval_id, run_id, step, group) / "rescored" / f"{grader}.json"
+    return stage_dir(results_root, "eval", eval_id, run_id, step, group) / "rescored" / f"{grader}.json"
 
 
 _TABLE_FILE = {
@@ -213,6 +240,13 @@ def parse_table_file(table: str, stem: str) -> TableFile | None:
     if table == "runs" and (g["stage"] == "eval") != ("group" in g):
         return None  # only an eval job's runs file names a step and a group
     return TableFile(g["stage"], g["stage_id"], group=g.get("group"), **ints)
+
+
+def table_file_key(table: str, stem: str) -> tuple[str, str] | None:
+    """(stage, stage id) of the stage job whose rows a table file (or a pack's source) holds: what a sweep's
+    membership records (StageJob.key); None for a name no stage writes."""
+    owner = parse_table_file(table, stem)
+    return None if owner is None else (owner.stage, owner.stage_id)
 
 
 # ---------------------------------------------------------------------------------------------- checkpoints

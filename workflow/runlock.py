@@ -85,6 +85,15 @@ def _read(path: Path) -> dict[str, Any] | None:
         return {}  # being written right now, or garbage: treated as held by an unknown owner
 
 
+def holder(directory: Path) -> str | None:
+    """Who holds the stage's lock, described (None: no lock, or its owner is gone). An owner that cannot be checked
+    from here (another host, no SLURM) counts as holding it: callers that would move or delete the stage wait."""
+    owner = _read(Path(directory) / LOCK_NAME)
+    if owner is None or (owner and owner_is_gone(owner, me())):
+        return None
+    return describe(owner) if owner else "an unknown owner"
+
+
 @contextmanager
 def run_lock(directory: Path, what: str) -> Iterator[dict[str, Any]]:
     """Hold `directory/RUNNING.lock` for the duration of the block, or raise RunLocked naming the owner."""

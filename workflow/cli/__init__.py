@@ -24,9 +24,16 @@
     rlsweep doctor SWEEP.yaml | --sweep NAME [--fix]
                                          damaged table files, leftover temporaries, DONE.json vs the tables, and how
                                          to recompute; --fix moves what must go to quarantine (exit 1: problems)
-    rlsweep compact SWEEP.yaml | --sweep NAME
-                                         merge the finished stages' table files into a few packs per table (the
-                                         aggregate stage does it once a sweep has 256 files); queries stay fast
+    rlsweep compact                      merge the finished stages' table files (every sweep's) into a few packs per
+                                         table (the aggregate stage does it once there are 256 files); queries stay
+                                         fast
+    rlsweep gc [SWEEP.yaml ...] [--remove [--yes]]
+                                         the stage outputs in results/_store/ that no sweep references (the sweep
+                                         files given, default sweeps/*.yaml; a sweep without one keeps what it
+                                         planned); --remove deletes them after confirmation, never while a stage runs
+    rlsweep migrate                      move results of rlsweep before the shared store (results/<sweep>/sft, rl,
+                                         eval, tables, ...) into results/_store/ (snakemake and the commands that
+                                         read results do it on their own)
     rlsweep preflight SWEEP.yaml         the integrity preflight of every SFT and mixed-policy job: the gradient is
                                          the same for any micro-batch split, one accumulated step equals one
                                          full-batch step (exit 1: a job would train wrongly)
@@ -75,12 +82,18 @@ def main(argv: list[str] | None = None) -> int:
     d = sub.add_parser("doctor", parents=[common], help="find damaged or inconsistent results; say how to recompute")
     d.add_argument("sweep_file", nargs="?", help="the sweep file (or --sweep NAME)")
     d.add_argument("--sweep", type=sweep_name, help="the sweep's name, when its file is not at hand")
-    d.add_argument("--fix", action="store_true", help="move what each problem lists to results/<sweep>/quarantine/")
+    d.add_argument("--fix", action="store_true", help="move what each problem lists to results/_store/quarantine/")
     d.set_defaults(fn="doctor:cmd_doctor")
     c = sub.add_parser("compact", parents=[common], help="merge finished stages' table files into a few packs")
-    c.add_argument("sweep_file", nargs="?", help="the sweep file (or --sweep NAME)")
-    c.add_argument("--sweep", type=sweep_name, help="the sweep's name, when its file is not at hand")
     c.set_defaults(fn="compact:cmd_compact")
+    g = sub.add_parser("gc", parents=[common], help="list (and remove) stage outputs no sweep references")
+    g.add_argument("sweep_files", nargs="*", metavar="SWEEP.yaml",
+                   help="the sweeps whose stages stay (default: sweeps/*.yaml)")
+    g.add_argument("--remove", action="store_true", help="delete what is listed (asks first)")
+    g.add_argument("--yes", action="store_true", help="with --remove: do not ask")
+    g.set_defaults(fn="gc:cmd_gc")
+    mg = sub.add_parser("migrate", parents=[common], help="move per-sweep results into the shared store")
+    mg.set_defaults(fn="migrate:cmd_migrate")
     pl = sub.add_parser("plan", parents=[common], help="what running the sweep would do, and its GPU-hours")
     pl.add_argument("sweep_file")
     pl.add_argument("--detect", type=float, metavar="DIFFERENCE",

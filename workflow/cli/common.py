@@ -11,4 +11,10 @@ err = Console(stderr=True, highlight=False)
 
 
 def results_root(a) -> Path:
-    return Path(a.results or os.environ.get("RLSWEEP_RESULTS", "results"))
+    """The results directory (--results, $RLSWEEP_RESULTS, ./results), with results made before the shared store
+    moved into it first (results/migrate.py: nothing to do is a look at its top level)."""
+    from workflow.results.migrate import migrate_if_needed
+
+    root = Path(a.results or os.environ.get("RLSWEEP_RESULTS", "results"))
+    migrate_if_needed(root)
+    return root

@@ -1,4 +1,4 @@
-"""`rlsweep compact`: merge a sweep's finished stages' table files into a few packs, so queries stay fast."""
+"""`rlsweep compact`: merge the finished stages' table files (every sweep's) into a few packs, so queries stay fast."""
 
 from __future__ import annotations
 
@@ -8,20 +8,19 @@ from rich.console import Console
 from rich.table import Table
 
 from workflow.cli.common import results_root
+from workflow.layout import store_dir
 from workflow.results.compaction import compact, compaction_line
-from workflow.sweep.expand import load_sweep
+from workflow.results.migrate import migrate_if_needed
 
 
 def cmd_compact(a) -> int:
-    if bool(a.sweep_file) == bool(a.sweep):
-        print("error: name the sweep: rlsweep compact SWEEP.yaml, or rlsweep compact --sweep NAME", file=sys.stderr)
+    root = results_root(a)
+    migrate_if_needed(root)
+    if not (store_dir(root) / "tables").is_dir():
+        print(f"error: no result tables under {root}", file=sys.stderr)
         return 2
-    name, root = load_sweep(a.sweep_file).name if a.sweep_file else a.sweep, results_root(a)
-    if not (root / name / "tables").is_dir():
-        print(f"error: no result tables for sweep {name!r} under {root}", file=sys.stderr)
-        return 2
-    done = compact(root, name)
-    table = Table(title=f"{name}: compacted", title_justify="left")
+    done = compact(root)
+    table = Table(title=f"{store_dir(root)}/tables: compacted", title_justify="left")
     for column in ("table", "files", "packed", "merged packs", "new rows", "left", "s"):
         table.add_column(column, justify="left" if column == "table" else "right")
     for c in done:

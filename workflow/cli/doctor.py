@@ -14,7 +14,7 @@ def cmd_doctor(a) -> int:
         print("error: name the sweep: rlsweep doctor SWEEP.yaml, or rlsweep doctor --sweep NAME", file=sys.stderr)
         return 2
     name, root = load_sweep(a.sweep_file).name if a.sweep_file else a.sweep, results_root(a)
-    if not (root / name).is_dir():
+    if not (root / name).is_dir():  # (snakemake makes it when it plans the sweep: results/<sweep>/members/)
         print(f"error: no results for sweep {name!r} under {root}", file=sys.stderr)
         return 2
     report = examine(root, name, a.sweep_file)

@@ -22,7 +22,7 @@ def cmd_plan(a) -> int:
         sweep.add_runs(recorded_runs(sweep.spec, root, sweep.name))
         err.print("[yellow]an Optuna study: only the trials it has started so far are planned[/]")
     stages = plan(sweep, root)
-    t = Table(title=f"{sweep.name}: {len(sweep.runs)} runs ({sweep.path}); results under {root / sweep.name}")
+    t = Table(title=f"{sweep.name}: {len(sweep.runs)} runs ({sweep.path}); results under {root}")
     for col in ("stage", *STATES, "each job to run asks", "hours left", "GPU-hours left", "estimated from"):
         t.add_column(col, justify="right" if col in STATES or "left" in col else "left")
     total = 0.0
@@ -35,6 +35,10 @@ def cmd_plan(a) -> int:
                   f"{p.hours:.2f}", f"{p.gpu_hours:.2f}", source)
         total += p.gpu_hours
     Console(highlight=False).print(t)
+    for p in stages:  # the shared store: what this sweep takes from others instead of computing it
+        if p.reused:
+            err.print(f"{p.stage}: {sum(p.reused.values())} of the done jobs came from another sweep ("
+                      + ", ".join(f"{n} from {name}" for name, n in sorted(p.reused.items())) + ")")
     bound = any(p.bounded for p in stages)
     err.print(f"{total:.2f} GPU-hours left" + (" at most (some from time limits)" if bound else "")
               + "; run it with `snakemake --config sweep=" + sweep.path + "` (--profile slurm on a cluster)")
@@ -50,7 +54,7 @@ def detect(sweep, root, delta: float) -> None:
     from workflow.report.seeds import plan_table, variances
     from workflow.results.catalog import Catalog
     sql = blocks(fill(planned_runs(sweep)))["seed_variance"]
-    found = variances(Catalog(root, sweep.name).query(sql).to_pylist())
+    found = variances(Catalog(root, sweep.name, planned=sweep.members()).query(sql).to_pylist())
     if not found:
         raise UserError(f"--detect needs the spread between seeds: no setting of {sweep.name} has final evaluations "
                         "of two seeds yet")

@@ -23,7 +23,7 @@ def cmd_preflight(a) -> int:
     jobs = [("sft", sft_id, cfg, None, data_of.get(sft_id)) for sft_id, cfg in sweep.sft_configs.items()]
     for r in sweep.runs:
         if r.config.rl.mix != "none":
-            sft_done = done_path(root, sweep.name, "sft", r.sft_id) if r.sft_id else None
+            sft_done = done_path(root, "sft", r.sft_id) if r.sft_id else None
             init = read_done(sft_done)["checkpoint_path"] if sft_done and sft_done.is_file() else None
             jobs.append(("rl", r.run_id, r.stage_config("rl"), init, r.data_id))
     if not jobs:
@@ -38,7 +38,7 @@ def cmd_preflight(a) -> int:
         make_probe = getattr(get_engine(typed.engine.name), "integrity_probe", None)
         method = typed.rl.method if stage == "rl" else "sft"
         micro = (typed.rl if stage == "rl" else typed.sft).micro_batch_size
-        data_done = done_path(root, sweep.name, "data", data_id) if data_id else None
+        data_done = done_path(root, "data", data_id) if data_id else None
         if data_done is not None and not data_done.is_file():  # the probe trains on the job's own rows
             t.add_row(stage, stage_id, method, str(micro or "whole"), "-", "-", "-",
                       f"needs its data stage {data_id} first (snakemake ... runs it)")

@@ -43,13 +43,13 @@ def cmd_rescore(a) -> int:
     targets, waiting = [], 0
     for r in sweep.runs:
         for step, group, grader in r.rescore_jobs(a.graders):
-            if done_path(root, sweep.name, "eval", r.eval_id, r.run_id, step, group).is_file():
-                targets.append(str(rescore_path(root, sweep.name, r.eval_id, r.run_id, step, group, grader)))
+            if done_path(root, "eval", r.eval_id, r.run_id, step, group).is_file():
+                targets.append(str(rescore_path(root, r.eval_id, r.run_id, step, group, grader)))
             else:
                 waiting += 1
     if not targets:
         raise UserError(f"nothing to rescore: none of {sweep.name}'s {waiting} rescore job(s) has a finished "
-                        f"evaluation under {root / sweep.name} (or no benchmark of the sweep is judged by "
+                        f"evaluation under {root} (or no benchmark of the sweep is judged by "
                         f"{', '.join(a.graders)}: math graders judge math benchmarks, mc_* multiple choice)")
     if waiting:
         err.print(f"[yellow]{waiting} rescore job(s) wait for evaluations that have not finished: `snakemake` "
@@ -62,7 +62,8 @@ def cmd_rescore(a) -> int:
     if code:
         return code
     runs = ", ".join(sql_str(r.run_id) for r in sweep.runs)
-    table = Catalog(root, sweep.name).query(PER_GRADER.format(runs=runs, own=own_grader_sql()))
+    catalog = Catalog(root, sweep.name, planned=sweep.members())
+    table = catalog.query(PER_GRADER.format(runs=runs, own=own_grader_sql()))
     t = Table(title=f"{sweep.name}: accuracy per grader (every evaluated step)")
     for col in table.column_names:
         t.add_column(col, justify="left" if col in ("benchmark", "grader") else "right")

@@ -17,9 +17,10 @@ from workflow.study.trials import recorded_runs
 from workflow.sweep.expand import load_sweep
 
 
-def stage_state(out_dir: Path, total_steps: int, status_by_id: dict[str, str], stage_id: str) -> str:
+def stage_state(out_dir: Path, total_steps: int, status_by_id: dict[str, str], stage_id: str,
+                reused_from: str | None = None) -> str:
     if (out_dir / DONE).is_file():
-        return "[green]done[/]"
+        return "[green]done[/]" + (f" [dim](from {reused_from})[/]" if reused_from else "")
     recorded = status_by_id.get(stage_id)
     if recorded in ("failed", "interrupted"):
         return f"[red]{recorded}[/]"
@@ -34,10 +35,10 @@ def data_state(root: Path, sweep: str, run, status_by_id: dict[str, str]) -> str
     """The run's data stage, and once its overlap check is done the largest benchmark overlap it found."""
     if run.data_id is None:
         return "[dim]-[/]"
-    if not done_path(root, sweep, "data", run.data_id).is_file():
+    if not done_path(root, "data", run.data_id).is_file():
         recorded = status_by_id.get(run.data_id)
         return f"[red]{recorded}[/]" if recorded in ("failed", "interrupted") else f"[yellow]{recorded or 'pending'}[/]"
-    check = done_path(root, sweep, "overlap", run.overlap_id) if run.overlap_id else None
+    check = done_path(root, "overlap", run.overlap_id) if run.overlap_id else None
     if check is None or not check.is_file():
         return "[green]done[/]"
     report = json.loads((check.parent / json.loads(check.read_text())["output"]).read_text())
@@ -51,15 +52,19 @@ def cmd_status(a) -> int:
     root = results_root(a)
     if sweep.spec.optuna is not None:  # the trials started so far are the sweep's runs
         sweep.add_runs(recorded_runs(sweep.spec, root, sweep.name))
-    catalog = Catalog(root, sweep.name)
+    catalog = Catalog(root, sweep.name, planned=sweep.members())
     try:
-        recorded = {r["run_id"]: r["status"] for r in catalog.query("SELECT run_id, status FROM runs").to_pylist()}
+        rows = catalog.query("SELECT stage, run_id, status, computed_by FROM runs").to_pylist()
+        recorded = {r["run_id"]: r["status"] for r in rows}
+        # the shared store: stages another sweep computed, which this one reuses
+        reused = {(r["stage"], r["run_id"]): r["computed_by"] for r in rows
+                  if r["computed_by"] not in (None, sweep.name)}
         # per run and eval settings (one RL run evaluated two ways is two rows): its last step, over benchmarks
         scores = {(r["run_id"], r["eval_id"]): r["avg"] for r in catalog.query(
             "SELECT run_id, eval_id, avg(avg_at_k) AS avg FROM eval_scores WHERE k = 1 GROUP BY run_id, eval_id, step "
             "QUALIFY step = max(step) OVER (PARTITION BY run_id, eval_id)").to_pylist()}
     except QueryError:  # nothing has run yet
-        recorded, scores = {}, {}
+        recorded, scores, reused = {}, {}, {}
     t = Table(title=f"{sweep.name}: {len(sweep.runs)} runs, {len(sweep.sft_configs)} SFT jobs ({sweep.path})")
     with_data = bool(sweep.data_configs)
     for col in ("run_id", "method", "setting", "seed", *(["data"] if with_data else []), "sft", "rl", "eval",
@@ -69,11 +74,12 @@ def cmd_status(a) -> int:
     for r in sweep.runs:
         cfg = r.config
         data = [data_state(root, sweep.name, r, recorded)] if with_data else []
-        sft = (stage_state(stage_dir(root, sweep.name, "sft", r.sft_id), cfg.sft.steps, recorded, r.sft_id)
-               if r.sft_id else "[dim]off[/]")
-        rl = stage_state(stage_dir(root, sweep.name, "rl", r.run_id), cfg.rl.steps, recorded, r.run_id)
+        sft = (stage_state(stage_dir(root, "sft", r.sft_id), cfg.sft.steps, recorded, r.sft_id,
+                           reused.get(("sft", r.sft_id))) if r.sft_id else "[dim]off[/]")
+        rl = stage_state(stage_dir(root, "rl", r.run_id), cfg.rl.steps, recorded, r.run_id,
+                         reused.get(("rl", r.run_id)))
         jobs = r.eval_jobs
-        n_done = sum(done_path(root, sweep.name, "eval", r.eval_id, r.run_id, step, group).is_file()
+        n_done = sum(done_path(root, "eval", r.eval_id, r.run_id, step, group).is_file()
                      for step, group in jobs)
         ev = ("[green]done[/]" if n_done == len(jobs) else f"[yellow]{n_done}/{len(jobs)} jobs[/]" if n_done
               else "[dim]pending[/]")
@@ -82,7 +88,13 @@ def cmd_status(a) -> int:
         t.add_row(r.run_id, r.method, r.label, str(cfg.seed), *data, sft, rl, ev,
                   "" if avg is None else f"{avg:.3f}")
     Console(highlight=False).print(t)
-    err.print(f"[dim]{n_evaluated}/{len(sweep.runs)} runs evaluated; results under {root / sweep.name}[/]")
+    err.print(f"[dim]{n_evaluated}/{len(sweep.runs)} runs evaluated; results under {root}[/]")
+    if reused:
+        by: dict[str, int] = {}
+        for name in reused.values():
+            by[name] = by.get(name, 0) + 1
+        err.print("[dim]reused from other sweeps (the shared store): "
+                  + ", ".join(f"{n} stage jobs from {name}" for name, n in sorted(by.items())) + "[/]")
     warn_damaged(catalog.damaged, {d: affected_runs(d, sweep.runs) for d in catalog.damaged})
     if sweep.spec.optuna is not None:
         from workflow.study.status import study_report  # Optuna: only for a sweep that has a study

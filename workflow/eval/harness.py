@@ -87,8 +87,8 @@ def evaluate(backend: GenerationBackend, task: TaskConfig, ev: EvalConfig, step:
                 made[grader_name] = open_graders.enter_context(graders.make(grader_name, ev.verify_timeout_s))
             rows, by_k = run_benchmark(backend, name, its, ev, made[grader_name])
             file = eval_file(run_id, eval_id, step, name)
-            write_rows(results_root, sweep, "eval_samples", file, [{**key, **r} for r in rows])
-            write_rows(results_root, sweep, "eval_scores", file,
+            write_rows(results_root, "eval_samples", file, [{**key, **r} for r in rows])
+            write_rows(results_root, "eval_scores", file,
                        [{**key, "benchmark": name, "grader": grader_name, "k": k, **v} for k, v in by_k.items()])
             say(f"[bold cyan]eval {run_id}[/] {name}: avg@{ev.k}={by_k[1]['avg_at_k']:.3f} "
                 f"[{by_k[1]['avg_ci_low']:.3f}, {by_k[1]['avg_ci_high']:.3f}] "
@@ -104,11 +104,11 @@ def copy_evaluation(source_run: str, source_eval: str, step: int, names: list[st
     for name in names:
         for table in ("eval_samples", "eval_scores"):
             source = eval_file(source_run, source_eval, step, name)
-            found = read_rows_of(table_dir(results_root, sweep, table), table, source)  # its own file, or a pack
+            found = read_rows_of(table_dir(results_root, table), table, source)  # its own file, or a pack
             if found is None:
-                raise FileNotFoundError(f"{table_dir(results_root, sweep, table) / source}.parquet: the {table} of run "
+                raise FileNotFoundError(f"{table_dir(results_root, table) / source}.parquet: the {table} of run "
                                         f"{source_run}'s step-{step} evaluation on {name} that this job copies is "
                                         "missing (rlsweep doctor checks the tables)")
-            rows = [{**r, "run_id": run_id, "eval_id": eval_id} for r in found.to_pylist()]
-            write_rows(results_root, sweep, table, eval_file(run_id, eval_id, step, name), rows)
+            rows = [{**r, "run_id": run_id, "eval_id": eval_id, "sweep": sweep} for r in found.to_pylist()]
+            write_rows(results_root, table, eval_file(run_id, eval_id, step, name), rows)
         say(f"[bold cyan]eval {run_id}[/] {name}: step {step} copied from run {source_run} (the same start)")

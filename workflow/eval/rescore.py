@@ -38,9 +38,9 @@ def rescore(stage, eval_id: str, step: int, group: str, grader_name: str, *, res
     with graders.make(grader_name, timeout_s=stage.eval.verify_timeout_s) as grader:
         for name in names:
             source = eval_file(stage.run_id, eval_id, step, name)
-            found = read_rows_of(table_dir(results_root, sweep, "eval_samples"), "eval_samples", source)
+            found = read_rows_of(table_dir(results_root, "eval_samples"), "eval_samples", source)
             if found is None:
-                raise FileNotFoundError(f"{table_dir(results_root, sweep, 'eval_samples') / source}.parquet: the "
+                raise FileNotFoundError(f"{table_dir(results_root, 'eval_samples') / source}.parquet: the "
                                         f"responses of run {stage.run_id}'s step-{step} evaluation on {name} are "
                                         "missing (rlsweep doctor checks the tables)")
             items = {it.id: it for it in load_items(name, stage.eval, stage.task)}
@@ -58,7 +58,7 @@ def rescore(stage, eval_id: str, step: int, group: str, grader_name: str, *, res
                 gold = it.answer if perm is None else LETTERS[perm.index(int(it.answer))]
                 rows.append({**{k: s[k] for k in KEY}, "grader": grader_name, "correct": v.correct,
                              "extracted": v.extracted, "timed_out": v.timed_out, "gold": gold})
-            write_rows(results_root, sweep, "eval_grades", grades_file(stage.run_id, eval_id, step, name, grader_name),
+            write_rows(results_root, "eval_grades", grades_file(stage.run_id, eval_id, step, name, grader_name),
                        rows)
             n = len(rows)
             summary[name] = {"n": n, "accuracy": sum(r["correct"] for r in rows) / max(n, 1),
@@ -75,11 +75,11 @@ def run_rescore(results_root: Path, sweep: str, eval_id: str, cfg: dict, step: i
     if stable_id(cfg) != eval_id:
         raise ValueError(f"eval id {eval_id} does not match its config (hash {stable_id(cfg)})")
     stage = parse_stage("eval", cfg)
-    done = stage_dir(results_root, sweep, "eval", eval_id, stage.run_id, step, group) / DONE
+    done = stage_dir(results_root, "eval", eval_id, stage.run_id, step, group) / DONE
     if not done.is_file():
         raise FileNotFoundError(f"{done}: rescore judges a finished evaluation's responses; this one has not finished")
     summary = rescore(stage, eval_id, step, group, grader, results_root=results_root, sweep=sweep)
-    out = rescore_path(results_root, sweep, eval_id, stage.run_id, step, group, grader)
+    out = rescore_path(results_root, eval_id, stage.run_id, step, group, grader)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_json(out, {"grader": grader, "benchmarks": summary,
                      "finished_at": dt.datetime.now(dt.timezone.utc).isoformat()})

@@ -72,7 +72,7 @@ def write_report(sweep, results_root: str | Path) -> Path:
         by_method.setdefault(r.method, set()).add(r.label)
     baseline = sweep.spec.report.baseline or tables.default_baseline(by_method)
     sql = fill(planned, baseline)
-    catalog = Catalog(results_root, sweep.name)
+    catalog = Catalog(results_root, sweep.name, planned=sweep.members())
     data = {name: table.to_pylist() for name, table in run_all(catalog, sql).items()}
     seeds_of: dict[str, int] = {}  # per setting, the seeds it plans
     for r in planned:

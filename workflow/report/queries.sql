@@ -8,10 +8,14 @@
 -- name: runs
 -- Each run the sweep plans, with its RL job's status, the steps it trained and the steps it was evaluated at, and
 -- the GPU-hours SLURM accounted to its RL job and its eval jobs (sacct: each attempt's elapsed x allocated GPUs;
--- null off SLURM or without accounting).
+-- null off SLURM or without accounting). from_sweep / sft_from: the other sweep whose job computed the run's RL / SFT
+-- stage, which this sweep reused from the shared store (null: computed by this sweep).
 WITH planned AS ($planned)
 SELECT p.label, p.method, p.seed, p.run_id, p.steps,
        coalesce(r.status, 'not started') AS status, r.error,
+       CASE WHEN r.computed_by <> r.sweep THEN r.computed_by END AS from_sweep,
+       (SELECT any_value(s.computed_by) FROM runs s WHERE s.stage = 'sft' AND s.run_id = r.parent_id
+        AND s.computed_by <> s.sweep) AS sft_from, r.parent_id AS sft_id,
        r.gpu_hours AS rl_gpu_hours,
        (SELECT sum(e.gpu_hours) FROM runs e WHERE e.stage = 'eval' AND e.parent_id = p.run_id
         AND e.run_id = p.eval_id) AS eval_gpu_hours,

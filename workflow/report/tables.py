@@ -93,9 +93,17 @@ def runs(rows: list[dict]) -> Table:
         evals = ", ".join(str(s) for s in r["eval_steps"] or []) or "—"
         trained = f"{r['trained_steps'] or 0}/{r['steps']}"
         mark = "failed" if r["status"] == "failed" else ""
+        status += f" (from {r['from_sweep']})" if r.get("from_sweep") else ""
         table.rows.append([Cell(r["label"]), Cell(str(r["seed"])), Cell(r["run_id"]),
                            Cell(status, mark=mark, note=note), Cell(trained), Cell(evals)]
                           + ([Cell(_gpu_hours(r["rl_gpu_hours"], r["eval_gpu_hours"]))] if accounted else []))
+    # the shared store (workflow/layout.py): stages another sweep computed, which this one reused as they were
+    reused_sft = sorted({(r["sft_id"], r["sft_from"]) for r in rows if r.get("sft_from")})
+    if reused_sft:
+        table.notes.append("Reused from other sweeps, not trained again: " + ", ".join(
+            f"SFT {sft_id} (from {sweep})" for sft_id, sweep in reused_sft) + ".")
+    if any(r.get("from_sweep") for r in rows):
+        table.notes.append("A run marked (from SWEEP) is that sweep's RL run, reused as it was.")
     if accounted:
         table.notes.append("GPU-hours as SLURM's accounting has them (sacct: each attempt's elapsed time x its "
                            "allocated GPUs, requeued attempts included): the RL job + its eval jobs.")

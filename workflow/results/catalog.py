@@ -14,6 +14,11 @@ out of the views and listed in `Catalog.damaged`, so one bad file never takes ev
 
 A table's files are the stages' own small files and the packs compaction merged them into: the views read each row
 once, from where packs.resolve says it lives.
+
+The tables hold every sweep's rows once (results/_store/, layout.py); the view `membership` (sweep, stage, stage_id,
+label) says which sweeps planned which stage job (results/membership.py). A catalog of one sweep reads only its
+members' files (by name, before opening them) and rows, with `sweep` set to that sweep and an RL run's or eval's
+`label` to the sweep's own; a catalog of every sweep reads each row once, `sweep` naming the sweep that computed it.
 """
 
 from __future__ import annotations
@@ -31,8 +36,10 @@ import pyarrow.parquet as pq
 from fsspec import AbstractFileSystem
 
 from workflow.errors import UserError
-from workflow.layout import SWEEP_NAME, SWEEP_NAME_RULE, TableFile, parse_table_file
+from workflow.layout import (SWEEP_NAME, SWEEP_NAME_RULE, TableFile, is_pack, parse_table_file, table_dir,
+                             table_file_key)
 from workflow.results.files import PositionalReader, open_regular
+from workflow.results.membership import MEMBERS, member_files, members, recorded_sweeps
 from workflow.results.packs import SOURCE, TableLayout, read_pack, resolve
 from workflow.results.schemas import TABLES
 
@@ -73,9 +80,15 @@ def sql_str(s: str) -> str:
 
 
 # ----------------------------------------------------------------------------------------------- the files
-def table_files(results_root: Path, sweep: str | None) -> dict[str, list[Path]]:
-    """Every `*.parquet` of each table, one sweep's or all sweeps'. Temporaries (`.<name>.tmp-<pid>`) never match."""
-    return {table: sorted(results_root.glob(f"{sweep or '*'}/tables/{table}/*.parquet")) for table in TABLES}
+def table_files(results_root: str | Path) -> dict[str, list[Path]]:
+    """Every `*.parquet` of each table. Temporaries (`.<name>.tmp-<pid>`) never match."""
+    return {table: sorted(table_dir(results_root, table).glob("*.parquet")) for table in TABLES}
+
+
+def member_of(keys, table: str, stem: str) -> bool:
+    """Whether a table file's rows (named by `stem`: a stage's own file, or a pack's source) belong to one of the
+    stage jobs `keys` ((stage, stage id) pairs)."""
+    return table_file_key(table, stem) in keys
 
 
 def _compatible(found: pa.DataType, expected: pa.DataType) -> bool:
@@ -192,17 +205,28 @@ class Catalog:
     """The result tables under `results_root` (one sweep's, or every sweep's): the readable files of each table,
     the unreadable ones (`damaged`), and read-only SQL over the readable ones."""
 
-    def __init__(self, results_root: str | Path = "results", sweep: str | None = None, deep: bool = False):
-        """`deep`: decode every file in full, not only its footer (slower; `rlsweep doctor`)."""
+    def __init__(self, results_root: str | Path = "results", sweep: str | None = None, deep: bool = False,
+                 planned=()):
+        """`deep`: decode every file in full, not only its footer (slower; `rlsweep doctor`). `planned`: the
+        sweep's stage jobs as its file plans them now (membership.Member: Sweep.members()), members too before
+        Snakemake has recorded them (`rlsweep plan` of a sweep that has not run yet sees what it would reuse)."""
         if sweep is not None and not SWEEP_NAME.fullmatch(sweep):  # a path would read outside the results
             raise QueryError(f"sweep {sweep!r}: {SWEEP_NAME_RULE}")
-        self.root, self.sweep, self.deep = Path(results_root).resolve(), sweep, deep
+        self.root, self.sweep, self.deep, self._planned = Path(results_root).resolve(), sweep, deep, list(planned)
+        # the sweep's stage jobs and labels (None: every sweep's rows)
+        self.members = ({**members(self.root, sweep), **{(m.stage, m.stage_id): m.label for m in planned}}
+                        if sweep is not None else None)
+        self.member_files = member_files(self.root, sweep)
         self.layouts: dict[str, TableLayout] = {}  # per table: the live small files and packs (packs.py)
         self.schemas: dict[str, list[pa.Schema]] = {}  # the distinct schemas of each table's small files
         self.pack_schemas: dict[str, list[pa.Schema]] = {}  # and of its packs (without their source column)
         self.damaged: list[Damaged] = []
         self.fds: dict[str, int | None] = {}  # every readable file: the descriptor it was listed with
-        listing = table_files(self.root, sweep)
+        listing = table_files(self.root)
+        if self.members is not None:  # by name, before opening: another sweep's files cost nothing
+            # (a name no stage writes belongs to no sweep: listed only to be reported if it does not read)
+            listing = {t: [p for p in paths if is_pack(p.stem) or table_file_key(t, p.stem) is None
+                           or member_of(self.members, t, p.stem)] for t, paths in listing.items()}
         budget = descriptor_budget(sum(map(len, listing.values())))
         for table, paths in listing.items():
             small, packs, schemas = [], [], {}
@@ -215,16 +239,23 @@ class Catalog:
                     self.damaged.append(Damaged(table, path, e.strerror or str(e)))
                     continue
                 schema, reason = read_schema(table, fd, deep)
-                if schema is None or len(self.fds) >= budget:
+                foreign = (schema is not None and self.members is not None and table_file_key(table, path.stem) is None
+                           and read_pack(path, schema) is None)
+                if schema is None or foreign or len(self.fds) >= budget:
                     os.close(fd)
                 if schema is None:
                     self.damaged.append(Damaged(table, path, reason))
+                    continue
+                if foreign:
                     continue
                 self.fds[str(path)] = fd if len(self.fds) < budget else None
                 pack = read_pack(path, schema)
                 (packs if pack else small).append(pack or path)
                 schemas[path] = schema.remove(schema.get_field_index(SOURCE)) if pack else schema
-            self.layouts[table] = layout = resolve(table, small, packs)
+            layout = resolve(table, small, packs)
+            if self.members is not None:
+                layout = layout.only(lambda stem, t=table: member_of(self.members, t, stem))
+            self.layouts[table] = layout
             self.schemas[table] = _distinct(schemas[p] for p in layout.files)
             self.pack_schemas[table] = _distinct(schemas[p] for p in layout.packs)
 
@@ -244,7 +275,7 @@ class Catalog:
         return {table: layout.readable for table, layout in self.layouts.items()}
 
     def _where(self) -> str:
-        return f"{self.root / self.sweep}" if self.sweep else f"{self.root}"
+        return f"sweep {self.sweep!r} of {self.root}" if self.sweep else f"{self.root}"
 
     def check_available(self) -> None:
         """QueryError unless there is something to query: a missing directory or sweep is a mistake, not a table
@@ -252,7 +283,7 @@ class Catalog:
         if not self.root.is_dir():
             raise QueryError(f"no results directory {self.root} (set --results or $RLSWEEP_RESULTS)")
         if not any(self.files.values()):
-            known = sorted(p.parent.name for p in self.root.glob("*/tables") if p.is_dir())
+            known = recorded_sweeps(self.root)
             if self.damaged:
                 raise QueryError(f"every table file under {self._where()} is unreadable ({len(self.damaged)} files); "
                                  "`rlsweep doctor` lists them")
@@ -270,8 +301,10 @@ class Catalog:
         except duckdb.Error as e:
             con.close()
             raise QueryError(f"memory limit {limits.memory!r}: {_message(e)} (a size such as 4GB or 512MB)") from None
-        self.file_system = ReadOnlyFiles({str(p): self.fds[str(p)] for paths in self.files.values() for p in paths})
+        readable = {str(p): self.fds[str(p)] for paths in self.files.values() for p in paths}
+        self.file_system = ReadOnlyFiles({**readable, **{str(p): None for p in self.member_files}})
         con.register_filesystem(self.file_system)
+        self._create_membership(con)
         for table, schema in TABLES.items():
             self._create_view(con, table, schema)
         # this order: disabling the file system first would refuse the next SET; the lock makes all of it final
@@ -280,6 +313,13 @@ class Catalog:
         con.execute("SET disabled_filesystems = 'LocalFileSystem'")
         con.execute("SET lock_configuration = true")
         return con
+
+    def _create_membership(self, con: duckdb.DuckDBPyConnection) -> None:
+        """The view `membership`: which sweep planned which stage job, under which label (the newest recording)."""
+        columns = "sweep, stage, stage_id, arg_max(label, recorded_at) AS label"
+        source = (_read(self.member_files, [MEMBERS]) if self.member_files else
+                  f"({_no_rows(MEMBERS)})")
+        con.execute(f"CREATE VIEW membership AS SELECT {columns} FROM {source} GROUP BY sweep, stage, stage_id")
 
     def _create_view(self, con: duckdb.DuckDBPyConnection, table: str, schema: pa.Schema) -> None:
         """The readable files, by column name; a column of the table no file has yet reads as null (an older
@@ -292,13 +332,26 @@ class Catalog:
         whole = [p for p in layout.packs if not layout.hidden[p]]
         if whole:
             parts.append(f"SELECT * EXCLUDE ({SOURCE}) FROM {_read(whole, self.pack_schemas[table])}")
-        for pack in (p for p in layout.packs if layout.hidden[p]):  # less the stage jobs written anew since
-            hidden = ", ".join(map(sql_str, sorted(layout.hidden[pack])))
+        for pack in (p for p in layout.packs if layout.hidden[p]):  # less the stage jobs written anew since (and
+            # in a sweep's catalog, other sweeps' stage jobs): whichever of the two lists is the shorter
+            hidden, kept = layout.hidden[pack], set(layout.sources[pack]) - layout.hidden[pack]
+            which, stems = ("NOT IN", hidden) if len(hidden) <= len(kept) else ("IN", kept)
             parts.append(f"SELECT * EXCLUDE ({SOURCE}) FROM {_read([pack], self.pack_schemas[table])} "
-                         f"WHERE {SOURCE} NOT IN ({hidden})")
+                         f"WHERE {SOURCE} {which} ({', '.join(map(sql_str, sorted(stems)))})")
         if not parts or any(all(name not in s.names for s in schemas) for name in schema.names):
             parts.insert(0, f"SELECT * FROM _{table}_columns")  # only then: a union costs
-        con.execute(f"CREATE VIEW {table} AS {' UNION ALL BY NAME '.join(parts)}")
+        rows = " UNION ALL BY NAME ".join(parts)
+        if self.sweep is not None:  # the sweep's view: its name, and its labels; runs.computed_by keeps the sweep
+            name = sql_str(self.sweep)  # whose job computed the stage (another one's, for a stage this one reused)
+            if table == "runs":
+                rows = (f"SELECT r.* REPLACE ({name} AS sweep, coalesce(m.label, r.label) AS label), "
+                        f"r.sweep AS computed_by FROM ({rows}) r LEFT JOIN membership m "
+                        f"ON m.sweep = {name} AND m.stage = r.stage AND m.stage_id = r.run_id")
+            else:
+                rows = f"SELECT * REPLACE ({name} AS sweep) FROM ({rows})"
+        elif table == "runs":
+            rows = f"SELECT *, sweep AS computed_by FROM ({rows})"
+        con.execute(f"CREATE VIEW {table} AS {rows}")
 
     def query(self, sql: str, limits: QueryLimits = QueryLimits()) -> pa.Table:
         statements = _read_only_statements(sql)
@@ -310,7 +363,7 @@ class Catalog:
             except duckdb.Error as e:
                 if attempt == 1 and self.file_system.vanished:  # packed and removed since the listing: list again
                     self.close()
-                    self.__init__(self.root, self.sweep, self.deep)
+                    self.__init__(self.root, self.sweep, self.deep, self._planned)
                     continue
                 raise QueryError(_message(e)) from None
             finally:

@@ -1,7 +1,9 @@
 """Compaction: finished stages' small table files merged into packs (packs.py says how readers take them).
 
-Runs at the end of a sweep (the aggregate stage, once a sweep has AUTO_FILES small files or more) and as
-`rlsweep compact`. Per table, under a lock (one compaction of a sweep at a time):
+Runs at the end of a sweep (the aggregate stage, once the store has AUTO_FILES small files or more) and as
+`rlsweep compact`. The tables are every sweep's (results/_store/tables/, layout.py), so a pack holds the rows of
+stage jobs of several sweeps (a sweep's catalog reads its own rows of it). Per table, under a lock (one compaction
+of a results directory at a time):
 
 1. list the table's files (packs.table_layout); the small files of finished stage jobs (DONE.json written, no
    RUNNING.lock) are packed, with their fingerprints taken before they are read; once a table has MAX_PACKS live
@@ -27,20 +29,20 @@ import duckdb
 
 from workflow.atomic import replacing
 from workflow.errors import UserError
-from workflow.layout import DONE, is_pack, pack_file, pack_seq, parse_table_file, sweep_dir, table_dir
+from workflow.layout import DONE, is_pack, pack_file, pack_seq, parse_table_file, store_dir, table_dir, table_file_key
 from workflow.results.catalog import sql_str, table_files
 from workflow.results.doctor import owning_job
 from workflow.results.packs import META_KEY, SOURCE, TableLayout, fingerprint, pack_metadata, table_layout
 from workflow.results.schemas import TABLES
 from workflow.runlock import LOCK_NAME
 
-AUTO_FILES = 256  # the aggregate stage compacts a sweep with at least this many small files (fewer: a query is fast)
+AUTO_FILES = 256  # the aggregate stage compacts the tables with at least this many small files (fewer: a query is fast)
 MAX_PACKS = 4  # a table with this many live packs has them merged into its next one
 LOCK = ".compact.lock"
 
 
 class CompactionBusy(UserError):
-    """Another process is compacting the sweep."""
+    """Another process is compacting the tables."""
 
 
 @dataclass
@@ -60,38 +62,38 @@ class Compacted:
     note: str = ""  # why nothing was packed though files were eligible
 
 
-def finished(results_root: Path, sweep: str, table: str, stem: str) -> bool:
+def finished(results_root: Path, table: str, stem: str) -> bool:
     """Whether the stage job that wrote a table file is done with it: DONE.json written and no RUNNING.lock."""
     owner = parse_table_file(table, stem)
-    job = owning_job(results_root, sweep, owner) if owner else None
+    job = owning_job(results_root, owner) if owner else None
     if job is None:
         return False
-    directory = job.dir(results_root, sweep)
+    directory = job.dir(results_root)
     return (directory / DONE).is_file() and not (directory / LOCK_NAME).exists()
 
 
-def small_file_count(results_root: str | Path, sweep: str) -> int:
-    return sum(1 for paths in table_files(Path(results_root), sweep).values() for p in paths if not is_pack(p.stem))
+def small_file_count(results_root: str | Path) -> int:
+    return sum(1 for paths in table_files(results_root).values() for p in paths if not is_pack(p.stem))
 
 
-def compact(results_root: str | Path, sweep: str, min_files: int = 1) -> list[Compacted]:
-    """Compact every table of the sweep (nothing when it has fewer than `min_files` small files)."""
+def compact(results_root: str | Path, min_files: int = 1) -> list[Compacted]:
+    """Compact every table (nothing when they have fewer than `min_files` small files)."""
     root = Path(results_root).resolve()
-    if small_file_count(root, sweep) < min_files:
+    if small_file_count(root) < min_files:
         return []
-    with _locked(sweep_dir(root, sweep) / "tables", sweep):
-        return [compact_table(root, sweep, table) for table in TABLES]
+    with _locked(store_dir(root) / "tables"):
+        return [compact_table(root, table) for table in TABLES]
 
 
 @contextmanager
-def _locked(directory: Path, sweep: str) -> Iterator[None]:
+def _locked(directory: Path) -> Iterator[None]:
     directory.mkdir(parents=True, exist_ok=True)
     with open(directory / LOCK, "a+") as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             f.seek(0)
-            raise CompactionBusy(f"sweep {sweep}: another compaction is running ({f.read().strip() or 'pid unknown'})"
+            raise CompactionBusy(f"{directory}: another compaction is running ({f.read().strip() or 'pid unknown'})"
                                  ) from None
         f.truncate(0)
         f.write(f"pid {os.getpid()} on {os.uname().nodename}")
@@ -102,12 +104,12 @@ def _locked(directory: Path, sweep: str) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def compact_table(results_root: Path, sweep: str, table: str) -> Compacted:
+def compact_table(results_root: Path, table: str) -> Compacted:
     t0 = time.monotonic()
-    directory = table_dir(results_root, sweep, table)
+    directory = table_dir(results_root, table)
     layout = table_layout(directory, table)
     out = Compacted(table, files_before=len(layout.readable))
-    eligible = [f for f in layout.files if finished(results_root, sweep, table, f.stem)]
+    eligible = [f for f in layout.files if finished(results_root, table, f.stem)]
     merge = layout.packs if len(layout.packs) >= MAX_PACKS else []
     out.skipped = len(layout.files) - len(eligible)
     if eligible or merge:
@@ -139,6 +141,34 @@ def compact_table(results_root: Path, sweep: str, table: str) -> Compacted:
     out.files_after = len(table_layout(directory, table).readable)
     out.seconds = time.monotonic() - t0
     return out
+
+
+def drop_rows(results_root: str | Path, drop: set[tuple[str, str]]) -> int:
+    """Take the rows of the stage jobs `drop` ((stage, stage id) pairs: what `rlsweep gc` removes) out of every pack
+    that holds some: each such pack is rewritten without them as a new pack that replaces it (the same sequence of
+    steps as compaction, so a crash leaves every other row readable exactly once). Returns the packs rewritten.
+    The stages' own small files are the caller's to delete."""
+    root = Path(results_root).resolve()
+    rewritten = 0
+    with _locked(store_dir(root) / "tables"):
+        for table in TABLES:
+            directory = table_dir(root, table)
+            layout = table_layout(directory, table)
+            for pack in layout.packs:
+                gone = {stem for stem in layout.sources[pack] if table_file_key(table, stem) in drop}
+                if not gone:
+                    continue
+                layout.hidden[pack] |= gone
+                sources = {st: fp for st, fp in layout.sources[pack].items() if st not in layout.hidden[pack]}
+                seq = 1 + max((pack_seq(p.stem) for p in [*layout.packs, *layout.retired]), default=0)
+                path = directory / f"{pack_file(seq, secrets.token_hex(4))}.parquet"
+                with replacing(path) as tmp:
+                    _write_pack(tmp, [], [pack], layout, sources, [pack.name])
+                _fsync_dir(directory)
+                _remove_if(pack, None)
+                layout.retired.append(pack)
+                rewritten += 1
+    return rewritten
 
 
 class _Changed(Exception):

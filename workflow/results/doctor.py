@@ -1,4 +1,6 @@
-"""`rlsweep doctor`: what is wrong with a sweep's results on disk, and how to recompute it.
+"""`rlsweep doctor`: what is wrong with a sweep's results on disk, and how to recompute it. A sweep's results are
+the stage jobs it planned (results/membership.py) in the shared store (results/_store/, layout.py): the doctor
+examines those, their table files, the store's leftover temporaries and the sweep's own study journal.
 
 What it checks:
 - every table file, read in full: an empty, truncated or non-Parquet file, or a Parquet file whose columns are not
@@ -20,7 +22,8 @@ after it (their input is newer); an RL stage after a retrained SFT stage resumes
 keeps what it learned from the SFT checkpoint it started from.
 
 `--fix` does exactly that, by moving, never deleting: what each problem lists goes to
-results/<sweep>/quarantine/<UTC time>/ under its path relative to the sweep, so nothing computed is lost; then
+results/_store/quarantine/<UTC time>/ under its path in the store (a sweep's own file: in the results directory), so
+nothing computed is lost; then
 `snakemake` recomputes. A stage whose directory holds RUNNING.lock is left alone (it is running, or its job died;
 the next run of the stage takes over a dead owner's lock).
 """
@@ -37,7 +40,7 @@ from pathlib import Path
 from workflow.atomic import parse_temporary, write_bytes
 from workflow.benchmarks.catalog import REGISTRY
 from workflow.layout import (CHECKPOINTS, DONE, StageJob, TableFile, default_journal, is_pack, parse_table_file,
-                             quarantine_dir, stage_jobs, sweep_dir, train_steps_files)
+                             quarantine_dir, stage_jobs, store_dir, sweep_dir, train_steps_files)
 from workflow.results.catalog import Catalog, Damaged, QueryError
 from workflow.runlock import LOCK_NAME
 from workflow.results.journal import inspect as inspect_journal
@@ -63,10 +66,10 @@ class Problem:
 class Report:
     sweep: str
     results: str  # the results directory as given (Snakemake names its targets under it)
-    root: Path  # the sweep's directory, resolved
+    root: Path  # the results directory, resolved (paths are shown relative to it)
     problems: list[Problem]
     n_files: int  # readable table files
-    n_jobs: int  # stage directories
+    n_jobs: int  # the sweep's stage directories
     sweep_file: str | None = None
 
 
@@ -82,13 +85,13 @@ def affected_runs(damaged: Damaged, runs) -> list[str]:
 def examine(results_root: str | Path, sweep: str, sweep_file: str | None = None) -> Report:
     root = Path(results_root).resolve()
     catalog = Catalog(root, sweep, deep=True)
-    jobs = stage_jobs(root, sweep)
-    problems = [damaged_file(root, sweep, d) for d in catalog.damaged]
+    jobs = [j for j in stage_jobs(root) if j.key in catalog.members]
+    problems = [damaged_file(root, d) for d in catalog.damaged]
     problems += leftover_temporaries(root, sweep)
     problems += damaged_journal(root, sweep)
-    problems += disagreements(root, sweep, catalog, jobs, done_with={p.job for p in problems if p.job})
-    return Report(sweep, str(results_root), sweep_dir(root, sweep), problems, sum(map(len, catalog.files.values())),
-                  len(jobs), sweep_file)
+    problems += disagreements(root, catalog, jobs, done_with={p.job for p in problems if p.job})
+    return Report(sweep, str(results_root), root, problems, sum(map(len, catalog.files.values())), len(jobs),
+                  sweep_file)
 
 
 def damaged_journal(root: Path, sweep: str) -> list[Problem]:
@@ -103,18 +106,18 @@ def damaged_journal(root: Path, sweep: str) -> list[Problem]:
                     "the tables and Snakemake does not train them again)", [damage.path], restore=damage.intact)]
 
 
-def owning_job(root: Path, sweep: str, owner: TableFile) -> StageJob | None:
+def owning_job(root: Path, owner: TableFile) -> StageJob | None:
     """The stage job whose directory and DONE.json go with a table file (an eval job's file names the run or the
     group, not both: the other comes from the directory layout or the benchmark registry)."""
     if owner.stage != "eval":
         return StageJob(owner.stage, owner.stage_id)
-    evaluated = (p.parent.name for p in (sweep_dir(root, sweep) / "eval").glob(f"*/{owner.stage_id}"))
+    evaluated = (p.parent.name for p in (store_dir(root) / "eval").glob(f"*/{owner.stage_id}"))
     run_id = owner.run_id or next(evaluated, None)  # eval/<run_id>/<eval_id>/...
     group = owner.group or (REGISTRY[owner.benchmark].group if owner.benchmark in REGISTRY else None)
     return StageJob("eval", owner.stage_id, run_id, owner.step, group) if run_id and group else None
 
 
-def damaged_file(root: Path, sweep: str, d: Damaged) -> Problem:
+def damaged_file(root: Path, d: Damaged) -> Problem:
     where = f"{d.table} file {d.path.name}"
     owner = d.owner
     if is_pack(d.path.stem):
@@ -125,22 +128,22 @@ def damaged_file(root: Path, sweep: str, d: Damaged) -> Problem:
         return Problem("damaged", d.path, f"unreadable {where}: {d.reason}",
                        "not a file of rlsweep's (no stage writes that name): nothing to recompute", [d.path])
     what = f"unreadable {where} ({owner}): {d.reason}"
-    job = owning_job(root, sweep, owner)
-    if job is None or not job.dir(root, sweep).is_dir():
-        return Problem("damaged", d.path, what, "no stage directory of this sweep holds its stage, so nothing reruns "
+    job = owning_job(root, owner)
+    if job is None or not job.dir(root).is_dir():
+        return Problem("damaged", d.path, what, "no stage directory holds its stage, so nothing reruns "
                        "it: its rows are gone from the queries either way", [d.path], job)
-    return rerun(root, sweep, job, "damaged", d.path, what, [d.path], retrain=d.table == "train_steps")
+    return rerun(root, job, "damaged", d.path, what, [d.path], retrain=d.table == "train_steps")
 
 
-def rerun(root: Path, sweep: str, job: StageJob, kind: str, subject: Path, what: str, files: list[Path],
+def rerun(root: Path, job: StageJob, kind: str, subject: Path, what: str, files: list[Path],
           retrain: bool) -> Problem:
     """The problem, with what makes Snakemake recompute the stage's rows: its DONE.json gone (and asked for), and
     for train_steps rows a training from scratch."""
-    jdir = job.dir(root, sweep)
+    jdir = job.dir(root)
     move = [*files, *[p for p in (jdir / DONE,) if p.is_file()]]
     after = "; then a plain `snakemake` reruns the stages after it (their input is newer)"
     if retrain:
-        own = train_steps_files(root, sweep, job.stage, job.stage_id)
+        own = train_steps_files(root, job.stage, job.stage_id)
         move += [p for p in (*own, jdir / CHECKPOINTS) if p.exists() and p not in move]
         how = (f"{job} trains again from scratch (with its checkpoints in place it would resume from the last one "
                f"and never log the earlier steps again){after}")
@@ -153,33 +156,34 @@ def rerun(root: Path, sweep: str, job: StageJob, kind: str, subject: Path, what:
 
 
 def leftover_temporaries(root: Path, sweep: str) -> list[Problem]:
-    base, quarantined = sweep_dir(root, sweep), quarantine_dir(root, sweep)
+    """Temporaries in the store (every sweep's: a dead write is nobody's) and in the sweep's own directory."""
+    quarantined = quarantine_dir(root)
     out = []
-    for path in sorted(base.rglob(".*.tmp-*")):
+    for path in sorted([*store_dir(root).rglob(".*.tmp-*"), *sweep_dir(root, sweep).rglob(".*.tmp-*")]):
         parsed = parse_temporary(path)
-        if parsed is None or quarantined in path.parents or _being_written(root, sweep, path, parsed):
+        if parsed is None or quarantined in path.parents or _being_written(root, path, parsed):
             continue
-        out.append(Problem("temporary", path, f"leftover temporary {path.relative_to(base)}: a write by pid "
+        out.append(Problem("temporary", path, f"leftover temporary {path.relative_to(root)}: a write by pid "
                            f"{parsed[1]} that never finished (nothing reads it)", "nothing to recompute", [path]))
     return out
 
 
-def own_temporaries(root: Path, sweep: str, job_dir: Path) -> list[Path]:
+def own_temporaries(root: Path, job_dir: Path) -> list[Path]:
     """The temporaries a stage job's earlier attempts left: under its directory, and of the table files it owns.
     Its job removes them on starting, holding RUNNING.lock: no other process writes those files then, so each is
     dead whatever its pid says (a pid may belong to another node)."""
     out = [p for p in job_dir.rglob(".*.tmp-*") if parse_temporary(p) and not any(
         parse_temporary(d) for d in p.parents if job_dir in d.parents)]  # a temporary directory's contents go with it
-    for path in (sweep_dir(root, sweep) / "tables").glob("*/.*.tmp-*"):
+    for path in (store_dir(root) / "tables").glob("*/.*.tmp-*"):
         parsed = parse_temporary(path)
         owner = parse_table_file(path.parent.name, Path(parsed[0]).stem) if parsed else None
-        job = owning_job(root, sweep, owner) if owner else None
-        if job is not None and job.dir(root, sweep).resolve() == job_dir.resolve():
+        job = owning_job(root, owner) if owner else None
+        if job is not None and job.dir(root).resolve() == job_dir.resolve():
             out.append(path)
     return sorted(out)
 
 
-def _being_written(root: Path, sweep: str, path: Path, parsed: tuple[str, int]) -> bool:
+def _being_written(root: Path, path: Path, parsed: tuple[str, int]) -> bool:
     """Whether a temporary may still be in use: its writer's pid lives on this host, or its stage holds
     RUNNING.lock. Either errs towards leaving it alone (a pid of another node may be alive here by chance)."""
     name, pid = parsed
@@ -190,11 +194,11 @@ def _being_written(root: Path, sweep: str, path: Path, parsed: tuple[str, int]) 
         pass
     except PermissionError:
         return True
-    base = sweep_dir(root, sweep)
+    base = store_dir(root)
     if path.parent.parent == base / "tables":  # a table file: its stage's directory has the lock
         owner = parse_table_file(path.parent.name, Path(name).stem)
-        job = owning_job(root, sweep, owner) if owner else None
-        return job is not None and (job.dir(root, sweep) / LOCK_NAME).exists()
+        job = owning_job(root, owner) if owner else None
+        return job is not None and (job.dir(root) / LOCK_NAME).exists()
     return any((d / LOCK_NAME).exists() for d in path.parents if base in d.parents)
 
 
@@ -221,27 +225,27 @@ def _rows(catalog: Catalog) -> tuple[dict[StageJob, dict], dict[tuple[str, str],
             {(e["t"], e["run_id"], e["eval_id"], e["step"], e["benchmark"]) for e in evals})
 
 
-def disagreements(root: Path, sweep: str, catalog: Catalog, jobs: list[StageJob],
+def disagreements(root: Path, catalog: Catalog, jobs: list[StageJob],
                   done_with: set[StageJob]) -> list[Problem]:
     """Stage jobs whose DONE.json and table rows disagree; `done_with`: jobs a damaged file already covers."""
     runs, steps, evals = _rows(catalog)
     out = []
     for job in jobs:
-        done = job.dir(root, sweep) / DONE
+        done = job.dir(root) / DONE
         if job in done_with or not done.is_file():
             continue
         reasons, retrain = missing_rows(job, done, runs, steps, evals)
         if reasons:
-            out.append(rerun(root, sweep, job, "done-without-rows", job.dir(root, sweep),
+            out.append(rerun(root, job, "done-without-rows", job.dir(root),
                              f"{job} has DONE.json but {'; '.join(reasons)}", [], retrain))
         elif job.stage == "eval":
             out += rescores_without_rows(job, done.parent, evals)
     for job, row in runs.items():
-        if row.get("status") == "completed" and job not in done_with and not (job.dir(root, sweep) / DONE).is_file():
-            out.append(Problem("rows-without-done", job.dir(root, sweep),
+        if row.get("status") == "completed" and job not in done_with and not (job.dir(root) / DONE).is_file():
+            out.append(Problem("rows-without-done", job.dir(root),
                                f"the runs row of {job} says completed but it has no DONE.json",
                                "the stage runs again and overwrites its rows (if the sweep still has it); until then "
-                               "queries count it as completed", job=job, target=job.dir(root, sweep) / DONE))
+                               "queries count it as completed", job=job, target=job.dir(root) / DONE))
     return out
 
 
@@ -298,7 +302,7 @@ def _group_benchmarks(job_dir: Path, group: str | None) -> list[str]:
 def quarantine(report: Report) -> tuple[Path, list[tuple[Path, Path]]]:
     """Move what each problem lists (except a locked stage's) under quarantine/<UTC time>/; returns the moves."""
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    target = quarantine_dir(Path(report.results).resolve(), report.sweep) / stamp
+    target, store = quarantine_dir(report.root) / stamp, store_dir(report.root)
     moved = []
     for problem in report.problems:
         if problem.locked is not None:
@@ -306,7 +310,8 @@ def quarantine(report: Report) -> tuple[Path, list[tuple[Path, Path]]]:
         for src in problem.move:
             if not (src.exists() or src.is_symlink()):  # listed by an earlier problem too, and moved with it
                 continue
-            dst = target / src.relative_to(report.root)
+            # a store path keeps its path in the store; a sweep's own file (its journal) its path in the results
+            dst = target / src.relative_to(store if store in src.parents else report.root)
             dst.parent.mkdir(parents=True, exist_ok=True)
             os.replace(src, dst)  # the same file system: a rename, however large a checkpoint directory is
             moved.append((src, dst))
@@ -321,12 +326,12 @@ def snakemake_command(report: Report, targets: list[Path]) -> str:
     --config takes every word after it)."""
     config = [f"sweep={report.sweep_file or 'SWEEP.yaml'}"] + ([f"results={report.results}"]
                                                                if report.results != "results" else [])
-    names = [str(Path(report.results) / report.sweep / t.relative_to(report.root)) for t in targets]
+    names = [str(Path(report.results) / t.relative_to(report.root)) for t in targets]
     return " ".join(["snakemake", *map(shlex.quote, names), "--config", *map(shlex.quote, config)])
 
 
 def report_lines(report: Report, moved: list[tuple[Path, Path]] | None = None) -> list[str]:
-    """The problems, each with how to recompute it and what --fix moves (paths relative to the sweep)."""
+    """The problems, each with how to recompute it and what --fix moves (paths relative to the results)."""
     def rel(p: Path) -> str:
         return str(p.relative_to(report.root)) if report.root in p.parents else str(p)
 

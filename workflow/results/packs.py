@@ -86,6 +86,18 @@ class TableLayout:
     def readable(self) -> list[Path]:
         return [*self.files, *self.packs]
 
+    def only(self, keep) -> TableLayout:
+        """The layout of the rows written under the stems `keep(stem)` accepts (one sweep's stage jobs): other small
+        files left out, other stems hidden in the packs, packs with none of them left out."""
+        out = TableLayout(files=[f for f in self.files if keep(f.stem)], leftovers=self.leftovers,
+                          retired=self.retired)
+        for p in self.packs:
+            hidden = self.hidden[p] | {stem for stem in self.sources[p] if not keep(stem)}
+            if len(hidden) < len(self.sources[p]):
+                out.packs.append(p)
+                out.hidden[p], out.sources[p] = hidden, self.sources[p]
+        return out
+
     def holder(self, stem: str) -> Path | None:
         """The file a reader takes the rows written under `stem` from (None: none, or superseded)."""
         for f in self.files:

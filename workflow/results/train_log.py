@@ -29,7 +29,7 @@ class TrainLog:
         attempt may have flushed steps and died before saving the checkpoint that follows them; the resumed run
         recomputes those steps and may flush them under another range (a preemption checkpoints off the
         interval), so without this they would appear twice."""
-        for f in train_steps_files(self.results_root, self.sweep, self.stage, self.run_id):
+        for f in train_steps_files(self.results_root, self.stage, self.run_id):
             name = parse_table_file("train_steps", f.stem)
             if name is not None and name.first > step:
                 f.unlink()
@@ -38,6 +38,6 @@ class TrainLog:
         if not self.pending:
             return
         first, last = self.pending[0]["step"], self.pending[-1]["step"]
-        write_rows(self.results_root, self.sweep, "train_steps", train_steps_file(self.stage, self.run_id, first, last),
+        write_rows(self.results_root, "train_steps", train_steps_file(self.stage, self.run_id, first, last),
                    self.pending)
         self.pending = []

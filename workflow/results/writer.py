@@ -40,6 +40,6 @@ def write_parquet(data: pa.Table, path: str | Path) -> Path:
     return Path(path)
 
 
-def write_rows(results_root: str | Path, sweep: str, table: str, name: str, rows: list[dict[str, Any]]) -> Path:
+def write_rows(results_root: str | Path, table: str, name: str, rows: list[dict[str, Any]]) -> Path:
     return write_parquet(to_arrow(table, rows, allow_extra=(table == "runs")),
-                         table_dir(results_root, sweep, table) / f"{name}.parquet")
+                         table_dir(results_root, table) / f"{name}.parquet")

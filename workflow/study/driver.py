@@ -149,7 +149,7 @@ class Driver:
                                       storage=storage_location(self.spec, self.results, self.sweep.name),
                                       study=self.study.study_name, pruner=self.spec.pruner.model_dump())
             env[pruning.ENV] = "1"
-        targets = [str(done_path(self.results, self.sweep.name, "eval", r.eval_id, r.run_id, step, group))
+        targets = [str(done_path(self.results, "eval", r.eval_id, r.run_id, step, group))
                    for r in runs for step, group in r.eval_jobs]
         log = trial_log(self.results, self.sweep.name, number)
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -186,7 +186,7 @@ class Driver:
              + (f" (best {best[1]:.4g}, trial {best[0]})" if best else ""))
 
     def _rl_dir(self, run_id: str) -> Path:
-        return stage_dir(self.results, self.sweep.name, "rl", run_id)
+        return stage_dir(self.results, "rl", run_id)
 
     def _annotate(self, r: Running, state: str, values: list[float] | None) -> None:
         """The trial's number, state and objective value on its runs' rows in `runs` (RL stage rows), so SQL over
@@ -194,12 +194,12 @@ class Driver:
         (the first value) and, for a multi-objective study, `objectives` (all of them, JSON)."""
         for run_id in r.run_ids:
             stem = runs_file("rl", run_id)
-            found = read_rows_of(table_dir(self.results, self.sweep.name, "runs"), "runs", stem)  # file or pack
+            found = read_rows_of(table_dir(self.results, "runs"), "runs", stem)  # file or pack
             if found is not None:
                 rows = found.to_pylist()
                 if any(row.get("trial") is not None and row.get("trial_state") == "complete" for row in rows):
                     continue  # a cached run serving a repeated proposal keeps the trial that trained it
-                write_rows(self.results, self.sweep.name, "runs", stem,
+                write_rows(self.results, "runs", stem,
                            [{**row, "study": self.study.study_name, "trial": r.number, "trial_state": state,
                              "objective": values[0] if values else None,
                              **({"objectives": json.dumps(values)} if values and len(values) > 1 else {})}

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from workflow.benchmarks.graders import rescores
 from workflow.config import RunConfig
 from workflow.engines.registry import traits
+from workflow.results.membership import Member
 from workflow.eval.plan import eval_groups, eval_jobs
 from workflow.stages import overlap_benchmarks, stage_config
 from workflow.strict import format_validation_error
@@ -177,6 +178,14 @@ class Sweep:
                 if r.sft_id is not None:
                     self.sft_overlaps.setdefault(r.sft_id, set()).add(r.overlap_id)
 
+    def members(self) -> list[Member]:
+        """Every stage job the sweep plans, as its membership records it (results/membership.py): the data and
+        overlap stages, the SFT stages, and each run's RL stage and eval id under the run's label."""
+        out = [Member("data", i) for i in self.data_configs] + [Member("overlap", i) for i in self.overlap_configs]
+        out += [Member("sft", i) for i in self.sft_configs]
+        for r in self.runs:
+            out += [Member("rl", r.run_id, r.label), Member("eval", r.eval_id, r.label)]
+        return out
 
     def start_sources(self) -> dict[str, Run]:
         """Eval id -> the run whose step-0 evaluations that run copies: of the runs that evaluate the same starting

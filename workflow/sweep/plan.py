@@ -9,6 +9,9 @@ job to run asks of SLURM (the stage's resources), and an estimate of the GPU-hou
 - upper bound: the stage's time limit times its GPUs, for a job with no such finished job to go by;
 - nothing for a step-0 eval job that copies another run's evaluation of the same start (Sweep.start_sources).
 
+A job done is done whichever sweep computed it (the store is shared, layout.py): `reused` counts, per stage, the
+done jobs another sweep computed.
+
 GPU-hours are GPUs x hours of a job (a CPU-only stage counts 0 GPUs, its hours are shown as such).
 """
 
@@ -45,33 +48,36 @@ class StagePlan:
     gpu_hours: float = 0.0
     measured: int = 0  # jobs to run whose estimate comes from finished jobs
     bounded: int = 0  # ... and whose estimate is the time limit (an upper bound)
+    reused: dict[str, int] = field(default_factory=dict)  # done jobs another sweep computed: per that sweep
 
 
 def _recorded(catalog: Catalog) -> tuple[dict[tuple[str, str], str], dict[str, float], dict[tuple[str, str], float],
-                                         dict[tuple[str, str], float]]:
+                                         dict[tuple[str, str], float], dict[tuple[str, str], str]]:
     """From the tables: each job's last recorded status, each finished SFT / RL job's mean wall-clock per step, each
     finished data / eval job's wall-clock (by stage and id; an eval job by id, step and group), and each finished
-    job's GPU-hours as SLURM accounted them (an SFT / RL job's per step), where sacct had them."""
+    job's GPU-hours as SLURM accounted them (an SFT / RL job's per step), where sacct had them, and the sweep that
+    computed each job (the shared store: another sweep's, for a job this sweep reuses)."""
     try:
         # (eval_step / eval_group exist once an eval job has written its row: COLUMNS picks what exists)
-        status = catalog.query("SELECT COLUMNS('^(stage|run_id|eval_step|eval_group|status|wall_s|gpu_hours)$') "
-                               "FROM runs").to_pylist()
+        status = catalog.query("SELECT COLUMNS('^(stage|run_id|eval_step|eval_group|status|wall_s|gpu_hours|"
+                               "computed_by)$') FROM runs").to_pylist()
         per_step = catalog.query("SELECT run_id, avg(wall_s) AS s, count(DISTINCT step) AS n FROM train_steps "
                                  "GROUP BY ALL").to_pylist()
     except QueryError:  # nothing has run yet
-        return {}, {}, {}, {}
+        return {}, {}, {}, {}, {}
     steps = {r["run_id"]: r["n"] for r in per_step}
-    states, wall, gpu = {}, {}, {}
+    states, wall, gpu, computed_by = {}, {}, {}, {}
     for r in status:
         job = r["run_id"] if r["stage"] != "eval" else f"{r['run_id']}/{r.get('eval_step')}/{r.get('eval_group')}"
         states[(r["stage"], job)] = r["status"]
+        computed_by[(r["stage"], job)] = r["computed_by"]
         if r["status"] == "completed" and r["wall_s"] is not None:
             wall[(r["stage"], job)] = r["wall_s"]
         if r["status"] == "completed" and r.get("gpu_hours") is not None:
             n = steps.get(r["run_id"]) if r["stage"] in ("sft", "rl") else 1
             if n:
                 gpu[(r["stage"], job)] = r["gpu_hours"] / n
-    return states, {r["run_id"]: r["s"] for r in per_step if r["s"] is not None}, wall, gpu
+    return states, {r["run_id"]: r["s"] for r in per_step if r["s"] is not None}, wall, gpu, computed_by
 
 
 def _state(done: Path, checkpoints: Path | None, recorded: str | None) -> str:
@@ -102,11 +108,11 @@ def sweep_jobs(sweep, root: Path, states: dict) -> list[Job]:
 
     for data_id, cfg in {**sweep.data_configs, **sweep.overlap_configs}.items():
         stage = "data" if data_id in sweep.data_configs else "overlap"
-        state = _state(done_path(root, sweep.name, stage, data_id), None, states.get((stage, data_id)))
+        state = _state(done_path(root, stage, data_id), None, states.get((stage, data_id)))
         jobs.append(Job("data", data_id, state, None, ("data", _model_key(cfg), gpus("data"))))
     for stage, configs in (("sft", sweep.sft_configs), ("rl", {r.run_id: r.stage_config("rl") for r in sweep.runs})):
         for stage_id, cfg in configs.items():
-            out = stage_dir(root, sweep.name, stage, stage_id)
+            out = stage_dir(root, stage, stage_id)
             state = _state(out / "DONE.json", out / CHECKPOINTS, states.get((stage, stage_id)))
             total = cfg[stage]["steps"]
             found = latest_checkpoint(out / CHECKPOINTS)
@@ -116,7 +122,7 @@ def sweep_jobs(sweep, root: Path, states: dict) -> list[Job]:
     for r in sweep.runs:
         for step, group in r.eval_jobs:
             job = f"{r.eval_id}/{step}/{group}"
-            state = _state(done_path(root, sweep.name, "eval", r.eval_id, r.run_id, step, group), None,
+            state = _state(done_path(root, "eval", r.eval_id, r.run_id, step, group), None,
                            states.get(("eval", job)))
             copy = step == 0 and r.eval_id in copies
             jobs.append(Job("eval", job, state, None, ("eval", _model_key(r.stage_config("eval")), gpus("eval"))
@@ -126,7 +132,8 @@ def sweep_jobs(sweep, root: Path, states: dict) -> list[Job]:
 
 def plan(sweep, root: Path) -> list[StagePlan]:
     """Per stage (data and overlap checks together as `data`): jobs by state, the SLURM ask, the hours left."""
-    states, per_step, wall, accounted = _recorded(Catalog(root, sweep.name))
+    catalog = Catalog(root, sweep.name, planned=sweep.members())
+    states, per_step, wall, accounted, computed_by = _recorded(catalog)
     jobs = sweep_jobs(sweep, root, states)
     # measured cost per cost key, over finished jobs: seconds per step (SFT / RL) or per job (data / eval), and the
     # GPU-hours SLURM accounted per step or job (startup, evaluation overheads and requeues included)
@@ -144,6 +151,9 @@ def plan(sweep, root: Path) -> list[StagePlan]:
     for job in jobs:
         p = out[job.stage]
         p.counts[job.state] += 1
+        by = computed_by.get((job.stage, job.stage_id))
+        if job.state == "done" and by not in (None, sweep.name):
+            p.reused[by] = p.reused.get(by, 0) + 1
         if job.state == "done" or job.copy:
             continue
         res = getattr(sweep.spec.resources, job.stage)
