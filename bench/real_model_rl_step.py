@@ -60,7 +60,7 @@ def run(name: str, lora: str, args, root: Path) -> dict:
     sweep = root / f"{name}.yaml"
     sweep.write_text(SWEEP.format(name=name, lora=lora, steps=args.steps, prompts=args.prompts, group=args.group,
                                   tokens=args.tokens, micro=args.prompts * args.group))
-    rl_target = f"{root}/{name}/rl"
+    rl_target = f"{root}/_store/rl"
     t0 = time.time()
     # only the RL stage: `--until rl` stops the DAG before the eval jobs
     proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2", "--until", "rl", "--config",

@@ -258,7 +258,7 @@ def test_a_verl_run_over_two_nodes_places_work_on_both_and_resumes_after_losing_
                 for kind in ("WorkerDict", "vLLMHttpServer"):
                     if title.startswith(f"ray::{kind}") and (node := _node_of(p.info["pid"], namespaces)):
                         placed.add((kind, node))
-            step10 = list(tmp_path.glob("results/*/rl/*/verl/global_step_10"))
+            step10 = list(tmp_path.glob("results/_store/rl/*/verl/global_step_10"))
             if killed_at is None and step10:
                 workers = [p for p in psutil.process_iter(["pid", "cmdline"])
                            if "start" in (p.info["cmdline"] or []) and any(a.startswith("--address=")

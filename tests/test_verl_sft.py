@@ -79,7 +79,7 @@ def test_the_stage_ends_with_checkpoints_where_rl_and_eval_find_them(trained):
     assert (meta["stage"], meta["engine"], meta["step"]) == ("sft", "verl", STEPS)
     trainedw, init = weights(final), weights(trained["model"])
     assert max(float((trainedw[k] - init[k]).abs().max()) for k in init) > 1e-3  # SFT moved the weights
-    runs = duckdb.sql(f"SELECT stage, status, preflight FROM '{trained[1]['root']}/s/tables/runs/*.parquet'")
+    runs = duckdb.sql(f"SELECT stage, status, preflight FROM '{table_dir(trained[1]['root'], 'runs')}/*.parquet'")
     assert runs.fetchall() == [("sft", "completed", "passed")]  # the integrity preflight ran on verl first
 
 
