@@ -76,7 +76,8 @@ def generate(root: Path, a) -> int:
                 correct = rng.random(n) < 0.4
                 columns = {"run_id": const(run_id, n, pa.string()), "eval_id": const(eval_id, n, pa.string()),
                            "sweep": const(SWEEP, n, pa.string()), "step": const(step, n, pa.int64()),
-                           "benchmark": const(b, n, pa.string()), "grader": pa.nulls(n, pa.string()), "problem_id": problem, "sample_idx": sample,
+                           "benchmark": const(b, n, pa.string()), "grader": pa.nulls(n, pa.string()),
+                           "problem_id": problem, "sample_idx": sample,
                            "correct": pa.array(correct), "response_len": pa.array(rng.integers(10, 4000, n)),
                            "extracted": const("42", n, pa.string()), "truncated": const(False, n, pa.bool_()),
                            "response": const("Let me think. The answer is \\boxed{42}.", n, pa.string()),

@@ -201,7 +201,8 @@ def test_a_rescore_whose_verdicts_are_gone_is_found_and_fix_lets_it_run_again(sw
     sweep.table_file("eval_grades").unlink()
     res = sweep.doctor()
     assert res.returncode == 1
-    assert f"done-without-rows: _store/eval/{r.run_id}/{r.eval_id}/step_{step}/{group}/rescored/math_equal.json" in res.stdout
+    marker_path = f"_store/eval/{r.run_id}/{r.eval_id}/step_{step}/{group}/rescored/math_equal.json"
+    assert f"done-without-rows: {marker_path}" in res.stdout
     assert "eval_grades has no rows for arithmetic" in res.stdout and "--graders math_equal" in res.stdout
     assert sweep.doctor("--fix").returncode == 1 and not marker.exists()  # moved aside, so the rescore runs again
     run_rescore(sweep.results, "s", r.eval_id, r.stage_config("eval"), step, group, "math_equal")

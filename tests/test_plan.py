@@ -46,8 +46,8 @@ def test_jobs_by_state_and_the_gpu_hours_left(tmp_path):
     out = stage_dir(root, "rl", done.run_id)
     out.mkdir(parents=True)
     (out / "DONE.json").write_text("{}")
-    write_rows(root, "train_steps", train_steps_file("rl", done.run_id, 1, 4), [dict(run_id=done.run_id, sweep="p", stage="rl",
-               step=s, wall_s=9.0) for s in range(1, 5)])  # 9 s a step measured
+    write_rows(root, "train_steps", train_steps_file("rl", done.run_id, 1, 4), [dict(run_id=done.run_id, sweep="p",
+               stage="rl", step=s, wall_s=9.0) for s in range(1, 5)])  # 9 s a step measured
     ckpt = step_dir(stage_dir(root, "rl", partial.run_id) / "checkpoints", 3)
     ckpt.mkdir(parents=True)
     (ckpt / "meta.json").write_text(json.dumps({"step": 3}))

@@ -335,9 +335,9 @@ def _terminated(signum, frame) -> None:
 
 
 def auto_compact(results_root: Path) -> None:
-    """The end of a sweep: pack the finished stages' table files (every sweep's) once there are many (compaction.py), so queries
-    stay fast; $RLSWEEP_AUTO_COMPACT sets how many (0: never). The summary is written first: it never waits on
-    compaction or fails with it."""
+    """The end of a sweep: pack the finished stages' table files (every sweep's) once there are many (compaction.py),
+    so queries stay fast; $RLSWEEP_AUTO_COMPACT sets how many (0: never). The summary is written first: it never
+    waits on compaction or fails with it."""
     min_files = int(os.environ.get("RLSWEEP_AUTO_COMPACT", AUTO_FILES))
     if min_files <= 0:
         return
