@@ -239,8 +239,9 @@ class Catalog:
                     self.damaged.append(Damaged(table, path, e.strerror or str(e)))
                     continue
                 schema, reason = read_schema(table, fd, deep)
-                foreign = (schema is not None and self.members is not None and table_file_key(table, path.stem) is None
-                           and read_pack(path, schema) is None)
+                pack = read_pack(path, schema) if schema is not None else None
+                # a readable file under a name no stage writes belongs to no sweep: not in a sweep's views
+                foreign = pack is None and self.members is not None and table_file_key(table, path.stem) is None
                 if schema is None or foreign or len(self.fds) >= budget:
                     os.close(fd)
                 if schema is None:
@@ -249,7 +250,6 @@ class Catalog:
                 if foreign:
                     continue
                 self.fds[str(path)] = fd if len(self.fds) < budget else None
-                pack = read_pack(path, schema)
                 (packs if pack else small).append(pack or path)
                 schemas[path] = schema.remove(schema.get_field_index(SOURCE)) if pack else schema
             layout = resolve(table, small, packs)
@@ -390,16 +390,22 @@ def _bounded(con: duckdb.DuckDBPyConnection, statements: list, limits: QueryLimi
         finally:
             done.set()
 
+    def stop() -> None:
+        # an interrupt that arrives before the worker's statement has started is lost (DuckDB interrupts what
+        # runs): interrupt again until the worker is done
+        while True:
+            cursor.interrupt()
+            if done.wait(0.1):
+                return
+
     threading.Thread(target=work, name="rlsweep-query", daemon=True).start()
     try:
         if not done.wait(limits.timeout_s):
-            cursor.interrupt()
-            done.wait()
+            stop()
             raise QueryError(f"stopped after {limits.timeout_s:g} s, the query's time bound (`rlsweep query "
                              "--timeout SECONDS` raises it)")
     except KeyboardInterrupt:
-        cursor.interrupt()
-        done.wait()
+        stop()
         raise
     finally:
         if done.is_set():
