@@ -59,9 +59,15 @@ def store_dir(results_root: str | Path) -> Path:
 def stage_dir(results_root: str | Path, stage: str, stage_id: str, run_id: str | None = None,
               step: int | str | None = None, group: str | None = None) -> Path:
     """A stage's directory in the store, or (stage eval) one eval job's: the run, the eval id, the step, the group."""
+    return _stage_dir_under(store_dir(results_root), stage, stage_id, run_id, step, group)
+
+
+def _stage_dir_under(base: Path, stage: str, stage_id: str, run_id: str | None, step: int | str | None,
+                     group: str | None) -> Path:
+    """A stage job's directory in `base`, a directory laid out as the store (or a sweep's before the store)."""
     if stage == "eval":
-        return store_dir(results_root) / "eval" / str(run_id) / stage_id / f"step_{step}" / str(group)
-    return store_dir(results_root) / stage / stage_id
+        return base / "eval" / str(run_id) / stage_id / f"step_{step}" / str(group)
+    return base / stage / stage_id
 
 
 def done_path(results_root: str | Path, stage: str, stage_id: str, run_id: str | None = None,
@@ -107,6 +113,10 @@ class StageJob:
 
     def dir(self, results_root: str | Path) -> Path:
         return stage_dir(results_root, self.stage, self.stage_id, self.run_id, self.step, self.group)
+
+    def dir_under(self, base: str | Path) -> Path:
+        """Its directory in `base`, laid out as the store (stage_jobs(root=base) found it there)."""
+        return _stage_dir_under(Path(base), self.stage, self.stage_id, self.run_id, self.step, self.group)
 
     def __str__(self) -> str:
         if self.stage == "eval":

@@ -10,11 +10,16 @@ from rich.console import Console
 err = Console(stderr=True, highlight=False)
 
 
+def results_path(a) -> Path:
+    """The results directory as given: --results, $RLSWEEP_RESULTS, ./results."""
+    return Path(a.results or os.environ.get("RLSWEEP_RESULTS", "results"))
+
+
 def results_root(a) -> Path:
-    """The results directory (--results, $RLSWEEP_RESULTS, ./results), with results made before the shared store
-    moved into it first (results/migrate.py: nothing to do is a look at its top level)."""
+    """results_path, with results made before the shared store moved into it first (results/migrate.py: nothing to
+    do is a look at its top level)."""
     from workflow.results.migrate import migrate_if_needed
 
-    root = Path(a.results or os.environ.get("RLSWEEP_RESULTS", "results"))
+    root = results_path(a)
     migrate_if_needed(root)
     return root

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
-from workflow.cli.common import err
+from workflow.cli.common import err, results_path
 from workflow.results.migrate import legacy_sweeps, migrate
 
 
 def cmd_migrate(a) -> int:
-    root = Path(a.results or os.environ.get("RLSWEEP_RESULTS", "results"))  # not results_root: it migrates itself
+    root = results_path(a)  # (not results_root: that migrates on its own)
     if not legacy_sweeps(root):
         err.print(f"{root}: nothing to migrate (every sweep's results are in the shared store)")
         return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 from rich.console import Console
@@ -90,11 +91,9 @@ def cmd_status(a) -> int:
     Console(highlight=False).print(t)
     err.print(f"[dim]{n_evaluated}/{len(sweep.runs)} runs evaluated; results under {root}[/]")
     if reused:
-        by: dict[str, int] = {}
-        for name in reused.values():
-            by[name] = by.get(name, 0) + 1
         err.print("[dim]reused from other sweeps (the shared store): "
-                  + ", ".join(f"{n} stage jobs from {name}" for name, n in sorted(by.items())) + "[/]")
+                  + ", ".join(f"{n} stage jobs from {name}" for name, n in sorted(Counter(reused.values()).items()))
+                  + "[/]")
     warn_damaged(catalog.damaged, {d: affected_runs(d, sweep.runs) for d in catalog.damaged})
     if sweep.spec.optuna is not None:
         from workflow.study.status import study_report  # Optuna: only for a sweep that has a study

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from workflow.errors import UserError
-from workflow.layout import StageJob, stage_jobs, store_dir, table_file_key
+from workflow.layout import StageJob, stage_jobs, store_dir, table_dir, table_file_key
 from workflow.results.catalog import table_files
 from workflow.results.compaction import drop_rows
 from workflow.results.packs import table_layout
-from workflow.runlock import LOCK_NAME, holder
+from workflow.runlock import holder
 
 
 class StoreBusy(UserError):
@@ -51,22 +51,27 @@ def find(results_root: str | Path, referenced: set[tuple[str, str]]) -> Garbage:
             out.jobs.append(job)
             out.sizes[job] = _tree_size(job.dir(root))
             out.keys.add(job.key)
+    def unreferenced(table: str, stem: str) -> tuple[str, str] | None:
+        key = table_file_key(table, stem)
+        return key if key is not None and key not in referenced else None
+
     for table, paths in table_files(root).items():
         for p in paths:
-            key = table_file_key(table, p.stem)
-            if key is not None and key not in referenced:
+            if (key := unreferenced(table, p.stem)) is not None:
                 out.files.append(p)
                 out.keys.add(key)
-        layout = table_layout(store_dir(root) / "tables" / table, table)
-        out.packs += sum(any(table_file_key(table, s) in out.keys for s in layout.sources[p]) for p in layout.packs)
+        layout = table_layout(table_dir(root, table), table)
+        for pack in layout.packs:  # (a stage job whose rows are only packed, its directory gone, counts too)
+            gone = {key for stem in layout.sources[pack] if (key := unreferenced(table, stem)) is not None}
+            out.packs += bool(gone)
+            out.keys |= gone
     return out
 
 
 def running(results_root: str | Path) -> list[tuple[StageJob, str]]:
     """The stage jobs of the store whose lock a live owner holds, and who."""
     root = Path(results_root)
-    return [(job, who) for job in stage_jobs(root) if (job.dir(root) / LOCK_NAME).exists()
-            and (who := holder(job.dir(root))) is not None]
+    return [(job, who) for job in stage_jobs(root) if (who := holder(job.dir(root))) is not None]
 
 
 def remove(results_root: str | Path, garbage: Garbage) -> int:

@@ -70,7 +70,7 @@ def migrate(results_root: str | Path) -> list[Migrated]:
         jobs = {sweep: stage_jobs(root, sweep_dir(root, sweep)) for sweep in sweeps}
         out = {sweep: Migrated(sweep) for sweep in sweeps}
         for sweep in sweeps:
-            running = next(((j, who) for j in jobs[sweep] if (who := holder(_old_dir(root, sweep, j))) is not None),
+            running = next(((j, who) for j in jobs[sweep] if (who := holder(j.dir_under(sweep_dir(root, sweep)))) is not None),
                            None)
             if running is not None:
                 out[sweep].kept_back = (f"{running[0]} is running ({running[1]}); run `rlsweep migrate` once it "
@@ -91,7 +91,7 @@ def _first_computed(root: Path, jobs: dict[str, list[StageJob]]) -> dict[StageJo
     for sweep, found in jobs.items():
         for job in found:
             try:
-                when = (_old_dir(root, sweep, job) / DONE).stat().st_mtime
+                when = (job.dir_under(sweep_dir(root, sweep)) / DONE).stat().st_mtime
             except OSError:
                 when = float("inf")  # unfinished: any finished copy goes first
             if job not in best or when < best[job][0]:
@@ -116,7 +116,7 @@ def _migrate_sweep(root: Path, sweep: str, jobs: list[StageJob], keep: dict[Stag
     labels = _labels(old / "tables" / "runs")
     members, duplicated = [], set()
     for job in jobs:
-        src, dst = _old_dir(root, sweep, job), job.dir(root)
+        src, dst = job.dir_under(old), job.dir(root)
         members.append(Member(job.stage, job.stage_id, labels.get(job.key)))
         if keep[job] != sweep or dst.exists():  # another sweep's copy is kept: this one is set aside
             _move(src, aside / src.relative_to(old))
@@ -136,13 +136,6 @@ def _migrate_sweep(root: Path, sweep: str, jobs: list[StageJob], keep: dict[Stag
     record(root, sweep, members)
     for name in _OLD:  # what is left: empty directories, and files no stage wrote (moved aside, never deleted)
         _prune(old / name, aside)
-
-
-def _old_dir(root: Path, sweep: str, job: StageJob) -> Path:
-    old = sweep_dir(root, sweep)
-    if job.stage == "eval":
-        return old / "eval" / str(job.run_id) / job.stage_id / f"step_{job.step}" / str(job.group)
-    return old / job.stage / job.stage_id
 
 
 def _labels(runs: Path) -> dict[tuple[str, str], str]:
