@@ -7,7 +7,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-err = Console(stderr=True, highlight=False)
+# notes are lines of a log: never broken at the terminal width (a path cut in two can neither be searched nor
+# pasted), the terminal wraps them for display
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def results_path(a) -> Path:
