@@ -137,9 +137,11 @@ def test_gc_lists_and_removes_only_what_no_sweep_references(tmp_path):
     _rl_rows(results, "keep", run.run_id, "kept")
     _rl_rows(results, "old", "deadbeef0001", "gone")  # a run of an edited sweep: no sweep references it now
     _rl_rows(results, "old", "deadbeef0002", "packed")
+    _rl_rows(results, "old", "deadbeef0003", "rows only")  # its directory removed by hand after compaction
     record(results, "old", [Member("rl", "deadbeef0001")])  # ... but this record is of a sweep with a file: below
     old = write_sweep(tmp_path / "old.yaml", "old", "grid:\n  rl.lr: [5.0e-4]\nseeds: [0]\n")
     compact(results)  # deadbeef0002's rows live in a pack with the kept run's
+    shutil.rmtree(stage_dir(results, "rl", "deadbeef0003"))
     write_rows(results, "runs", runs_file("rl", "deadbeef0002"),  # and again as a small file (a rerun)
                [dict(run_id="deadbeef0002", sweep="old", stage="rl", status="completed")])
     checkpoint = stage_dir(results, "rl", "deadbeef0001") / "checkpoints" / "step_000002" / "model.bin"
@@ -150,6 +152,7 @@ def test_gc_lists_and_removes_only_what_no_sweep_references(tmp_path):
     assert listed.returncode == 0, listed.stderr
     assert "deadbeef0001" in listed.stdout and "deadbeef0002" in listed.stdout and run.run_id not in listed.stdout
     assert "nothing removed" in listed.stderr and stage_dir(results, "rl", "deadbeef0001").is_dir()
+    assert "(1 stage job(s) with rows but no directory)" in listed.stderr  # deadbeef0003: packed rows alone
     # without the sweep file of `old`, what it planned keeps deadbeef0001 (never forgotten by accident)
     kept_by_record = _gc(results, str(keep), cwd=tmp_path)
     assert "deadbeef0001" not in kept_by_record.stdout and "deadbeef0002" in kept_by_record.stdout
