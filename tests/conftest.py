@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import subprocess
@@ -153,13 +154,22 @@ SFT_FOR_RL = {"model": {"n_layers": 2, "hidden": 64, "n_heads": 4},
 @pytest.fixture(scope="session")
 def sft_for_rl(tmp_path_factory) -> Path:
     """The DONE.json of an SFT checkpoint good enough that some RL groups have mixed rewards (so RL really moves the
-    weights), trained once per test session under SFT_FOR_RL."""
+    weights), trained under SFT_FOR_RL once per test session: the first pytest-xdist worker to ask trains it under a
+    lock in the session's shared directory, the others wait and reuse it (minutes of two busy cores each)."""
     from workflow.config import RunConfig
     from workflow.launch import run_stage
     from workflow.stages import stage_config
     from workflow.sweep.identity import stable_id
     scfg = stage_config(RunConfig.model_validate(SFT_FOR_RL), "sft")
-    torch.set_num_threads(2)
-    done = run_stage("sft", "sft", stable_id(scfg), scfg, results_root=tmp_path_factory.mktemp("sft_results"))
-    torch.set_num_threads(1)
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # xdist: pytest-N/popen-gwK
+    root = shared / "sft_for_rl"
+    done = stage_dir(root, "sft", stable_id(scfg)) / "DONE.json"
+    with open(shared / "sft_for_rl.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.is_file():
+            torch.set_num_threads(2)
+            made = run_stage("sft", "sft", stable_id(scfg), scfg, results_root=root)
+            torch.set_num_threads(1)
+            assert made == done, (made, done)
     return done

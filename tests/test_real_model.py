@@ -59,7 +59,7 @@ base:
     paths: {{{paths}}}
     n_problems: 4
     k: 2
-    max_new_tokens: 64
+    max_new_tokens: 32  # enough for real words and short answers (ARC/GPQA letters); twice as long took minutes
     backend: vllm
 checks: {{max_train_overlap: 0.0}}
 resources: {{sft: {{threads: 2}}, rl: {{threads: 2}}, eval: {{threads: 2}}}}

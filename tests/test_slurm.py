@@ -165,9 +165,13 @@ base:
 
 
 @pytest.mark.timeout(1800)
-def test_running_rl_job_survives_preemption_and_requeue_exactly(slurm, tmp_path):
+def test_running_rl_job_survives_preemption_and_requeue_exactly(slurm, tmp_path, sft_for_rl):
     sweep = write_sweep(tmp_path / "rq.yaml", "rq", CPU_JOBS, base=REQUEUE_BASE)
     run = load_sweep(sweep).runs[0]
+    # the SFT it starts from is the session's shared one (conftest.SFT_FOR_RL), put in the store as another sweep's
+    # finished stage: Snakemake reuses it and submits only RL and eval (SLURM runs an SFT job in the tests above)
+    assert sft_for_rl.parent.name == run.sft_id, "REQUEUE_BASE's SFT must be conftest.SFT_FOR_RL's"
+    shutil.copytree(sft_for_rl.parent, stage_dir(tmp_path / "results", "sft", run.sft_id))
     run_dir = stage_dir(tmp_path / "results", "rl", run.run_id)
     ckpts = run_dir / "checkpoints"
     lock = run_dir / "RUNNING.lock"
