@@ -26,7 +26,7 @@ from safetensors.torch import load_file
 
 from conftest import REPO, run_cli, write_sweep
 from workflow.launch import run_stage
-from workflow.layout import stage_dir, store_dir
+from workflow.layout import stage_dir
 from workflow.slurm import cluster
 from workflow.sweep.expand import load_sweep
 
@@ -272,7 +272,9 @@ def test_a_controller_outage_mid_sweep_is_waited_out_not_fatal(slurm, tmp_path):
         pytest.skip("not the project's local cluster: the test does not stop someone else's controller")
     sweep = write_sweep(tmp_path / "out.yaml", "out", CPU_JOBS + "seeds: [0, 1]\n")
     proc = snakemake_slurm(tmp_path, sweep, background=True)
-    _wait(lambda: (store_dir(tmp_path / "results") / "sft").is_dir(), "the SFT job to start", proc)
+    # submitted: submitit's pickle is renamed to the job's id once sbatch answered (the store's sft directory is not
+    # a sign, Snakemake makes it before sbatch runs, and an outage then is sbatch's retry, not a poll's back-off)
+    _wait(lambda: any((tmp_path / ".snakemake" / "slurm").glob("*/*_submitted.pkl")), "the SFT job's submission", proc)
     os.kill(int(pidfile.read_text()), 15)
     time.sleep(40)
     subprocess.run(["slurmctld"], check=True)  # jobs and their state survive a controller restart (StateSaveLocation)
