@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import subprocess
@@ -154,22 +153,21 @@ SFT_FOR_RL = {"model": {"n_layers": 2, "hidden": 64, "n_heads": 4},
 @pytest.fixture(scope="session")
 def sft_for_rl(tmp_path_factory) -> Path:
     """The DONE.json of an SFT checkpoint good enough that some RL groups have mixed rewards (so RL really moves the
-    weights), trained under SFT_FOR_RL once per test session: the first pytest-xdist worker to ask trains it under a
-    lock in the session's shared directory, the others wait and reuse it (minutes of two busy cores each)."""
+    weights), trained under SFT_FOR_RL once per test session in the session's shared directory: the first
+    pytest-xdist worker to ask trains it, another that asks meanwhile waits on the stage's lock as a twin job does
+    (run_stage's wait_for_twin) and gets the same DONE.json (minutes of two busy cores saved each)."""
     from workflow.config import RunConfig
     from workflow.launch import run_stage
     from workflow.stages import stage_config
     from workflow.sweep.identity import stable_id
     scfg = stage_config(RunConfig.model_validate(SFT_FOR_RL), "sft")
+    sft_id = stable_id(scfg)
     base = tmp_path_factory.getbasetemp()
-    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # xdist: pytest-N/popen-gwK
-    root = shared / "sft_for_rl"
-    done = stage_dir(root, "sft", stable_id(scfg)) / "DONE.json"
-    with open(shared / "sft_for_rl.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not done.is_file():
-            torch.set_num_threads(2)
-            made = run_stage("sft", "sft", stable_id(scfg), scfg, results_root=root)
-            torch.set_num_threads(1)
-            assert made == done, (made, done)
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "sft_for_rl"  # xdist: pytest-N/popen-gwK
+    done = stage_dir(root, "sft", sft_id) / "DONE.json"
+    if not done.is_file():  # run_stage on a finished stage would resume it at its last step and rewrite its rows
+        torch.set_num_threads(2)
+        made = run_stage("sft", "sft", sft_id, scfg, results_root=root, wait_for_twin=True)
+        torch.set_num_threads(1)
+        assert made == done, (made, done)
     return done
