@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Cost of SFPO's and GXPO's extra arithmetic and memory, on >= 100M float32 parameters on the CPU.
+"""Cost of SFPO's and GXPO's extra arithmetic and memory: on >= 100M float32 parameters on the CPU, or (--device cuda)
+on a real model shape on a GPU.
 
 Time: the reposition / extrapolation arithmetic of one step (SFPO: the lerp; GXPO: the per-coordinate scale s and
 the reposition), divided by the time of ONE copy of the parameters measured in the same run (goal <= 4x). The
@@ -10,6 +11,14 @@ process; its peak resident memory minus the peak of the same run with GRPOStep, 
 (goal: SFPO <= 1, GXPO <= 2).
 
     python bench/update_rules.py [--params 100_000_000] [--tensors 25] [--repeat 5]
+
+GPU (--device cuda): real steps of each rule on a Qwen2 of a real shape (--shape, default qwen2-0.5b: 494M
+parameters, fp32 master weights, bf16 autocast, fused AdamW) on one batch of --batch x --seq random tokens with a
+GRPO clipped loss. Reports each rule's step time per backward pass relative to GRPO's, measured in the same run with
+the rules interleaved (goal <= 1.02x: the rules' own arithmetic is small next to a pass), and its extra peak GPU
+memory over GRPO's in parameter bytes (goals: SFPO <= 1, GXPO <= 2).
+
+    python bench/update_rules.py --device cuda [--shape qwen2-0.5b] [--batch 16] [--seq 512] [--repeat 5]
 """
 
 from __future__ import annotations
@@ -101,13 +110,111 @@ def extra_peak_of_steps(rule_name: str, n: int, tensors: int, steps: int) -> int
     return (_status_kib("VmHWM") - baseline) * 1024
 
 
+# real model shapes (Hugging Face configs of the Qwen2 family; vocab included: the logits are most of a pass's memory)
+SHAPES = {
+    "qwen2-0.5b": dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
+                       intermediate_size=4864, vocab_size=151936, tie_word_embeddings=True),
+    "qwen2-1.5b": dict(hidden_size=1536, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
+                       intermediate_size=8960, vocab_size=151936, tie_word_embeddings=True),
+    "tiny": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+                 intermediate_size=192, vocab_size=512, tie_word_embeddings=True),  # a smoke run of this script
+}
+
+
+def gpu_rules():
+    return {"grpo": GRPOStep(), "sfpo": SFPO(K=3, alpha=0.8), "gxpo": GXPO(K=5, alpha=0.5)}
+
+
+def gpu_bench(shape: str, batch: int, seq: int, repeat: int, device: str) -> None:
+    """Real steps of each rule on one model and batch, interleaved; time per backward pass and peak memory."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from workflow.algos.losses import clipped_policy_loss, token_logprobs
+
+    dev = torch.device(device)
+    torch.manual_seed(0)
+    with dev:  # made on the GPU directly (the weights' values do not matter here)
+        model = Qwen2ForCausalLM(Qwen2Config(**SHAPES[shape], max_position_embeddings=max(seq, 128)))
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    n_params = sum(p.numel() for p in params)
+    param_bytes = sum(p.numel() * p.element_size() for p in params)
+    opt = torch.optim.AdamW(params, lr=1e-6, fused=dev.type == "cuda")
+    gen = torch.Generator(device=dev).manual_seed(0)
+    ids = torch.randint(0, SHAPES[shape]["vocab_size"], (batch, seq), generator=gen, device=dev)
+    adv = torch.randn(batch, 1, generator=gen, device=dev)  # one advantage per sequence, as GRPO's
+    weight = 1.0 / (batch * (seq - 1))  # token-mean
+    autocast = torch.autocast(dev.type, dtype=torch.bfloat16)
+    with torch.no_grad(), autocast:
+        old_logp = token_logprobs(model(input_ids=ids).logits[:, :-1], ids[:, 1:]).float()
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad(set_to_none=True)
+        with autocast:
+            logp = token_logprobs(model(input_ids=ids).logits[:, :-1], ids[:, 1:])
+        loss = clipped_policy_loss(logp, old_logp, adv, 0.2, 0.28)[0].sum() * weight
+        loss.backward()
+        return loss.detach()
+
+    rules = gpu_rules()
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    for rule in rules.values():  # warm-up: AdamW's state, the rules' buffers, the kernels' first launches
+        rule.step(params, opt, closure)
+    sync()
+    times: dict[str, list[float]] = {name: [] for name in rules}
+    passes: dict[str, int] = {}
+    for _ in range(repeat):  # interleaved, so a clock or thermal drift falls on every rule alike
+        for name, rule in rules.items():
+            sync()
+            t0 = time.perf_counter()
+            stats = rule.step(params, opt, closure)
+            sync()
+            times[name].append(time.perf_counter() - t0)
+            passes[name] = stats.backward_passes
+    peaks: dict[str, int] = {}
+    for name, rule in rules.items():  # memory one rule at a time: the others' kept buffers released first
+        for other in rules.values():
+            other.release_buffers()
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+        for _ in range(2):
+            rule.step(params, opt, closure)
+        sync()
+        peaks[name] = torch.cuda.max_memory_allocated() if dev.type == "cuda" else 0
+    name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
+    print(f"device: {name}, torch {torch.__version__}; model {shape}: {n_params / 1e6:.0f}M parameters "
+          f"({param_bytes / 2**30:.2f} GiB fp32), batch {batch} x {seq} tokens, bf16 autocast, fused AdamW; "
+          f"median of {repeat} interleaved steps each")
+    per_pass = {k: statistics.median(v) / passes[k] for k, v in times.items()}
+    for k in rules:
+        ratio = per_pass[k] / per_pass["grpo"]
+        goal = "" if k == "grpo" else " (goal <= 1.02x)"
+        print(f"{k:5s} step {statistics.median(times[k]):7.3f} s, {passes[k]} backward pass(es), "
+              f"{per_pass[k]:7.3f} s per pass = {ratio:5.3f}x GRPO per pass{goal}")
+    if dev.type == "cuda":
+        print(f"grpo  peak GPU memory {peaks['grpo'] / 2**30:6.2f} GiB (reference)")
+        for k, goal in (("sfpo", "1"), ("gxpo", "2")):
+            print(f"{k:5s} peak GPU memory {peaks[k] / 2**30:6.2f} GiB: extra {(peaks[k] - peaks['grpo']) / param_bytes:5.2f}"
+                  f" x parameter bytes (goal <= {goal})")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--params", type=int, default=100_000_000)
     p.add_argument("--tensors", type=int, default=25)
     p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--device", default="cpu", help="cpu (the arithmetic and RSS figures) or cuda (real-model steps)")
+    p.add_argument("--shape", choices=sorted(SHAPES), default="qwen2-0.5b", help="--device cuda: the model's shape")
+    p.add_argument("--batch", type=int, default=16, help="--device cuda: sequences per batch")
+    p.add_argument("--seq", type=int, default=512, help="--device cuda: tokens per sequence")
     p.add_argument("--memory-child", help=argparse.SUPPRESS)
     a = p.parse_args()
+    if a.device != "cpu":
+        if a.device.startswith("cuda") and not torch.cuda.is_available():
+            sys.exit(f"--device {a.device}: torch sees no GPU here")
+        gpu_bench(a.shape, a.batch, a.seq, a.repeat, a.device)
+        return
     if a.memory_child:
         print(json.dumps(extra_peak_of_steps(a.memory_child, a.params, a.tensors, steps=2)))
         return

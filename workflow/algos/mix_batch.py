@@ -87,11 +87,11 @@ def trace_response(demo: list[int], eos: int, max_len: int) -> tuple[list[int], 
 def sequence_fields(prompt: torch.Tensor, response: list[int]) -> dict[str, torch.Tensor]:
     """One sequence's per-sample fields as verl's agent loop writes them (text-only: positions 0..n-1), for a row
     whose response is replaced."""
-    responses = torch.tensor(response, dtype=torch.int64)
+    responses = torch.tensor(response, dtype=torch.int64, device="cpu")
     input_ids = torch.cat([prompt.to(torch.int64), responses])
     ones = torch.ones_like(responses)
     return {"responses": responses, "response_mask": ones, "loss_mask": ones.clone(), "input_ids": input_ids,
-            "position_ids": torch.arange(len(input_ids), dtype=torch.int64)}
+            "position_ids": torch.arange(len(input_ids), dtype=torch.int64, device="cpu")}
 
 
 def demonstration_row(template: dict, prompt: torch.Tensor, response: list[int]) -> dict:
@@ -109,7 +109,7 @@ def demonstration_row(template: dict, prompt: torch.Tensor, response: list[int])
         if name in sequence:
             row[name] = sequence[name]
         elif isinstance(value, torch.Tensor) and value.dim() >= 1 and len(value) in lengths:
-            row[name] = torch.zeros((lengths[len(value)], *value.shape[1:]), dtype=value.dtype)
+            row[name] = torch.zeros((lengths[len(value)], *value.shape[1:]), dtype=value.dtype, device="cpu")
         else:
             row[name] = value.clone() if isinstance(value, torch.Tensor) else copy.deepcopy(value)
     return row
@@ -119,13 +119,13 @@ def sft_weights(masks: list[torch.Tensor], trained: int) -> list[torch.Tensor]:
     """Per-token weights of a batch of demonstration rows: 1 / (SFT tokens of the first `trained` rows) on those
     rows' response tokens (a global token mean), 0 on the rest (padding to a multiple of the data-parallel size)."""
     total = max(float(sum(m.float().sum() for m in masks[:trained])), 1.0)
-    return [m.float() / total if i < trained else torch.zeros(len(m)) for i, m in enumerate(masks)]
+    return [m.float() / total if i < trained else torch.zeros(len(m), device="cpu") for i, m in enumerate(masks)]
 
 
 def padded(rows: list[torch.Tensor], dtype=torch.float32) -> torch.Tensor:
     """Per-row 1-d tensors -> [N, T], right-padded with 0."""
     width = max((len(r) for r in rows), default=0)
-    out = torch.zeros((len(rows), width), dtype=dtype)
+    out = torch.zeros((len(rows), width), dtype=dtype, device="cpu")
     for i, r in enumerate(rows):
         out[i, : len(r)] = r.to(dtype)
     return out
@@ -213,27 +213,29 @@ def token_fields(mix: MixedPolicy, plan: LossPlan, rows: StepRows, demos: dict[i
     penalty's coefficient, one for the batch or one per row (batch order)."""
     order = rows.order
     rl_pos = order[np.asarray(plan.rl_rows, bool)]
-    is_rl = torch.zeros(len(rows.mask), dtype=torch.bool)
-    is_rl[torch.as_tensor(rl_pos, dtype=torch.long)] = True
+    is_rl = torch.zeros(len(rows.mask), dtype=torch.bool, device="cpu")
+    is_rl[torch.as_tensor(rl_pos, dtype=torch.long, device="cpu")] = True
     mask = rows.mask
     w_rl = torch.zeros_like(mask)
     if len(rl_pos):
         w_rl[is_rl] = token_weights(mask[is_rl], loss_agg, max_len=max_len)
-    scale = torch.ones(len(mask))
-    scale[torch.as_tensor(order)] = torch.as_tensor(np.asarray(plan.rl_scale, float), dtype=torch.float32)
+    scale = torch.ones(len(mask), device="cpu")
+    scale[torch.as_tensor(order, device="cpu")] = torch.as_tensor(np.asarray(plan.rl_scale, float), dtype=torch.float32,
+                                                                  device="cpu")
     w_sft = torch.zeros_like(mask)
     if demos:
-        sft_pos = torch.as_tensor(list(demos.values()), dtype=torch.long)
-        per_prompt = torch.as_tensor([float(plan.sft_weight[p]) for p in demos], dtype=torch.float32)
+        sft_pos = torch.as_tensor(list(demos.values()), dtype=torch.long, device="cpu")
+        per_prompt = torch.as_tensor([float(plan.sft_weight[p]) for p in demos], dtype=torch.float32, device="cpu")
         w_sft[sft_pos] = mask[sft_pos] / mask[sft_pos].sum().clamp_min(1.0) * per_prompt.unsqueeze(1)
     adv_rows = rows.advantage.copy()
     if plan.advantages is not None:
         adv_rows[order] = np.asarray(plan.advantages, float)
     off = rows.off & is_rl.unsqueeze(1)
-    adv = torch.as_tensor(adv_rows, dtype=torch.float32).unsqueeze(1) * mask * is_rl.unsqueeze(1)
+    adv = torch.as_tensor(adv_rows, dtype=torch.float32, device="cpu").unsqueeze(1) * mask * is_rl.unsqueeze(1)
     adv = adv * advantage_kept(off, rows.entropy, mix.off_policy_entropy_top)
     metrics = mix_metrics(plan, rows, is_rl, off, w_sft)
-    beta = torch.as_tensor(np.broadcast_to(np.asarray(kl_coef, float), (len(mask),)).copy(), dtype=torch.float32)
+    beta = torch.as_tensor(np.broadcast_to(np.asarray(kl_coef, float), (len(mask),)).copy(), dtype=torch.float32,
+                           device="cpu")
     return MixTokens(w_rl=w_rl * scale.unsqueeze(1), w_kl=w_rl, kl_coef=beta.unsqueeze(1) * mask, w_sft=w_sft,
                      shaped=(off & (mix.off_policy_loss == "shaped")).float(), advantages=adv, metrics=metrics)
 

@@ -42,8 +42,8 @@ def all_reduce_sum(values: Tensor, group) -> Tensor:
 
 
 def global_norm(tensors: list[Tensor], group) -> Tensor:
-    if not tensors:
-        return torch.zeros(())
+    if not tensors:  # no gradient reached any parameter: no device to follow; callers read it as a float
+        return torch.zeros((), dtype=torch.float64, device="cpu")
     norms = torch._foreach_norm([local(t) for t in tensors])
     sq = torch.stack([n.double() ** 2 for n in norms]).sum()
     return all_reduce_sum(sq, group).sqrt()
@@ -69,7 +69,7 @@ def clip_and_step(params: list[Tensor], optimizer: Optimizer, max_grad_norm: flo
 def chunked_dot(a: Tensor, b: Tensor) -> Tensor:
     """<a, b> accumulated in float64 over cache-sized chunks (no full-size float64 copies)."""
     a, b = a.reshape(-1), b.reshape(-1)
-    total = torch.zeros((), dtype=torch.float64)
+    total = torch.zeros((), dtype=torch.float64, device=a.device)
     for start in range(0, a.numel(), CHUNK):
         total += torch.dot(a[start:start + CHUNK], b[start:start + CHUNK]).double()
     return total

@@ -37,6 +37,10 @@
     rlsweep preflight SWEEP.yaml         the integrity preflight of every SFT and mixed-policy job: the gradient is
                                          the same for any micro-batch split, one accumulated step equals one
                                          full-batch step (exit 1: a job would train wrongly)
+    rlsweep gpu-check [--engine local|verl|all] [--allow-cpu]
+                                         before GPU-hours are spent: SFT, every update rule, every mixed-policy
+                                         method, FAST-GRPO and an evaluation for a few steps on this node's GPU; a
+                                         table of pass/fail, s/step, peak GPU memory (exit 1: a failure; 3: no GPU)
     rlsweep profile install [--partition P] [--account A] [--qos Q] [--name slurm]
                                          install profiles/slurm as your Snakemake profile: `snakemake --profile slurm`
 """
@@ -123,6 +127,23 @@ def main(argv: list[str] | None = None) -> int:
     pf = sub.add_parser("preflight", parents=[common], help="check gradient accumulation and the optimizer step")
     pf.add_argument("sweep_file")
     pf.set_defaults(fn="preflight:cmd_preflight")
+    gk = sub.add_parser("gpu-check", help="run every stage and method for a few steps on this node's GPU")
+    gk.add_argument("--engine", choices=("local", "verl", "all"), default="all",
+                    help="local: the local engine, in this process; verl: a generated sweep on verl + vLLM (needs "
+                         "them installed); all (default): both, verl only where it is installed")
+    gk.add_argument("--steps", type=int, default=4, help="RL steps per check (default 4)")
+    gk.add_argument("--sft-steps", type=int, default=300,
+                    help="local SFT steps (default 300: enough that RL groups get mixed rewards and real gradients)")
+    gk.add_argument("--only", type=lambda s: [n for n in s.split(",") if n], metavar="CHECK,...",
+                    help="run only these checks (and what they start from), e.g. gxpo,eval")
+    gk.add_argument("--verl-model", default=None, metavar="MODEL",
+                    help="the verl part's model (default rlsweep:tiny; a Hugging Face id or path for a real one)")
+    gk.add_argument("--allow-cpu", action="store_true",
+                    help="without a GPU, run the checks on the CPU anyway (the wiring, not the devices)")
+    gk.add_argument("--keep", metavar="DIR", help="keep the stage jobs' results here (default: a temporary directory)")
+    gk.add_argument("--json", metavar="FILE", help="also write the outcomes as JSON")
+    gk.add_argument("--markdown", metavar="FILE", help="also write the table as Markdown")
+    gk.set_defaults(fn="gpu_check:cmd_gpu_check")
     pr = sub.add_parser("profile", help="manage the Snakemake profile for SLURM")
     prs = pr.add_subparsers(dest="action", required=True)
     pi = prs.add_parser("install", help="write profiles/slurm as a user profile with your cluster's names")

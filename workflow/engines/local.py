@@ -43,10 +43,11 @@ def sft_accumulate(model, batch: dict[str, torch.Tensor], micro_batch_size: int 
     """Forward + backward over the batch in micro-batches with the GLOBAL token-mean loss; returns the loss.
 
     The gradient equals the single-batch gradient for any micro-batch size (see algos/losses.py)."""
-    weights = token_weights(batch["loss_mask"], "token-mean")
+    weights = token_weights(batch["loss_mask"], "token-mean")  # on the CPU with the batch; each slice moves to the model
     total = 0.0
     for rows in micro_slices(len(batch["input_ids"]), micro_batch_size):
-        logp = token_logprobs(forward_logits(model, batch, rows), batch["labels"][rows].to(weights.device))
+        logits = forward_logits(model, batch, rows)
+        logp = token_logprobs(logits, batch["labels"][rows].to(logits.device))
         loss = sft_loss(logp, weights[rows].to(logp.device))
         loss.backward()
         total += float(loss.detach())
@@ -167,7 +168,6 @@ class LocalEngine:
         if isinstance(stage, SFTStage):
             sft = stage.sft
             model = with_lora(build_model(stage.model, TOKENIZER.vocab_size, sft.seed), stage.model, sft.seed)
-            model = model.to(device())
             batch = sft_batch(stage.task, sft.seed, 0, probe_rows(sft.batch_size, sft.micro_batch_size))
             params = lora.trainable(model)
             backward = functools.partial(accumulate or sft_accumulate, model, batch)

@@ -18,7 +18,7 @@ from workflow.algos.losses import (group_advantages, kl_k3, mixed_token_loss, sf
 from workflow.algos.mix import LossPlan, MixedPolicy, Slot, sft_loss_share, step_columns
 from workflow.algos.mix_batch import advantage_kept, row_mean
 from workflow.config import RLConfig, TaskConfig
-from workflow.engines.tiny_lm import (TOKENIZER, device, forward_logits, micro_slices, pack, prefix_mask, sample,
+from workflow.engines.tiny_lm import (TOKENIZER, forward_logits, micro_slices, model_device, pack, prefix_mask, sample,
                                       step_seed)
 from workflow.benchmarks.arithmetic import Problem, reward, sample_train
 from workflow.methods.registry import build_parts
@@ -31,7 +31,7 @@ def rollout(model, ref, mix: MixedPolicy, task: TaskConfig, rl: RLConfig, seed: 
     trained batch built. Returns the batch (None when no group was kept: the step trains nothing), the problems, the rewards
     [P, G] and which sequences hit max_new_tokens, of the groups trained on, and FAST-GRPO's columns of the step
     (workflow/results/schemas.py)."""
-    gen = torch.Generator(device=device()).manual_seed(step_seed(seed, step, 2))
+    gen = torch.Generator(device=model_device(model)).manual_seed(step_seed(seed, step, 2))  # samples where the model is
     parts = build_parts(rl)
     groups = sample_groups(model, mix, task, rl, seed, step, step / total, gen)
     sampled = groups
@@ -203,7 +203,7 @@ def build_step_batch(model, ref, mix: MixedPolicy, rl: RLConfig, prompts: list[l
     # an expert trace's <eos> is the expert's too: every token of a trace row is off-policy
     off_policy = prefix_mask(mask, [s.prefix + (not s.generate) for s in slots] + [0] * (len(mask) - n_seq))
     old_logp, ent, ref_logp = score(model, ref, batch, rl.micro_batch_size)
-    adv = group_advantages(torch.tensor(rewards, dtype=torch.float32), rl.std_norm).flatten()
+    adv = group_advantages(torch.tensor(rewards, dtype=torch.float32, device="cpu"), rl.std_norm).flatten()
     on_policy = mask[:n_seq] * ~off_policy[:n_seq]
     signals = {"entropy": float((ent[:n_seq] * on_policy).sum() / on_policy.sum().clamp_min(1.0)),
                "advantages": adv.numpy(), "seq_entropy": row_mean(ent[:n_seq], mask[:n_seq])}
@@ -211,10 +211,11 @@ def build_step_batch(model, ref, mix: MixedPolicy, rl: RLConfig, prompts: list[l
         signals["demo_entropy"] = row_mean(ent[n_seq:], mask[n_seq:])
     plan = mix.loss_plan(rewards, signals)
     if plan.advantages is not None:
-        adv = torch.as_tensor(plan.advantages, dtype=torch.float32)
+        adv = torch.as_tensor(plan.advantages, dtype=torch.float32, device="cpu")
 
     keep = np.concatenate([plan.rl_rows, plan.sft_weight > 0 if with_demos else np.zeros(0, bool)])
-    idx = torch.from_numpy(np.flatnonzero(keep))
+    # the per-token tensors below are staged on the CPU (where score() left the log-probs) and moved once, at the end
+    idx = torch.as_tensor(np.flatnonzero(keep), device="cpu")
     is_rl = (idx < n_seq).unsqueeze(1)
     kept = mask[idx]
     w_rl, w_sft = torch.zeros_like(kept), torch.zeros_like(kept)
@@ -222,20 +223,21 @@ def build_step_batch(model, ref, mix: MixedPolicy, rl: RLConfig, prompts: list[l
     if len(rl_idx):
         w_rl[is_rl.squeeze(1)] = token_weights(mask[rl_idx], rl.loss_agg, max_len=rl.max_new_tokens)
     if len(sft_idx):
-        per_prompt = torch.tensor(plan.sft_weight, dtype=torch.float32)[sft_idx - n_seq]
+        per_prompt = torch.tensor(plan.sft_weight, dtype=torch.float32, device="cpu")[sft_idx - n_seq]
         w_sft[~is_rl.squeeze(1)] = mask[sft_idx] / mask[sft_idx].sum() * per_prompt.unsqueeze(1)
-    scale = torch.ones(len(idx))
-    scale[is_rl.squeeze(1)] = torch.tensor(plan.rl_scale, dtype=torch.float32)[rl_idx]
-    beta = torch.full((len(idx),), float(rl.kl_coef))
+    scale = torch.ones(len(idx), device="cpu")
+    scale[is_rl.squeeze(1)] = torch.tensor(plan.rl_scale, dtype=torch.float32, device="cpu")[rl_idx]
+    beta = torch.full((len(idx),), float(rl.kl_coef), device="cpu")
     if kl_coef is not None:
-        beta[is_rl.squeeze(1)] = torch.as_tensor(np.repeat(kl_coef, group), dtype=torch.float32)[rl_idx]
+        beta[is_rl.squeeze(1)] = torch.as_tensor(np.repeat(kl_coef, group), dtype=torch.float32,
+                                                 device="cpu")[rl_idx]
     off = off_policy[idx] & is_rl
-    adv_tok = torch.cat([adv, torch.zeros(len(mask) - n_seq)])[idx].unsqueeze(1) * is_rl
+    adv_tok = torch.cat([adv, torch.zeros(len(mask) - n_seq, device="cpu")])[idx].unsqueeze(1) * is_rl
     adv_tok = adv_tok * advantage_kept(off, ent[idx], mix.off_policy_entropy_top)
 
-    d = device()
+    d = model_device(model)
     tokens = batch["attention_mask"].sum(1)
-    generated = torch.tensor([s.generate for s in slots] + [False] * (len(mask) - n_seq))
+    generated = torch.tensor([s.generate for s in slots] + [False] * (len(mask) - n_seq), device="cpu")
     return StepBatch(
         rows={k: batch[k][idx].to(d) for k in ("input_ids", "attention_mask", "labels")},
         rl_mask=(kept * is_rl).to(d), shaped=(off & (mix.off_policy_loss == "shaped")).to(d),
@@ -286,7 +288,7 @@ def score(model, ref, batch: dict[str, torch.Tensor], micro_batch_size: int | No
     """The behaviour policy's log-probs (recomputed rather than taken from sampling), its token entropies and the
     reference model's log-probs (None without one), [B, T-1] each, on the CPU."""
     old, ent, ref_out = [], [], []
-    labels = batch["labels"].to(device())
+    labels = batch["labels"].to(model_device(model))
     for rows in micro_slices(len(batch["input_ids"]), micro_batch_size):
         logits = forward_logits(model, batch, rows)
         old.append(token_logprobs(logits, labels[rows]).cpu())

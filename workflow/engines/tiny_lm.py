@@ -57,7 +57,13 @@ def micro_slices(n: int, size: int | None) -> list[slice]:
 
 
 def device() -> torch.device:
+    """Where the local engine trains and samples: the GPU whenever torch sees one."""
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def model_device(model) -> torch.device:
+    """The device of a model's weights: where every tensor that meets them must be made."""
+    return next(model.parameters()).device
 
 
 def load_model(ckpt: Path) -> Qwen2ForCausalLM:
@@ -65,6 +71,8 @@ def load_model(ckpt: Path) -> Qwen2ForCausalLM:
 
 
 def build_model(cfg: ModelConfig, vocab_size: int, seed: int) -> Qwen2ForCausalLM:
+    """A random-init model on the training device (like load_model's). Initialised on the CPU from `seed`, then
+    moved: the same weights whatever the device (a CUDA generator draws other numbers)."""
     hf = Qwen2Config(
         vocab_size=vocab_size, hidden_size=cfg.hidden, num_hidden_layers=cfg.n_layers,
         num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.n_heads, intermediate_size=cfg.mlp_ratio * cfg.hidden,
@@ -72,15 +80,17 @@ def build_model(cfg: ModelConfig, vocab_size: int, seed: int) -> Qwen2ForCausalL
         pad_token_id=CharTokenizer.PAD, eos_token_id=CharTokenizer.EOS, bos_token_id=None,
     )
     torch.manual_seed(seed)
-    return Qwen2ForCausalLM(hf)
+    with torch.device("cpu"):
+        model = Qwen2ForCausalLM(hf)
+    return model.to(device())
 
 
 def left_pad(seqs: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
     width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    ids = torch.full((len(seqs), width), pad, dtype=torch.long, device="cpu")
+    mask = torch.zeros((len(seqs), width), dtype=torch.long, device="cpu")
     for i, s in enumerate(seqs):
-        ids[i, width - len(s):] = torch.tensor(s)
+        ids[i, width - len(s):] = torch.tensor(s, device="cpu")
         mask[i, width - len(s):] = 1
     return ids, mask
 
@@ -93,7 +103,7 @@ def sample(model, prompts: list[list[int]], temperature: float, max_new_tokens: 
 
     Returns the generated ids (without the final <eos>) and whether each hit max_new_tokens without an <eos>.
     """
-    device = next(model.parameters()).device
+    device = model_device(model)
     ids, mask = left_pad(prompts, CharTokenizer.PAD)
     ids, mask = ids.to(device), mask.to(device)
     positions = (mask.cumsum(-1) - 1).clamp_min(0)
@@ -129,7 +139,8 @@ def sample(model, prompts: list[list[int]], temperature: float, max_new_tokens: 
 
 
 def pack(prompts: list[list[int]], targets: list[list[int]], add_eos: list[bool]) -> dict[str, torch.Tensor]:
-    """Right-padded prompt+target sequences for a teacher-forced forward pass.
+    """Right-padded prompt+target sequences for a teacher-forced forward pass, assembled on the CPU (forward_logits
+    moves the rows it runs to the model's device).
 
     `input_ids` [B, T]; `labels` [B, T-1] are the next tokens; `loss_mask` [B, T-1] marks target tokens
     (the appended <eos> included, so models learn to stop)."""
@@ -138,11 +149,11 @@ def pack(prompts: list[list[int]], targets: list[list[int]], add_eos: list[bool]
         seqs.append(p + t + ([CharTokenizer.EOS] if eos else []))
         starts.append(len(p))
     width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), CharTokenizer.PAD, dtype=torch.long)
-    attn = torch.zeros((len(seqs), width), dtype=torch.long)
-    loss_mask = torch.zeros((len(seqs), width - 1), dtype=torch.float32)
+    ids = torch.full((len(seqs), width), CharTokenizer.PAD, dtype=torch.long, device="cpu")
+    attn = torch.zeros((len(seqs), width), dtype=torch.long, device="cpu")
+    loss_mask = torch.zeros((len(seqs), width - 1), dtype=torch.float32, device="cpu")
     for i, (s, start) in enumerate(zip(seqs, starts)):
-        ids[i, : len(s)] = torch.tensor(s)
+        ids[i, : len(s)] = torch.tensor(s, device="cpu")
         attn[i, : len(s)] = 1
         loss_mask[i, start - 1: len(s) - 1] = 1.0  # position j predicts token j+1
     return {"input_ids": ids, "attention_mask": attn, "labels": ids[:, 1:], "loss_mask": loss_mask}
@@ -151,7 +162,7 @@ def pack(prompts: list[list[int]], targets: list[list[int]], add_eos: list[bool]
 def prefix_mask(loss_mask: torch.Tensor, prefix: list[int]) -> torch.Tensor:
     """[B, T-1] bool: the first prefix[i] target tokens of row i (a demonstration prefix forced before the policy's
     own continuation), in the same alignment as `loss_mask`; never beyond the row's own targets."""
-    out = torch.zeros(loss_mask.shape, dtype=torch.bool)
+    out = torch.zeros(loss_mask.shape, dtype=torch.bool, device=loss_mask.device)
     starts = (loss_mask > 0).float().argmax(dim=1)
     for i, (start, n) in enumerate(zip(starts.tolist(), prefix)):
         out[i, start: start + n] = True
@@ -161,6 +172,6 @@ def prefix_mask(loss_mask: torch.Tensor, prefix: list[int]) -> torch.Tensor:
 def forward_logits(model, batch: dict[str, torch.Tensor], rows: slice | None = None) -> torch.Tensor:
     """Logits aligned with batch['labels'] ([B, T-1, V]) for the selected rows."""
     rows = rows or slice(None)
-    device = next(model.parameters()).device
+    device = model_device(model)
     out = model(input_ids=batch["input_ids"][rows].to(device), attention_mask=batch["attention_mask"][rows].to(device))
     return out.logits[:, :-1]

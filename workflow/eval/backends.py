@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import torch
 
-from workflow.engines.tiny_lm import TOKENIZER, device, load_model, micro_slices, sample, step_seed
+from workflow.engines.tiny_lm import TOKENIZER, load_model, micro_slices, model_device, sample, step_seed
 from workflow.engines.verl.driver.translate import VLLM_CPU_ENV
 
 GENERATE_CHUNK = 512  # sequences per sampling call of the local backend
@@ -63,7 +63,7 @@ class LocalBackend:
         flat = [TOKENIZER.encode(p) for p in prompts for _ in range(n)]
         out: list[Sample] = []
         for i, rows in enumerate(micro_slices(len(flat), GENERATE_CHUNK)):
-            gen = torch.Generator(device=device()).manual_seed(step_seed(seed, i, 3))
+            gen = torch.Generator(device=model_device(model)).manual_seed(step_seed(seed, i, 3))
             ids, trunc = sample(model, flat[rows], temperature, max_tokens, gen)
             out += [Sample(TOKENIZER.decode(r), len(r), t) for r, t in zip(ids, trunc)]
         return [out[j * n:(j + 1) * n] for j in range(len(prompts))]

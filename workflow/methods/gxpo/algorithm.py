@@ -18,9 +18,11 @@ from workflow.algos.sharded import CHUNK, all_reduce_sum, chunked_dot, clip_and_
 QUANTILE_SAMPLE = 1 << 16  # ratios kept for the quantile diagnostics
 
 
-def geometric_scale(r: Tensor, K: int, out: Tensor | None = None, q: Tensor | None = None) -> Tensor:
+def geometric_scale(r: Tensor, K: int, out: Tensor | None = None, q: Tensor | None = None,
+                    one: Tensor | None = None) -> Tensor:
     """s(r) = (1 - r^K) / (1 - r^2) = sum_{j<K} r^j / (1 + r), evaluated without cancellation and without powers.
-    `r` is used as scratch space (overwritten) when K is odd; `out` and `q` are optional workspaces.
+    `r` is used as scratch space (overwritten) when K is odd; `out` and `q` are optional workspaces, `one` a 0-dim
+    1 on r's device (made here when not given: a CUDA kernel refuses a CPU tensor as addcmul's input).
 
     With q = r^2 and m = floor(K/2), Horner's scheme (one fused multiply-add pass per term):
       K even: s = 1 + q (1 + q (... (1 + q)))          = sum_{i<m} q^i   (exact limits K/2 at r = 1 and r = -1)
@@ -38,12 +40,11 @@ def geometric_scale(r: Tensor, K: int, out: Tensor | None = None, q: Tensor | No
     else:  # K = 2
         s.fill_(1.0)
         iterations = 0
+    if iterations:
+        one = one if one is not None else r.new_ones(())
     for _ in range(iterations):
-        torch.addcmul(_ONE, s, q, out=s)  # s <- 1 + s * q
+        torch.addcmul(one, s, q, out=s)  # s <- 1 + s * q
     return s
-
-
-_ONE = torch.ones(())
 
 
 class GXPO(MultiPassRule):
@@ -131,11 +132,15 @@ class GXPO(MultiPassRule):
 
         Works chunk by chunk and repositions each chunk while its s is still in cache: s is never written to
         memory, so the extrapolation reads theta2, theta0, g0 and g1 once and writes theta once."""
-        s_sum = torch.zeros((), dtype=torch.float64)
-        active_count = torch.zeros((), dtype=torch.float64)
+        # Everything below stays on the parameters' device: the sums accumulate there (no host sync per chunk) and
+        # the quantile sample is masked once at the end, so a GPU step waits for the host only for its diagnostics.
+        dev = theta[0].device if theta else torch.device("cpu")
+        s_sum = torch.zeros((), dtype=torch.float64, device=dev)
+        active_count = torch.zeros((), dtype=torch.float64, device=dev)
         total = 0
         samples: list[Tensor] = []
-        work = None
+        sampled_active: list[Tensor] = []
+        work = one = None
         for i, (th, a, b, t0) in enumerate(zip(theta, g0, g1, theta0)):
             n = th.numel()
             total += n
@@ -145,6 +150,7 @@ class GXPO(MultiPassRule):
             if work is None or work[0].dtype != th.dtype or work[0].device != th.device:
                 work = [torch.empty(min(CHUNK, max(t.numel() for t in theta)), dtype=th.dtype, device=th.device)
                         for _ in range(4)]
+                one = torch.ones((), dtype=th.dtype, device=th.device)
             for start in range(0, n, CHUNK):
                 sl = slice(start, min(start + CHUNK, n))
                 act, r, q, s = (w[: sl.stop - start] for w in work)
@@ -157,32 +163,36 @@ class GXPO(MultiPassRule):
                 # not boolean ones: on CPU, comparisons into bool tensors and masked_fill are several times slower
                 # than arithmetic. (1 - act) + den is den itself, exactly, on the active set, and never 0 off it.
                 torch.abs(den, out=act).gt_(self.eps)
-                torch.mul(num, act, out=r).div_(torch.sub(_ONE, act, out=s).add_(den))
+                torch.mul(num, act, out=r).div_(torch.sub(one, act, out=s).add_(den))
                 if dd is None and coef1 != 1.0:
                     r.mul_(1.0 / coef1)
                 if self.clamp == "r":
                     r.clamp_(self.clamp_min, self.clamp_max)
                 first = (-start) % stride  # sample every stride-th coordinate of the whole tensor
-                samples.append(r[first::stride][act[first::stride] > 0])
-                active_count += float(act.sum())
-                s = geometric_scale(r, self.K, out=s, q=q)
+                samples.append(r[first::stride].clone())  # (r is scratch below: copied before geometric_scale)
+                sampled_active.append(act[first::stride] > 0)
+                active_count += act.sum(dtype=torch.float64)
+                s = geometric_scale(r, self.K, out=s, q=q, one=one)
                 if self.clamp == "s":
                     s.clamp_(self.clamp_min, self.clamp_max)
                 elif self.clamp == "none":
                     torch.nan_to_num_(s, nan=1.0, posinf=1.0, neginf=1.0)
-                s_sum += float(s.sum())
+                s_sum += s.sum(dtype=torch.float64)
                 # theta <- theta0 + alpha * s * (theta2 - theta0) = lerp(theta0, theta2, alpha * s), while s is in cache
                 torch.lerp(t0[sl], th[sl], s.mul_(self.alpha), out=th[sl])
-        sums = all_reduce_sum(torch.stack([s_sum, active_count, torch.tensor(float(total), dtype=torch.float64)]),
-                              group)
-        sample = torch.cat(samples) if samples else torch.zeros(0)
+        sums = all_reduce_sum(torch.stack([s_sum, active_count,
+                                           torch.tensor(float(total), dtype=torch.float64, device=dev)]), group)
+        sample = (torch.cat(samples)[torch.cat(sampled_active)] if samples
+                  else torch.zeros(0, dtype=torch.float64, device=dev))
         if sample.numel() > QUANTILE_SAMPLE:
-            sample = sample[torch.linspace(0, sample.numel() - 1, QUANTILE_SAMPLE).long()]
+            sample = sample[torch.linspace(0, sample.numel() - 1, QUANTILE_SAMPLE, device=sample.device).long()]
         if group is not None:
             gathered: list = [None] * dist.get_world_size(group)
-            dist.all_gather_object(gathered, sample, group=group)
-            sample = torch.cat(gathered)
-        q = (torch.quantile(sample.double(), torch.tensor([0.1, 0.5, 0.9], dtype=torch.float64)).tolist()
+            # pickled as CPU tensors: a CUDA tensor would unpickle onto the sender's device index on every rank
+            dist.all_gather_object(gathered, sample.cpu(), group=group)
+            sample = torch.cat(gathered).to(dev)
+        q = (torch.quantile(sample.double(), torch.tensor([0.1, 0.5, 0.9], dtype=torch.float64,
+                                                          device=sample.device)).tolist()
              if sample.numel() else [math.nan] * 3)
         return {"gxpo_ratio_p10": q[0], "gxpo_ratio_p50": q[1], "gxpo_ratio_p90": q[2],
                 "gxpo_scale_mean": float(sums[0] / sums[2]), "gxpo_inactive_frac": float(1.0 - sums[1] / sums[2])}

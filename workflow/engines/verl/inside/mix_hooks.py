@@ -156,7 +156,7 @@ class DriverMix:
                 keys.append(batch.keys[pos])
                 row = self._row(prompts[pos], response, score)
                 if "rollout_log_probs" in self.extra_fields:  # the trace was not sampled: no rollout log-probs
-                    row["rollout_log_probs"] = torch.zeros(len(response), dtype=torch.float32)
+                    row["rollout_log_probs"] = torch.zeros(len(response), dtype=torch.float32, device="cpu")
                 fields.append(row)
                 tags.append(self._retag(batch, pos, len(prompts[pos]), len(response)))
         self._put(batch, keys, fields, tags)
@@ -222,7 +222,7 @@ class DriverMix:
     @staticmethod
     def _row(prompt: torch.Tensor, response: list[int], score: float) -> dict[str, torch.Tensor]:
         row = sequence_fields(prompt, response)
-        row["rm_scores"] = torch.zeros(len(response), dtype=torch.float32)
+        row["rm_scores"] = torch.zeros(len(response), dtype=torch.float32, device="cpu")
         row["rm_scores"][-1] = score
         return row
 
@@ -265,7 +265,7 @@ class DriverMix:
         reward = np.asarray([self.score_of[k] for k in keys])
         advantage = np.asarray([float(a[0]) if len(a) else 0.0 for a in field("advantages")])
         entropy = field("entropy")
-        off = [torch.arange(len(m)) < n for m, n in zip(masks, self.off_len)]
+        off = [torch.arange(len(m), device="cpu") < n for m, n in zip(masks, self.off_len)]
         rows = self._rows(groups, reward, masks, off, entropy, advantage)
         out = rollout_metrics(rows)
         plan, _ = loss_plan(self.mix, rows)
@@ -280,12 +280,12 @@ class DriverMix:
             response, _ = trace_response(self.demos[p], self.tokenizer.eos_token_id, self.rl.max_new_tokens)
             row = self._row(prompts[pos], response, 0.0)  # an SFT-only row: no RL term, so no reward
             for k in ["entropy", "advantages", "old_log_probs", *extra]:
-                row[k] = torch.zeros(len(response), dtype=torch.float32)
+                row[k] = torch.zeros(len(response), dtype=torch.float32, device="cpu")
             demo_keys.append(keys[pos])
             fields.append(row)
             self._retag(batch, real[pos], len(prompts[pos]), len(response))
             masks[pos], entropy[pos] = row["response_mask"].float(), row["entropy"]
-            off[pos] = torch.zeros(len(response), dtype=torch.bool)
+            off[pos] = torch.zeros(len(response), dtype=torch.bool, device="cpu")
         self._put(batch, demo_keys, fields, [batch.tags[batch.keys.index(k)] for k in demo_keys])
         rows = self._rows(groups, reward, masks, off, entropy, advantage)
         tokens = token_fields(self.mix, plan, rows, demos, self.rl.loss_agg, self.rl.max_new_tokens,
@@ -295,7 +295,7 @@ class DriverMix:
         # every row of the batch in verl's order: a planned row's fields at its length, a padding row's zeros
         at = {i: j for j, i in enumerate(real)}
         lengths = [len(masks[at[i]]) if i in at else len(m) for i, m in enumerate(unbind(data["response_mask"]))]
-        fields = {k: nested([v[at[i], :n] if i in at else torch.zeros(n, dtype=v.dtype)
+        fields = {k: nested([v[at[i], :n] if i in at else torch.zeros(n, dtype=v.dtype, device=v.device)
                              for i, n in enumerate(lengths)]) for k, v in per_token.items()}
         planned = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=tu.get_tensordict(fields))
         planned.tags = batch.tags
@@ -341,7 +341,7 @@ class DriverMix:
         rows = []
         for prompt, demo in due:
             response, _ = trace_response(demo, self.tokenizer.eos_token_id, self.rl.max_new_tokens)
-            rows.append(demonstration_row(template, torch.tensor(prompt, dtype=torch.int64), response))
+            rows.append(demonstration_row(template, torch.tensor(prompt, dtype=torch.int64, device="cpu"), response))
         trained = len(rows)
         micro = min(micro_batch_size, -(-trained // ranks)) if micro_batch_size else 1
         rows += [dict(rows[0]) for _ in range(-trained % (ranks * micro))]

@@ -36,8 +36,8 @@ STEP = 1  # the step whose slots the probe draws (Prefix-RFT's schedule: its lon
 
 
 def _row(prompt: list[int], response: list[int]) -> dict[str, torch.Tensor]:
-    row = sequence_fields(torch.tensor(prompt, dtype=torch.int64), response)
-    row["prompts"] = torch.tensor(prompt, dtype=torch.int64)
+    row = sequence_fields(torch.tensor(prompt, dtype=torch.int64, device="cpu"), response)
+    row["prompts"] = torch.tensor(prompt, dtype=torch.int64, device="cpu")
     return row
 
 
@@ -48,9 +48,9 @@ def _finish(rows: list[dict], weights: dict[str, list[torch.Tensor]], advantages
         n = len(row["responses"])
         row.update({name: w[i][:n].float() for name, w in weights.items()})
         row["advantages"] = advantages[i][:n].float()
-        row["old_log_probs"] = torch.zeros(n)
+        row["old_log_probs"] = torch.zeros(n, device="cpu")
         if kl:  # the KL term's reference: 0, like the old log-probs
-            row["ref_log_prob"] = torch.zeros(n)
+            row["ref_log_prob"] = torch.zeros(n, device="cpu")
     return rows
 
 
@@ -82,23 +82,23 @@ def step_rows(rl: RLConfig, mix: MixedPolicy, prompts: list[list[int]], demos: l
             slots.append(slot)
             off_len.append(k)
     groups = [list(range(p * G, (p + 1) * G)) for p in range(len(prompts))]
-    advantage = group_advantages(torch.as_tensor(rewards), rl.std_norm).reshape(-1).numpy()
+    advantage = group_advantages(torch.as_tensor(rewards, device="cpu"), rl.std_norm).reshape(-1).numpy()
     rng = np.random.default_rng([seed, 4])
-    entropy = [torch.as_tensor(rng.uniform(0.5, 2.0, len(r)), dtype=torch.float32) for r in responses]
+    entropy = [torch.as_tensor(rng.uniform(0.5, 2.0, len(r)), dtype=torch.float32, device="cpu") for r in responses]
 
     def step(masks, off, entropies) -> StepRows:
         return StepRows(groups=groups, reward=rewards.reshape(-1), mask=padded(masks), off=padded(off, torch.bool),
                         entropy=padded(entropies), advantage=advantage, slots=slots)
 
-    masks = [torch.ones(len(r)) for r in responses]
-    off = [torch.arange(len(r)) < k for r, k in zip(responses, off_len)]
+    masks = [torch.ones(len(r), device="cpu") for r in responses]
+    off = [torch.arange(len(r), device="cpu") < k for r, k in zip(responses, off_len)]
     plan, _ = loss_plan(mix, step(masks, off, entropy))
     demo_rows = demo_positions(plan, step(masks, off, entropy))
     for p, pos in demo_rows.items():  # an SFT-only row in place of a rollout the RL loss does not use (HPT)
         if slots[pos].generate:
             responses[pos] = traces[p]
-            masks[pos], off[pos] = torch.ones(len(traces[p])), torch.zeros(len(traces[p]), dtype=torch.bool)
-            entropy[pos] = torch.zeros(len(traces[p]))
+            masks[pos], off[pos] = torch.ones(len(traces[p]), device="cpu"), torch.zeros(len(traces[p]), dtype=torch.bool, device="cpu")
+            entropy[pos] = torch.zeros(len(traces[p]), device="cpu")
     tokens = token_fields(mix, plan, step(masks, off, entropy), demo_rows, rl.loss_agg, rl.max_new_tokens,
                           rl.kl_coef)
     rows = [_row(prompts[i // G], r) for i, r in enumerate(responses)]

@@ -46,9 +46,12 @@ def _global_loss(outputs: Any, engine) -> torch.Tensor:
     micro-batches the way verl does), averaged over the data-parallel ranks. Each rank's ppo_loss is already
     normalised by the global token count times dp_size, so the mean over ranks is the global token-mean loss."""
     metric = outputs["metrics"].get("actor/pg_loss") if "metrics" in outputs else None
+    # on the parameters' device: NCCL all-reduces only CUDA tensors (gloo, the CPU chain's backend, CPU ones)
+    device = next((p.device for p in trainable_params(engine)), torch.device("cpu"))
     if metric is None:
-        return torch.zeros(())
-    local = torch.tensor(float(metric.aggregate() if hasattr(metric, "aggregate") else metric), dtype=torch.float64)
+        return torch.zeros((), dtype=torch.float64, device=device)
+    local = torch.tensor(float(metric.aggregate() if hasattr(metric, "aggregate") else metric), dtype=torch.float64,
+                         device=device)
     group = engine.get_data_parallel_group()
     if torch.distributed.is_initialized() and torch.distributed.get_world_size(group) > 1:
         torch.distributed.all_reduce(local, group=group)

@@ -1,0 +1,287 @@
+"""`rlsweep gpu-check`: before a sweep spends GPU-hours, run every stage and method for a few steps on the GPU of
+this node and print what ran, whether it passed (the error's first line when not), seconds per step and peak GPU
+memory. Exit 0: all passed; 1: something failed; 3 (EXIT_NO_GPU): torch sees no GPU here (`--allow-cpu` runs the
+same checks on the CPU, which proves the wiring, not the devices).
+
+The local engine's part (in this process, one check after another, each a real stage job through
+`launch.run_stage`, integrity preflight included):
+
+    sft            SFT with micro-batches (the global token-mean accumulation and its preflight)
+    grpo/sfpo/gxpo each update rule from that SFT checkpoint (their extra passes and GXPO's extrapolation)
+    grpo+lora+kl   GRPO on LoRA adapters with a KL term, from the random-init model (the reference-model path)
+    luffy ... prefix_rft
+                   the five mixed-policy methods from the random-init model, as sweeps/mixed_policy.yaml runs them
+    fast_grpo      FAST-GRPO's three parts together, from the SFT checkpoint
+    eval           the local backend's sampling and scoring of GRPO's final checkpoint
+
+The verl part (`--engine verl` or `all`, where verl, vLLM and Ray are installed): the same stages as one generated
+sweep on the verl engine (verl SFT, the update rules, the mixed-policy methods, FAST-GRPO, vLLM evaluation),
+run by Snakemake; each job starts its own Ray and vLLM, as it does in a sweep (workflow/gpu_check_verl.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import statistics
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+EXIT_NO_GPU = 3
+
+# the demo's model (109k parameters) on the demo task: what a GPU must run before a sweep trusts it with a bigger one
+MODEL = {"n_layers": 2, "hidden": 64, "n_heads": 4}
+# SFT long enough that some RL groups get mixed rewards: the update rules then see real gradients, and GXPO
+# extrapolates real coordinates (with every reward equal its ratio has no active coordinate and half its code is idle)
+SFT = {"batch_size": 64, "micro_batch_size": 16, "lr": 3.0e-3, "schedule": "cosine"}
+RL = {"prompts_per_step": 8, "group_size": 4, "max_new_tokens": 32, "lr": 3.0e-5, "micro_batch_size": 16,
+      "clip_high": 0.28}
+MIXED = {"lr": 1.0e-3, "std_norm": False, "relift": {"buffer_size": 2}}  # sweeps/mixed_policy.yaml's settings
+MIXED_METHODS = ("luffy", "srft", "hpt", "relift", "prefix_rft")
+
+
+@dataclass(frozen=True)
+class Check:
+    """One stage job of the check: its run config (RunConfig fields) and the check whose output it starts from."""
+
+    name: str
+    stage: str  # sft | rl | eval
+    config: dict[str, Any]
+    after: str | None = None  # sft: RL from that SFT checkpoint; an RL check: eval of its final checkpoint
+    what: str = ""
+
+
+@dataclass
+class Outcome:
+    """What one check did: the table's row."""
+
+    name: str
+    engine: str
+    passed: bool | None  # None: not run (what it starts from failed)
+    error: str | None = None
+    steps: int = 0
+    s_per_step: float | None = None  # median wall seconds of a training step
+    passes: float | None = None  # backward passes per step (SFPO K + 1, GXPO 3 while active)
+    peak_bytes: int | None = None  # peak GPU memory the check allocated
+    wall_s: float = 0.0
+    note: str = ""
+    done: Path | None = field(default=None, repr=False)
+
+    def as_row(self) -> dict[str, Any]:
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "done"}
+
+
+def local_checks(rl_steps: int = 4, sft_steps: int = 300, eval_problems: int = 64) -> list[Check]:
+    """The local engine's checks, in the order they run (an RL check after the SFT it starts from)."""
+    sft = {**SFT, "steps": sft_steps, "checkpoint_every": sft_steps}
+    rl = {**RL, "steps": rl_steps, "checkpoint_every": rl_steps}
+    task = {"n_heldout": eval_problems, "two_step_fraction": 1.0}
+    base = {"model": MODEL, "task": task, "sft": sft}
+    scratch = {**base, "sft": {**sft, "enabled": False}}
+    checks = [Check("sft", "sft", base, what="SFT, micro-batched (token-mean accumulation + preflight)")]
+    for rule, settings in (("grpo", {}), ("sfpo", {"sfpo": {"K": 3, "alpha": 0.8}}),
+                           ("gxpo", {"gxpo": {"K": 5, "alpha": 0.5}})):
+        checks.append(Check(rule, "rl", {**base, "rl": {**rl, "update": rule, **settings}}, after="sft",
+                            what=f"RL, update rule {rule}, from the SFT checkpoint"))
+    checks.append(Check("grpo+lora+kl", "rl", {**scratch, "model": {**MODEL, "lora": {"rank": 4}},
+                                               "rl": {**rl, "kl_coef": 0.01}},
+                        what="GRPO on LoRA adapters with a KL term (reference model), no SFT"))
+    for mix in MIXED_METHODS:
+        checks.append(Check(mix, "rl", {**scratch, "rl": {**rl, **MIXED, "mix": mix}},
+                            what=f"mixed-policy {mix} from the random-init model"))
+    checks.append(Check("fast_grpo", "rl", {**base, "rl": {**rl, "thinking_reward": {"enabled": True},
+                                                          "dynamic_kl": {"enabled": True},
+                                                          "slow2fast": {"enabled": True}}},
+                        after="sft", what="FAST-GRPO: thinking reward + dynamic KL + Slow2Fast"))
+    checks.append(Check("eval", "eval", {**base, "rl": {**rl, "update": "grpo"},
+                                         "eval": {"k": 4, "max_new_tokens": 32, "bootstrap": 10}},
+                        after="grpo", what="evaluation (local backend) of GRPO's final checkpoint"))
+    return checks
+
+
+def select(checks: list[Check], only: list[str] | None) -> list[Check]:
+    """The checks named in `only` (None: all), with the ones they start from."""
+    if not only:
+        return checks
+    by_name = {c.name: c for c in checks}
+    unknown = [n for n in only if n not in by_name]
+    if unknown:
+        from workflow.errors import UserError
+        raise UserError(f"--only: unknown check {', '.join(map(repr, unknown))}; checks: {', '.join(by_name)}")
+    wanted: set[str] = set()
+    for name in only:
+        while name is not None and name not in wanted:
+            wanted.add(name)
+            name = by_name[name].after
+    return [c for c in checks if c.name in wanted]
+
+
+class Memory:
+    """Peak GPU memory of one check (torch's allocator: this process's tensors), None on the CPU."""
+
+    def __init__(self, cuda: bool):
+        self.cuda = cuda
+
+    def start(self) -> None:
+        if self.cuda:
+            import torch
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+
+    def peak(self) -> int | None:
+        if not self.cuda:
+            return None
+        import torch
+        torch.cuda.synchronize()
+        return int(torch.cuda.max_memory_allocated())
+
+
+def first_line(e: BaseException) -> str:
+    """The error as the table shows it: its type and the first line of its message, and where it was raised in
+    rlsweep's own code (the frame to open first)."""
+    text = str(e).strip().splitlines()
+    where = next((f"{Path(f.filename).relative_to(Path(__file__).parent.parent)}:{f.lineno}"
+                  for f in reversed(traceback.extract_tb(e.__traceback__))
+                  if Path(f.filename).resolve().is_relative_to(Path(__file__).resolve().parent)), None)
+    return f"{type(e).__name__}: {text[0] if text else ''}" + (f" ({where})" if where else "")
+
+
+def train_rows(root: Path, stage: str, stage_id: str) -> list[dict[str, Any]]:
+    import pyarrow.parquet as pq
+    from workflow.layout import train_steps_files
+    rows: list[dict[str, Any]] = []
+    for path in train_steps_files(root, stage, stage_id):
+        rows += pq.read_table(path).to_pylist()
+    return sorted(rows, key=lambda r: r["step"])
+
+
+def summarise(outcome: Outcome, rows: list[dict[str, Any]]) -> None:
+    """Steps, seconds per step, passes per step from the stage's train_steps rows; a non-finite loss fails it."""
+    outcome.steps = len(rows)
+    if not rows:
+        return
+    outcome.s_per_step = statistics.median(r["wall_s"] for r in rows if r.get("wall_s") is not None)
+    passes = [r["backward_passes"] for r in rows if r.get("backward_passes") is not None]
+    outcome.passes = statistics.mean(passes) if passes else None
+    bad = [r["step"] for r in rows if r.get("loss") is not None and not math.isfinite(r["loss"])]
+    if bad:
+        outcome.passed, outcome.error = False, f"non-finite loss at step(s) {bad}"
+    inactive = [r["gxpo_inactive_frac"] for r in rows if r.get("gxpo_inactive_frac") is not None]
+    if inactive:
+        outcome.note = f"GXPO inactive fraction {statistics.mean(inactive):.2f}"
+        if min(inactive) >= 1.0:
+            outcome.note += " (no gradient: every group's rewards equal; its extrapolation was not exercised)"
+
+
+def run_local(checks: list[Check], root: Path, cuda: bool, say: Callable[[str], None] = print) -> list[Outcome]:
+    """Each check as a stage job of the sweep `gpu-check` under `root`, in order; a check whose start failed is
+    reported as not run."""
+    from workflow.config import RunConfig
+    from workflow.launch import run_stage
+    from workflow.stages import stage_config
+    from workflow.sweep.identity import stable_id
+    memory = Memory(cuda)
+    done: dict[str, Outcome] = {}
+    out: list[Outcome] = []
+    for check in checks:
+        outcome = Outcome(check.name, "local", passed=True)
+        start = done.get(check.after) if check.after else None
+        if check.after and (start is None or not start.passed):
+            outcome.passed, outcome.error = None, f"not run: {check.after} did not pass"
+        else:
+            say(f"gpu-check: {check.name}: {check.what}")
+            memory.start()
+            t0 = time.perf_counter()
+            try:
+                cfg = RunConfig.model_validate(check.config)
+                if check.stage == "sft":
+                    scfg = stage_config(cfg, "sft")
+                    outcome.done = run_stage("sft", "gpu-check", stable_id(scfg), scfg, results_root=root)
+                    summarise(outcome, train_rows(root, "sft", stable_id(scfg)))
+                elif check.stage == "rl":
+                    sft_id = json.loads(start.done.read_text())["id"] if start is not None else None
+                    rcfg = stage_config(cfg, "rl", sft_id=sft_id)
+                    outcome.done = run_stage("rl", "gpu-check", stable_id(rcfg), rcfg, results_root=root,
+                                             init=start.done if start is not None else None)
+                    summarise(outcome, train_rows(root, "rl", stable_id(rcfg)))
+                else:
+                    run_id = json.loads(start.done.read_text())["id"]
+                    ecfg = stage_config(cfg, "eval", run_id=run_id)
+                    outcome.done = run_stage("eval", "gpu-check", stable_id(ecfg), ecfg, results_root=root,
+                                             checkpoint_from=start.done)
+                    outcome.note = eval_note(root, run_id)
+            except Exception as e:  # noqa: BLE001 - every check runs and reports; the exit code says it failed
+                outcome.passed, outcome.error = False, first_line(e)
+            outcome.wall_s = time.perf_counter() - t0
+            outcome.peak_bytes = memory.peak()
+        done[check.name] = outcome
+        out.append(outcome)
+        say(f"gpu-check: {check.name}: " + ("passed" if outcome.passed else outcome.error or "failed"))
+    return out
+
+
+def eval_note(root: Path, run_id: str) -> str:
+    import pyarrow.parquet as pq
+    from workflow.layout import table_dir
+    rows = [r for p in sorted(table_dir(root, "eval_scores").glob(f"*{run_id}*.parquet"))
+            for r in pq.read_table(p).to_pylist()]
+    best: dict[str, dict] = {}  # per benchmark its row of the largest k (eval_scores holds k = 1, 2, 4, ...)
+    for r in rows:
+        if r["k"] >= best.get(r["benchmark"], {"k": -1})["k"]:
+            best[r["benchmark"]] = r
+    return ", ".join(f"{b} avg@{r['k']} {r['avg_at_k']:.3f}" for b, r in sorted(best.items()))
+
+
+def table(outcomes: list[Outcome], title: str):
+    from rich.table import Table
+    t = Table(title=title, title_justify="left")
+    for col, justify in (("check", "left"), ("engine", "left"), ("result", "left"), ("steps", "right"),
+                         ("s/step", "right"), ("passes/step", "right"), ("peak GPU MiB", "right"),
+                         ("wall s", "right"), ("error / note", "left")):
+        t.add_column(col, justify=justify, overflow="fold")
+    for o in outcomes:
+        result = "[green]pass[/]" if o.passed else "[red]FAIL[/]" if o.passed is False else "[yellow]not run[/]"
+        t.add_row(o.name, o.engine, result, str(o.steps or ""),
+                  f"{o.s_per_step:.3f}" if o.s_per_step is not None else "",
+                  f"{o.passes:g}" if o.passes is not None else "",
+                  f"{o.peak_bytes / 2**20:.0f}" if o.peak_bytes is not None else "",
+                  f"{o.wall_s:.1f}", o.error or o.note)
+    return t
+
+
+def markdown(outcomes: list[Outcome]) -> str:
+    """The table as Markdown (the README's copy of a run)."""
+    lines = ["| check | engine | result | s/step | passes/step | peak GPU MiB | error / note |",
+             "|---|---|---|---:|---:|---:|---|"]
+    for o in outcomes:
+        lines.append(f"| {o.name} | {o.engine} | {'pass' if o.passed else 'FAIL' if o.passed is False else 'not run'} "
+                     f"| {f'{o.s_per_step:.3f}' if o.s_per_step is not None else ''} "
+                     f"| {f'{o.passes:g}' if o.passes is not None else ''} "
+                     f"| {f'{o.peak_bytes / 2**20:.0f}' if o.peak_bytes is not None else ''} "
+                     f"| {(o.error or o.note).replace('|', '/')} |")
+    return "\n".join(lines)
+
+
+def device_line() -> tuple[bool, str]:
+    """Whether torch sees a GPU, and a line naming what runs the checks."""
+    import torch
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        return True, (f"{torch.cuda.get_device_name(0)} ({p.total_memory / 2**30:.0f} GiB), torch {torch.__version__}, "
+                      f"CUDA {torch.version.cuda}")
+    return False, f"no GPU (torch {torch.__version__} sees none)"
+
+
+def workdir(keep: str | None) -> tuple[Path, tempfile.TemporaryDirectory | None]:
+    if keep:
+        path = Path(keep)
+        path.mkdir(parents=True, exist_ok=True)
+        return path, None
+    tmp = tempfile.TemporaryDirectory(prefix="rlsweep-gpu-check-")
+    return Path(tmp.name), tmp
