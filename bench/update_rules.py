@@ -122,7 +122,10 @@ SHAPES = {
 
 
 def gpu_rules():
-    return {"grpo": GRPOStep(), "sfpo": SFPO(K=3, alpha=0.8), "gxpo": GXPO(K=5, alpha=0.5)}
+    """The rules the GPU bench steps: GXPO on its GPU path (one compiled kernel per tensor) and on the chunked loop."""
+    chunked = GXPO(K=5, alpha=0.5)
+    chunked.fused = False
+    return {"grpo": GRPOStep(), "sfpo": SFPO(K=3, alpha=0.8), "gxpo": GXPO(K=5, alpha=0.5), "gxpo_chunked": chunked}
 
 
 def gpu_bench(shape: str, batch: int, seq: int, repeat: int, device: str) -> None:
@@ -158,9 +161,11 @@ def gpu_bench(shape: str, batch: int, seq: int, repeat: int, device: str) -> Non
 
     rules = gpu_rules()
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-    for rule in rules.values():  # warm-up: AdamW's state, the rules' buffers, the kernels' first launches
+    for name, rule in rules.items():  # warm-up: AdamW's state, the rules' buffers, first launches, GXPO's compile
+        t0 = time.perf_counter()
         rule.step(params, opt, closure)
-    sync()
+        sync()
+        print(f"{name}: first step {time.perf_counter() - t0:.1f} s (warm-up{', torch.compile' if name == 'gxpo' else ''})")
     times: dict[str, list[float]] = {name: [] for name in rules}
     passes: dict[str, int] = {}
     for _ in range(repeat):  # interleaved, so a clock or thermal drift falls on every rule alike
@@ -184,18 +189,19 @@ def gpu_bench(shape: str, batch: int, seq: int, repeat: int, device: str) -> Non
         peaks[name] = torch.cuda.max_memory_allocated() if dev.type == "cuda" else 0
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
     print(f"device: {name}, torch {torch.__version__}; model {shape}: {n_params / 1e6:.0f}M parameters "
-          f"({param_bytes / 2**30:.2f} GiB fp32), batch {batch} x {seq} tokens, bf16 autocast, fused AdamW; "
+          f"({param_bytes / 2**30:.2f} GiB fp32), batch {batch} x {seq} tokens, bf16 autocast, "
+          f"{'fused ' if dev.type == 'cuda' else ''}AdamW; "
           f"median of {repeat} interleaved steps each")
     per_pass = {k: statistics.median(v) / passes[k] for k, v in times.items()}
     for k in rules:
         ratio = per_pass[k] / per_pass["grpo"]
         goal = "" if k == "grpo" else " (goal <= 1.02x)"
-        print(f"{k:5s} step {statistics.median(times[k]):7.3f} s, {passes[k]} backward pass(es), "
+        print(f"{k:12s} step {statistics.median(times[k]):7.3f} s, {passes[k]} backward pass(es), "
               f"{per_pass[k]:7.3f} s per pass = {ratio:5.3f}x GRPO per pass{goal}")
     if dev.type == "cuda":
-        print(f"grpo  peak GPU memory {peaks['grpo'] / 2**30:6.2f} GiB (reference)")
-        for k, goal in (("sfpo", "1"), ("gxpo", "2")):
-            print(f"{k:5s} peak GPU memory {peaks[k] / 2**30:6.2f} GiB: extra {(peaks[k] - peaks['grpo']) / param_bytes:5.2f}"
+        print(f"grpo         peak GPU memory {peaks['grpo'] / 2**30:6.2f} GiB (reference)")
+        for k, goal in (("sfpo", "1"), ("gxpo", "2"), ("gxpo_chunked", "2")):
+            print(f"{k:12s} peak GPU memory {peaks[k] / 2**30:6.2f} GiB: extra {(peaks[k] - peaks['grpo']) / param_bytes:5.2f}"
                   f" x parameter bytes (goal <= {goal})")
 
 

@@ -145,7 +145,12 @@ class Memory:
 def first_line(e: BaseException) -> str:
     """The error as the table shows it: its type and the first line of its message, and where it was raised in
     rlsweep's own code (the frame to open first)."""
-    text = str(e).strip().splitlines()
+    errors = getattr(e, "errors", None)
+    if callable(errors) and type(e).__name__ == "ValidationError":  # pydantic's first line only counts the errors
+        first = errors()[0]
+        text = [f"{'.'.join(map(str, first['loc']))}: {first['msg']}"]
+    else:
+        text = str(e).strip().splitlines()
     where = next((f"{Path(f.filename).relative_to(Path(__file__).parent.parent)}:{f.lineno}"
                   for f in reversed(traceback.extract_tb(e.__traceback__))
                   if Path(f.filename).resolve().is_relative_to(Path(__file__).resolve().parent)), None)

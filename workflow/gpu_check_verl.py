@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from workflow.gpu_check import MIXED_METHODS, Outcome, summarise, train_rows
+from workflow.gpu_check import MIXED_METHODS, Outcome, eval_note, summarise, train_rows
 
 REPO = Path(__file__).resolve().parent.parent
 SNAKEFILE = REPO / "Snakefile"
@@ -35,7 +35,7 @@ def check_name(cfg) -> str:
     """A run of the generated sweep as the table names it (RUNS)."""
     if cfg.rl.mix != "none":
         return cfg.rl.mix
-    return "fast_grpo" if cfg.rl.thinking_reward.enabled else cfg.rl.update
+    return "fast_grpo" if cfg.rl.fast_grpo_parts else cfg.rl.update
 
 
 def missing() -> list[str]:
@@ -145,6 +145,7 @@ def run_verl(root: Path, cuda: bool, steps: int, model: str | None, only: list[s
     jobs = [("sft", "sft", sft_id) for sft_id in planned.sft_configs]
     jobs += [(name_of[run.run_id], "rl", run.run_id) for run in planned.runs]
     jobs += [(f"eval {name_of[run.run_id]}", "eval", run.eval_id) for run in planned.runs]
+    rl_of_eval = {run.eval_id: run.run_id for run in planned.runs}
     outcomes = []
     for name, stage, stage_id in jobs:
         mine = [r for r in by_id.get(stage_id, []) if r["stage"] == stage]
@@ -157,6 +158,8 @@ def run_verl(root: Path, cuda: bool, steps: int, model: str | None, only: list[s
             o.peak_bytes = memory.peak(last["started_at"], last.get("finished_at"))
             if stage != "eval":
                 summarise(o, train_rows(results, stage, stage_id))
+            elif o.passed:
+                o.note = eval_note(results, rl_of_eval[stage_id])
         outcomes.append(o)
     if rc != 0 and all(o.passed for o in outcomes):  # snakemake failed outside any stage job
         tail = log.read_text().strip().splitlines()[-1:] or [""]
