@@ -122,10 +122,7 @@ SHAPES = {
 
 
 def gpu_rules():
-    """The rules the GPU bench steps: GXPO on its GPU path (one compiled kernel per tensor) and on the chunked loop."""
-    chunked = GXPO(K=5, alpha=0.5)
-    chunked.fused = False
-    return {"grpo": GRPOStep(), "sfpo": SFPO(K=3, alpha=0.8), "gxpo": GXPO(K=5, alpha=0.5), "gxpo_chunked": chunked}
+    return {"grpo": GRPOStep(), "sfpo": SFPO(K=3, alpha=0.8), "gxpo": GXPO(K=5, alpha=0.5)}
 
 
 def gpu_bench(shape: str, batch: int, seq: int, repeat: int, device: str) -> None:
@@ -165,7 +162,7 @@ def gpu_bench(shape: str, batch: int, seq: int, repeat: int, device: str) -> Non
         t0 = time.perf_counter()
         rule.step(params, opt, closure)
         sync()
-        print(f"{name}: first step {time.perf_counter() - t0:.1f} s (warm-up{', torch.compile' if name == 'gxpo' else ''})")
+        print(f"{name}: first step {time.perf_counter() - t0:.1f} s (warm-up)")
     times: dict[str, list[float]] = {name: [] for name in rules}
     passes: dict[str, int] = {}
     for _ in range(repeat):  # interleaved, so a clock or thermal drift falls on every rule alike
@@ -200,7 +197,7 @@ def gpu_bench(shape: str, batch: int, seq: int, repeat: int, device: str) -> Non
               f"{per_pass[k]:7.3f} s per pass = {ratio:5.3f}x GRPO per pass{goal}")
     if dev.type == "cuda":
         print(f"grpo         peak GPU memory {peaks['grpo'] / 2**30:6.2f} GiB (reference)")
-        for k, goal in (("sfpo", "1"), ("gxpo", "2"), ("gxpo_chunked", "2")):
+        for k, goal in (("sfpo", "1"), ("gxpo", "2")):
             print(f"{k:12s} peak GPU memory {peaks[k] / 2**30:6.2f} GiB: extra {(peaks[k] - peaks['grpo']) / param_bytes:5.2f}"
                   f" x parameter bytes (goal <= {goal})")
 

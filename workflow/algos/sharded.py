@@ -20,6 +20,15 @@ except ImportError:  # pragma: no cover
 # Elementwise work on huge tensors runs in chunks of this many elements, so temporaries stay cache-sized and the
 # extra peak memory stays at the documented number of parameter copies.
 CHUNK = 1 << 18
+# On a GPU each op on a chunk costs a kernel launch and its dispatch (~10 us of CPU): cache-sized chunks of a 0.5B
+# model made GXPO's step ~68k launches, 3x a GRPO pass on an H200 (bench/update_rules.py --device cuda). Bigger chunks
+# there: 4 workspaces of 16 MiB.
+GPU_CHUNK = 1 << 22
+
+
+def chunk_size(device: torch.device) -> int:
+    """How many elements one chunk of elementwise work takes on this device."""
+    return CHUNK if device.type == "cpu" else GPU_CHUNK
 
 
 def local(t: Tensor) -> Tensor:
@@ -70,8 +79,9 @@ def chunked_dot(a: Tensor, b: Tensor) -> Tensor:
     """<a, b> accumulated in float64 over cache-sized chunks (no full-size float64 copies)."""
     a, b = a.reshape(-1), b.reshape(-1)
     total = torch.zeros((), dtype=torch.float64, device=a.device)
-    for start in range(0, a.numel(), CHUNK):
-        total += torch.dot(a[start:start + CHUNK], b[start:start + CHUNK]).double()
+    chunk = chunk_size(a.device)
+    for start in range(0, a.numel(), chunk):
+        total += torch.dot(a[start:start + chunk], b[start:start + chunk]).double()
     return total
 
 

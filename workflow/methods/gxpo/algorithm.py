@@ -6,7 +6,6 @@ for good."""
 from __future__ import annotations
 
 import math
-import warnings
 
 import torch
 import torch.distributed as dist
@@ -14,7 +13,8 @@ from torch import Tensor
 
 from workflow.algos.gates import ZGate
 from workflow.algos.rule import MultiPassRule, StepStats
-from workflow.algos.sharded import CHUNK, all_reduce_sum, chunked_dot, clip_and_step, local, process_group, with_grad
+from workflow.algos.sharded import (all_reduce_sum, chunk_size, chunked_dot, clip_and_step, local, process_group,
+                                    with_grad)
 
 QUANTILE_SAMPLE = 1 << 16  # ratios kept for the quantile diagnostics
 
@@ -48,46 +48,6 @@ def geometric_scale(r: Tensor, K: int, out: Tensor | None = None, q: Tensor | No
     return s
 
 
-def extrapolate_tensor(th: Tensor, t0: Tensor, den: Tensor, g1: Tensor, inv_coef: Tensor, *, eps: float,
-                       alpha: float, K: int, clamp: str, lo: float, hi: float, stride: int,
-                       displacement: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """One tensor's ratio, scale and reposition as plain expressions (what GXPO._extrapolate does chunk by chunk in
-    workspaces), for torch.compile to fuse into a kernel or two on a GPU: there the chunked loop's ~16 small ops per
-    chunk cost more in launches than the arithmetic (bench/update_rules.py --device cuda). Repositions `th` in place
-    and returns (sum of s, active count, the sampled ratios, whether each was active)."""
-    num = th - t0 - den if displacement else g1
-    act = den.abs() > eps
-    r = torch.where(act, num / den, 0.0)
-    if not displacement:
-        r = r * inv_coef  # g1 unclipped = clipped g1 / clip coefficient
-    if clamp == "r":
-        r = r.clamp(lo, hi)
-    m, q = K // 2, r * r
-    if K % 2:
-        s, iterations = 1.0 / (r + 1.0), m
-    elif m >= 2:
-        s, iterations = q + 1.0, m - 2
-    else:
-        s, iterations = torch.ones_like(r), 0
-    for _ in range(iterations):
-        s = s * q + 1.0
-    if clamp == "s":
-        s = s.clamp(lo, hi)
-    elif clamp == "none":
-        s = torch.nan_to_num(s, nan=1.0, posinf=1.0, neginf=1.0)
-    th.copy_(torch.lerp(t0, th, s * alpha))
-    return s.sum(dtype=torch.float64), act.sum(dtype=torch.float64), r[::stride], act[::stride]
-
-
-_compiled: dict[str, object] = {}  # torch.compile's wrapper of extrapolate_tensor, made once per process
-
-
-def compiled_extrapolate_tensor():
-    if "fn" not in _compiled:
-        _compiled["fn"] = torch.compile(extrapolate_tensor, dynamic=True)
-    return _compiled["fn"]
-
-
 class GXPO(MultiPassRule):
     """Gradient Extrapolation Policy Optimization (3 backward passes per active step for any K).
 
@@ -99,11 +59,7 @@ class GXPO(MultiPassRule):
     g1 still in .grad after the second optimizer step, divided by its clip coefficient (one scalar), instead of a
     third copy; this needs an optimizer whose step() leaves .grad untouched (every torch.optim optimizer with
     maximize=False).
-    On a GPU the per-coordinate work runs as one compiled kernel per tensor (extrapolate_tensor; `fused`: None =
-    on CUDA, False = never), falling back to the chunked loop if torch.compile cannot build it there.
     """
-
-    fused: bool | None = None
 
     gate_phase, gate_signal = "step", "gxpo_gcorr_norm"
 
@@ -170,9 +126,6 @@ class GXPO(MultiPassRule):
         return StepStats(loss=loss, grad_norm=norm0, backward_passes=3, optimizer_steps=3, alpha=self.alpha,
                          diagnostics=diag)
 
-    def _use_fused(self, t: Tensor) -> bool:
-        return t.is_cuda if self.fused is None else self.fused
-
     def _extrapolate(self, theta: list[Tensor], g1: list[Tensor], g0: list[Tensor], theta0: list[Tensor],
                      d0: list[Tensor] | None, coef1: float, group) -> dict[str, float]:
         """Reposition `theta` (holding theta2) in place to theta0 + alpha * s * (theta2 - theta0); return the
@@ -189,37 +142,19 @@ class GXPO(MultiPassRule):
         samples: list[Tensor] = []
         sampled_active: list[Tensor] = []
         work = one = None
-        inv_coef = None
         for i, (th, a, b, t0) in enumerate(zip(theta, g0, g1, theta0)):
             n = th.numel()
             total += n
             stride = max(1, n // 256)  # a few hundred ratios per tensor for the quantile diagnostics
             th, a, b, t0 = th.view(-1), a.view(-1), b.view(-1), t0.view(-1)
             dd = d0[i].view(-1) if d0 is not None else None
-            if self._use_fused(th):
-                if inv_coef is None or inv_coef.device != th.device or inv_coef.dtype != th.dtype:
-                    inv_coef = torch.full((), 1.0 / coef1, dtype=th.dtype, device=th.device)
-                try:
-                    parts = compiled_extrapolate_tensor()(
-                        th, t0, dd if dd is not None else a, b, inv_coef, eps=self.eps, alpha=self.alpha, K=self.K,
-                        clamp=self.clamp, lo=self.clamp_min, hi=self.clamp_max, stride=stride,
-                        displacement=dd is not None)
-                except Exception as e:  # noqa: BLE001 - no compiler for this device: the chunked loop computes the same
-                    warnings.warn(f"GXPO: torch.compile of the fused extrapolation failed ({type(e).__name__}: "
-                                  f"{str(e).splitlines()[0] if str(e) else ''}); using the chunked loop")
-                    self.fused = False
-                else:
-                    s_sum += parts[0]
-                    active_count += parts[1]
-                    samples.append(parts[2])
-                    sampled_active.append(parts[3])
-                    continue
             if work is None or work[0].dtype != th.dtype or work[0].device != th.device:
-                work = [torch.empty(min(CHUNK, max(t.numel() for t in theta)), dtype=th.dtype, device=th.device)
+                chunk = chunk_size(th.device)
+                work = [torch.empty(min(chunk, max(t.numel() for t in theta)), dtype=th.dtype, device=th.device)
                         for _ in range(4)]
                 one = torch.ones((), dtype=th.dtype, device=th.device)
-            for start in range(0, n, CHUNK):
-                sl = slice(start, min(start + CHUNK, n))
+            for start in range(0, n, chunk):
+                sl = slice(start, min(start + chunk, n))
                 act, r, q, s = (w[: sl.stop - start] for w in work)
                 if dd is None:  # r = g1 / g0 on |g0| > eps; g1 unclipped = clipped g1 / clip coefficient
                     den, num = a[sl], b[sl]
