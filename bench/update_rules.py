@@ -198,7 +198,8 @@ def gpu_bench(shape: str, batch: int, seq: int, repeat: int, device: str) -> Non
     if dev.type == "cuda":
         print(f"grpo         peak GPU memory {peaks['grpo'] / 2**30:6.2f} GiB (reference)")
         for k, goal in (("sfpo", "1"), ("gxpo", "2")):
-            print(f"{k:12s} peak GPU memory {peaks[k] / 2**30:6.2f} GiB: extra {(peaks[k] - peaks['grpo']) / param_bytes:5.2f}"
+            extra = (peaks[k] - peaks["grpo"]) / param_bytes
+            print(f"{k:12s} peak GPU memory {peaks[k] / 2**30:6.2f} GiB: extra {extra:5.2f}"
                   f" x parameter bytes (goal <= {goal})")
 
 

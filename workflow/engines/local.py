@@ -43,7 +43,7 @@ def sft_accumulate(model, batch: dict[str, torch.Tensor], micro_batch_size: int 
     """Forward + backward over the batch in micro-batches with the GLOBAL token-mean loss; returns the loss.
 
     The gradient equals the single-batch gradient for any micro-batch size (see algos/losses.py)."""
-    weights = token_weights(batch["loss_mask"], "token-mean")  # on the CPU with the batch; each slice moves to the model
+    weights = token_weights(batch["loss_mask"], "token-mean")  # on the CPU with the batch; slices move to the model
     total = 0.0
     for rows in micro_slices(len(batch["input_ids"]), micro_batch_size):
         logits = forward_logits(model, batch, rows)

@@ -31,7 +31,7 @@ def rollout(model, ref, mix: MixedPolicy, task: TaskConfig, rl: RLConfig, seed: 
     trained batch built. Returns the batch (None when no group was kept: the step trains nothing), the problems, the rewards
     [P, G] and which sequences hit max_new_tokens, of the groups trained on, and FAST-GRPO's columns of the step
     (workflow/results/schemas.py)."""
-    gen = torch.Generator(device=model_device(model)).manual_seed(step_seed(seed, step, 2))  # samples where the model is
+    gen = torch.Generator(device=model_device(model)).manual_seed(step_seed(seed, step, 2))  # where the model samples
     parts = build_parts(rl)
     groups = sample_groups(model, mix, task, rl, seed, step, step / total, gen)
     sampled = groups

@@ -97,7 +97,8 @@ def step_rows(rl: RLConfig, mix: MixedPolicy, prompts: list[list[int]], demos: l
     for p, pos in demo_rows.items():  # an SFT-only row in place of a rollout the RL loss does not use (HPT)
         if slots[pos].generate:
             responses[pos] = traces[p]
-            masks[pos], off[pos] = torch.ones(len(traces[p]), device="cpu"), torch.zeros(len(traces[p]), dtype=torch.bool, device="cpu")
+            masks[pos] = torch.ones(len(traces[p]), device="cpu")
+            off[pos] = torch.zeros(len(traces[p]), dtype=torch.bool, device="cpu")
             entropy[pos] = torch.zeros(len(traces[p]), device="cpu")
     tokens = token_fields(mix, plan, step(masks, off, entropy), demo_rows, rl.loss_agg, rl.max_new_tokens,
                           rl.kl_coef)
