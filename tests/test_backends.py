@@ -7,12 +7,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import REPO
+from helpers import REPO
 from workflow.config import EvalConfig
 from workflow.benchmarks import graders
 from workflow.eval.backends import VLLMBackend, resolve_backend, vllm_usable
 from workflow.benchmarks.catalog import load
 from workflow.eval.harness import run_benchmark
+
+pytestmark = pytest.mark.serial("verl")  # README "Tests": one at a time with the other verl modules
 
 
 class ChatTokenizer:

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import REPO
+from helpers import REPO
 from workflow.benchmarks.catalog import MATH_SET, OOD_SET, REGISTRY, load
 from workflow.hub import DatasetUnavailable, read_records
 from workflow.benchmarks.prompts import render

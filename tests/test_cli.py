@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import REPO, run_cli, write_sweep
+from helpers import REPO, run_cli, write_sweep
 from workflow.launch import run_stage
 from workflow.sweep.expand import load_sweep
 

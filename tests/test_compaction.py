@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import REPO
+from helpers import REPO
 from workflow.benchmarks.catalog import REGISTRY
 from workflow.eval.harness import copy_evaluation
 from workflow.layout import DONE, eval_file, is_pack, runs_file, stage_dir, store_dir, table_dir, train_steps_file
@@ -203,6 +203,7 @@ def test_doctor_reads_packs_and_names_the_stages_a_damaged_pack_takes_with_it(sw
     assert {"rl run0", "rl run1", "rl run2"} <= lacking  # their runs rows were in the pack
 
 
+@pytest.mark.slow
 def test_rlsweep_compact_and_the_aggregate_stage(sweep):
     env = {**os.environ, "RLSWEEP_AUTO_COMPACT": "1000"}
     out = subprocess.run([sys.executable, str(REPO / "scripts" / "stage.py"), "aggregate", "--sweep", SWEEP,

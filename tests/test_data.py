@@ -13,7 +13,7 @@ from collections import Counter
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import REPO, run_cli, write_sweep
+from helpers import REPO, run_cli, write_sweep
 from workflow.config import RunConfig, TaskConfig
 from workflow.data import sources
 from workflow.data.overlap import TrainOverlap, enforce, normalize_problem, overlap
@@ -178,6 +178,7 @@ def data_sweep(tmp_path_factory):
     return path, load_sweep(path)
 
 
+@pytest.mark.slow
 def test_a_datasets_sweep_plans_one_data_and_one_overlap_job(data_sweep):
     path, sweep = data_sweep
     assert len(sweep.runs) == 2 and len(sweep.data_configs) == 1 and len(sweep.overlap_configs) == 1
@@ -189,6 +190,7 @@ def test_a_datasets_sweep_plans_one_data_and_one_overlap_job(data_sweep):
     assert jobs == {"data": "1", "overlap": "1", "rl": "2"}, res.stdout
 
 
+@pytest.mark.slow
 def test_data_and_overlap_stages_then_the_rl_gate(data_sweep, tmp_path):
     path, sweep = data_sweep
     run = sweep.runs[0]
@@ -215,6 +217,7 @@ def test_data_and_overlap_stages_then_the_rl_gate(data_sweep, tmp_path):
     assert shown.returncode == 0 and "overlap 33.3% (math500)" in shown.stdout, shown.stdout + shown.stderr
 
 
+@pytest.mark.slow
 def test_verl_reads_the_prepared_rows_through_the_prompt_template(data_sweep, tmp_path):
     _, sweep = data_sweep
     from workflow.engines.verl.driver.data import rl_rows, sft_rows

@@ -10,7 +10,7 @@ import json
 import pyarrow as pa
 import pytest
 
-from conftest import run_cli
+from helpers import run_cli
 from workflow.results.display import FORMATS, print_table
 from workflow.results.writer import write_rows
 

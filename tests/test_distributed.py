@@ -15,6 +15,8 @@ import torch
 from fsdp_worker import make_rule
 from test_update_rules import mlp_closure, mlp_problem
 
+pytestmark = [pytest.mark.serial("verl"), pytest.mark.slow]  # README "Tests": one at a time with the other verl modules
+
 HERE = Path(__file__).resolve().parent
 STEPS = 6
 SPIKES = [1.0, 1.01, 0.99, 1.0, 30.0, 1.0]

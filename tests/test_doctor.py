@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import REPO, SNAKEMAKE, planned_jobs, run_cli, snakemake, write_sweep
+from helpers import REPO, SNAKEMAKE, planned_jobs, run_cli, snakemake, write_sweep
 from workflow.launch import run_stage
 from workflow.layout import store_dir
 from workflow.results.membership import Member, record
@@ -217,6 +217,7 @@ def printed_snakemake(sweep: Sweep, doctor_out: str, *extra: str) -> subprocess.
                           timeout=300)
 
 
+@pytest.mark.slow
 def test_removing_a_table_file_reruns_nothing_but_doctor_fix_makes_snakemake_recompute_it(sweep):
     """Snakemake's targets are DONE.json files: a deleted table file alone is never recomputed."""
     r = sweep.run
@@ -238,6 +239,7 @@ def test_removing_a_table_file_reruns_nothing_but_doctor_fix_makes_snakemake_rec
     assert query("SELECT count(*) AS n FROM eval_samples", sweep.results, "s").to_pylist() == [{"n": expected}]
 
 
+@pytest.mark.slow
 def test_a_damaged_train_steps_file_is_recomputed_by_training_again(sweep):
     """A rerun resumes from the last checkpoint: only without its checkpoints does the stage log steps 1.. again.
     And with the stages after it done, Snakemake rebuilds the missing DONE.json only when asked for it."""

@@ -15,7 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import REPO, SFT_FOR_RL, kill_and_resume_rl
+from helpers import REPO, SFT_FOR_RL, kill_and_resume_rl
 from workflow.config import ModelConfig, RunConfig
 from workflow.engines.local import TOKENIZER
 from workflow.engines.tiny_lm import build_model, sample
@@ -66,6 +66,7 @@ def _final_weights(done: Path) -> dict[str, torch.Tensor]:
     return load_file(done.parent / d["checkpoint"] / "model.safetensors")
 
 
+@pytest.mark.slow
 def test_rl_killed_after_a_checkpoint_resumes_to_identical_weights_and_steps(sft_done, tmp_path):
     sft, cfg = sft_done
     sft_id = json.loads(sft.read_text())["id"]
@@ -110,6 +111,7 @@ def test_stage_refuses_a_config_that_does_not_match_its_id(tmp_path):
         run_stage("sft", "x", "0123456789ab", cfg, results_root=tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("update, passes", [("sfpo", 3), ("gxpo", 3)])
 def test_rl_stage_with_sfpo_and_gxpo_records_accounting_and_diagnostics(sft_done, tmp_path, update, passes):
     sft, cfg = sft_done
@@ -136,6 +138,7 @@ def test_rl_stage_with_sfpo_and_gxpo_records_accounting_and_diagnostics(sft_done
     assert "gate" in state["rule"]  # the gate's window survives a restart
 
 
+@pytest.mark.slow
 def test_a_rule_added_as_one_registered_class_runs_on_the_local_engine(sft_done, tmp_path, monkeypatch):
     """tests/toy_rule.py is all it takes: the run config accepts its name, the engine builds and steps it."""
     import importlib
@@ -158,6 +161,7 @@ def test_a_rule_added_as_one_registered_class_runs_on_the_local_engine(sft_done,
     assert query("SELECT method FROM runs", tmp_path).column("method").to_pylist() == ["toy_two_steps"]
 
 
+@pytest.mark.slow
 def test_rl_preempted_by_signal_checkpoints_that_step_then_resumes_exactly(sft_done, tmp_path):
     """SLURM's warning signal (USR2, what submitit uses) mid-run: the stage checkpoints the step it is in, off the
     checkpoint interval, exits 75 and is recorded as preempted; a second copy of the run meanwhile is refused by the

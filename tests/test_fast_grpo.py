@@ -178,7 +178,7 @@ def test_bad_settings_are_refused_naming_the_key(tmp_path):
 
 def test_the_ablation_sweep_is_grpo_each_part_alone_and_all_three():
     from collections import Counter
-    from conftest import REPO
+    from helpers import REPO
     from workflow.sweep.expand import load_sweep
     sweep = load_sweep(REPO / "sweeps" / "fast_grpo.yaml")
     assert Counter(r.method for r in sweep.runs) == {m: 3 for m in (

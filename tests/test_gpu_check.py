@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import run_cli
+from helpers import run_cli
 from workflow import gpu_check as gc
 from workflow import gpu_check_verl as gv
 from workflow.cli import main as rlsweep
@@ -24,6 +24,7 @@ def test_without_a_gpu_it_says_so_and_exits_with_its_own_code():
     assert "no GPU" in out.stderr and "--allow-cpu" in out.stderr and "Traceback" not in out.stderr
 
 
+@pytest.mark.slow
 def test_every_stage_and_method_runs_and_is_reported(tmp_path: Path):
     """The local part on the CPU: SFT, GRPO, SFPO, GXPO, GRPO+LoRA+KL, the five mixed-policy methods, FAST-GRPO and
     an evaluation each run as a stage job, and the table, JSON and Markdown say so."""

@@ -14,11 +14,13 @@ import time
 
 import pytest
 
-from conftest import REPO, run_cli
+from helpers import REPO, run_cli
 from workflow.layout import table_dir
 from workflow.results.catalog import QueryError, query
 from workflow.results.membership import Member, record
 from workflow.results.writer import write_rows
+
+pytestmark = pytest.mark.slow  # not in the fast tier: sweeps through Snakemake, killed and resumed
 
 N_FILES = 20
 
@@ -179,7 +181,7 @@ def test_a_full_disk_is_one_line_naming_the_path_and_the_rerun_completes(tmp_pat
     if not can_mount_tmpfs(tmp_path):
         pytest.skip("mounting a tmpfs needs unshare -m and mount (root or user namespaces)")
     from workflow.sweep.expand import load_sweep
-    from conftest import write_sweep
+    from helpers import write_sweep
     run = load_sweep(write_sweep(tmp_path / "s.yaml", "s")).runs[0]
     results = tmp_path / "results"
     results.mkdir()
@@ -210,7 +212,7 @@ def test_two_drivers_on_one_results_directory_both_finish_and_every_stage_runs_o
     """Two `snakemake` runs of one sweep from two working directories (two terminals, two login nodes) onto one
     results directory: the second's job for a stage the first is running waits for it and uses its result. Before,
     it was refused, Snakemake then deleted the DONE.json the first had just written, and both exited 1."""
-    from conftest import write_sweep
+    from helpers import write_sweep
     results = tmp_path / "results"
     procs = []
     for side in ("a", "b"):

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from conftest import REPO
+from helpers import REPO
 from workflow.config import EvalConfig, TaskConfig
 from workflow.benchmarks import graders
 from workflow.eval.backends import Sample

@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import SFT_FOR_RL, kill_and_resume_rl
+from helpers import SFT_FOR_RL, kill_and_resume_rl
 from test_update_rules import reference_gxpo_point
 from workflow.config import LoRAConfig, ModelConfig, RunConfig
 from workflow.engines import lora
@@ -127,6 +127,7 @@ def lora_sft(sft_for_rl):
                                                                                    "lora": {"rank": 4, "alpha": 8.0}}})
 
 
+@pytest.mark.slow
 def test_lora_is_in_the_run_id_only_when_set(lora_sft):
     _, cfg = lora_sft
     plain = cfg.model_copy(update={"model": cfg.model.model_copy(update={"lora": None})})
@@ -135,6 +136,7 @@ def test_lora_is_in_the_run_id_only_when_set(lora_sft):
     assert stable_id(stage_config(cfg, "rl", sft_id="s")) != stable_id(stage_config(plain, "rl", sft_id="s"))
 
 
+@pytest.mark.slow
 def test_a_killed_lora_rl_stage_resumes_its_adapter_to_the_uninterrupted_weights(lora_sft, tmp_path):
     sft, cfg = lora_sft
     sft_id = json.loads(sft.read_text())["id"]

@@ -18,7 +18,7 @@ from workflow.methods.prefix_rft.algorithm import PrefixRFT
 from workflow.methods.registry import mix_names
 from workflow.methods.relift.algorithm import ReLIFT
 from workflow.methods.srft.algorithm import SRFT
-from conftest import REPO, refusal, run_cli
+from helpers import REPO, refusal, run_cli
 from pydantic import ValidationError
 from workflow.algos.mix_batch import advantage_kept
 from workflow.config import RunConfig
@@ -216,6 +216,7 @@ def test_eval_at_start_evaluates_the_model_rl_starts_from(sft_stage):
         "eval.at_start: the local engine without SFT starts RL from a random initialisation")
 
 
+@pytest.mark.slow
 def test_the_mixed_policy_sweep_validates_and_its_smoke_runs_every_method(tmp_path):
     sweep = load_sweep(REPO / "sweeps" / "mixed_policy.yaml")
     by_method = {}

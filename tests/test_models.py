@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, refusal, write_sweep
+from helpers import REPO, refusal, write_sweep
 from workflow import models
+
+pytestmark = [pytest.mark.serial("verl"), pytest.mark.slow]  # README "Tests": one at a time with the other verl modules
 
 
 def test_an_unknown_builtin_name_is_refused_when_the_sweep_loads(tmp_path):

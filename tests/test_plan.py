@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from conftest import run_cli, write_sweep
+from helpers import run_cli, write_sweep
 from workflow.layout import done_path, stage_dir, step_dir, train_steps_file
 from workflow.results.writer import write_rows
 

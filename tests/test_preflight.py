@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import REPO
+from helpers import REPO
 from workflow import preflight
 from workflow.algos.losses import token_logprobs
 from workflow.config import RunConfig
@@ -133,6 +133,7 @@ def test_a_job_with_a_planted_bug_fails_before_it_trains_and_runs_records_why(tm
     assert not list(stage_dir(tmp_path, "sft", stable_id(bad)).glob("checkpoints/*"))
 
 
+@pytest.mark.slow
 def test_rlsweep_preflight_checks_every_sft_and_mixed_policy_job(tmp_path):
     import subprocess
     import sys

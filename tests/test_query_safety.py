@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import run_cli
+from helpers import run_cli
 from workflow.layout import stage_dir, table_dir
 from workflow.results.catalog import QueryError, query
 from workflow.results.writer import to_arrow, write_rows

@@ -18,7 +18,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import REPO
+from helpers import REPO
 from workflow import models
 from workflow.results.catalog import query
 
@@ -32,7 +32,7 @@ if _missing:
         raise RuntimeError(f"RLSWEEP_REQUIRE_VLLM is set but {_missing} are not installed: run ./scripts/setup.sh")
     pytest.skip(f"needs {_missing} (./scripts/setup.sh installs them)", allow_module_level=True)
 
-pytestmark = pytest.mark.timeout(2400)
+pytestmark = [pytest.mark.timeout(2400), pytest.mark.serial("verl"), pytest.mark.long]
 FIXTURES = REPO / "tests" / "fixtures" / "benchmarks"
 BENCHMARKS = {"math500": "math500", "aime24": "aime24", "aime25": "aime25", "amc23": "amc", "minerva": "minerva",
               "olympiadbench": "olympiadbench", "arc_c": "arc_c", "gpqa_diamond": "gpqa_diamond",

@@ -9,7 +9,7 @@ import copy
 import pytest
 import yaml
 
-from conftest import REPO
+from helpers import REPO
 from workflow.benchmarks.catalog import MATH_SET, OOD_SET
 from workflow.report import references
 from workflow.report.references import ReferenceError

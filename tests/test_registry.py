@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from conftest import REPO
+from helpers import REPO
 from workflow.registry import Registry
 
 

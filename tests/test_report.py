@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from conftest import run_cli, write_sweep
+from helpers import run_cli, write_sweep
 from workflow.layout import eval_file, table_dir, train_steps_file
 from workflow.results.membership import Member, record
 from workflow.results.writer import write_rows
@@ -140,7 +140,7 @@ def test_the_shipped_queries_give_the_reports_numbers_again(sweep_results):
 
 
 def test_the_cli_writes_the_report_and_a_baseline_must_be_a_setting(sweep_results, tmp_path):
-    from conftest import refusal
+    from helpers import refusal
     sweep, results = sweep_results
     res = run_cli("report", sweep.path, "--results", str(results))
     assert res.returncode == 0, res.stderr
@@ -167,7 +167,7 @@ def test_without_a_single_grpo_setting_the_report_says_how_to_name_the_baseline(
 
 
 def test_the_readmes_example_sweep_loads_with_its_report_baseline(tmp_path):
-    from conftest import REPO
+    from helpers import REPO
     from workflow.sweep.expand import load_sweep
     text = (REPO / "README.md").read_text().split("## A sweep file", 1)[1]
     (tmp_path / "example.yaml").write_text(text.split("```yaml\n", 1)[1].split("```", 1)[0])
@@ -180,7 +180,7 @@ def headless_browser() -> str:
     there is none, a failure under RLSWEEP_REQUIRE_BROWSER=1 (CI)."""
     import os
     import subprocess
-    from conftest import REPO
+    from helpers import REPO
     found = subprocess.run([str(REPO / "scripts" / "headless_browser.sh")], capture_output=True, text=True,
                            timeout=900)
     if found.returncode != 0:
@@ -271,6 +271,7 @@ def test_published_references_sit_beside_the_measured_rows_with_the_papers_own_a
     assert "Flagged, sft_then_rl Table 1" not in part
 
 
+@pytest.mark.slow
 def test_the_html_report_renders_in_a_real_browser_from_a_file_url(sweep_results, tmp_path):
     import html
     import json

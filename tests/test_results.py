@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import REPO, run_cli
+from helpers import REPO, run_cli
 from workflow.results.catalog import QueryError, query
 from workflow.layout import eval_file, runs_file, table_dir
 from workflow.results.membership import Member, record

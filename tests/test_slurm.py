@@ -24,13 +24,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import REPO, run_cli, write_sweep
+from helpers import REPO, run_cli, write_sweep
 from workflow.launch import run_stage
 from workflow.layout import stage_dir
 from workflow.slurm import cluster
 from workflow.sweep.expand import load_sweep
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.serial("slurm"), pytest.mark.slow]
 
 
 def _answers() -> bool:
@@ -168,9 +168,9 @@ base:
 def test_running_rl_job_survives_preemption_and_requeue_exactly(slurm, tmp_path, sft_for_rl):
     sweep = write_sweep(tmp_path / "rq.yaml", "rq", CPU_JOBS, base=REQUEUE_BASE)
     run = load_sweep(sweep).runs[0]
-    # the SFT it starts from is the session's shared one (conftest.SFT_FOR_RL), put in the store as another sweep's
+    # the SFT it starts from is the session's shared one (helpers.SFT_FOR_RL), put in the store as another sweep's
     # finished stage: Snakemake reuses it and submits only RL and eval (SLURM runs an SFT job in the tests above)
-    assert sft_for_rl.parent.name == run.sft_id, "REQUEUE_BASE's SFT must be conftest.SFT_FOR_RL's"
+    assert sft_for_rl.parent.name == run.sft_id, "REQUEUE_BASE's SFT must be helpers.SFT_FOR_RL's"
     shutil.copytree(sft_for_rl.parent, stage_dir(tmp_path / "results", "sft", run.sft_id))
     run_dir = stage_dir(tmp_path / "results", "rl", run.run_id)
     ckpts = run_dir / "checkpoints"

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from helpers import REPO
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.serial("slurm"), pytest.mark.slow]
 SCRIPT = str(REPO / "scripts" / "local_slurm.sh")
 
 # one task per node: task 0 listens on its node's address, task 1 connects to it (by the hostname SLURM gave it)

@@ -25,6 +25,8 @@ from workflow.slurm.job import JobCommandFailed, RequeueLimitReached, SnakemakeJ
 from workflow.slurm.params import sbatch_parameters
 from workflow.sweep.spec import Resources, StageResources
 
+pytestmark = pytest.mark.serial("verl")  # README "Tests": one at a time with the other verl modules
+
 
 # --------------------------------------------------------------------------------------------- what is submitted
 def sbatch_lines(resources, threads=2, **kw) -> set[str]:
@@ -263,7 +265,7 @@ def test_preempt_signal_matches_submitits():
 
 # --------------------------------------------------------------------------------------------------- profile
 def test_profile_install_makes_snakemake_profile_slurm_work_from_anywhere(tmp_path):
-    from conftest import REPO, run_cli, write_sweep
+    from helpers import REPO, run_cli, write_sweep
     env = {"XDG_CONFIG_HOME": str(tmp_path / "xdg")}
     out = run_cli("profile", "install", "--partition", "gpu", "--account", "lab", "--qos", "normal", env=env)
     assert out.returncode == 0, out.stderr
@@ -317,6 +319,7 @@ def test_ray_start_commands_for_an_allocation():
     assert head_address(["gpu01"], {"RLSWEEP_RAY_HEAD_ADDRESS": "10.1.2.3"}) == "10.1.2.3"
 
 
+@pytest.mark.slow
 def test_the_head_command_really_starts_a_ray_cluster_that_a_driver_joins(tmp_path):
     """The generated head command, run here (one node; the GPU count is the only thing a GPU node changes)."""
     pytest.importorskip("ray")
@@ -416,7 +419,7 @@ def test_a_stage_records_the_jobs_its_retries_replaced_and_their_gpu_hours(monke
 
 
 def test_an_out_of_memory_retry_needs_a_memory_to_grow(tmp_path):
-    from conftest import refusal, write_sweep
+    from helpers import refusal, write_sweep
     msg = refusal(write_sweep(tmp_path / "r.yaml", "r", "resources:\n  rl: {retry: {oom: 2}}\n"))
     assert "resources.rl" in msg and "retry.oom needs mem" in msg
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 import yaml
 import pytest
 
-from conftest import REPO, run_cli
+from helpers import REPO, run_cli
 from workflow.models import TINY
 from workflow.results.catalog import query
 from workflow.smoke import smoke_sweep
 from workflow.sweep.expand import load_sweep
+
+pytestmark = pytest.mark.slow  # not in the fast tier: smoke sweeps through Snakemake
 
 
 @pytest.mark.parametrize("name", ["sft_then_rl", "verl_grpo_gxpo", "optuna_sfpo_gxpo", "gxpo_k_alpha_tau"])

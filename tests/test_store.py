@@ -12,13 +12,15 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import REPO, planned_jobs, run_cli, snakemake, write_sweep
+from helpers import REPO, planned_jobs, run_cli, snakemake, write_sweep
 from workflow.layout import (STORE, done_path, members_dir, runs_file, stage_dir, store_dir, table_dir,
                              train_steps_file)
 from workflow.results.catalog import Catalog
 from workflow.results.compaction import compact
 from workflow.results.membership import Member, member_files, members, record
 from workflow.results.writer import write_rows
+
+pytestmark = pytest.mark.slow  # not in the fast tier: sweeps through Snakemake
 
 BASE_GRID = "grid:\n  rl.lr: [1.0e-4]\nseeds: [0]\n"
 ABLATION_GRID = "grid:\n  rl.lr: [1.0e-4, 2.0e-4]\nseeds: [0]\n"

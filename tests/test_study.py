@@ -19,10 +19,12 @@ import optuna
 import pytest
 import yaml
 
-from conftest import REPO, TINY_BASE, run_cli, write_sweep
+from helpers import REPO, TINY_BASE, run_cli, write_sweep
 from workflow.layout import stage_dir, store_dir
 from workflow.results.catalog import query
 from workflow.study.factory import make_storage
+
+pytestmark = pytest.mark.slow  # not in the fast tier: Optuna studies through Snakemake
 
 # entropy varies from run to run even where the tiny models solve nothing, so the values mean something here
 ENTROPY = "SELECT run_id, avg(entropy) AS value FROM train_steps WHERE stage = 'rl' GROUP BY run_id"

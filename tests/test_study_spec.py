@@ -9,7 +9,7 @@ import optuna
 import pytest
 import yaml
 
-from conftest import TINY_BASE, write_sweep
+from helpers import TINY_BASE, write_sweep
 from workflow.config import RunConfig
 from workflow.study.factory import journal_path, make_pruner, make_sampler, make_storage, study_name
 from workflow.study.space import grid_search_space, suggest

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import refusal, write_sweep
+from helpers import refusal, write_sweep
 from workflow.sweep.expand import load_sweep
 from workflow.sweep.identity import stable_id
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, refusal, run_cli, write_sweep
+from helpers import REPO, refusal, run_cli, write_sweep
 from workflow.sweep.expand import MAX_RUNS, load_sweep
 from workflow.sweep.loader import MAX_DEPTH, MAX_FILE_BYTES, dump_yaml, load_yaml
 

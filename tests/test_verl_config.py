@@ -10,13 +10,15 @@ import torch
 
 pytest.importorskip("verl")
 
-from conftest import REPO, write_sweep  # noqa: E402
+from helpers import REPO, write_sweep  # noqa: E402
 from workflow.algos.losses import token_weights  # noqa: E402
 from workflow.engines.verl.driver.compose import compose  # noqa: E402
 from workflow.engines.verl.driver.translate import LOSS_AGG, translate  # noqa: E402
 from workflow.stages import stage_config  # noqa: E402
 from workflow.sweep.expand import load_sweep  # noqa: E402
 from workflow.sweep.spec import SweepError  # noqa: E402
+
+pytestmark = pytest.mark.serial("verl")  # README "Tests": one at a time with the other verl modules
 
 VERL_SWEEPS = [p for p in sorted((REPO / "sweeps").glob("*.yaml")) if "name: verl" in p.read_text()]
 
@@ -93,6 +95,7 @@ def test_a_wrong_verl_key_or_value_fails_before_any_job_naming_it(tmp_path, body
     assert f"{sweep}: grid point {{" in str(e.value) and message in str(e.value), str(e.value)
 
 
+@pytest.mark.slow
 def test_snakemake_stops_on_a_bad_verl_key_before_any_job(tmp_path):
     sweep = write_sweep(tmp_path / "v.yaml", "v", "grid:\n  engine.verl.overrides: [{trainer.nosuch: 1}]\n",
                         base=VERL_BASE)

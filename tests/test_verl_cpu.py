@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import REPO, need_verl_and_vllm, planned_jobs
+from helpers import REPO, need_verl_and_vllm, planned_jobs
 from workflow.layout import stage_dir, table_dir
 from workflow.results.catalog import query
 from workflow.sweep.expand import load_sweep
@@ -26,7 +26,8 @@ from workflow.sweep.expand import load_sweep
 need_verl_and_vllm()
 
 SWEEP = REPO / "sweeps" / "verl_cpu.yaml"
-pytestmark = pytest.mark.timeout(3600)  # ~6 min on 2 cores (SFT, 1 + 1 RL starts, 2 vLLM evals)
+# ~6 min on 2 cores (SFT, 1 + 1 RL starts, 2 vLLM evals)
+pytestmark = [pytest.mark.timeout(3600), pytest.mark.serial("verl"), pytest.mark.slow]
 
 
 def _shm() -> set[str]:

@@ -12,10 +12,12 @@ import torch
 
 pytest.importorskip("verl")
 
-from conftest import refusal, write_sweep  # noqa: E402
+from helpers import refusal, write_sweep  # noqa: E402
 from workflow.engines import lora  # noqa: E402
 from workflow.engines.verl.driver.translate import external_modules, translate, translate_sft  # noqa: E402
 from workflow.sweep.expand import load_sweep  # noqa: E402
+
+pytestmark = pytest.mark.serial("verl")  # README "Tests": one at a time with the other verl modules
 
 VERL_LORA = """
 base:

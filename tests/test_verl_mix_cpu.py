@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, need_verl_and_vllm, write_sweep
+from helpers import REPO, need_verl_and_vllm, write_sweep
 from workflow.layout import stage_dir
 
 need_verl_and_vllm()
 
-pytestmark = pytest.mark.timeout(1500)
+pytestmark = [pytest.mark.timeout(1500), pytest.mark.serial("verl"), pytest.mark.slow]
 
 SWEEP = """
 base:

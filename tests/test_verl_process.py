@@ -21,7 +21,7 @@ from workflow.stages import stage_config
 from workflow.sweep.identity import stable_id
 
 SHM = Path("/dev/shm")
-pytestmark = pytest.mark.skipif(not SHM.is_dir(), reason="needs /dev/shm")
+pytestmark = [pytest.mark.skipif(not SHM.is_dir(), reason="needs /dev/shm"), pytest.mark.serial("verl")]
 
 # a child that leaks a shared-memory segment, starts a grandchild in its own session, records its pid, then
 # sleeps (or exits with a status)

