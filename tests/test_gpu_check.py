@@ -28,7 +28,7 @@ def test_without_a_gpu_it_says_so_and_exits_with_its_own_code():
 def test_every_stage_and_method_runs_and_is_reported(tmp_path: Path):
     """The local part on the CPU: SFT, GRPO, SFPO, GXPO, GRPO+LoRA+KL, the five mixed-policy methods, FAST-GRPO and
     an evaluation each run as a stage job, and the table, JSON and Markdown say so."""
-    out = run_cli("gpu-check", "--engine", "local", "--allow-cpu", "--sft-steps", "20", "--steps", "2",
+    out = run_cli("gpu-check", "--engine", "local", "--allow-cpu", "--sft-steps", "4", "--steps", "1",
                   "--keep", str(tmp_path / "jobs"), "--json", str(tmp_path / "out.json"),
                   "--markdown", str(tmp_path / "out.md"))
     assert out.returncode == 0, out.stdout + out.stderr
@@ -36,7 +36,7 @@ def test_every_stage_and_method_runs_and_is_reported(tmp_path: Path):
     names = ["sft", "grpo", "sfpo", "gxpo", "grpo+lora+kl", *gc.MIXED_METHODS, "fast_grpo", "eval"]
     assert [r["name"] for r in rows] == names and all(r["passed"] for r in rows)
     by = {r["name"]: r for r in rows}
-    assert by["sft"]["steps"] == 20 and by["grpo"]["steps"] == 2 and by["grpo"]["s_per_step"] > 0
+    assert by["sft"]["steps"] == 4 and by["grpo"]["steps"] == 1 and by["grpo"]["s_per_step"] > 0
     assert by["sfpo"]["passes"] == 4 and by["gxpo"]["passes"] == 3 and by["relift"]["passes"] == 2
     assert by["eval"]["note"].startswith("arithmetic avg@4")
     assert all(r["peak_bytes"] is None for r in rows)  # no GPU: no GPU memory to report
