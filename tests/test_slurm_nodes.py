@@ -152,7 +152,8 @@ rule all:
 rule work:
     output: "done.txt"
     resources: rlsweep_retry="node_fail=1", slurm_extra="--no-requeue", runtime=5
-    shell: "hostname > {output}.try-$SLURM_JOB_ID; echo \\"$RLSWEEP_SLURM_ATTEMPTS\\" > {output}.attempts-$SLURM_JOB_ID; "
+    # (the job's shell runs with `set -u`, and a first attempt has no RLSWEEP_SLURM_ATTEMPTS)
+    shell: "hostname > {output}.try-$SLURM_JOB_ID; echo \\"${{RLSWEEP_SLURM_ATTEMPTS:-}}\\" > {output}.attempts-$SLURM_JOB_ID; "
            "sleep 40; hostname > {output}"
 """
 
