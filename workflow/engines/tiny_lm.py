@@ -7,15 +7,24 @@ Nothing is downloaded: the model is a randomly initialised `Qwen2ForCausalLM` bu
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
-from transformers.utils import logging as hf_logging
 
 from workflow.config import ModelConfig
 
-hf_logging.disable_progress_bar()  # per-shard bars for a 1 MB model are noise in a sweep's log
+if TYPE_CHECKING:
+    from transformers import Qwen2ForCausalLM
+
+
+def qwen2():
+    """transformers' Qwen2 classes, imported when a model is built or loaded: a stage job that makes no model (data,
+    aggregate, an evaluation copied from another run's) does not pay their import (~2.5 s: it pulls torch._dynamo)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers.utils import logging as hf_logging
+    hf_logging.disable_progress_bar()  # per-shard bars for a 1 MB model are noise in a sweep's log
+    return Qwen2Config, Qwen2ForCausalLM
 
 
 class CharTokenizer:
@@ -67,13 +76,14 @@ def model_device(model) -> torch.device:
 
 
 def load_model(ckpt: Path) -> Qwen2ForCausalLM:
-    return Qwen2ForCausalLM.from_pretrained(ckpt, dtype=torch.float32).to(device())
+    return qwen2()[1].from_pretrained(ckpt, dtype=torch.float32).to(device())
 
 
 def build_model(cfg: ModelConfig, vocab_size: int, seed: int) -> Qwen2ForCausalLM:
     """A random-init model on the training device (like load_model's). Initialised on the CPU from `seed`, then
     moved: the same weights whatever the device (a CUDA generator draws other numbers)."""
-    hf = Qwen2Config(
+    qwen2_config, qwen2_model = qwen2()
+    hf = qwen2_config(
         vocab_size=vocab_size, hidden_size=cfg.hidden, num_hidden_layers=cfg.n_layers,
         num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.n_heads, intermediate_size=cfg.mlp_ratio * cfg.hidden,
         max_position_embeddings=cfg.max_positions, tie_word_embeddings=True,
@@ -81,7 +91,7 @@ def build_model(cfg: ModelConfig, vocab_size: int, seed: int) -> Qwen2ForCausalL
     )
     torch.manual_seed(seed)
     with torch.device("cpu"):
-        model = Qwen2ForCausalLM(hf)
+        model = qwen2_model(hf)
     return model.to(device())
 
 
