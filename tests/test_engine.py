@@ -111,6 +111,20 @@ def test_stage_refuses_a_config_that_does_not_match_its_id(tmp_path):
         run_stage("sft", "x", "0123456789ab", cfg, results_root=tmp_path)
 
 
+def test_rl_warm_up_ramps_the_learning_rate_and_only_a_warm_up_enters_the_runs_id(tmp_path):
+    """rl.warmup_steps: lr x (step + 1) / warmup_steps for the first steps, then lr; the id of a run without warm-up
+    is the one it had before the setting existed (test_run_ids: every shipped sweep keeps its ids)."""
+    base = {"model": {"n_layers": 1, "hidden": 32, "n_heads": 2}, "sft": {"enabled": False}}
+    rl = {"steps": 3, "prompts_per_step": 2, "group_size": 2, "max_new_tokens": 4, "lr": 1e-3, "checkpoint_every": 3}
+    plain = stage_config(RunConfig.model_validate({**base, "rl": rl}), "rl", sft_id=None)
+    assert "warmup_steps" not in plain["rl"]
+    rcfg = stage_config(RunConfig.model_validate({**base, "rl": {**rl, "warmup_steps": 2}}), "rl", sft_id=None)
+    assert rcfg["rl"]["warmup_steps"] == 2 and stable_id(rcfg) != stable_id(plain)
+    run_stage("rl", "warm", stable_id(rcfg), rcfg, results_root=tmp_path)
+    lrs = query("SELECT lr FROM train_steps ORDER BY step", tmp_path).column(0).to_pylist()
+    assert lrs == pytest.approx([5e-4, 1e-3, 1e-3])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("update, passes", [("sfpo", 3), ("gxpo", 3)])
 def test_rl_stage_with_sfpo_and_gxpo_records_accounting_and_diagnostics(sft_done, tmp_path, update, passes):

@@ -48,6 +48,7 @@ def test_every_verl_sweep_instantiates_verls_own_config_classes(path):
         assert actor.ppo_mini_batch_size == mini and actor.ppo_epochs == 1  # one update per batch, unless raw keys
         assert actor.ppo_micro_batch_size_per_gpu == rl.micro_batch_size
         assert optim.lr == rl.lr and optim.clip_grad == rl.max_grad_norm
+        assert optim.lr_warmup_steps == (rl.warmup_steps or -1)  # -1: verl's ratio (0.0): no warm-up
         assert rollout.n == rl.group_size and rollout.temperature == rl.temperature
         assert rollout.tensor_model_parallel_size == cfg.engine.verl.rollout_tp
         assert rollout.response_length == rl.max_new_tokens

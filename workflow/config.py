@@ -11,7 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, create_model, field_validator, model_validator
+from pydantic import (Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, create_model,
+                      field_validator, model_validator)
 
 from workflow.benchmarks.catalog import REGISTRY as BENCHMARKS
 from workflow.benchmarks.graders import GRADERS
@@ -207,6 +208,10 @@ class RLBase(Strict):
     max_new_tokens: PositiveInt = 24
     micro_batch_size: PositiveInt | None = None  # sequences per forward pass; None = all
     lr: PositiveFloat = 1e-4
+    # linear warm-up of lr over the first steps (then constant). Why: AdamW's first steps move every weight by about
+    # lr whatever its gradient (no second-moment history yet), so a fresh optimizer at full lr first undoes part of
+    # what SFT taught; a few steps of warm-up let it learn each weight's gradient scale first
+    warmup_steps: NonNegativeInt = 0
     weight_decay: NonNegativeFloat = 0.0
     max_grad_norm: PositiveFloat | None = 1.0
     clip_low: float = Field(0.2, gt=0.0, lt=1.0)

@@ -86,6 +86,8 @@ def _rl_config(cfg: RunConfig, d: dict, ids: Ids) -> dict:
           and (k not in mixes or k == d["rl"]["mix"])}
     if rl["mix"] == "none":  # on-policy runs keep the ids they had before mixed-policy methods existed
         del rl["mix"]
+    if rl["warmup_steps"] == 0:  # and runs without warm-up the ids they had before rl.warmup_steps existed
+        del rl["warmup_steps"]
     for part in RLConfig.fast_sections():  # FAST-GRPO's parts: in the id only when switched on
         if not rl[part]["enabled"]:
             del rl[part]

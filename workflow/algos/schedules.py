@@ -24,6 +24,13 @@ def constant() -> Callable[[int], float]:
     return lambda step: 1.0
 
 
+def warmup_constant(warmup_steps: int) -> Callable[[int], float]:
+    """Linear warm-up to 1 over `warmup_steps` optimizer steps ((step + 1) / warmup_steps: the first step already
+    moves), then constant. (verl's constant schedule with warm-up takes step / warmup_steps: its first step is at
+    lr 0, so the same setting on verl reaches full lr one step later.)"""
+    return lambda step: min(1.0, (step + 1) / warmup_steps) if warmup_steps > 0 else 1.0
+
+
 @contextlib.contextmanager
 def scaled_lr(optimizer, factor: float):
     """Every param group's learning rate of a torch optimizer times `factor` for the optimizer steps inside the

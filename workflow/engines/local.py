@@ -22,7 +22,7 @@ import torch
 from workflow import preemption
 from workflow.algos.flops import generation_flops, rl_step_flops, sft_flops
 from workflow.algos.losses import sft_loss, token_logprobs, token_weights
-from workflow.algos.schedules import constant, scaled_lr, warmup_cosine
+from workflow.algos.schedules import constant, scaled_lr, warmup_constant, warmup_cosine
 from workflow.algos.sharded import clip_and_step
 from workflow.checkpoint import load_trainer_state, remove_stale_temporaries, save_checkpoint
 from workflow.config import ModelConfig, RLConfig, TaskConfig
@@ -223,8 +223,8 @@ class LocalEngine:
         model_cfg, task, rl, seed = stage.model, stage.task, stage.rl, stage.seed
         init = load_model(init_ckpt) if init_ckpt else build_model(model_cfg, TOKENIZER.vocab_size, seed)
         ref = copy.deepcopy(init).eval().requires_grad_(False) if rl.uses_reference else None
-        tr = _Trainer(with_lora(init, model_cfg, seed), rl.lr, rl.weight_decay, constant(), out_dir, log, rl.steps,
-                      rl.checkpoint_every, rule=build_update_rule(rl), mix=build_mix(rl))
+        tr = _Trainer(with_lora(init, model_cfg, seed), rl.lr, rl.weight_decay, warmup_constant(rl.warmup_steps),
+                      out_dir, log, rl.steps, rl.checkpoint_every, rule=build_update_rule(rl), mix=build_mix(rl))
         progress = StepProgress(f"rl {log.run_id}", rl.steps, start=tr.step)
         while tr.step < rl.steps:
             seed_dropout(model_cfg, seed, tr.step)

@@ -162,6 +162,7 @@ def translate(cfg, *, model_path: str = PLACEHOLDER, train_files: str = PLACEHOL
         f"{actor}.optim.weight_decay": rl.weight_decay,
         f"{actor}.optim.clip_grad": rl.max_grad_norm if rl.max_grad_norm is not None else 1.0e9,
         f"{actor}.optim.lr_scheduler_type": "constant",
+        f"{actor}.optim.lr_warmup_steps": rl.warmup_steps if rl.warmup_steps > 0 else -1,  # -1: verl's ratio, 0.0
         f"{actor}.clip_ratio_low": rl.clip_low,
         f"{actor}.clip_ratio_high": rl.clip_high,
         f"{actor}.loss_agg_mode": agg,
