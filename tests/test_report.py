@@ -404,3 +404,32 @@ def test_an_optuna_sweeps_report_shows_its_best_trials_history_and_importances(t
     rows = [line for line in section.splitlines() if line.startswith("| ")]
     assert rows[1].startswith("| **4** | 0.4 | rl.lr=") and len(rows) == 1 + 5  # the best first, bold
     assert "optuna_history.png" in md and "optuna_importances.png" in md
+
+
+def test_rlsweep_gain_says_which_settings_improved_on_their_start(sweep_results):
+    """`rlsweep gain`: per setting the start, each seed's final and the report's paired final − start; exit 1 naming
+    each setting whose gain does not hold (here grpo: a resample of its unchanged problems gives 0; sfpo holds)."""
+    from workflow.report.gain import gains
+    sweep, results = sweep_results
+    found = {g.label: g for g in gains(sweep, results)}
+    assert found["rl.update=sfpo"].start == pytest.approx(0.1)
+    assert found["rl.update=sfpo"].finals == {0: pytest.approx(0.6), 1: pytest.approx(0.7)}  # seed 2 failed
+    assert found["rl.update=sfpo"].ci_low == pytest.approx(0.5) and found["rl.update=sfpo"].shortfalls() == []
+    assert found["rl.update=grpo"].finals == {0: pytest.approx(0.4), 1: pytest.approx(0.5), 2: pytest.approx(0.6)}
+    res = run_cli("--results", str(results), "gain", str(results.parent / "rep.yaml"), env={"COLUMNS": "200"})
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "rl.update=sfpo" in res.stdout and "0.600, 0.700" in res.stdout and "+0.500 [+0.500, +0.500]" in res.stdout
+    short = [line for line in res.stderr.splitlines() if line.startswith("does not hold")]
+    assert short == ["does not hold: rl.update=grpo on arithmetic: the paired interval [+0.000, "
+                     f"{found['rl.update=grpo'].ci_high:+.3f}] does not exclude 0"]
+
+
+def test_a_gain_holds_only_when_every_seed_ends_above_the_start_and_the_interval_excludes_0():
+    from workflow.report.gain import Gain
+    ok = Gain("a", "math", start=0.3, finals={0: 0.35, 1: 0.32}, mean_diff=0.03, ci_low=0.01, ci_high=0.05)
+    assert ok.shortfalls() == []
+    tie = Gain("a", "math", start=0.3, finals={0: 0.35, 1: 0.30}, mean_diff=0.03, ci_low=0.01, ci_high=0.05)
+    assert tie.shortfalls() == ["a on math, seed 1: final 0.300 is not above the start 0.300"]
+    assert Gain("a", "math", start=None, finals={0: 0.4}).shortfalls() == ["a on math: no start evaluation"]
+    wide = Gain("a", "math", start=0.3, finals={0: 0.35}, mean_diff=0.05, ci_low=-0.01, ci_high=0.1)
+    assert wide.shortfalls() == ["a on math: the paired interval [-0.010, +0.100] does not exclude 0"]

@@ -14,6 +14,9 @@
     rlsweep report SWEEP.yaml            the sweep's report: accuracy (mean ± std, 95% interval over seeds), efficiency
                                          against a baseline, training and accuracy curves, failed and missing runs;
                                          results/<sweep>/report/ (index.html, report.md, queries.sql, figures/)
+    rlsweep gain SWEEP.yaml              did RL improve the model it started from: per setting the start, each seed's
+                                         final, the pooled paired final − start [95% interval] (exit 1: a seed ended
+                                         at or below its start, or an interval holds 0)
     rlsweep rescore SWEEP.yaml --graders G [G ...]
                                          other graders (math_verify, math_equal, dapo, exact, mc_letter, mc_text)
                                          judge the stored responses again, no generation; table eval_grades, and
@@ -107,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     rp = sub.add_parser("report", parents=[common], help="write the sweep's report (HTML, Markdown, figures)")
     rp.add_argument("sweep_file")
     rp.set_defaults(fn="report:cmd_report")
+    gn = sub.add_parser("gain", parents=[common], help="RL's gain over its start, per setting, with its interval")
+    gn.add_argument("sweep_file")
+    gn.set_defaults(fn="gain:cmd_gain")
     rs = sub.add_parser("rescore", parents=[common], help="judge stored responses again with other graders")
     rs.add_argument("sweep_file")
     rs.add_argument("--graders", nargs="+", required=True, metavar="GRADER",
