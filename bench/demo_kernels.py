@@ -29,6 +29,7 @@ from workflow.kernels import KERNELS, unavailable  # noqa: E402
 from workflow.report.gain import gains  # noqa: E402
 from workflow.sweep.expand import load_sweep  # noqa: E402
 
+
 def run(sweep_file: Path, results: Path, kernel: str, cores: int) -> float:
     env = {**os.environ, **KERNELS[kernel]}
     log = results / "snakemake.log"
@@ -65,12 +66,11 @@ def main() -> int:
         root = args.results / kernel
         wall = run(args.sweep.resolve(), root, kernel, args.cores)
         for g in gains(sweep, root):
-            finals = " ".join(f"{f:.3f}" for _, f in sorted(g.finals.items()))
             bad = g.shortfalls()
             failures += bool(bad)
             start = "?" if g.start is None else f"{g.start:.3f}"
-            diff = "?" if g.mean_diff is None else f"{g.mean_diff:+.3f} [{g.ci_low:+.3f}, {g.ci_high:+.3f}]"
-            print(f"{kernel:15s} {g.label:10s} {g.benchmark:12s} {start} -> {finals:24s} {diff}"
+            diff = g.diff_text() or "?"
+            print(f"{kernel:15s} {g.label:10s} {g.benchmark:12s} {start} -> {g.finals_text():24s} {diff}"
                   f"  {'holds' if not bad else 'FAILS: ' + '; '.join(bad)}")
         print(f"{kernel:15s} ({wall:.0f} s wall, {root})")
     return 1 if failures else 0

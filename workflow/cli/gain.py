@@ -26,10 +26,8 @@ def cmd_gain(a) -> int:
     for g in found:
         bad = g.shortfalls()
         short += bad
-        finals = ", ".join(f"{f:.3f}" for _, f in sorted(g.finals.items()))
-        diff = "" if g.mean_diff is None else f"{g.mean_diff:+.3f} [{g.ci_low:+.3f}, {g.ci_high:+.3f}]"
-        table.add_row(g.label, g.benchmark, "" if g.start is None else f"{g.start:.3f}", finals, diff,
-                      "yes" if not bad else "no")
+        table.add_row(g.label, g.benchmark, "" if g.start is None else f"{g.start:.3f}", g.finals_text(),
+                      g.diff_text(), "yes" if not bad else "no")
     Console(soft_wrap=True).print(table)
     for line in short:
         err.print(f"does not hold: {line}")

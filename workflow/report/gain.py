@@ -34,6 +34,13 @@ class Gain:
     ci_low: float | None = None
     ci_high: float | None = None
 
+    def finals_text(self) -> str:
+        return ", ".join(f"{f:.3f}" for _, f in sorted(self.finals.items()))
+
+    def diff_text(self) -> str:
+        """The pooled final − start with its interval, as the report writes it ("" before it is known)."""
+        return "" if self.mean_diff is None else f"{self.mean_diff:+.3f} [{self.ci_low:+.3f}, {self.ci_high:+.3f}]"
+
     def shortfalls(self) -> list[str]:
         """Why this gain does not hold, in words; empty when it does."""
         where = f"{self.label} on {self.benchmark}"
