@@ -47,6 +47,18 @@ def test_every_sweep_is_recorded():
     assert sorted(p.name for p in (REPO / "sweeps").glob("*.yaml")) == sorted(RECORDS)
 
 
+# A sweep that re-checks a longer one's result in less time runs exactly some of its runs (README, "A real model on
+# CPU"): same ids, so one store serves both, and the check's number is the longer sweep's number for those runs.
+SLICES = {"smollm2_cpu_check.yaml": "smollm2_cpu.yaml"}
+
+
+@pytest.mark.parametrize("check", sorted(SLICES))
+def test_a_check_sweep_is_a_slice_of_the_sweep_it_checks(check):
+    full = {json.dumps(r, sort_keys=True) for r in ids_of(REPO / "sweeps" / SLICES[check])}
+    part = [json.dumps(r, sort_keys=True) for r in ids_of(REPO / "sweeps" / check)]
+    assert part and all(r in full for r in part), part
+
+
 if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
     sys.path.insert(0, str(REPO))
     RECORDED.write_text(json.dumps(current(), indent=1) + "\n")
