@@ -94,7 +94,8 @@ def cmd_status(a) -> int:
         err.print("[dim]reused from other sweeps (the shared store): "
                   + ", ".join(f"{n} stage jobs from {name}" for name, n in sorted(Counter(reused.values()).items()))
                   + "[/]")
-    warn_damaged(catalog.damaged, {d: affected_runs(d, sweep.runs) for d in catalog.damaged})
+    warn_damaged(catalog.damaged_members + catalog.damaged,
+                 {d: affected_runs(d, sweep.runs) for d in catalog.damaged})
     if sweep.spec.optuna is not None:
         from workflow.study.status import study_report  # Optuna: only for a sweep that has a study
         table, line = study_report(sweep.spec.optuna, root, sweep.name)

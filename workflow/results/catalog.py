@@ -39,7 +39,7 @@ from workflow.errors import UserError
 from workflow.layout import (SWEEP_NAME, SWEEP_NAME_RULE, TableFile, is_pack, parse_table_file, table_dir,
                              table_file_key)
 from workflow.results.files import PositionalReader, open_regular
-from workflow.results.membership import MEMBERS, member_files, members, recorded_sweeps
+from workflow.results.membership import MEMBERS, damage, member_files, members, recorded_sweeps
 from workflow.results.packs import SOURCE, TableLayout, read_pack, resolve
 from workflow.results.schemas import TABLES
 
@@ -216,7 +216,15 @@ class Catalog:
         # the sweep's stage jobs and labels (None: every sweep's rows)
         self.members = ({**members(self.root, sweep), **{(m.stage, m.stage_id): m.label for m in planned}}
                         if sweep is not None else None)
-        self.member_files = member_files(self.root, sweep)
+        # the sweeps' records of their stage jobs: a damaged one is left out of the `membership` view (every other
+        # record, and every other sweep, still answers) and reported, like a damaged table file
+        self.member_files, self.damaged_members = [], []
+        for path in member_files(self.root, sweep):
+            reason = damage(path)
+            if reason is None:
+                self.member_files.append(path)
+            else:
+                self.damaged_members.append(Damaged("members", path, reason))
         self.layouts: dict[str, TableLayout] = {}  # per table: the live small files and packs (packs.py)
         self.schemas: dict[str, list[pa.Schema]] = {}  # the distinct schemas of each table's small files
         self.pack_schemas: dict[str, list[pa.Schema]] = {}  # and of its packs (without their source column)
@@ -287,6 +295,11 @@ class Catalog:
             if self.damaged:
                 raise QueryError(f"every table file under {self._where()} is unreadable ({len(self.damaged)} files); "
                                  "`rlsweep doctor` lists them")
+            if self.sweep is not None and self.damaged_members:
+                files = "; ".join(f"{d.path} ({d.reason})" for d in self.damaged_members)
+                raise QueryError(f"the record of which stage jobs sweep {self.sweep!r} planned does not read: {files}. "
+                                 f"Plan the sweep again to rewrite it (`snakemake -n --config sweep=SWEEP.yaml`), or "
+                                 f"`rlsweep doctor SWEEP.yaml --fix`")
             if self.sweep is not None:
                 raise QueryError(f"no results for sweep {self.sweep!r} under {self.root} "
                                  f"(sweeps with results: {', '.join(known) or 'none'})")

@@ -87,6 +87,7 @@ def examine(results_root: str | Path, sweep: str, sweep_file: str | None = None)
     catalog = Catalog(root, sweep, deep=True)
     jobs = [j for j in stage_jobs(root) if j.key in catalog.members]
     problems = [damaged_file(root, d) for d in catalog.damaged]
+    problems += [damaged_record(d, sweep, sweep_file) for d in catalog.damaged_members]
     problems += leftover_temporaries(root, sweep)
     problems += damaged_journal(root, sweep)
     problems += disagreements(root, catalog, jobs, done_with={p.job for p in problems if p.job})
@@ -104,6 +105,20 @@ def damaged_journal(root: Path, sweep: str) -> list[Problem]:
     return [Problem("damaged", damage.path, str(damage), f"the study resumes from the {kept} intact record(s): a "
                     "trial whose records were after the damage is lost and proposed anew (its finished runs stay in "
                     "the tables and Snakemake does not train them again)", [damage.path], restore=damage.intact)]
+
+
+def damaged_record(d: Damaged, sweep: str, sweep_file: str | None) -> Problem:
+    """A sweep's record of its stage jobs (results/membership.py) that does not read: the sweep's views lack what it
+    lists. --fix moves it to quarantine and, given the sweep file, writes it anew from the sweep's plan."""
+    what = f"unreadable membership record of sweep {sweep!r}: {d.reason}"
+    if sweep_file is None:
+        return Problem("damaged", d.path, what, "planning the sweep again records it anew (`snakemake -n --config "
+                       "sweep=SWEEP.yaml`); `rlsweep doctor SWEEP.yaml --fix` rebuilds it from the sweep file",
+                       [d.path])
+    from workflow.results.membership import record_bytes  # noqa: PLC0415 - only for a damaged record
+    from workflow.sweep.expand import load_sweep  # noqa: PLC0415
+    return Problem("damaged", d.path, what, f"--fix writes it anew from {sweep_file}'s plan (no stage reruns)",
+                   [d.path], restore=record_bytes(sweep, load_sweep(sweep_file).members()))
 
 
 def owning_job(root: Path, owner: TableFile) -> StageJob | None:

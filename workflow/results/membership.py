@@ -47,22 +47,37 @@ class Member:
 
 def record(results_root: str | Path, sweep: str, members: Iterable[Member]) -> Path | None:
     """Record that `sweep` planned these stage jobs; returns the file written (None: this set was recorded)."""
-    rows = sorted({(m.stage, m.stage_id, m.label) for m in members}, key=lambda r: (r[0], r[1], r[2] or ""))
+    rows = _rows(members)
     digest = hashlib.sha256(json.dumps([sweep, rows]).encode()).hexdigest()[:16]
     directory = members_dir(results_root, sweep)
     path = directory / f"{digest}.parquet"
-    if path.is_file():
+    if path.is_file() and damage(path) is None:  # a damaged record of this same plan is written again
         return None
     older = {p: _keys(p) for p in directory.glob("*.parquet")}
-    now = dt.datetime.now(dt.timezone.utc)
-    write_parquet(pa.table({"sweep": [sweep] * len(rows), "stage": [r[0] for r in rows],
-                            "stage_id": [r[1] for r in rows], "label": [r[2] for r in rows],
-                            "recorded_at": [now] * len(rows)}, schema=MEMBERS), path)
+    write_parquet(_table(sweep, rows), path)
     mine = set(rows)
     for p, keys in older.items():
         if keys is not None and keys <= mine:
             p.unlink(missing_ok=True)
     return path
+
+
+def record_bytes(sweep: str, members: Iterable[Member]) -> bytes:
+    """A members file's content for these stage jobs (`rlsweep doctor --fix` rebuilds a damaged one from the sweep
+    file's plan)."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(_table(sweep, _rows(members)), sink)
+    return sink.getvalue().to_pybytes()
+
+
+def _rows(members: Iterable[Member]) -> list[tuple]:
+    return sorted({(m.stage, m.stage_id, m.label) for m in members}, key=lambda r: (r[0], r[1], r[2] or ""))
+
+
+def _table(sweep: str, rows: list[tuple]) -> pa.Table:
+    now = dt.datetime.now(dt.timezone.utc)
+    return pa.table({"sweep": [sweep] * len(rows), "stage": [r[0] for r in rows], "stage_id": [r[1] for r in rows],
+                     "label": [r[2] for r in rows], "recorded_at": [now] * len(rows)}, schema=MEMBERS)
 
 
 def _keys(path: Path) -> set[tuple] | None:
@@ -74,9 +89,20 @@ def _keys(path: Path) -> set[tuple] | None:
     return set(zip(t["stage"].to_pylist(), t["stage_id"].to_pylist(), t["label"].to_pylist()))
 
 
+def damage(path: Path) -> str | None:
+    """Why a members file does not read (None: it reads)."""
+    try:
+        _read(path)
+    except (pa.ArrowException, OSError) as e:
+        return str(e).strip().rstrip(".") or type(e).__name__
+    return None
+
+
 def _read(path: Path) -> pa.Table:
     with PositionalReader.of(path) as f:  # a regular file only (a FIFO would block, a symlink lead elsewhere)
-        return pq.read_table(f, columns=["stage", "stage_id", "label", "recorded_at"])
+        # ParquetFile, not read_table: the latter goes through pyarrow.dataset, which imports pandas (seconds
+        # for `rlsweep query`, which checks every sweep's records)
+        return pq.ParquetFile(f).read(columns=["stage", "stage_id", "label", "recorded_at"])
 
 
 def member_files(results_root: str | Path, sweep: str | None = None) -> list[Path]:
@@ -93,7 +119,8 @@ def members(results_root: str | Path, sweep: str) -> dict[tuple[str, str], str |
         try:
             t = _read(path)
         except (pa.ArrowException, OSError):
-            continue  # a damaged record: `rlsweep doctor` lists it; planning the sweep again records it anew
+            continue  # a damaged record: queries warn and `rlsweep doctor` lists it; planning the sweep again
+            # (`snakemake -n`) writes it anew, or `rlsweep doctor SWEEP.yaml --fix` from the sweep file
         for stage, stage_id, label, at in zip(*(t[c].to_pylist() for c in ("stage", "stage_id", "label",
                                                                            "recorded_at"))):
             if (stage, stage_id) not in out or at >= out[(stage, stage_id)][1]:
