@@ -79,3 +79,13 @@ def test_doctor_lists_a_damaged_record_and_fix_rebuilds_it_from_the_sweep_file(t
     assert members(root, "a") == planned and member_files(root, "a") == [damaged]
     assert damage(moved[0][1]) is not None  # the damaged bytes are kept, in quarantine
     assert not [p for p in examine(root, "a", str(sweep_file)).problems if p.subject == damaged]
+
+
+def test_doctor_never_calls_a_sweep_it_knows_nothing_of_healthy(tmp_path):
+    (tmp_path / "c").mkdir()  # a sweep directory without any record of what the sweep planned
+    out = run_cli("--results", str(tmp_path), "doctor", "--sweep", "c")
+    assert out.returncode == 1 and "no record of which stage jobs sweep 'c' planned" in out.stdout, out
+    assert "healthy" not in out.stderr
+    record(tmp_path, "c", [Member("rl", "r9", "x=9")])  # planned (snakemake -n), nothing run: said so, exit 0
+    out = run_cli("--results", str(tmp_path), "doctor", "--sweep", "c")
+    assert out.returncode == 0 and "c: nothing run yet" in out.stderr, out

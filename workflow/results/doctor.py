@@ -51,7 +51,7 @@ _RUN_KEY = {"data": "data_id", "overlap": "overlap_id", "sft": "sft_id", "rl": "
 
 @dataclass
 class Problem:
-    kind: str  # damaged | temporary | done-without-rows | rows-without-done
+    kind: str  # damaged | temporary | done-without-rows | rows-without-done | unrecorded
     subject: Path  # the file or stage directory concerned
     what: str  # what is wrong
     recompute: str  # how the missing results come back (or why nothing needs to)
@@ -88,6 +88,12 @@ def examine(results_root: str | Path, sweep: str, sweep_file: str | None = None)
     jobs = [j for j in stage_jobs(root) if j.key in catalog.members]
     problems = [damaged_file(root, d) for d in catalog.damaged]
     problems += [damaged_record(d, sweep, sweep_file) for d in catalog.damaged_members]
+    if not (catalog.member_files or catalog.damaged_members or default_journal(root, sweep).exists()):
+        # never "healthy" about a sweep it knows nothing of (an Optuna study's journal alone is something to check)
+        problems.append(Problem("unrecorded", sweep_dir(root, sweep) / "members",
+                                f"no record of which stage jobs sweep {sweep!r} planned: nothing of it can be checked "
+                                "or queried", "planning the sweep records it (`snakemake -n --config "
+                                "sweep=SWEEP.yaml`; `snakemake` runs it)"))
     problems += leftover_temporaries(root, sweep)
     problems += damaged_journal(root, sweep)
     problems += disagreements(root, catalog, jobs, done_with={p.job for p in problems if p.job})
@@ -368,6 +374,8 @@ def report_lines(report: Report, moved: list[tuple[Path, Path]] | None = None) -
 
 
 def summary_line(report: Report, fixed: bool) -> str:
+    if not report.problems and report.n_files == report.n_jobs == 0:
+        return f"{report.sweep}: nothing run yet (no table files, no stage directories)"
     if not report.problems:
         return (f"{report.sweep}: healthy ({report.n_files} table files readable, {report.n_jobs} stage directories "
                 f"agree with the tables)")
