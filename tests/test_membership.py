@@ -1,7 +1,9 @@
 """A sweep's record of its stage jobs (results/<sweep>/members/, results/membership.py) when it is damaged (issue 45):
 a crash mid-write on a file system without atomic rename, a bad copy, a disk error. Queries over every sweep and
 over the other sweeps keep answering, the damaged record is named wherever it is left out, `rlsweep doctor` lists
-it, and planning the sweep again or `doctor --fix` with the sweep file writes it anew."""
+it, and planning the sweep again or `doctor --fix` with the sweep file writes it anew. Beside them, the store's other
+records: doctor never calls a sweep it has no record of healthy, and status shows the runs beside a torn study
+journal."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import run_cli, write_sweep
+from helpers import REPO, run_cli, write_sweep
 from workflow.layout import done_path, runs_file
 from workflow.results.catalog import Catalog, QueryError
 from workflow.results.doctor import examine, quarantine
@@ -89,3 +91,22 @@ def test_doctor_never_calls_a_sweep_it_knows_nothing_of_healthy(tmp_path):
     record(tmp_path, "c", [Member("rl", "r9", "x=9")])  # planned (snakemake -n), nothing run: said so, exit 0
     out = run_cli("--results", str(tmp_path), "doctor", "--sweep", "c")
     assert out.returncode == 0 and "c: nothing run yet" in out.stderr, out
+
+
+def test_status_shows_the_runs_beside_a_damaged_study_journal(tmp_path):
+    """Before: `rlsweep status` refused outright (exit 2) when the study's journal was torn."""
+    import optuna
+    from workflow.layout import default_journal
+    from workflow.study.factory import open_storage
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sweep_file = REPO / "sweeps" / "optuna_sfpo_gxpo.yaml"
+    journal = default_journal(tmp_path, "optuna_sfpo_gxpo")
+    journal.parent.mkdir(parents=True)
+    study = optuna.create_study(study_name="optuna_sfpo_gxpo", storage=open_storage(str(journal)))
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=2)
+    journal.write_bytes(journal.read_bytes()[:-7])  # cut mid-record
+    out = run_cli("--results", str(tmp_path), "status", str(sweep_file), env={"COLUMNS": "200"})
+    assert out.returncode == 1, out
+    assert "optuna_sfpo_gxpo: 0 runs" in out.stdout  # the runs table (no trial has recorded a run here)
+    assert f"study journal {journal} is damaged at line" in out.stderr
+    assert "rlsweep doctor --sweep optuna_sfpo_gxpo --fix" in out.stderr

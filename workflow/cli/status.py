@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -97,8 +98,13 @@ def cmd_status(a) -> int:
     warn_damaged(catalog.damaged_members + catalog.damaged,
                  {d: affected_runs(d, sweep.runs) for d in catalog.damaged})
     if sweep.spec.optuna is not None:
-        from workflow.study.status import study_report  # Optuna: only for a sweep that has a study
-        table, line = study_report(sweep.spec.optuna, root, sweep.name)
+        from workflow.results.journal import JournalDamaged  # Optuna: only for a sweep that has a study
+        from workflow.study.status import study_report
+        try:
+            table, line = study_report(sweep.spec.optuna, root, sweep.name)
+        except JournalDamaged as e:  # the runs above still show: the trial records are beside the journal
+            print(f"error: study of {sweep.name}: {e}", file=sys.stderr)  # plain: a path may hold rich markup
+            return 1
         if table is not None:
             Console(highlight=False).print(table)
         err.print(line)
