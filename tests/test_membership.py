@@ -110,3 +110,18 @@ def test_status_shows_the_runs_beside_a_damaged_study_journal(tmp_path):
     assert "optuna_sfpo_gxpo: 0 runs" in out.stdout  # the runs table (no trial has recorded a run here)
     assert f"study journal {journal} is damaged at line" in out.stderr
     assert "rlsweep doctor --sweep optuna_sfpo_gxpo --fix" in out.stderr
+
+
+@pytest.mark.parametrize("table", ["runs", "eval_scores"])
+def test_a_damaged_file_under_a_name_no_stage_writes_is_reported_in_every_view(two_sweeps, table):
+    """Before: `zz_foreign.parquet` in runs/ was taken for a stage job's (stage "zz"), so a sweep's view filtered it
+    out unread: the all-sweeps query warned about it, `query --sweep` and doctor did not."""
+    root, _ = two_sweeps
+    from workflow.layout import table_dir
+    foreign = table_dir(root, table) / "zz_foreign.parquet"
+    foreign.parent.mkdir(parents=True, exist_ok=True)
+    foreign.write_bytes(b"not parquet")
+    for sweep in (None, "b"):
+        assert foreign in [d.path for d in Catalog(root, sweep).damaged], sweep
+    (problem,) = [p for p in examine(root, "b").problems if p.subject == foreign]
+    assert "no stage writes that name" in problem.recompute and problem.move == [foreign]

@@ -201,9 +201,10 @@ def rescore_path(results_root: str | Path, eval_id: str, run_id: str, step: int 
     return stage_dir(results_root, "eval", eval_id, run_id, step, group) / "rescored" / f"{grader}.json"
 
 
+_STAGE = "|".join(STAGES)  # a stage job's file names a stage: `zz_foreign` in runs/ is no stage job's (issue 45)
 _TABLE_FILE = {
-    "runs": re.compile(r"^(?P<stage>[a-z]+)_(?P<stage_id>[^_]+)(?:_(?P<step>\d+)_(?P<group>[a-z]+))?$"),
-    "train_steps": re.compile(r"^(?P<stage>[a-z]+)_(?P<stage_id>[^_]+)_(?P<first>\d+)-(?P<last>\d+)$"),
+    "runs": re.compile(rf"^(?P<stage>{_STAGE})_(?P<stage_id>[^_]+)(?:_(?P<step>\d+)_(?P<group>[a-z]+))?$"),
+    "train_steps": re.compile(rf"^(?P<stage>{_STAGE})_(?P<stage_id>[^_]+)_(?P<first>\d+)-(?P<last>\d+)$"),
     "eval_samples": re.compile(r"^(?P<run_id>[^_]+)_(?P<stage_id>[^_]+)_step(?P<step>\d+)_(?P<benchmark>.+)$"),
 }
 _TABLE_FILE["eval_scores"] = _TABLE_FILE["eval_samples"]
