@@ -220,7 +220,7 @@ class Catalog:
         # record, and every other sweep, still answers) and reported, like a damaged table file
         self.member_files, self.damaged_members = [], []
         for path in member_files(self.root, sweep):
-            reason = damage(path)
+            reason = damage(path, deep)
             if reason is None:
                 self.member_files.append(path)
             else:
@@ -298,8 +298,8 @@ class Catalog:
             if self.sweep is not None and self.damaged_members:
                 files = "; ".join(f"{d.path} ({d.reason})" for d in self.damaged_members)
                 raise QueryError(f"the record of which stage jobs sweep {self.sweep!r} planned does not read: {files}. "
-                                 f"Plan the sweep again to rewrite it (`snakemake -n --config sweep=SWEEP.yaml`), or "
-                                 f"`rlsweep doctor SWEEP.yaml --fix`")
+                                 "Plan the sweep again to rewrite it (`snakemake -n --config sweep=SWEEP.yaml`), or "
+                                 "`rlsweep doctor SWEEP.yaml --fix`")
             if self.sweep is not None:
                 raise QueryError(f"no results for sweep {self.sweep!r} under {self.root} "
                                  f"(sweeps with results: {', '.join(known) or 'none'})")

@@ -89,10 +89,17 @@ def _keys(path: Path) -> set[tuple] | None:
     return set(zip(t["stage"].to_pylist(), t["stage_id"].to_pylist(), t["label"].to_pylist()))
 
 
-def damage(path: Path) -> str | None:
-    """Why a members file does not read (None: it reads)."""
+def damage(path: Path, deep: bool = True) -> str | None:
+    """Why a members file does not read (None: it reads). Not `deep`: its footer and columns only, as the catalog
+    checks a table file before a query (a file cut short has no footer); `deep` decodes it whole (doctor, record)."""
     try:
-        _read(path)
+        if deep:
+            _read(path)
+        else:
+            with PositionalReader.of(path) as f:
+                missing = set(MEMBERS.names) - set(pq.read_schema(f).names)
+            if missing:
+                return f"not a members file: no column {', '.join(sorted(missing))}"
     except (pa.ArrowException, OSError) as e:
         return str(e).strip().rstrip(".") or type(e).__name__
     return None
