@@ -36,7 +36,7 @@ COUNTS = ("SELECT (SELECT count(*) FROM runs) AS runs, (SELECT count(*) FROM tra
 def write_run(root: Path, i: int, finished: bool = True, status: str = "completed", steps: tuple = (1, 3)) -> None:
     """What one RL stage and its evaluations write: a runs row (with a hyperparameter column), train_steps in
     two-step checkpoint intervals, and per eval step a score and two samples; DONE.json when `finished`."""
-    rid = f"run{i}"
+    rid = f"{0xd0 + i:012x}"
     rl = stage_dir(root, "rl", rid)
     rl.mkdir(parents=True, exist_ok=True)
     write_rows(root, "runs", runs_file("rl", rid),
@@ -46,15 +46,15 @@ def write_run(root: Path, i: int, finished: bool = True, status: str = "complete
         write_rows(root, "train_steps", train_steps_file("rl", rid, first, first + 1),
                    [{"run_id": rid, "sweep": SWEEP, "stage": "rl", "step": s} for s in (first, first + 1)])
     for step in (0, 4):
-        ev = stage_dir(root, "eval", f"ev{i}", rid, step, GROUP)
+        ev = stage_dir(root, "eval", f"{0xe0 + i:012x}", rid, step, GROUP)
         ev.mkdir(parents=True, exist_ok=True)
-        common = {"run_id": rid, "eval_id": f"ev{i}", "sweep": SWEEP, "step": step, "benchmark": "math500"}
-        write_rows(root, "eval_scores", eval_file(rid, f"ev{i}", step, "math500"),
+        common = {"run_id": rid, "eval_id": f"{0xe0 + i:012x}", "sweep": SWEEP, "step": step, "benchmark": "math500"}
+        write_rows(root, "eval_scores", eval_file(rid, f"{0xe0 + i:012x}", step, "math500"),
                    [{**common, "k": 1, "avg_at_k": 0.5, "pass_at_k": 0.5, "n_samples": 1, "mean_len": 10.0}])
-        write_rows(root, "eval_samples", eval_file(rid, f"ev{i}", step, "math500"),
+        write_rows(root, "eval_samples", eval_file(rid, f"{0xe0 + i:012x}", step, "math500"),
                    [{**common, "problem_id": "p", "sample_idx": j, "correct": bool(j)} for j in range(2)])
-        write_rows(root, "runs", runs_file("eval", f"ev{i}", step, GROUP),
-                   [{"run_id": f"ev{i}", "sweep": SWEEP, "stage": "eval", "parent_id": rid, "status": status,
+        write_rows(root, "runs", runs_file("eval", f"{0xe0 + i:012x}", step, GROUP),
+                   [{"run_id": f"{0xe0 + i:012x}", "sweep": SWEEP, "stage": "eval", "parent_id": rid, "status": status,
                      "eval_step": step, "eval_group": GROUP}])
         if finished:
             (ev / DONE).write_text("{}")
@@ -75,8 +75,8 @@ def sweep(tmp_path) -> Path:
     for i in range(3):
         write_run(tmp_path, i)
     write_run(tmp_path, 9, finished=False, status="running")  # a stage still at work: its files stay as they are
-    record(tmp_path, SWEEP, [Member(stage, f"{prefix}{i}") for i in (0, 1, 2, 9)  # as Snakemake records the sweep
-                             for stage, prefix in (("rl", "run"), ("eval", "ev"))])
+    record(tmp_path, SWEEP, [Member(stage, f"{base + i:012x}") for i in (0, 1, 2, 9)  # as Snakemake records the sweep
+                             for stage, base in (("rl", 0xd0), ("eval", 0xe0))])
     return tmp_path
 
 
@@ -135,10 +135,10 @@ def test_a_stage_that_runs_again_after_compaction_replaces_its_packed_rows(sweep
     write_run(sweep, 1, finished=False, status="running", steps=(1,))
     after = counts(sweep)
     assert after["steps"] == 4 * 4 - 2 and after["statuses"] == "completed,running,completed,running"
-    assert read_rows_of(table_dir(sweep, "runs"), "runs", runs_file("rl", "run1")).to_pylist()[0][
+    assert read_rows_of(table_dir(sweep, "runs"), "runs", runs_file("rl", "0000000000d1")).to_pylist()[0][
         "status"] == "running"
     assert read_rows_of(table_dir(sweep, "train_steps"), "train_steps",
-                        train_steps_file("rl", "run1", 3, 4)) is None  # superseded: the retrained stage has no step 3
+                        train_steps_file("rl", "0000000000d1", 3, 4)) is None  # superseded: the retrained stage has no step 3
     # it finishes; the next compaction packs its new rows, and the older pack's rows of it stay hidden
     write_run(sweep, 1, status="completed")
     expected = counts(sweep)
@@ -182,12 +182,12 @@ def test_one_compaction_of_a_sweep_at_a_time(sweep):
 
 def test_a_step0_evaluation_is_copied_from_a_pack(sweep):
     compact(sweep)
-    copy_evaluation("run0", "ev0", 0, ["math500"], results_root=sweep, sweep=SWEEP, run_id="runX", eval_id="evX")
-    record(sweep, SWEEP, [Member("eval", "evX")])
-    rows = query("SELECT run_id, eval_id, count(*) AS n FROM eval_samples WHERE run_id = 'runX' GROUP BY ALL",
+    copy_evaluation("0000000000d0", "0000000000e0", 0, ["math500"], results_root=sweep, sweep=SWEEP, run_id="0000000000df", eval_id="0000000000ef")
+    record(sweep, SWEEP, [Member("eval", "0000000000ef")])
+    rows = query("SELECT run_id, eval_id, count(*) AS n FROM eval_samples WHERE run_id = '0000000000df' GROUP BY ALL",
                  sweep, SWEEP).to_pylist()
-    assert rows == [{"run_id": "runX", "eval_id": "evX", "n": 2}]
-    copied = pq.read_table(table_dir(sweep, "eval_samples") / f"{eval_file('runX', 'evX', 0, 'math500')}.parquet")
+    assert rows == [{"run_id": "0000000000df", "eval_id": "0000000000ef", "n": 2}]
+    copied = pq.read_table(table_dir(sweep, "eval_samples") / f"{eval_file('0000000000df', '0000000000ef', 0, 'math500')}.parquet")
     assert "packed_from" not in copied.column_names
 
 
@@ -200,7 +200,7 @@ def test_doctor_reads_packs_and_names_the_stages_a_damaged_pack_takes_with_it(sw
     damaged = [p for p in problems if p.kind == "damaged"]
     assert len(damaged) == 1 and "pack" in damaged[0].what and damaged[0].move == [pack]
     lacking = {str(p.job) for p in problems if p.kind == "done-without-rows"}
-    assert {"rl run0", "rl run1", "rl run2"} <= lacking  # their runs rows were in the pack
+    assert {f"rl {0xd0 + i:012x}" for i in range(3)} <= lacking  # their runs rows were in the pack
 
 
 @pytest.mark.slow

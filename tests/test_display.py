@@ -14,7 +14,7 @@ from helpers import run_cli
 from workflow.results.display import FORMATS, print_table
 from workflow.results.writer import write_rows
 
-NESTED = pa.table({"run_id": ["r1", "r2"], "benchmarks": [["math500", "aime24"], None],
+NESTED = pa.table({"run_id": ["0000000000a1", "0000000000a2"], "benchmarks": [["math500", "aime24"], None],
                    "cfg": [{"lr": 1e-4, "k": 4}, {"lr": 5e-5, "k": 8}], "score": [0.5, None]})
 
 
@@ -22,7 +22,7 @@ def test_lists_and_structs_print_in_every_format(capsys):
     for fmt in FORMATS:
         print_table(NESTED, fmt, width=200)
         out = capsys.readouterr().out
-        assert "r1" in out and "aime24" in out and "5e-05" in out.replace("5.0e-05", "5e-05"), fmt
+        assert "0000000000a1" in out and "aime24" in out and "5e-05" in out.replace("5.0e-05", "5e-05"), fmt
     print_table(NESTED, "csv")
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert json.loads(rows[0]["benchmarks"]) == ["math500", "aime24"] and rows[1]["benchmarks"] == ""
@@ -54,7 +54,7 @@ def test_repeated_column_names_and_markup_like_text_print_as_they_are(capsys):
 
 @pytest.fixture
 def runs_with_lists(tmp_path):
-    write_rows(tmp_path, "runs", "rl_r1", [dict(run_id="r1", sweep="s", stage="rl", method="grpo", label="x",
+    write_rows(tmp_path, "runs", "rl_0000000000a1", [dict(run_id="0000000000a1", sweep="s", stage="rl", method="grpo", label="x",
                                                       eval_benchmarks=["math500", "arc_c"])])
     return tmp_path
 

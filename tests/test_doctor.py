@@ -122,15 +122,15 @@ def test_a_foreign_file_is_named_with_its_table_and_a_shared_stage_names_every_r
 
 def test_the_summary_says_what_it_left_out(tmp_path):
     from workflow.results.summary import write_summary
-    write_rows(tmp_path, "runs", "rl_r1", [dict(run_id="r1", sweep="s", stage="rl", method="grpo", label="x")])
-    write_rows(tmp_path, "eval_scores", "r1_e1_step000005_gsm8k",
-               [dict(run_id="r1", eval_id="e1", sweep="s", step=5, benchmark="gsm8k", k=1, avg_at_k=0.5,
+    write_rows(tmp_path, "runs", "rl_0000000000a1", [dict(run_id="0000000000a1", sweep="s", stage="rl", method="grpo", label="x")])
+    write_rows(tmp_path, "eval_scores", "0000000000a1_0000000000e1_step000005_gsm8k",
+               [dict(run_id="0000000000a1", eval_id="0000000000e1", sweep="s", step=5, benchmark="gsm8k", k=1, avg_at_k=0.5,
                      pass_at_k=0.5, n_samples=1, mean_len=3.0)])
-    record(tmp_path, "s", [Member("rl", "r1"), Member("eval", "e1"), Member("eval", "e2")])
-    (store_dir(tmp_path) / "tables" / "eval_scores" / "r2_e2_step000005_gsm8k.parquet").write_bytes(b"")
+    record(tmp_path, "s", [Member("rl", "0000000000a1"), Member("eval", "0000000000e1"), Member("eval", "0000000000e2")])
+    (store_dir(tmp_path) / "tables" / "eval_scores" / "0000000000a2_0000000000e2_step000005_gsm8k.parquet").write_bytes(b"")
     text = write_summary(tmp_path, "s", tmp_path / "summary.md").read_text()
     assert "| gsm8k | grpo | x | 1 |" in text
-    assert "Left out, unreadable (1 table files" in text and "`eval_scores/r2_e2_step000005_gsm8k.parquet`" in text
+    assert "Left out, unreadable (1 table files" in text and "`eval_scores/0000000000a2_0000000000e2_step000005_gsm8k.parquet`" in text
 
 
 # ------------------------------------------------------------------------------------------------- doctor

@@ -226,7 +226,7 @@ def test_resume_discards_rows_flushed_after_the_checkpoint_it_resumes_from(tmp_p
     """An attempt that flushed steps 4-6 and died before saving step 6's checkpoint: the resumed run recomputes
     them, so the old file must go (a preemption may flush them again under another range, e.g. 4-5)."""
     from workflow.results.train_log import TrainLog
-    log = TrainLog(tmp_path, "s", "rl", "abc")
+    log = TrainLog(tmp_path, "s", "rl", "000000000abc")
     for first, last in ((1, 3), (4, 6)):
         for step in range(first, last + 1):
             log.record(step=step, loss=0.0)

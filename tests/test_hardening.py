@@ -27,7 +27,7 @@ N_FILES = 20
 
 def runs_rows(i: int, n: int = 0) -> list[dict]:
     # the status flips and the label's length changes, so each rewrite has another size, as a stage's runs row does
-    return [dict(run_id=f"r{i}", sweep="s", stage="rl", status="completed" if n % 2 else "running",
+    return [dict(run_id=f"{0xa0 + i:012x}", sweep="s", stage="rl", status="completed" if n % 2 else "running",
                  label="x" * (n % 7) * 50)]
 
 
@@ -37,14 +37,14 @@ def test_queries_never_fail_while_stages_replace_their_table_files(tmp_path):
     ... only M returned", "No magic bytes"): the catalog listed a file, DuckDB opened its replacement."""
     root = tmp_path / "results"
     for i in range(N_FILES):
-        write_rows(root, "runs", f"rl_r{i}", runs_rows(i))
+        write_rows(root, "runs", f"rl_{0xa0 + i:012x}", runs_rows(i))
     writer = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import itertools, sys
         sys.path[:0] = [{str(REPO)!r}, {str(REPO / "tests")!r}]
         from test_hardening import runs_rows
         from workflow.results.writer import write_rows
         for n in itertools.count(1):
-            write_rows({str(root)!r}, "runs", f"rl_r{{n % {N_FILES}}}", runs_rows(n % {N_FILES}, n))
+            write_rows({str(root)!r}, "runs", f"rl_{{0xa0 + n % {N_FILES}:012x}}", runs_rows(n % {N_FILES}, n))
         """)])
     answers, failures, start = 0, [], time.monotonic()
     try:
@@ -68,8 +68,8 @@ def test_queries_never_fail_while_stages_replace_their_table_files(tmp_path):
 def test_a_sweep_name_that_is_a_path_is_refused(tmp_path, argv):
     """`--sweep` names results/<name>/: a path would read, or `doctor --fix` move, files outside the results."""
     root, outside = tmp_path / "results", tmp_path / "outside"
-    write_rows(root, "runs", "rl_r1", runs_rows(1))
-    write_rows(outside, "runs", "rl_r9", runs_rows(9))  # results beside the results
+    write_rows(root, "runs", "rl_0000000000a1", runs_rows(1))
+    write_rows(outside, "runs", "rl_0000000000a9", runs_rows(9))  # results beside the results
     (table_dir(outside, "runs") / "junk.parquet").write_text("not parquet")
     (outside / "members").mkdir()  # and what makes a directory a sweep's
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
@@ -84,17 +84,17 @@ def test_a_symlink_or_a_fifo_in_a_table_directory_is_reported_never_followed_or_
     """A symlink to a valid Parquet file outside the results is not read; a FIFO named *.parquet does not hang
     `rlsweep query` or `rlsweep doctor` (opening one for reading waits for a writer): both are reported."""
     root = tmp_path / "results"
-    write_rows(root, "runs", "rl_r1", runs_rows(1))
-    elsewhere = write_rows(tmp_path / "elsewhere", "runs", "rl_r2", runs_rows(2))
-    record(root, "s", [Member("rl", f"r{i}") for i in (1, 2, 3)])
+    write_rows(root, "runs", "rl_0000000000a1", runs_rows(1))
+    elsewhere = write_rows(tmp_path / "elsewhere", "runs", "rl_0000000000a2", runs_rows(2))
+    record(root, "s", [Member("rl", f"{0xa0 + i:012x}") for i in (1, 2, 3)])
     runs = table_dir(root, "runs")
-    (runs / "rl_r2.parquet").symlink_to(elsewhere)
-    os.mkfifo(runs / "rl_r3.parquet")
+    (runs / "rl_0000000000a2.parquet").symlink_to(elsewhere)
+    os.mkfifo(runs / "rl_0000000000a3.parquet")
     res = run_cli("--results", str(root), "query", "SELECT run_id FROM runs", "--format", "csv", timeout=60)
     assert res.returncode == 0, res.stderr
-    assert res.stdout.replace('"', "").split() == ["run_id", "r1"]  # neither the link's rows nor a hang
-    assert "rl_r2.parquet" in res.stderr and "symbolic link" in res.stderr
-    assert "rl_r3.parquet" in res.stderr and "a FIFO" in res.stderr
+    assert res.stdout.replace('"', "").split() == ["run_id", "0000000000a1"]  # neither the link's rows nor a hang
+    assert "rl_0000000000a2.parquet" in res.stderr and "symbolic link" in res.stderr
+    assert "rl_0000000000a3.parquet" in res.stderr and "a FIFO" in res.stderr
     res = run_cli("--results", str(root), "doctor", "--sweep", "s", timeout=60)
     assert res.returncode == 1 and "symbolic link" in res.stdout and "a FIFO" in res.stdout, res.stdout + res.stderr
 
@@ -107,7 +107,7 @@ def test_a_runaway_query_stops_at_its_time_bound_and_at_ctrl_c(tmp_path):
     Ctrl-C stops a query at once. Before, a runaway query ran for minutes, Ctrl-C did nothing, and DuckDB took up to
     80% of the machine's memory."""
     root = tmp_path / "results"
-    write_rows(root, "runs", "rl_r1", runs_rows(1))
+    write_rows(root, "runs", "rl_0000000000a1", runs_rows(1))
     start = time.monotonic()
     res = run_cli("--results", str(root), "query", RUNAWAY, "--timeout", "2", timeout=120)
     assert res.returncode == 2 and "stopped after 2 s, the query's time bound" in res.stderr, res.stderr

@@ -79,7 +79,7 @@ def test_evaluate_writes_tables_that_sql_recomputes(tmp_results):
     arc = load("arc_c", path=FIX / "arc_c.jsonl")
     backend = ScriptedBackend({it.question: it.answer for it in items},
                               {it.question: it.choices[int(it.answer)] for it in arc})
-    evaluate(backend, arith, ev, 40, results_root=tmp_results, sweep="h", run_id="r1", eval_id="e1")
+    evaluate(backend, arith, ev, 40, results_root=tmp_results, sweep="h", run_id="0000000000a1", eval_id="0000000000e1")
     recomputed = query("""
         SELECT benchmark, avg(correct::INT) AS avg_at_k FROM eval_samples GROUP BY benchmark ORDER BY benchmark
     """, tmp_results).to_pylist()

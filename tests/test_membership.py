@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from helpers import REPO, run_cli, write_sweep
 from workflow.layout import done_path, runs_file
 from workflow.results.catalog import Catalog, QueryError
@@ -35,10 +38,10 @@ def cut_in_half(path: Path) -> None:
 @pytest.fixture
 def two_sweeps(tmp_path) -> tuple[Path, Path]:
     """Sweeps a and b with a finished run each; a's record cut to half its size."""
-    finished_rl(tmp_path, "a", "r1", "x=1")
-    finished_rl(tmp_path, "b", "r2", "x=2")
-    damaged = record(tmp_path, "a", [Member("rl", "r1", "x=1")])
-    record(tmp_path, "b", [Member("rl", "r2", "x=2")])
+    finished_rl(tmp_path, "a", "0000000000a1", "x=1")
+    finished_rl(tmp_path, "b", "0000000000a2", "x=2")
+    damaged = record(tmp_path, "a", [Member("rl", "0000000000a1", "x=1")])
+    record(tmp_path, "b", [Member("rl", "0000000000a2", "x=2")])
     cut_in_half(damaged)
     return tmp_path, damaged
 
@@ -48,10 +51,10 @@ def test_every_sweep_and_the_other_sweeps_still_answer_and_the_damaged_record_is
     everyone = Catalog(root)
     assert [d.path for d in everyone.damaged_members] == [damaged]
     rows = everyone.query("select run_id, sweep from runs order by run_id").to_pylist()
-    assert rows == [dict(run_id="r1", sweep="a"), dict(run_id="r2", sweep="b")]  # no "No magic bytes" for all
+    assert rows == [dict(run_id="0000000000a1", sweep="a"), dict(run_id="0000000000a2", sweep="b")]  # no "No magic bytes" for all
     assert everyone.query("select sweep from membership").to_pylist() == [dict(sweep="b")]
-    assert Catalog(root, "b").query("select run_id from runs").to_pylist() == [dict(run_id="r2")]
-    with pytest.raises(QueryError, match=rf"sweep 'a' planned does not read: {damaged}.*snakemake -n"):
+    assert Catalog(root, "b").query("select run_id from runs").to_pylist() == [dict(run_id="0000000000a2")]
+    with pytest.raises(QueryError, match=rf"sweep 'a' planned does not read: {damaged}.*doctor --sweep a --fix"):
         Catalog(root, "a").query("select count(*) from runs")
     out = run_cli("--results", str(root), "query", "select count(*) n from runs", "--format", "json")
     assert out.returncode == 0 and json.loads(out.stdout) == [{"n": 2}]
@@ -61,9 +64,9 @@ def test_every_sweep_and_the_other_sweeps_still_answer_and_the_damaged_record_is
 def test_planning_the_sweep_again_writes_a_damaged_record_anew(two_sweeps):
     root, damaged = two_sweeps
     assert damage(damaged) is not None and members(root, "a") == {}
-    assert record(root, "a", [Member("rl", "r1", "x=1")]) == damaged  # the same plan: the same name, rewritten
-    assert damage(damaged) is None and members(root, "a") == {("rl", "r1"): "x=1"}
-    assert record(root, "a", [Member("rl", "r1", "x=1")]) is None  # and, readable, not written again
+    assert record(root, "a", [Member("rl", "0000000000a1", "x=1")]) == damaged  # the same plan: the same name, rewritten
+    assert damage(damaged) is None and members(root, "a") == {("rl", "0000000000a1"): "x=1"}
+    assert record(root, "a", [Member("rl", "0000000000a1", "x=1")]) is None  # and, readable, not written again
 
 
 def test_doctor_lists_a_damaged_record_and_fix_rebuilds_it_from_the_sweep_file(two_sweeps, tmp_path):
@@ -71,7 +74,8 @@ def test_doctor_lists_a_damaged_record_and_fix_rebuilds_it_from_the_sweep_file(t
     report = examine(root, "a")
     (problem,) = [p for p in report.problems if p.subject == damaged]
     assert problem.kind == "damaged" and "unreadable membership record of sweep 'a'" in problem.what
-    assert "snakemake -n" in problem.recompute and problem.restore is None
+    assert "from the runs rows of the 1 stage jobs sweep 'a' computed" in problem.recompute
+    assert "snakemake -n" in problem.recompute  # (the stage jobs a sweep reused come back with its plan)
     sweep_file = write_sweep(tmp_path / "a.yaml", "a", "grid:\n  rl.lr: [1.0e-4]\nseeds: [0]\n")
     from workflow.sweep.expand import load_sweep
     planned = {(m.stage, m.stage_id): m.label for m in load_sweep(sweep_file).members()}
@@ -88,7 +92,7 @@ def test_doctor_never_calls_a_sweep_it_knows_nothing_of_healthy(tmp_path):
     out = run_cli("--results", str(tmp_path), "doctor", "--sweep", "c")
     assert out.returncode == 1 and "no record of which stage jobs sweep 'c' planned" in out.stdout, out
     assert "healthy" not in out.stderr
-    record(tmp_path, "c", [Member("rl", "r9", "x=9")])  # planned (snakemake -n), nothing run: said so, exit 0
+    record(tmp_path, "c", [Member("rl", "0000000000a9", "x=9")])  # planned (snakemake -n), nothing run: said so, exit 0
     out = run_cli("--results", str(tmp_path), "doctor", "--sweep", "c")
     assert out.returncode == 0 and "c: nothing run yet" in out.stderr, out
 
@@ -125,3 +129,95 @@ def test_a_damaged_file_under_a_name_no_stage_writes_is_reported_in_every_view(t
         assert foreign in [d.path for d in Catalog(root, sweep).damaged], sweep
     (problem,) = [p for p in examine(root, "b").problems if p.subject == foreign]
     assert "no stage writes that name" in problem.recompute and problem.move == [foreign]
+
+
+def test_without_the_sweep_file_fix_rebuilds_a_damaged_record_from_the_runs_rows_labels(two_sweeps):
+    """As `rlsweep migrate` does: each stage job whose runs row names the sweep, under that row's label."""
+    root, damaged = two_sweeps
+    finished_rl(root, "a", "0000000000a4", "x=4")  # a second run of a's, computed after the record was written
+    out = run_cli("--results", str(root), "doctor", "--sweep", "a", "--fix")
+    assert out.returncode == 1 and f"moved to quarantine:\n  {damaged.relative_to(root)}" in out.stdout, out
+    assert members(root, "a") == {("rl", "0000000000a1"): "x=1", ("rl", "0000000000a4"): "x=4"}
+    assert members(root, "b") == {("rl", "0000000000a2"): "x=2"}  # b's own record untouched
+    healthy = run_cli("--results", str(root), "doctor", "--sweep", "a")
+    assert healthy.returncode == 0 and "a: healthy (2 table files readable, 2 stage directories" in healthy.stderr
+    rows = Catalog(root, "a").query("select run_id, label from runs order by run_id").to_pylist()
+    assert rows == [dict(run_id="0000000000a1", label="x=1"), dict(run_id="0000000000a4", label="x=4")]
+
+
+def test_a_damaged_record_of_a_sweep_no_runs_row_names_asks_for_its_plan(tmp_path):
+    damaged = record(tmp_path, "c", [Member("rl", "0000000000a9", "x=9")])
+    cut_in_half(damaged)
+    (problem,) = examine(tmp_path, "c").problems
+    assert problem.restore is None and "no runs row names sweep 'c'" in problem.recompute
+    assert "snakemake -n --config sweep=SWEEP.yaml" in problem.recompute and problem.move == [damaged]
+
+
+FOREIGN = {  # readable Parquet files under a table's folder that no stage job wrote (issue 45, item 2)
+    "a name no stage writes": "zz_foreign",
+    "a stage id that is no content id": "rl_r1",
+    "a copy beside its original": "rl_0000000000a2 (copy)",
+}
+
+
+@pytest.mark.parametrize("name", FOREIGN.values(), ids=FOREIGN.keys())
+def test_a_readable_file_no_stage_job_wrote_is_reported_in_every_view_and_moved_aside_by_fix(two_sweeps, name):
+    """Before: such a file was read into every all-sweeps query as if a stage had written it (its rows counted),
+    skipped without a word in a sweep's views, and never listed by doctor."""
+    root, _ = two_sweeps
+    from workflow.layout import table_dir
+    foreign = table_dir(root, "runs") / f"{name}.parquet"
+    pq.write_table(pa.table({"run_id": ["0000000000f0"], "sweep": ["b"], "stage": ["rl"]}), foreign)
+    for sweep in (None, "b"):
+        catalog = Catalog(root, sweep)
+        assert [d.path for d in catalog.foreign] == [foreign] and foreign in [d.path for d in catalog.left_out]
+        assert "0000000000f0" not in catalog.query("select run_id from runs").column("run_id").to_pylist()
+    for where in ((), ("--sweep", "b")):
+        out = run_cli("--results", str(root), "query", *where, "select count(*) n from runs", "--format", "json")
+        assert out.returncode == 0 and f"warning: left out runs file {foreign}: no stage job writes this name" \
+            in out.stderr, out
+    out = run_cli("--results", str(root), "doctor", "--sweep", "b")
+    assert out.returncode == 1 and f"foreign: {foreign.relative_to(root)}" in out.stdout, out
+    before = Catalog(root, "b").query("select * from runs").to_pylist()
+    fixed = run_cli("--results", str(root), "doctor", "--sweep", "b", "--fix")
+    assert fixed.returncode == 1 and not foreign.exists()
+    (kept,) = (root / "_store" / "quarantine").glob(f"*/tables/runs/{name}.parquet")
+    assert pq.read_table(kept)["run_id"].to_pylist() == ["0000000000f0"]  # moved aside, never deleted
+    healthy = run_cli("--results", str(root), "doctor", "--sweep", "b")
+    assert healthy.returncode == 0 and "b: healthy" in healthy.stderr, healthy
+    assert Catalog(root, "b").query("select * from runs").to_pylist() == before  # the sweep's rows intact
+
+
+def test_the_writer_refuses_a_name_the_catalog_would_leave_out(tmp_path):
+    row = dict(run_id="0000000000a1", sweep="s", stage="rl")
+    for name in ("rl_r1", "zz_0000000000a1", "rl_0000000000a1_5_math"):  # (only an eval job's runs file has a group)
+        with pytest.raises(ValueError, match=f"runs file name '{name}' is no stage job's: a stage job's file is named"):
+            write_rows(tmp_path, "runs", name, [row])
+    assert not list(tmp_path.rglob("*.parquet"))
+
+
+def test_every_name_a_writer_produces_is_a_stage_jobs_and_names_its_stage_job():
+    """One rule (layout.parse_table_file) for the names the writers give (layout.runs_file, ...): over every stage,
+    benchmark group, benchmark and grader rlsweep has, a name parses back to the stage job that wrote it."""
+    from workflow.benchmarks.catalog import REGISTRY
+    from workflow.benchmarks.graders import GRADERS
+    from workflow.layout import (STAGES, eval_file, grades_file, parse_table_file, train_steps_file)
+    from workflow.sweep.identity import stable_id
+    run, job = stable_id({"run": 1}), stable_id({"eval": 1})
+    for stage in STAGES:
+        if stage == "eval":
+            for group in sorted({REGISTRY[b].group for b in REGISTRY}):
+                owner = parse_table_file("runs", runs_file("eval", job, 40, group))
+                assert (owner.stage, owner.stage_id, owner.step, owner.group) == ("eval", job, 40, group)
+        else:
+            owner = parse_table_file("runs", runs_file(stage, job))
+            assert (owner.stage, owner.stage_id, owner.group) == (stage, job, None)
+            owner = parse_table_file("train_steps", train_steps_file(stage, job, 21, 40))
+            assert (owner.stage, owner.stage_id, owner.first, owner.last) == (stage, job, 21, 40)
+    for benchmark in REGISTRY:
+        for table in ("eval_samples", "eval_scores"):
+            owner = parse_table_file(table, eval_file(run, job, 0, benchmark))
+            assert (owner.run_id, owner.stage_id, owner.step, owner.benchmark) == (run, job, 0, benchmark)
+        for grader in GRADERS:
+            owner = parse_table_file("eval_grades", grades_file(run, job, 80, benchmark, grader))
+            assert (owner.run_id, owner.stage_id, owner.benchmark, owner.grader) == (run, job, benchmark, grader)

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from helpers import run_cli
-from workflow.layout import stage_dir, table_dir
+from workflow.layout import eval_file, stage_dir, table_dir
 from workflow.results.catalog import QueryError, query
 from workflow.results.writer import to_arrow, write_rows
 
@@ -25,13 +25,13 @@ def snapshot(root):
 @pytest.fixture
 def results(tmp_path):
     root = tmp_path / "results"
-    write_rows(root, "runs", "rl_r1", [dict(run_id="r1", sweep="s", stage="rl", status="completed", rl_lr=1e-4)])
-    write_rows(root, "train_steps", "rl_r1_000001-000002",
-               [dict(run_id="r1", sweep="s", stage="rl", step=i, loss=1.0 / i) for i in (1, 2)])
-    write_rows(root, "eval_scores", "r1_e1_step000002_arithmetic",
-               [dict(run_id="r1", eval_id="e1", sweep="s", step=2, benchmark="arithmetic", k=1, avg_at_k=0.5)])
-    stage_dir(root, "rl", "r1").mkdir(parents=True)
-    (stage_dir(root, "rl", "r1") / "DONE.json").write_text('{"step": 2}')
+    write_rows(root, "runs", "rl_0000000000a1", [dict(run_id="0000000000a1", sweep="s", stage="rl", status="completed", rl_lr=1e-4)])
+    write_rows(root, "train_steps", "rl_0000000000a1_000001-000002",
+               [dict(run_id="0000000000a1", sweep="s", stage="rl", step=i, loss=1.0 / i) for i in (1, 2)])
+    write_rows(root, "eval_scores", "0000000000a1_0000000000e1_step000002_arithmetic",
+               [dict(run_id="0000000000a1", eval_id="0000000000e1", sweep="s", step=2, benchmark="arithmetic", k=1, avg_at_k=0.5)])
+    stage_dir(root, "rl", "0000000000a1").mkdir(parents=True)
+    (stage_dir(root, "rl", "0000000000a1") / "DONE.json").write_text('{"step": 2}')
     return root
 
 
@@ -59,12 +59,12 @@ def test_a_write_nested_in_a_query_is_refused_and_changes_nothing(results, tmp_p
     assert snapshot(tmp_path) == before
     assert res.returncode == 2 and res.stderr.startswith("error: read-only"), res.stderr
     assert "Traceback" not in res.stderr
-    assert query("SELECT run_id FROM runs", results).to_pylist() == [{"run_id": "r1"}]
+    assert query("SELECT run_id FROM runs", results).to_pylist() == [{"run_id": "0000000000a1"}]
 
 
 @pytest.mark.parametrize("sql", [
     "SELECT * FROM read_csv('/etc/passwd')",
-    "SELECT * FROM read_text('{root}/_store/rl/r1/DONE.json')",  # inside the results directory, but not a table
+    "SELECT * FROM read_text('{root}/_store/rl/0000000000a1/DONE.json')",  # inside the results directory, but not a table
     "SELECT * FROM glob('{root}/*')",
     "EXPLAIN ANALYZE ATTACH '{root}/x.db'",
     "EXPLAIN ANALYZE SET disabled_filesystems = ''",
@@ -104,7 +104,7 @@ def test_many_row_groups_read_by_several_threads_give_the_files_rows(tmp_path):
     table = to_arrow("eval_samples", [dict(run_id=f"r{i % 7}", eval_id="e", sweep="s", step=1, benchmark="b",
                                            problem_id=str(i), sample_idx=i % 4, correct=i % 3 == 0,
                                            response_len=i % 1000, response="x" * (i % 50)) for i in range(n)])
-    path = table_dir(tmp_path, "eval_samples") / "r_e_step000001_b.parquet"
+    path = table_dir(tmp_path, "eval_samples") / f"{eval_file('a' * 12, 'e' * 12, 1, 'b')}.parquet"
     path.parent.mkdir(parents=True)
     pq.write_table(table, path, row_group_size=5_000)  # 40 row groups
     got = query("SELECT run_id, count(*) AS n, sum(response_len) AS l, sum(length(response)) AS chars "

@@ -389,8 +389,8 @@ def test_an_optuna_sweeps_report_shows_its_best_trials_history_and_importances(t
     block = {"objective": "avg_at_k", "sampler": {"name": "random", "seed": 0}, "n_trials": 6, "space": space}
     sweep = load_sweep(write_sweep(tmp_path / "o.yaml", "o", yaml.safe_dump({"optuna": block})))
     results = tmp_path / "results"
-    write_rows(results, "runs", "rl_x", [dict(run_id="x", sweep="o", stage="rl", status="completed")])
-    record(results, "o", [Member("rl", "x")])
+    write_rows(results, "runs", "rl_0000000000c1", [dict(run_id="0000000000c1", sweep="o", stage="rl", status="completed")])
+    record(results, "o", [Member("rl", "0000000000c1")])
     study = optuna.create_study(study_name="o", direction="maximize",
                                 storage=make_storage(sweep.spec.optuna, results, "o"))
     dists = {"rl.lr": optuna.distributions.FloatDistribution(1e-5, 1e-3, log=True),

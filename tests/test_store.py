@@ -84,17 +84,17 @@ def test_a_second_sweep_reuses_what_the_first_computed(tmp_path):
 
 
 def test_membership_records_each_plan_once_and_only_ever_grows(tmp_path):
-    a = [Member("sft", "s1"), Member("rl", "r1", "lr=1")]
+    a = [Member("sft", "0000000000b1"), Member("rl", "0000000000a1", "lr=1")]
     first = record(tmp_path, "sw", a)
     assert first is not None and record(tmp_path, "sw", a) is None  # the same plan: nothing written
-    grown = record(tmp_path, "sw", [*a, Member("rl", "r2", "lr=2")])  # a study's next trial: replaces the smaller
+    grown = record(tmp_path, "sw", [*a, Member("rl", "0000000000a2", "lr=2")])  # a study's next trial: replaces the smaller
     assert member_files(tmp_path, "sw") == [grown]
-    other = record(tmp_path, "sw", [Member("rl", "r3", "lr=3")])  # an edited sweep: a new set beside the old
+    other = record(tmp_path, "sw", [Member("rl", "0000000000a3", "lr=3")])  # an edited sweep: a new set beside the old
     assert sorted(member_files(tmp_path, "sw")) == sorted([grown, other])
-    assert members(tmp_path, "sw") == {("sft", "s1"): None, ("rl", "r1"): "lr=1", ("rl", "r2"): "lr=2",
-                                       ("rl", "r3"): "lr=3"}
-    record(tmp_path, "sw", [Member("rl", "r1", "relabelled")])  # the newest label wins
-    assert members(tmp_path, "sw")[("rl", "r1")] == "relabelled"
+    assert members(tmp_path, "sw") == {("sft", "0000000000b1"): None, ("rl", "0000000000a1"): "lr=1", ("rl", "0000000000a2"): "lr=2",
+                                       ("rl", "0000000000a3"): "lr=3"}
+    record(tmp_path, "sw", [Member("rl", "0000000000a1", "relabelled")])  # the newest label wins
+    assert members(tmp_path, "sw")[("rl", "0000000000a1")] == "relabelled"
 
 
 def _rl_rows(root: Path, sweep: str, run_id: str, label: str, steps: int = 2) -> None:
@@ -107,22 +107,22 @@ def _rl_rows(root: Path, sweep: str, run_id: str, label: str, steps: int = 2) ->
 
 
 def test_views_read_shared_rows_once_before_and_after_compaction(tmp_path):
-    _rl_rows(tmp_path, "a", "r1", "x=1")
-    _rl_rows(tmp_path, "b", "r2", "x=2")
-    record(tmp_path, "a", [Member("rl", "r1", "x=1")])
-    record(tmp_path, "b", [Member("rl", "r1", "shared"), Member("rl", "r2", "x=2")])
+    _rl_rows(tmp_path, "a", "0000000000a1", "x=1")
+    _rl_rows(tmp_path, "b", "0000000000a2", "x=2")
+    record(tmp_path, "a", [Member("rl", "0000000000a1", "x=1")])
+    record(tmp_path, "b", [Member("rl", "0000000000a1", "shared"), Member("rl", "0000000000a2", "x=2")])
     for compacted in (False, True):
         if compacted:
             assert compact(tmp_path) and not list(table_dir(tmp_path, "runs").glob("rl_*.parquet"))
         everyone = Catalog(tmp_path).query("select run_id, sweep, computed_by, label from runs order by run_id")
-        assert everyone.to_pylist() == [dict(run_id="r1", sweep="a", computed_by="a", label="x=1"),
-                                        dict(run_id="r2", sweep="b", computed_by="b", label="x=2")]
+        assert everyone.to_pylist() == [dict(run_id="0000000000a1", sweep="a", computed_by="a", label="x=1"),
+                                        dict(run_id="0000000000a2", sweep="b", computed_by="b", label="x=2")]
         b = Catalog(tmp_path, "b").query("select run_id, sweep, computed_by, label from runs order by run_id")
-        assert b.to_pylist() == [dict(run_id="r1", sweep="b", computed_by="a", label="shared"),
-                                 dict(run_id="r2", sweep="b", computed_by="b", label="x=2")]
+        assert b.to_pylist() == [dict(run_id="0000000000a1", sweep="b", computed_by="a", label="shared"),
+                                 dict(run_id="0000000000a2", sweep="b", computed_by="b", label="x=2")]
         a = Catalog(tmp_path, "a")
         assert a.query("select count(*) n, sum(loss) s from train_steps").to_pylist() == [dict(n=2, s=2.0)]
-        assert [p.name for p in a.files["runs"]] in (["rl_r1.parquet"], [p.name for p in a.layouts["runs"].packs])
+        assert [p.name for p in a.files["runs"]] in (["rl_0000000000a1.parquet"], [p.name for p in a.layouts["runs"].packs])
 
 
 def _gc(results: Path, *args: str, cwd: Path):

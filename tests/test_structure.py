@@ -350,8 +350,8 @@ def test_read_side_commands_import_only_what_they_use(tmp_path, argv, heavy):
     """`rlsweep query` answers in well under a second: it loads DuckDB and pyarrow, not the training stack."""
     from workflow.results.writer import write_rows
     from workflow.results.membership import Member, record
-    write_rows(tmp_path, "runs", "rl_r1", [dict(run_id="r1", sweep="demo", stage="rl", method="grpo")])
-    record(tmp_path, "demo", [Member("rl", "r1")])
+    write_rows(tmp_path, "runs", "rl_0000000000a1", [dict(run_id="0000000000a1", sweep="demo", stage="rl", method="grpo")])
+    record(tmp_path, "demo", [Member("rl", "0000000000a1")])
     code = ("import runpy, sys\n"
             f"sys.argv = ['rlsweep', '--results', {str(tmp_path)!r}, *{argv!r}]\n"
             "try:\n    runpy.run_module('workflow.cli', run_name='__main__')\n"

@@ -225,14 +225,14 @@ def test_a_compute_normalised_objective_reads_each_runs_last_evaluation_within_i
     bad = optuna_sweep(tmp_path, {"rl.lr": F(1e-5, 1e-3)}, name="bad", objective={"avg_at_k_within": {"steps": 3}})
     assert "avg_at_k_within" in errors_of(bad)
     # run a: 1 backward pass a step, evaluated at steps 0, 2, 4; run b: 4 a step (SFPO-like), at steps 0 and 2
-    for run, passes, evals in (("a", 1, {0: 0.1, 2: 0.3, 4: 0.5}), ("b", 4, {0: 0.2, 2: 0.6})):
+    for run, passes, evals in (("00000000000a", 1, {0: 0.1, 2: 0.3, 4: 0.5}), ("00000000000b", 4, {0: 0.2, 2: 0.6})):
         write_rows(tmp_path, "train_steps", train_steps_file("rl", run, 1, 4), [dict(run_id=run, sweep="s", stage="rl",
                    step=t, backward_passes=passes) for t in range(1, 5)])
-        write_rows(tmp_path, "eval_scores", eval_file(run, f"e{run}", 4, "x"), [dict(run_id=run, sweep="s", step=t,
+        write_rows(tmp_path, "eval_scores", eval_file(run, "e" + run[1:], 4, "x"), [dict(run_id=run, sweep="s", step=t,
                    benchmark="x", k=1, avg_at_k=v) for t, v in evals.items()])
-        record(tmp_path, "s", [Member("rl", run), Member("eval", f"e{run}")])
+        record(tmp_path, "s", [Member("rl", run), Member("eval", "e" + run[1:])])
     # within 3 passes: a's step 2 (2 spent; step 4 has spent 4), b's step 0 (step 2 has spent 8)
-    assert run_values(objective_sql(opt.objective), tmp_path, "s") == {"a": [0.3], "b": [0.2]}
+    assert run_values(objective_sql(opt.objective), tmp_path, "s") == {"00000000000a": [0.3], "00000000000b": [0.2]}
 
 
 def test_a_condition_on_the_value_an_unsampled_key_keeps_is_accepted(tmp_path):

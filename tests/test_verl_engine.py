@@ -186,15 +186,15 @@ def test_verl_rl_stage_runs_up_to_run_ppo_and_exports_what_verl_saved(ranks, ver
             shutil.copytree(verl_root / "world1" / "verl" / "global_step_1",
                             Path(config.trainer.default_local_dir) / f"global_step_{step}")
     assert isinstance(get_engine("verl"), VerlEngine)
-    out = tmp_path / "rl" / "abc"
-    final = VerlEngine(launch=fake_run_ppo).rl(stage, None, out, TrainLog(tmp_path, "v", "rl", "abc"))
+    out = tmp_path / "rl" / "000000000abc"
+    final = VerlEngine(launch=fake_run_ppo).rl(stage, None, out, TrainLog(tmp_path, "v", "rl", "000000000abc"))
     assert final == out / "checkpoints" / "step_000004"
     assert (out / "checkpoints" / "step_000002" / "model.safetensors").is_file()
     data, trainer = seen["data"], seen["trainer"]
     assert Path(data["train_files"]).is_file() and Path(data["val_files"]).is_file()
     assert seen["actor_rollout_ref"]["model"]["path"] == str(verl_root / "model")
     assert trainer["default_local_dir"] == str(out / "verl") and trainer["v1"]["trainer_mode"] == "rlsweep"
-    assert trainer["v1"]["rlsweep"]["log"] == {"results_root": str(tmp_path), "sweep": "v", "run_id": "abc"}
+    assert trainer["v1"]["rlsweep"]["log"] == {"results_root": str(tmp_path), "sweep": "v", "run_id": "000000000abc"}
     assert seen["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]["VERL_USE_EXTERNAL_MODULES"] == \
         ("workflow.engines.verl.compat.vllm_compat,workflow.engines.verl.inside.worker,"
          "workflow.engines.verl.inside.prefix_agent")

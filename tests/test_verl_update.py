@@ -95,7 +95,7 @@ def test_verl_step_metrics_land_in_train_steps(tmp_path, monkeypatch):
     trainer.config = compose(translate(cfg), set())
     model = write_tiny_model(tmp_path / "model")  # the driver counts its parameters for train_steps.flops
     with open_dict(trainer.config):
-        trainer.config.trainer.v1.rlsweep.log = {"results_root": str(tmp_path), "sweep": "v", "run_id": "abc"}
+        trainer.config.trainer.v1.rlsweep.log = {"results_root": str(tmp_path), "sweep": "v", "run_id": "000000000abc"}
         trainer.config.actor_rollout_ref.model.path = str(model)
     monkeypatch.setattr(PPOTrainer, "_compute_metrics", lambda self, *a, **k: None)  # verl's part reads the TQ
     saved = []  # (step, steps whose rows were on disk when verl saved)
@@ -121,6 +121,6 @@ def test_verl_step_metrics_land_in_train_steps(tmp_path, monkeypatch):
     assert (r["rollouts"], r["tokens"]) == (32, 4096)
     n = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(model).parameters())
     assert r["flops"] == 2.0 * n * 4096 + 6.0 * n * 4096 * 3  # generation + 3 passes; no reference model (kl 0)
-    assert (r["run_id"], r["stage"], r["alpha"], r["gxpo_gcorr_norm"], r["gate_tripped"]) == ("abc", "rl", 0.5, 0.3,
+    assert (r["run_id"], r["stage"], r["alpha"], r["gxpo_gcorr_norm"], r["gate_tripped"]) == ("000000000abc", "rl", 0.5, 0.3,
                                                                                              False)
     assert r["kl"] is None and OmegaConf.select(trainer.config, "trainer.v1.trainer_mode") == "rlsweep"

@@ -136,7 +136,7 @@ def export_run() -> dict:
     dist.barrier()
     if RANK != 0:
         return {}
-    exported = export_all(verl_dir, Path(out_dir) / "checkpoints", {"run_id": "abc", "stage": "rl"})
+    exported = export_all(verl_dir, Path(out_dir) / "checkpoints", {"run_id": "000000000abc", "stage": "rl"})
     from transformers import AutoTokenizer, Qwen2ForCausalLM
     model = Qwen2ForCausalLM.from_pretrained(exported[0], dtype=torch.float32)
     merged = dict(model.named_parameters())

@@ -31,6 +31,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+# a stage's id (sweep/identity.py: a hash of its config) is this many hex digits; it names the stage's directory and
+# table files, and a name without one is no stage job's (_TABLE_FILE below)
+ID_LENGTH = 12
 DONE = "DONE.json"  # a stage's last write; the file Snakemake waits for
 CHECKPOINTS = "checkpoints"
 _STEP_DIR = re.compile(r"^step_(\d{6,})$")
@@ -201,15 +204,22 @@ def rescore_path(results_root: str | Path, eval_id: str, run_id: str, step: int 
     return stage_dir(results_root, "eval", eval_id, run_id, step, group) / "rescored" / f"{grader}.json"
 
 
-_STAGE = "|".join(STAGES)  # a stage job's file names a stage: `zz_foreign` in runs/ is no stage job's (issue 45)
+# One rule for which table files are stage jobs' (every writer goes through results/writer.write_rows, which refuses
+# any other name): a stage job's file names a stage and carries content ids (ID_LENGTH hex digits), so
+# `zz_foreign` or `rl_r1` in runs/ is no stage job's, and every view and `rlsweep doctor` report it (issue 45)
+_STAGE = "|".join(STAGES)
+_ID = rf"[0-9a-f]{{{ID_LENGTH}}}"
 _TABLE_FILE = {
-    "runs": re.compile(rf"^(?P<stage>{_STAGE})_(?P<stage_id>[^_]+)(?:_(?P<step>\d+)_(?P<group>[a-z]+))?$"),
-    "train_steps": re.compile(rf"^(?P<stage>{_STAGE})_(?P<stage_id>[^_]+)_(?P<first>\d+)-(?P<last>\d+)$"),
-    "eval_samples": re.compile(r"^(?P<run_id>[^_]+)_(?P<stage_id>[^_]+)_step(?P<step>\d+)_(?P<benchmark>.+)$"),
+    "runs": re.compile(rf"^(?P<stage>{_STAGE})_(?P<stage_id>{_ID})(?:_(?P<step>\d+)_(?P<group>[a-z]+))?$"),
+    "train_steps": re.compile(rf"^(?P<stage>{_STAGE})_(?P<stage_id>{_ID})_(?P<first>\d{{6,}})-(?P<last>\d{{6,}})$"),
+    "eval_samples": re.compile(rf"^(?P<run_id>{_ID})_(?P<stage_id>{_ID})_step(?P<step>\d{{6,}})_(?P<benchmark>.+)$"),
 }
 _TABLE_FILE["eval_scores"] = _TABLE_FILE["eval_samples"]
-_TABLE_FILE["eval_grades"] = re.compile(r"^(?P<run_id>[^_]+)_(?P<stage_id>[^_]+)_step(?P<step>\d+)_(?P<benchmark>[^-]+)"
-                                        r"-(?P<grader>[a-z0-9_]+)$")
+_TABLE_FILE["eval_grades"] = re.compile(rf"^(?P<run_id>{_ID})_(?P<stage_id>{_ID})_step(?P<step>\d{{6,}})_"
+                                        r"(?P<benchmark>[^-]+)-(?P<grader>[a-z0-9_]+)$")
+TABLE_FILE_RULE = ("a stage job's file is named <stage>_<id>[...] (runs, train_steps) or <run id>_<eval id>_step<N>_"
+                   "<benchmark>[-<grader>] (eval tables), each id 12 hex digits: layout.runs_file, train_steps_file, "
+                   "eval_file, grades_file")
 
 
 @dataclass(frozen=True)

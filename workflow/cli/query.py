@@ -11,18 +11,22 @@ from workflow.results.display import print_table
 
 def cmd_query(a) -> int:
     catalog = Catalog(results_root(a), a.sweep)
-    warn_damaged(catalog.damaged_members + catalog.damaged)
+    warn_damaged(catalog.left_out)
     print_table(catalog.query(a.sql, QueryLimits(a.timeout, a.memory)), a.format)
     return 0
 
 
 def warn_damaged(damaged: list[Damaged], runs: dict[Damaged, list[str]] | None = None) -> None:
-    """One line on stderr per table file the query left out (plain print: a path may hold rich markup)."""
+    """One line on stderr per file the query left out (plain print: a path may hold rich markup)."""
     for d in damaged:
+        if d.foreign:  # readable, but no stage job's: what wrote it is not rlsweep, so there is nothing to recompute
+            print(f"warning: left out {d.table} file {d.path}: {d.reason}; `rlsweep doctor --fix` moves it to the "
+                  "store's quarantine", file=sys.stderr)
+            continue
         if d.table == "members":  # a sweep's record of its stage jobs (results/membership.py), not a table's rows
             print(f"warning: left out unreadable membership record {d.path}: {d.reason} (its sweep's views lack the "
-                  "stage jobs it lists; planning the sweep again rewrites it: `snakemake -n --config sweep=SWEEP.yaml`, "
-                  "or `rlsweep doctor SWEEP.yaml --fix`)", file=sys.stderr)
+                  "stage jobs it lists; `rlsweep doctor --sweep {d.path.parent.parent.name} --fix` rebuilds it from the runs "
+                  "rows, `rlsweep doctor SWEEP.yaml --fix` from the sweep file's plan)", file=sys.stderr)
             continue
         whose = f" ({d.owner})" if d.owner else ""
         affects = f"; affects run(s) {', '.join(runs[d])}" if runs and runs.get(d) else ""

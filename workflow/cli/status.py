@@ -95,7 +95,7 @@ def cmd_status(a) -> int:
         err.print("[dim]reused from other sweeps (the shared store): "
                   + ", ".join(f"{n} stage jobs from {name}" for name, n in sorted(Counter(reused.values()).items()))
                   + "[/]")
-    warn_damaged(catalog.damaged_members + catalog.damaged,
+    warn_damaged(catalog.left_out,
                  {d: affected_runs(d, sweep.runs) for d in catalog.damaged})
     if sweep.spec.optuna is not None:
         from workflow.results.journal import JournalDamaged  # Optuna: only for a sweep that has a study

@@ -89,6 +89,8 @@ def write_report(sweep, results_root: str | Path) -> Path:
     missing = tables.missing(data["runs"])
     missing += [f"Left out, unreadable: {d.table}/{d.path.name} (`rlsweep doctor` says how to recompute it)."
                 for d in catalog.damaged]
+    missing += [f"Left out, no stage job's file: {d.table}/{d.path.name} (`rlsweep doctor --fix` moves it aside)."
+                for d in catalog.foreign]
     sections = [s for s in [references_section(sweep.spec.report.references, data["accuracy"]),
                             graders.section(data["graders"], data["grader_disagreement"], data["grader_examples"],
                                             baseline),

@@ -10,7 +10,9 @@ Read-only is enforced below SQL, where no statement can undo it:
 - Before any of that, statements other than SELECT / EXPLAIN are refused, with a friendlier message.
 
 An unreadable file (empty, truncated, not Parquet, or a Parquet file whose columns are not the table's) is left
-out of the views and listed in `Catalog.damaged`, so one bad file never takes every query down.
+out of the views and listed in `Catalog.damaged`, so one bad file never takes every query down; so is a readable file
+whose name no stage job writes (`Catalog.foreign`: a copy, a file dropped there by hand), in a sweep's views and
+every sweep's alike. `Catalog.left_out` is all of them, with the sweeps' unreadable records of their stage jobs.
 
 A table's files are the stages' own small files and the packs compaction merged them into: the views read each row
 once, from where packs.resolve says it lives.
@@ -36,7 +38,7 @@ import pyarrow.parquet as pq
 from fsspec import AbstractFileSystem
 
 from workflow.errors import UserError
-from workflow.layout import (SWEEP_NAME, SWEEP_NAME_RULE, TableFile, is_pack, parse_table_file, table_dir,
+from workflow.layout import (SWEEP_NAME, SWEEP_NAME_RULE, TABLE_FILE_RULE, TableFile, is_pack, parse_table_file, table_dir,
                              table_file_key)
 from workflow.results.files import PositionalReader, open_regular
 from workflow.results.membership import MEMBERS, damage, member_files, members, recorded_sweeps
@@ -62,11 +64,13 @@ class QueryLimits:
 
 @dataclass(frozen=True)
 class Damaged:
-    """A table file the catalog leaves out, and why."""
+    """A file the catalog leaves out, and why: an unreadable table file or members record, or (`foreign`) a readable
+    file under a table's folder whose name no stage job writes (layout.TABLE_FILE_RULE)."""
 
-    table: str
+    table: str  # the table whose folder holds it ("members": a sweep's record of its stage jobs)
     path: Path
     reason: str
+    foreign: bool = False
 
     @property
     def owner(self) -> TableFile | None:
@@ -229,10 +233,11 @@ class Catalog:
         self.schemas: dict[str, list[pa.Schema]] = {}  # the distinct schemas of each table's small files
         self.pack_schemas: dict[str, list[pa.Schema]] = {}  # and of its packs (without their source column)
         self.damaged: list[Damaged] = []
+        self.foreign: list[Damaged] = []  # readable, but under a name no stage job writes: in no view
         self.fds: dict[str, int | None] = {}  # every readable file: the descriptor it was listed with
         listing = table_files(self.root)
         if self.members is not None:  # by name, before opening: another sweep's files cost nothing
-            # (a name no stage writes belongs to no sweep: listed only to be reported if it does not read)
+            # (a name no stage writes belongs to no sweep: listed only to be reported)
             listing = {t: [p for p in paths if is_pack(p.stem) or table_file_key(t, p.stem) is None
                            or member_of(self.members, t, p.stem)] for t, paths in listing.items()}
         budget = descriptor_budget(sum(map(len, listing.values())))
@@ -248,14 +253,16 @@ class Catalog:
                     continue
                 schema, reason = read_schema(table, fd, deep)
                 pack = read_pack(path, schema) if schema is not None else None
-                # a readable file under a name no stage writes belongs to no sweep: not in a sweep's views
-                foreign = pack is None and self.members is not None and table_file_key(table, path.stem) is None
+                # a readable file under a name no stage writes is no stage job's: in no view, whoever asks
+                foreign = pack is None and table_file_key(table, path.stem) is None
                 if schema is None or foreign or len(self.fds) >= budget:
                     os.close(fd)
                 if schema is None:
                     self.damaged.append(Damaged(table, path, reason))
                     continue
                 if foreign:
+                    self.foreign.append(Damaged(table, path, f"no stage job writes this name ({TABLE_FILE_RULE})",
+                                                foreign=True))
                     continue
                 self.fds[str(path)] = fd if len(self.fds) < budget else None
                 (packs if pack else small).append(pack or path)
@@ -278,6 +285,12 @@ class Catalog:
         self.close()
 
     @property
+    def left_out(self) -> list[Damaged]:
+        """Every file under the store's table folders and the sweeps' records that no view reads: a query warns
+        about each, `rlsweep doctor` lists each."""
+        return [*self.damaged_members, *self.damaged, *self.foreign]
+
+    @property
     def files(self) -> dict[str, list[Path]]:
         """Each table's files a query reads: live small files and packs."""
         return {table: layout.readable for table, layout in self.layouts.items()}
@@ -292,14 +305,14 @@ class Catalog:
             raise QueryError(f"no results directory {self.root} (set --results or $RLSWEEP_RESULTS)")
         if not any(self.files.values()):
             known = recorded_sweeps(self.root)
-            if self.damaged:
-                raise QueryError(f"every table file under {self._where()} is unreadable ({len(self.damaged)} files); "
-                                 "`rlsweep doctor` lists them")
+            if self.damaged or self.foreign:
+                raise QueryError(f"every table file under {self._where()} is unreadable or no stage job's "
+                                 f"({len(self.damaged) + len(self.foreign)} files); `rlsweep doctor` lists them")
             if self.sweep is not None and self.damaged_members:
                 files = "; ".join(f"{d.path} ({d.reason})" for d in self.damaged_members)
                 raise QueryError(f"the record of which stage jobs sweep {self.sweep!r} planned does not read: {files}. "
-                                 "Plan the sweep again to rewrite it (`snakemake -n --config sweep=SWEEP.yaml`), or "
-                                 "`rlsweep doctor SWEEP.yaml --fix`")
+                                 f"`rlsweep doctor --sweep {self.sweep} --fix` rebuilds it from the runs rows, `rlsweep "
+                                 "doctor SWEEP.yaml --fix` from the sweep file's plan")
             if self.sweep is not None:
                 raise QueryError(f"no results for sweep {self.sweep!r} under {self.root} "
                                  f"(sweeps with results: {', '.join(known) or 'none'})")

@@ -5,7 +5,9 @@ examines those, their table files, the store's leftover temporaries and the swee
 What it checks:
 - every table file, read in full: an empty, truncated or non-Parquet file, or a Parquet file whose columns are not
   the table's, is damaged (queries leave it out and warn); a damaged pack (compaction.py) takes many stages' rows
-  with it, and each of those stages then shows up below as DONE.json without rows;
+  with it, and each of those stages then shows up below as DONE.json without rows; a readable file under a name no
+  stage job writes (layout.TABLE_FILE_RULE) is foreign (queries leave it out and warn);
+- the sweep's records of its stage jobs (results/membership.py): an unreadable one is damaged;
 - leftover temporaries (`.<name>.tmp-<pid>`, workflow/atomic.py): writes whose process died before the rename;
 - each stage directory's DONE.json against the tables: DONE.json present but rows of the stage missing (its runs
   row, any of its train_steps steps, an eval job's rows for one of its benchmarks), and runs rows saying
@@ -41,7 +43,7 @@ from workflow.atomic import parse_temporary, write_bytes
 from workflow.benchmarks.catalog import REGISTRY
 from workflow.layout import (CHECKPOINTS, DONE, StageJob, TableFile, default_journal, is_pack, parse_table_file,
                              quarantine_dir, stage_jobs, store_dir, sweep_dir, train_steps_files)
-from workflow.results.catalog import Catalog, Damaged, QueryError
+from workflow.results.catalog import Catalog, Damaged, QueryError, sql_str
 from workflow.runlock import LOCK_NAME
 from workflow.results.journal import inspect as inspect_journal
 
@@ -51,7 +53,7 @@ _RUN_KEY = {"data": "data_id", "overlap": "overlap_id", "sft": "sft_id", "rl": "
 
 @dataclass
 class Problem:
-    kind: str  # damaged | temporary | done-without-rows | rows-without-done | unrecorded
+    kind: str  # damaged | foreign | temporary | done-without-rows | rows-without-done | unrecorded
     subject: Path  # the file or stage directory concerned
     what: str  # what is wrong
     recompute: str  # how the missing results come back (or why nothing needs to)
@@ -87,7 +89,8 @@ def examine(results_root: str | Path, sweep: str, sweep_file: str | None = None)
     catalog = Catalog(root, sweep, deep=True)
     jobs = [j for j in stage_jobs(root) if j.key in catalog.members]
     problems = [damaged_file(root, d) for d in catalog.damaged]
-    problems += [damaged_record(d, sweep, sweep_file) for d in catalog.damaged_members]
+    problems += [foreign_file(d) for d in catalog.foreign]
+    problems += [damaged_record(root, d, sweep, sweep_file) for d in catalog.damaged_members]
     if not (catalog.member_files or catalog.damaged_members or default_journal(root, sweep).exists()):
         # never "healthy" about a sweep it knows nothing of (an Optuna study's journal alone is something to check)
         problems.append(Problem("unrecorded", sweep_dir(root, sweep) / "members",
@@ -113,18 +116,35 @@ def damaged_journal(root: Path, sweep: str) -> list[Problem]:
                     "the tables and Snakemake does not train them again)", [damage.path], restore=damage.intact)]
 
 
-def damaged_record(d: Damaged, sweep: str, sweep_file: str | None) -> Problem:
+def damaged_record(root: Path, d: Damaged, sweep: str, sweep_file: str | None) -> Problem:
     """A sweep's record of its stage jobs (results/membership.py) that does not read: the sweep's views lack what it
-    lists. --fix moves it to quarantine and, given the sweep file, writes it anew from the sweep's plan."""
-    what = f"unreadable membership record of sweep {sweep!r}: {d.reason}"
-    if sweep_file is None:
-        return Problem("damaged", d.path, what, "planning the sweep again records it anew (`snakemake -n --config "
-                       "sweep=SWEEP.yaml`); `rlsweep doctor SWEEP.yaml --fix` rebuilds it from the sweep file",
-                       [d.path])
+    lists. --fix moves it to quarantine and writes it anew: from the sweep file's plan when given, else from the runs
+    rows of the stage jobs the sweep computed, with their labels (as `rlsweep migrate` does)."""
     from workflow.results.membership import record_bytes  # noqa: PLC0415 - only for a damaged record
-    from workflow.sweep.expand import load_sweep  # noqa: PLC0415
-    return Problem("damaged", d.path, what, f"--fix writes it anew from {sweep_file}'s plan (no stage reruns)",
-                   [d.path], restore=record_bytes(sweep, load_sweep(sweep_file).members()))
+    what = f"unreadable membership record of sweep {sweep!r}: {d.reason}"
+    again = "planning the sweep again records it anew (`snakemake -n --config sweep=SWEEP.yaml`)"
+    if sweep_file is not None:
+        from workflow.sweep.expand import load_sweep  # noqa: PLC0415
+        return Problem("damaged", d.path, what, f"--fix writes it anew from {sweep_file}'s plan (no stage reruns)",
+                       [d.path], restore=record_bytes(sweep, load_sweep(sweep_file).members()))
+    computed = computed_by(root, sweep)
+    if not computed:
+        return Problem("damaged", d.path, what, f"no runs row names sweep {sweep!r}, so only its plan can rebuild it: "
+                       f"{again}, or `rlsweep doctor SWEEP.yaml --fix` from the sweep file", [d.path])
+    return Problem("damaged", d.path, what, f"--fix writes it anew from the runs rows of the {len(computed)} stage jobs "
+                   f"sweep {sweep!r} computed, with their labels (no stage reruns); the stage jobs it reused from other "
+                   f"sweeps come back when {again}; `rlsweep doctor SWEEP.yaml --fix` rebuilds all of it from the "
+                   "sweep file", [d.path], restore=record_bytes(sweep, computed))
+
+
+def computed_by(root: Path, sweep: str) -> list:
+    """The stage jobs (membership.Member) whose runs rows say `sweep` computed them, each with its label there."""
+    from workflow.results.membership import Member  # noqa: PLC0415
+    try:
+        rows = Catalog(root).query(f"SELECT DISTINCT stage, run_id, label FROM runs WHERE sweep = {sql_str(sweep)}")
+    except QueryError:  # no readable runs file at all
+        return []
+    return [Member(r["stage"], r["run_id"], r["label"]) for r in rows.to_pylist()]
 
 
 def owning_job(root: Path, owner: TableFile) -> StageJob | None:
@@ -154,6 +174,13 @@ def damaged_file(root: Path, d: Damaged) -> Problem:
         return Problem("damaged", d.path, what, "no stage directory holds its stage, so nothing reruns "
                        "it: its rows are gone from the queries either way", [d.path], job)
     return rerun(root, job, "damaged", d.path, what, [d.path], retrain=d.table == "train_steps")
+
+
+def foreign_file(d: Damaged) -> Problem:
+    """A readable file in a table's folder under a name no stage job writes: no view reads it, nothing made it that
+    could remake it. --fix moves it to quarantine (where DuckDB or pyarrow still read it)."""
+    return Problem("foreign", d.path, f"{d.table} file {d.path.name} is no stage job's, so no query reads it: {d.reason}",
+                   "nothing to recompute (no stage wrote it); to keep its rows, read it where --fix puts it", [d.path])
 
 
 def rerun(root: Path, job: StageJob, kind: str, subject: Path, what: str, files: list[Path],

@@ -127,7 +127,7 @@ def members(results_root: str | Path, sweep: str) -> dict[tuple[str, str], str |
             t = _read(path)
         except (pa.ArrowException, OSError):
             continue  # a damaged record: queries warn and `rlsweep doctor` lists it; planning the sweep again
-            # (`snakemake -n`) writes it anew, or `rlsweep doctor SWEEP.yaml --fix` from the sweep file
+            # (`snakemake -n`) writes it anew, `rlsweep doctor --fix` from the runs rows or the sweep file
         for stage, stage_id, label, at in zip(*(t[c].to_pylist() for c in ("stage", "stage_id", "label",
                                                                            "recorded_at"))):
             if (stage, stage_id) not in out or at >= out[(stage, stage_id)][1]:

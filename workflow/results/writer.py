@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from workflow.atomic import replacing
-from workflow.layout import table_dir
+from workflow.layout import TABLE_FILE_RULE, parse_table_file, table_dir
 from workflow.results.schemas import TABLES
 
 
@@ -41,5 +41,9 @@ def write_parquet(data: pa.Table, path: str | Path) -> Path:
 
 
 def write_rows(results_root: str | Path, table: str, name: str, rows: list[dict[str, Any]]) -> Path:
+    """A stage job's rows of `table`, in its file `name` (layout.runs_file, ...): the one way rows reach the tables,
+    so a name the catalog would not take for a stage job's (and would leave out of every view) is refused here."""
+    if parse_table_file(table, name) is None:
+        raise ValueError(f"{table} file name {name!r} is no stage job's: {TABLE_FILE_RULE}")
     return write_parquet(to_arrow(table, rows, allow_extra=(table == "runs")),
                          table_dir(results_root, table) / f"{name}.parquet")

@@ -12,7 +12,7 @@ import hashlib
 import json
 from typing import Any
 
-ID_LENGTH = 12
+from workflow.layout import ID_LENGTH  # (re-exported: the length of every stage id)
 
 
 def canonical_json(obj: Any) -> str:
