@@ -180,7 +180,7 @@ def test_a_readable_file_no_stage_job_wrote_is_reported_in_every_view_and_moved_
     assert out.returncode == 1 and f"foreign: {foreign.relative_to(root)}" in out.stdout, out
     before = Catalog(root, "b").query("select * from runs").to_pylist()
     fixed = run_cli("--results", str(root), "doctor", "--sweep", "b", "--fix")
-    assert fixed.returncode == 1 and not foreign.exists()
+    assert fixed.returncode == 1 and not foreign.exists() and "fixed; nothing to recompute" in fixed.stderr, fixed
     (kept,) = (root / "_store" / "quarantine").glob(f"*/tables/runs/{name}.parquet")
     assert pq.read_table(kept)["run_id"].to_pylist() == ["0000000000f0"]  # moved aside, never deleted
     healthy = run_cli("--results", str(root), "doctor", "--sweep", "b")
@@ -191,7 +191,7 @@ def test_a_readable_file_no_stage_job_wrote_is_reported_in_every_view_and_moved_
 def test_the_writer_refuses_a_name_the_catalog_would_leave_out(tmp_path):
     row = dict(run_id="0000000000a1", sweep="s", stage="rl")
     for name in ("rl_r1", "zz_0000000000a1", "rl_0000000000a1_5_math"):  # (only an eval job's runs file has a group)
-        with pytest.raises(ValueError, match=f"runs file name '{name}' is no stage job's: a stage job's file is named"):
+        with pytest.raises(ValueError, match=f"runs file name '{name}' is no stage job's: a stage job's is <stage>_<id>"):
             write_rows(tmp_path, "runs", name, [row])
     assert not list(tmp_path.rglob("*.parquet"))
 

@@ -217,9 +217,8 @@ _TABLE_FILE = {
 _TABLE_FILE["eval_scores"] = _TABLE_FILE["eval_samples"]
 _TABLE_FILE["eval_grades"] = re.compile(rf"^(?P<run_id>{_ID})_(?P<stage_id>{_ID})_step(?P<step>\d{{6,}})_"
                                         r"(?P<benchmark>[^-]+)-(?P<grader>[a-z0-9_]+)$")
-TABLE_FILE_RULE = ("a stage job's file is named <stage>_<id>[...] (runs, train_steps) or <run id>_<eval id>_step<N>_"
-                   "<benchmark>[-<grader>] (eval tables), each id 12 hex digits: layout.runs_file, train_steps_file, "
-                   "eval_file, grades_file")
+TABLE_FILE_RULE = ("a stage job's is <stage>_<id>... in runs and train_steps, <run id>_<eval id>_step<N>_<benchmark>"
+                   "[-<grader>] in the eval tables, each id 12 hex digits")
 
 
 @dataclass(frozen=True)

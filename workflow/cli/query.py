@@ -25,10 +25,13 @@ def warn_damaged(damaged: list[Damaged], runs: dict[Damaged, list[str]] | None =
             continue
         if d.table == "members":  # a sweep's record of its stage jobs (results/membership.py), not a table's rows
             print(f"warning: left out unreadable membership record {d.path}: {d.reason} (its sweep's views lack the "
-                  "stage jobs it lists; `rlsweep doctor --sweep {d.path.parent.parent.name} --fix` rebuilds it from the runs "
+                  f"stage jobs it lists; `rlsweep doctor --sweep {d.path.parent.parent.name} --fix` rebuilds it from the runs "
                   "rows, `rlsweep doctor SWEEP.yaml --fix` from the sweep file's plan)", file=sys.stderr)
             continue
-        whose = f" ({d.owner})" if d.owner else ""
+        if d.owner is None:  # unreadable, and no stage job's name either: nothing to recompute
+            print(f"warning: left out unreadable {d.table} file {d.path}: {d.reason}; no stage job writes this name: "
+                  "`rlsweep doctor --fix` moves it to the store's quarantine", file=sys.stderr)
+            continue
         affects = f"; affects run(s) {', '.join(runs[d])}" if runs and runs.get(d) else ""
-        print(f"warning: left out unreadable {d.table} file {d.path}{whose}: {d.reason}{affects} "
+        print(f"warning: left out unreadable {d.table} file {d.path} ({d.owner}): {d.reason}{affects} "
               "(`rlsweep doctor` says how to recompute it)", file=sys.stderr)

@@ -305,14 +305,14 @@ class Catalog:
             raise QueryError(f"no results directory {self.root} (set --results or $RLSWEEP_RESULTS)")
         if not any(self.files.values()):
             known = recorded_sweeps(self.root)
-            if self.damaged or self.foreign:
-                raise QueryError(f"every table file under {self._where()} is unreadable or no stage job's "
-                                 f"({len(self.damaged) + len(self.foreign)} files); `rlsweep doctor` lists them")
-            if self.sweep is not None and self.damaged_members:
+            if self.sweep is not None and self.damaged_members:  # (first: why the sweep's own files are not known)
                 files = "; ".join(f"{d.path} ({d.reason})" for d in self.damaged_members)
                 raise QueryError(f"the record of which stage jobs sweep {self.sweep!r} planned does not read: {files}. "
                                  f"`rlsweep doctor --sweep {self.sweep} --fix` rebuilds it from the runs rows, `rlsweep "
                                  "doctor SWEEP.yaml --fix` from the sweep file's plan")
+            if self.damaged or self.foreign:
+                raise QueryError(f"every table file under {self._where()} is unreadable or no stage job's "
+                                 f"({len(self.damaged) + len(self.foreign)} files); `rlsweep doctor` lists them")
             if self.sweep is not None:
                 raise QueryError(f"no results for sweep {self.sweep!r} under {self.root} "
                                  f"(sweeps with results: {', '.join(known) or 'none'})")

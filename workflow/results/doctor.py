@@ -122,7 +122,7 @@ def damaged_record(root: Path, d: Damaged, sweep: str, sweep_file: str | None) -
     rows of the stage jobs the sweep computed, with their labels (as `rlsweep migrate` does)."""
     from workflow.results.membership import record_bytes  # noqa: PLC0415 - only for a damaged record
     what = f"unreadable membership record of sweep {sweep!r}: {d.reason}"
-    again = "planning the sweep again records it anew (`snakemake -n --config sweep=SWEEP.yaml`)"
+    plan = "`snakemake -n --config sweep=SWEEP.yaml`"  # planning a sweep records its stage jobs
     if sweep_file is not None:
         from workflow.sweep.expand import load_sweep  # noqa: PLC0415
         return Problem("damaged", d.path, what, f"--fix writes it anew from {sweep_file}'s plan (no stage reruns)",
@@ -130,11 +130,12 @@ def damaged_record(root: Path, d: Damaged, sweep: str, sweep_file: str | None) -
     computed = computed_by(root, sweep)
     if not computed:
         return Problem("damaged", d.path, what, f"no runs row names sweep {sweep!r}, so only its plan can rebuild it: "
-                       f"{again}, or `rlsweep doctor SWEEP.yaml --fix` from the sweep file", [d.path])
+                       f"planning the sweep again records it anew ({plan}), or `rlsweep doctor SWEEP.yaml --fix` from the sweep "
+                       "file", [d.path])
     return Problem("damaged", d.path, what, f"--fix writes it anew from the runs rows of the {len(computed)} stage jobs "
                    f"sweep {sweep!r} computed, with their labels (no stage reruns); the stage jobs it reused from other "
-                   f"sweeps come back when {again}; `rlsweep doctor SWEEP.yaml --fix` rebuilds all of it from the "
-                   "sweep file", [d.path], restore=record_bytes(sweep, computed))
+                   f"sweeps come back when it is planned again ({plan}); `rlsweep doctor SWEEP.yaml --fix` rebuilds all "
+                   "of it from the sweep file", [d.path], restore=record_bytes(sweep, computed))
 
 
 def computed_by(root: Path, sweep: str) -> list:
@@ -408,6 +409,9 @@ def summary_line(report: Report, fixed: bool) -> str:
                 f"agree with the tables)")
     targets = list(dict.fromkeys(p.target for p in report.problems if p.target is not None and p.locked is None))
     rebuild = f"`{snakemake_command(report, targets)}`, then `snakemake`" if targets else "`snakemake`"
+    if fixed and not targets and all((p.move or p.restore) and not p.locked for p in report.problems):
+        # each was moved aside (or rewritten) and no stage job has to run again
+        return f"{report.sweep}: {len(report.problems)} problem(s) under {report.root} fixed; nothing to recompute"
     then = (f"now run {rebuild} to recompute" if fixed else
             f"`rlsweep doctor --fix` moves what is listed to quarantine (nothing is deleted); then run {rebuild}")
     return f"{report.sweep}: {len(report.problems)} problem(s) under {report.root}; {then}"
