@@ -38,12 +38,26 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.fast)
             if item.get_closest_marker("timeout") is None:
                 item.add_marker(pytest.mark.timeout(FAST_LIMIT_S))
+    schedule_long_groups_first(items)
     if os.environ.get("RLSWEEP_LONG_TESTS") == "1":
         return
     skip = pytest.mark.skip(reason="a long test: run it with RLSWEEP_LONG_TESTS=1 (README, \"Tests\")")
     for item in items:
         if "long" in item.keywords:
             item.add_marker(skip)
+
+
+def schedule_long_groups_first(items) -> None:
+    """Order the groups by how many slow tests each holds, most first: xdist hands the two workers whole groups in
+    collection order (pyproject.toml: --no-loadscope-reorder; its own order, by number of tests, put a group of
+    few minutes-long tests last, where one worker ran it alone), so the long groups start at once and the
+    many short fast-tier groups fill the end evenly."""
+    def group(item) -> str:
+        return item.get_closest_marker("xdist_group").args[0]
+    weight: dict[str, int] = {}
+    for item in items:
+        weight[group(item)] = weight.get(group(item), 0) + ("fast" not in item.keywords)
+    items.sort(key=lambda item: -weight[group(item)])  # stable: each group's tests keep their order
 
 
 @pytest.fixture
