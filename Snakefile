@@ -17,9 +17,10 @@ import sys
 
 from snakemake.common import overwrite_function_params
 
+from workflow.dry_run import dry_run
 from workflow.layout import done_path, report_dir, rescore_path, summary_path
 from workflow.results.membership import record as record_members
-from workflow.results.migrate import migrate_if_needed
+from workflow.results.migrate import legacy_sweeps, migrate_if_needed
 from workflow.sweep.expand import load_sweep
 from workflow.sweep.identity import canonical_json
 from workflow.sweep.spec import SweepError
@@ -44,8 +45,17 @@ RUNS = SWEEP.by_run_id
 # Stage outputs live once in results/_store/, shared by every sweep (workflow/layout.py): a stage another sweep
 # finished is an existing target here and never runs again. Results made before the store are moved into it first,
 # then the sweep records the stage jobs it plans (workflow/results/membership.py: its views in `rlsweep query`).
-migrate_if_needed(RESULTS)
-record_members(RESULTS, SWEEP.name, SWEEP.members())
+# A dry run (`snakemake -n`) writes nothing: it neither moves results nor records.
+if dry_run():
+    if legacy_sweeps(RESULTS):
+        print(f"{RESULTS} holds results of the layout before the shared store (sweeps "
+              f"{', '.join(legacy_sweeps(RESULTS))}): a dry run writes nothing, so it cannot plan on them until they "
+              f"are moved into the store: `rlsweep --results {RESULTS} migrate` (renames only; nothing is recomputed),"
+              " or a run without -n, which moves them first", file=sys.stderr)
+        sys.exit(1)
+else:
+    migrate_if_needed(RESULTS)
+    record_members(RESULTS, SWEEP.name, SWEEP.members())
 EVAL_OF = {r.eval_id: r for r in SWEEP.runs}
 
 

@@ -75,7 +75,7 @@ def test_doctor_lists_a_damaged_record_and_fix_rebuilds_it_from_the_sweep_file(t
     (problem,) = [p for p in report.problems if p.subject == damaged]
     assert problem.kind == "damaged" and "unreadable membership record of sweep 'a'" in problem.what
     assert "from the runs rows of the 1 stage jobs sweep 'a' computed" in problem.recompute
-    assert "snakemake -n" in problem.recompute  # (the stage jobs a sweep reused come back with its plan)
+    assert "rlsweep doctor SWEEP.yaml --fix" in problem.recompute  # (a sweep's reused stage jobs: in its plan)
     sweep_file = write_sweep(tmp_path / "a.yaml", "a", "grid:\n  rl.lr: [1.0e-4]\nseeds: [0]\n")
     from workflow.sweep.expand import load_sweep
     planned = {(m.stage, m.stage_id): m.label for m in load_sweep(sweep_file).members()}
@@ -92,7 +92,7 @@ def test_doctor_never_calls_a_sweep_it_knows_nothing_of_healthy(tmp_path):
     out = run_cli("--results", str(tmp_path), "doctor", "--sweep", "c")
     assert out.returncode == 1 and "no record of which stage jobs sweep 'c' planned" in out.stdout, out
     assert "healthy" not in out.stderr
-    record(tmp_path, "c", [Member("rl", "0000000000a9", "x=9")])  # planned (snakemake -n), nothing run: said so, exit 0
+    record(tmp_path, "c", [Member("rl", "0000000000a9", "x=9")])  # recorded (snakemake), nothing run: said so, exit 0
     out = run_cli("--results", str(tmp_path), "doctor", "--sweep", "c")
     assert out.returncode == 0 and "c: nothing run yet" in out.stderr, out
 
@@ -150,7 +150,7 @@ def test_a_damaged_record_of_a_sweep_no_runs_row_names_asks_for_its_plan(tmp_pat
     cut_in_half(damaged)
     (problem,) = examine(tmp_path, "c").problems
     assert problem.restore is None and "no runs row names sweep 'c'" in problem.recompute
-    assert "snakemake -n --config sweep=SWEEP.yaml" in problem.recompute and problem.move == [damaged]
+    assert "rlsweep doctor SWEEP.yaml --fix" in problem.recompute and problem.move == [damaged]
 
 
 FOREIGN = {  # readable Parquet files under a table's folder that no stage job wrote (issue 45, item 2)

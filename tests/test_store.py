@@ -202,6 +202,11 @@ def test_results_made_before_the_store_are_migrated_and_keep_working(legacy):
     results = legacy / "results"
     assert (results / "base" / "sft").is_dir() and not (results / STORE).exists()
     done_files = {p.stat().st_ino: p.stat().st_mtime_ns for p in results.rglob("DONE.json")}
+    # a dry run moves nothing (it writes nothing), so it cannot plan on them: it says how to move them
+    dry = snakemake(legacy, legacy / "base.yaml", "-n")
+    assert dry.returncode == 1 and "holds results of the layout before the shared store (sweeps ablation, base)" \
+        in dry.stderr and "`rlsweep --results results migrate`" in dry.stderr, dry.stderr[-2000:]
+    assert (results / "base" / "sft").is_dir() and not (results / STORE).exists()
     everything = "select stage, count(*) n from runs group by all order by stage"
     # the first command that reads results migrates them: each run once, though both sweeps computed the shared ones
     assert query(results, everything) == [{"stage": "eval", "n": 2}, {"stage": "rl", "n": 2}, {"stage": "sft", "n": 1}]

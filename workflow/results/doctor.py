@@ -95,8 +95,8 @@ def examine(results_root: str | Path, sweep: str, sweep_file: str | None = None)
         # never "healthy" about a sweep it knows nothing of (an Optuna study's journal alone is something to check)
         problems.append(Problem("unrecorded", sweep_dir(root, sweep) / "members",
                                 f"no record of which stage jobs sweep {sweep!r} planned: nothing of it can be checked "
-                                "or queried", "planning the sweep records it (`snakemake -n --config "
-                                "sweep=SWEEP.yaml`; `snakemake` runs it)"))
+                                "or queried", "running the sweep records it first (`snakemake --config sweep=SWEEP.yaml`; "
+                                "a dry run, -n, writes nothing)"))
     problems += leftover_temporaries(root, sweep)
     problems += damaged_journal(root, sweep)
     problems += disagreements(root, catalog, jobs, done_with={p.job for p in problems if p.job})
@@ -122,7 +122,7 @@ def damaged_record(root: Path, d: Damaged, sweep: str, sweep_file: str | None) -
     rows of the stage jobs the sweep computed, with their labels (as `rlsweep migrate` does)."""
     from workflow.results.membership import record_bytes  # noqa: PLC0415 - only for a damaged record
     what = f"unreadable membership record of sweep {sweep!r}: {d.reason}"
-    plan = "`snakemake -n --config sweep=SWEEP.yaml`"  # planning a sweep records its stage jobs
+    with_file = "`rlsweep doctor SWEEP.yaml --fix` writes it from the sweep file's plan (nothing runs)"
     if sweep_file is not None:
         from workflow.sweep.expand import load_sweep  # noqa: PLC0415
         return Problem("damaged", d.path, what, f"--fix writes it anew from {sweep_file}'s plan (no stage reruns)",
@@ -130,12 +130,11 @@ def damaged_record(root: Path, d: Damaged, sweep: str, sweep_file: str | None) -
     computed = computed_by(root, sweep)
     if not computed:
         return Problem("damaged", d.path, what, f"no runs row names sweep {sweep!r}, so only its plan can rebuild it: "
-                       f"planning the sweep again records it anew ({plan}), or `rlsweep doctor SWEEP.yaml --fix` from the sweep "
-                       "file", [d.path])
+                       f"{with_file}; running the sweep again (`snakemake --config sweep=SWEEP.yaml`) records it anew "
+                       "too", [d.path])
     return Problem("damaged", d.path, what, f"--fix writes it anew from the runs rows of the {len(computed)} stage jobs "
                    f"sweep {sweep!r} computed, with their labels (no stage reruns); the stage jobs it reused from other "
-                   f"sweeps come back when it is planned again ({plan}); `rlsweep doctor SWEEP.yaml --fix` rebuilds all "
-                   "of it from the sweep file", [d.path], restore=record_bytes(sweep, computed))
+                   f"sweeps are missing from that: {with_file}", [d.path], restore=record_bytes(sweep, computed))
 
 
 def computed_by(root: Path, sweep: str) -> list:

@@ -1,10 +1,11 @@
 """Which stage jobs of the shared store belong to which sweep.
 
 Stage outputs and their table rows live once in results/_store/ (layout.py), whichever sweep computed them; a sweep
-is the set of stage jobs it planned. Each time Snakemake plans a sweep, the set is recorded in
-results/<sweep>/members/<digest>.parquet (one row per stage job: sweep, stage, stage_id, label, recorded_at):
+is the set of stage jobs it planned. Each time Snakemake runs a sweep (before any job; a dry run writes nothing),
+the set is recorded in results/<sweep>/members/<digest>.parquet (one row per stage job: sweep, stage, stage_id,
+label, recorded_at):
 
-- a set already recorded (the same digest) is not written again, so planning an unchanged sweep writes nothing;
+- a set already recorded (the same digest) is not written again, so running an unchanged sweep writes nothing;
 - a new set is written beside the older ones, which are then removed if the new one holds all of their rows: an
   Optuna study's trials (each nested snakemake records the runs known so far) only ever add files that replace
   the last, and two drivers recording at once never lose each other's runs (each removes only what it holds);
@@ -127,7 +128,7 @@ def members(results_root: str | Path, sweep: str) -> dict[tuple[str, str], str |
             t = _read(path)
         except (pa.ArrowException, OSError):
             continue  # a damaged record: queries warn and `rlsweep doctor` lists it; planning the sweep again
-            # (`snakemake -n`) writes it anew, `rlsweep doctor --fix` from the runs rows or the sweep file
+            # (`snakemake`, not a dry run) writes it anew, `rlsweep doctor --fix` from the runs rows or the sweep file
         for stage, stage_id, label, at in zip(*(t[c].to_pylist() for c in ("stage", "stage_id", "label",
                                                                            "recorded_at"))):
             if (stage, stage_id) not in out or at >= out[(stage, stage_id)][1]:

@@ -1,0 +1,29 @@
+"""`snakemake -n` writes nothing (issue 46): the Snakefile records a sweep's stage jobs and moves results of the
+layout before the store only when Snakemake will run (workflow/dry_run.py reads its command line as it does)."""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers import snakemake, write_sweep
+from workflow.dry_run import dry_run
+
+ARGVS = [["-n"], ["-np"], ["-pn"], ["-pF"], ["--dry-run"], ["--dryrun"], ["-p"], ["--cores", "2"], ["-c1"],
+         ["-dn"], ["-d", "n"], ["--config", "sweep=sweeps/n.yaml", "-c", "2"], ["--config", "sweep=x.yaml", "-n"],
+         ["results/_store/rl/x/DONE.json", "-n"], ["-kpn", "--cores", "2"], ["-j", "4", "-k"], ["-sn"], []]
+
+
+def test_the_dry_run_test_reads_the_command_line_as_snakemake_does():
+    from snakemake.cli import get_argument_parser
+    parser = get_argument_parser()
+    for argv in ARGVS:
+        assert dry_run(argv) == parser.parse_known_args(argv)[0].dryrun, argv
+
+
+@pytest.mark.slow  # a Snakemake plan
+def test_a_dry_run_writes_nothing_under_the_results(tmp_path):
+    """Before: `snakemake -n` wrote results/<sweep>/members/<digest>.parquet (a run records it: tests/test_store.py)."""
+    sweep = write_sweep(tmp_path / "s.yaml", "s", "grid:\n  rl.lr: [1.0e-4]\nseeds: [0]\n")
+    plan = snakemake(tmp_path, sweep, "-n")
+    assert plan.returncode == 0 and "Job stats:" in plan.stdout, plan.stderr[-2000:]
+    assert not (tmp_path / "results").exists()
