@@ -22,19 +22,24 @@ def cmd_plan(a) -> int:
         sweep.add_runs(recorded_runs(sweep.spec, root, sweep.name))
         err.print("[yellow]an Optuna study: only the trials it has started so far are planned[/]")
     stages = plan(sweep, root)
+    # whole words at 80 columns: the counts and hours in the table, what a job asks and where the hours come from
+    # on a line of their own below it (as columns they wrapped every header into cut-off words)
     t = Table(title=f"{sweep.name}: {len(sweep.runs)} runs ({sweep.path}); results under {root}")
-    for col in ("stage", *STATES, "each job to run asks", "hours left", "GPU-hours left", "estimated from"):
-        t.add_column(col, justify="right" if col in STATES or "left" in col else "left")
-    total = 0.0
+    for col in ("stage", *STATES, "hours left", "GPU-hours left"):
+        t.add_column(col, justify="left" if col == "stage" else "right",
+                     min_width=max(map(len, col.split())))
+    notes, total = [], 0.0
     for p in stages:
         to_run = p.measured + p.bounded
-        source = ("—" if not to_run else "finished jobs" if not p.bounded
-                  else "time limits (upper bound)" if not p.measured
+        source = ("finished jobs" if not p.bounded else "time limits (upper bound)" if not p.measured
                   else f"finished jobs ({p.measured}), time limits ({p.bounded}, upper bound)")
-        t.add_row(p.stage, *[str(p.counts[s]) for s in STATES], p.asks if to_run else "—",
-                  f"{p.hours:.2f}", f"{p.gpu_hours:.2f}", source)
+        t.add_row(p.stage, *[str(p.counts[s]) for s in STATES], f"{p.hours:.2f}", f"{p.gpu_hours:.2f}")
+        if to_run:
+            notes.append(f"{p.stage}: each job to run asks {p.asks}; hours from {source}")
         total += p.gpu_hours
     Console(highlight=False).print(t)
+    for line in notes:
+        Console(highlight=False).print(line, markup=False)
     for p in stages:  # the shared store: what this sweep takes from others instead of computing it
         if p.reused:
             err.print(f"{p.stage}: {sum(p.reused.values())} of the done jobs came from another sweep ("
