@@ -3,9 +3,11 @@ layout before the store only when Snakemake will run (workflow/dry_run.py reads 
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
-from helpers import snakemake, write_sweep
+from helpers import REPO, SNAKEMAKE, snakemake, write_sweep
 from workflow.dry_run import dry_run
 
 ARGVS = [["-n"], ["-np"], ["-pn"], ["-pF"], ["--dry-run"], ["--dryrun"], ["-p"], ["--cores", "2"], ["-c1"],
@@ -27,3 +29,15 @@ def test_a_dry_run_writes_nothing_under_the_results(tmp_path):
     plan = snakemake(tmp_path, sweep, "-n")
     assert plan.returncode == 0 and "Job stats:" in plan.stdout, plan.stderr[-2000:]
     assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.slow  # a Snakemake plan that imports verl
+def test_a_verl_sweeps_plan_prints_each_snakemake_line_once(tmp_path):
+    """Before: verl's __init__ (imported to validate the sweep) called logging.basicConfig, and every Snakemake
+    line printed again through the root logger as `INFO:<time>:...`."""
+    pytest.importorskip("verl")
+    plan = subprocess.run([*SNAKEMAKE, "-n", "--config", "sweep=sweeps/verl_cpu.yaml", f"results={tmp_path}"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)  # (its paths: from the checkout)
+    assert plan.returncode == 0, plan.stderr[-2000:]
+    out = plan.stdout + plan.stderr
+    assert out.count("rule sft:") == 1 and not [line for line in out.splitlines() if line.startswith("INFO:")]

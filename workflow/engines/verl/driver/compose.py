@@ -14,6 +14,7 @@ import dataclasses
 import difflib
 import importlib
 import io
+import logging
 import os
 import typing
 from functools import lru_cache
@@ -38,11 +39,25 @@ PPO, SFT = "ppo_trainer", "sft_trainer_engine"
 RAW_PREFIX = {PPO: "engine.verl.overrides", SFT: "engine.verl.sft_overrides"}
 
 
+def _import_verl():
+    """verl, imported with the root logger left as it was: verl's __init__ calls logging.basicConfig, a handler on
+    stderr through which every logger that propagates prints each line a second time (Snakemake's own, in the
+    process that reads a verl sweep: "INFO:<time>:..." after every line). verl's own logger has its own handler."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        import verl
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    return verl
+
+
 @lru_cache(maxsize=2)
 def _default_config(name: str = PPO):
     """verl's composed config `name` (3-4 s: Hydra + verl imports), once per process."""
     try:
-        import verl
+        verl = _import_verl()
         from hydra import compose as hydra_compose, initialize_config_dir
     except ImportError:
         raise VerlConfigError("engine.name", "verl is not installed: pip install -e '.[verl]'") from None
