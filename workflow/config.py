@@ -30,23 +30,31 @@ class VerlSettings(Strict):
     """How a run uses verl (engine.name = verl); only then part of the run ids. See
     workflow/engines/verl/driver/translate.py for how the rest of the run config maps onto verl's."""
 
-    # the Hugging Face model (id or directory) SFT starts from, or RL when sft is off; or a built-in model
-    # (workflow/models.py: rlsweep:tiny, rlsweep:smollm2-135m)
-    model_path: str | None = None
-    # where verl runs: cuda (GPU nodes) or cpu (verl + vLLM's CPU build on tiny models: the whole chain on a laptop,
-    # a login node or CI; workflow/engines/verl/compat/cpu.py)
-    device: Literal["cuda", "cpu"] = "cuda"
-    n_gpus_per_node: PositiveInt = 1
-    nnodes: PositiveInt = 1
-    strategy: Literal["fsdp2", "fsdp"] = "fsdp2"
-    rollout_tp: PositiveInt = 1  # vLLM tensor-parallel size of the rollout engine
-    gpu_memory_utilization: float = Field(0.6, gt=0.0, le=1.0)  # vLLM's share of GPU memory
-    max_prompt_length: PositiveInt = 1024
-    overrides: dict[str, Any] = {}  # raw verl config keys (dotted, e.g. actor_rollout_ref.actor.ppo_epochs: 2)
-    # kill a verl trainer that runs longer than this (a failing vLLM worker can hang instead of failing); None: only
-    # the cluster's time limit. Not part of any id.
-    timeout_min: PositiveInt | None = None
-    sft_overrides: dict[str, Any] = {}  # raw keys of verl's SFT trainer config (sft_trainer_engine.yaml)
+    model_path: str | None = Field(None, description=(
+        "The Hugging Face model (id or directory) SFT starts from, or RL when sft is off; or a built-in model "
+        "(workflow/models.py: rlsweep:tiny, rlsweep:smollm2-135m)."))
+    device: Literal["cuda", "cpu"] = Field("cuda", description=(
+        "Where verl runs: cuda (GPU nodes) or cpu (verl + vLLM's CPU build on small models: the whole chain on a "
+        "laptop, a login node or CI; workflow/engines/verl/compat/cpu.py)."))
+    n_gpus_per_node: PositiveInt = Field(1, description="GPUs per node a verl job uses (data-parallel ranks per node).")
+    nnodes: PositiveInt = Field(1, description=(
+        "Nodes a verl job spans (a Ray cluster across the SLURM allocation's nodes)."))
+    strategy: Literal["fsdp2", "fsdp"] = Field("fsdp2", description=(
+        "verl's training backend: FSDP2 (verl's default) or FSDP."))
+    rollout_tp: PositiveInt = Field(1, description=(
+        "vLLM tensor-parallel size of the rollout engine; must divide the run's GPUs."))
+    gpu_memory_utilization: float = Field(0.6, gt=0.0, le=1.0, description=(
+        "vLLM's share of each GPU's memory for the rollout engine."))
+    max_prompt_length: PositiveInt = Field(1024, description=(
+        "Longest prompt in tokens verl accepts (its data.max_prompt_length); longer prompts are filtered out."))
+    overrides: dict[str, Any] = Field({}, description=(
+        "Raw keys of verl's PPO trainer config, dotted (e.g. actor_rollout_ref.actor.ppo_epochs: 2); applied last, "
+        "checked by verl's own validation when the sweep loads."))
+    timeout_min: PositiveInt | None = Field(None, description=(
+        "Kill a verl trainer that runs longer than this many minutes (a failing vLLM worker can hang instead of "
+        "failing); null: only the cluster's time limit. Not part of any id."))
+    sft_overrides: dict[str, Any] = Field({}, description=(
+        "Raw keys of verl's SFT trainer config (sft_trainer_engine.yaml), dotted; applied last."))
 
     @field_validator("model_path")
     @classmethod
@@ -63,8 +71,11 @@ class EngineConfig(Strict):
     verl 0.9 on GPU nodes: SFT with verl's SFT trainer (torchrun, FSDP), RL with verl's PPO trainer (Ray, FSDP2,
     vLLM rollouts) running our update rules."""
 
-    name: str = "local"  # an engine of workflow/engines/registry.py (ENGINES)
-    verl: VerlSettings = VerlSettings()  # read only when name = verl
+    name: str = Field("local", description=(
+        "The engine that trains and samples: local (pure torch, CPU or one GPU) or verl (Ray, FSDP2, vLLM), or one a "
+        "plug-in registers (workflow/engines/registry.py)."))
+    verl: VerlSettings = Field(VerlSettings(), description=(
+        "How the run uses verl; read only when name is verl, and then part of the run ids."))
 
     @field_validator("name")
     @classmethod
@@ -80,12 +91,12 @@ class LoRAConfig(Strict):
     LoraConfig on the local engine (workflow/engines/lora.py), verl's own LoRA settings on verl (translate.lora_keys:
     vLLM rollouts get the merged policy). Checkpoints hold the adapter and the merged model (what evaluation loads)."""
 
-    rank: PositiveInt = 8
-    alpha: PositiveFloat = 16.0
-    # module names (the last part of a module's path, as peft matches them): the attention projections, as the
-    # GXPO paper's LoRA runs; add gate_proj, up_proj, down_proj for the MLP too
-    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
-    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    rank: PositiveInt = Field(8, description="The adapters' rank r (A is r x in, B is out x r).")
+    alpha: PositiveFloat = Field(16.0, description="The adapters' scale numerator: the update is (alpha / rank) B A x.")
+    target_modules: tuple[str, ...] = Field(("q_proj", "k_proj", "v_proj", "o_proj"), description=(
+        "Module names the adapters go on (the last part of a module's path, as peft matches them): by default the "
+        "attention projections, as the GXPO paper's LoRA runs; add gate_proj, up_proj, down_proj for the MLP."))
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout on the adapters' input during training.")
 
     @field_validator("target_modules")
     @classmethod
@@ -99,13 +110,17 @@ class ModelConfig(Strict):
     """A tiny random-init causal LM built from a transformers config (no weights are downloaded), optionally trained
     through LoRA adapters (`lora`; part of the run ids only when set)."""
 
-    arch: Literal["qwen2"] = "qwen2"
-    n_layers: PositiveInt = 2
-    hidden: PositiveInt = 64
-    n_heads: PositiveInt = 4
-    mlp_ratio: PositiveInt = 3
-    max_positions: PositiveInt = 128
-    lora: LoRAConfig | None = None  # off by default: full fine-tuning
+    arch: Literal["qwen2"] = Field("qwen2", description=(
+        "The transformers architecture of the local engine's random-init model."))
+    n_layers: PositiveInt = Field(2, description="Transformer layers of the local model.")
+    hidden: PositiveInt = Field(64, description="Hidden size of the local model (a multiple of n_heads).")
+    n_heads: PositiveInt = Field(4, description="Attention heads of the local model.")
+    mlp_ratio: PositiveInt = Field(3, description="The MLP's intermediate size as a multiple of hidden.")
+    max_positions: PositiveInt = Field(128, description=(
+        "Longest sequence (prompt + response, in tokens) the local model handles."))
+    lora: LoRAConfig | None = Field(None, description=(
+        "Train through low-rank adapters instead of every weight; null (the default): full fine-tuning. Part of the "
+        "run ids only when set."))
 
     @model_validator(mode="after")
     def _heads_divide_hidden(self) -> "ModelConfig":
@@ -117,11 +132,14 @@ class ModelConfig(Strict):
 class DataSource(Strict):
     """One training set of a `datasets` task (workflow/data/sources.py) and how much of it to take."""
 
-    name: str
-    # rows taken: round(weight x the set's rows after filtering and de-duplication); < 1 subsamples, > 1 repeats
-    weight: PositiveFloat = 1.0
-    path: str | None = None  # a local .jsonl/.parquet in the dataset's own fields (else the Hugging Face cache)
-    revision: str | None = None  # a pinned dataset revision on the Hub
+    name: str = Field(description="A registered training set (workflow/data/sources.py).")
+    weight: PositiveFloat = Field(1.0, description=(
+        "Rows taken: round(weight x the set's rows after filtering and de-duplication); below 1 subsamples, above 1 "
+        "repeats."))
+    path: str | None = Field(None, description=(
+        "A local .jsonl or .parquet file in the set's own fields (else the Hugging Face cache); generated sets take "
+        "none."))
+    revision: str | None = Field(None, description="A pinned dataset revision on the Hugging Face Hub.")
 
     @field_validator("name")
     @classmethod
@@ -146,18 +164,25 @@ class TaskConfig(Strict):
                 the sets' own demonstrations for SFT, rewards by the eval scorer (boxed answer + math-verify).
     Only the selected kind's fields are part of a run's identity (`read_fields`)."""
 
-    name: Literal["arithmetic", "datasets"] = "arithmetic"
-    # arithmetic
-    split_seed: Seed = 1234
-    n_heldout: PositiveInt = 256
-    two_step_fraction: float = Field(0.5, ge=0.0, le=1.0)
-    # datasets
-    datasets: tuple[DataSource, ...] = ()
-    template: Literal["boxed", "seed003"] = "boxed"  # how a training prompt is put to the model (eval/prompts.py)
-    max_prompt_chars: PositiveInt | None = None  # drop problems longer than this (characters of the problem)
-    max_solution_chars: PositiveInt | None = None  # drop demonstrations longer than this (SFT data)
-    limit: PositiveInt | None = None  # at most this many rows after the mixture (a random subset, by `seed`)
-    seed: Seed = 0  # mixture sampling and order
+    name: Literal["arithmetic", "datasets"] = Field("arithmetic", description=(
+        "What the run trains on: arithmetic (synthetic, generated) or datasets (real training sets prepared by the "
+        "data stage)."))
+    split_seed: Seed = Field(1234, description=(
+        "arithmetic: the seed of the train / held-out split (nothing else decides it)."))
+    n_heldout: PositiveInt = Field(256, description="arithmetic: problems held out for evaluation.")
+    two_step_fraction: float = Field(0.5, ge=0.0, le=1.0, description=(
+        "arithmetic: the share of two-operation problems (the rest take one)."))
+    datasets: tuple[DataSource, ...] = Field((), description="datasets: the training sets, one or a weighted mixture.")
+    template: Literal["boxed", "seed003"] = Field("boxed", description=(
+        "How a training prompt is put to the model (workflow/eval/prompts.py): boxed (answer in \\boxed{}) or "
+        "seed003."))
+    max_prompt_chars: PositiveInt | None = Field(None, description=(
+        "datasets: drop problems longer than this many characters."))
+    max_solution_chars: PositiveInt | None = Field(None, description=(
+        "datasets: drop demonstrations longer than this many characters (SFT data)."))
+    limit: PositiveInt | None = Field(None, description=(
+        "datasets: at most this many rows after the mixture (a random subset drawn with `seed`)."))
+    seed: Seed = Field(0, description="datasets: the seed of the mixture's sampling and order.")
 
     ARITHMETIC_FIELDS: ClassVar[tuple[str, ...]] = ("name", "split_seed", "n_heldout", "two_step_fraction")
     DATA_FIELDS: ClassVar[tuple[str, ...]] = ("datasets", "max_prompt_chars", "max_solution_chars", "limit", "seed")
@@ -178,18 +203,25 @@ class TaskConfig(Strict):
 class SFTConfig(Strict):
     """Supervised fine-tuning on worked solutions, loss on answer tokens only, global token-mean."""
 
-    enabled: bool = True
-    seed: Seed = 0
-    steps: PositiveInt = 300
-    batch_size: PositiveInt = 128
-    micro_batch_size: PositiveInt | None = None  # None = the whole batch in one forward pass
-    lr: PositiveFloat = 3e-3
-    schedule: Literal["cosine", "constant"] = "cosine"
-    warmup_ratio: float = Field(0.1, ge=0.0, lt=1.0)
-    min_lr_ratio: float = Field(0.1, ge=0.0, le=1.0)
-    weight_decay: NonNegativeFloat = 0.01
-    max_grad_norm: PositiveFloat | None = 1.0
-    checkpoint_every: PositiveInt = 100
+    enabled: bool = Field(True, description=(
+        "Run supervised fine-tuning before RL; false: RL starts from the model itself."))
+    seed: Seed = Field(0, description="The SFT seed (separate from the run's RL seed, so RL seeds share one SFT job).")
+    steps: PositiveInt = Field(300, description="Optimizer steps.")
+    batch_size: PositiveInt = Field(128, description="Examples per optimizer step.")
+    micro_batch_size: PositiveInt | None = Field(None, description=(
+        "Examples per forward pass (gradient accumulation over the batch); null: the whole batch at once. The loss is "
+        "the batch's global token mean whatever the split."))
+    lr: PositiveFloat = Field(3e-3, description="Peak learning rate (AdamW).")
+    schedule: Literal["cosine", "constant"] = Field("cosine", description=(
+        "Learning-rate schedule after warm-up: cosine decay to min_lr_ratio x lr, or constant."))
+    warmup_ratio: float = Field(0.1, ge=0.0, lt=1.0, description=(
+        "Share of the steps with a linear learning-rate warm-up."))
+    min_lr_ratio: float = Field(0.1, ge=0.0, le=1.0, description="Where the cosine schedule ends, as a fraction of lr.")
+    weight_decay: NonNegativeFloat = Field(0.01, description="AdamW's decoupled weight decay.")
+    max_grad_norm: PositiveFloat | None = Field(1.0, description=(
+        "Clip the gradient's global norm to this; null: no clipping."))
+    checkpoint_every: PositiveInt = Field(100, description=(
+        "Save a checkpoint (and flush train_steps rows) every this many steps; the last step always saves."))
 
 
 class RLBase(Strict):
@@ -198,28 +230,41 @@ class RLBase(Strict):
     methods' own sections (rl.sfpo, rl.luffy, rl.slow2fast, ...) come from their cards (workflow/methods/): RLConfig
     below is this model plus one section per registered method with settings."""
 
-    update: str = "grpo"  # a registered update rule (workflow/methods/): grpo, sfpo, gxpo, ...
-    # a mixed-policy method (workflow/methods/): none (on-policy), luffy, srft, hpt, relift, prefix_rft
-    mix: str = "none"
-    steps: PositiveInt = 40
-    prompts_per_step: PositiveInt = 32
-    group_size: int = Field(8, ge=2)
-    temperature: PositiveFloat = 1.0
-    max_new_tokens: PositiveInt = 24
-    micro_batch_size: PositiveInt | None = None  # sequences per forward pass; None = all
-    lr: PositiveFloat = 1e-4
-    # linear warm-up of lr over the first steps (then constant). Why: AdamW's first steps move every weight by about
-    # lr whatever its gradient (no second-moment history yet), so a fresh optimizer at full lr first undoes part of
-    # what SFT taught; a few steps of warm-up let it learn each weight's gradient scale first
-    warmup_steps: NonNegativeInt = 0
-    weight_decay: NonNegativeFloat = 0.0
-    max_grad_norm: PositiveFloat | None = 1.0
-    clip_low: float = Field(0.2, gt=0.0, lt=1.0)
-    clip_high: PositiveFloat = 0.28
-    loss_agg: Literal["token-mean", "seq-mean-token-mean", "token-sum"] = "token-mean"
-    std_norm: bool = True
-    kl_coef: NonNegativeFloat = 0.0
-    checkpoint_every: PositiveInt = 10
+    update: str = Field("grpo", description=(
+        "The update rule (workflow/methods/): how a step turns the loss into parameter updates: grpo, sfpo, gxpo, or a"
+        " registered plug-in."))
+    mix: str = Field("none", description=(
+        "The mixed-policy method (workflow/methods/): none (on-policy), luffy, srft, hpt, relift, prefix_rft."))
+    steps: PositiveInt = Field(40, description="RL steps (each: sample, score, update).")
+    prompts_per_step: PositiveInt = Field(32, description="Prompts sampled per step.")
+    group_size: int = Field(8, ge=2, description=(
+        "Responses sampled per prompt (G); advantages are normalised within each group."))
+    temperature: PositiveFloat = Field(1.0, description="Sampling temperature of the rollouts.")
+    max_new_tokens: PositiveInt = Field(24, description="Longest response in tokens.")
+    micro_batch_size: PositiveInt | None = Field(None, description=(
+        "Sequences per forward pass; null: all of a step's sequences at once. The loss aggregates over the whole step "
+        "whatever the split."))
+    lr: PositiveFloat = Field(1e-4, description="Learning rate (AdamW), constant after warm-up.")
+    warmup_steps: NonNegativeInt = Field(0, description=(
+        "Linear learning-rate warm-up over the first steps. AdamW's first steps move every weight by about lr whatever"
+        " its gradient (no second-moment history yet), so a fresh optimizer at full lr first undoes part of what SFT "
+        "taught; a few steps of warm-up let it learn each weight's gradient scale first."))
+    weight_decay: NonNegativeFloat = Field(0.0, description="AdamW's decoupled weight decay.")
+    max_grad_norm: PositiveFloat | None = Field(1.0, description=(
+        "Clip the gradient's global norm to this; null: no clipping."))
+    clip_low: float = Field(0.2, gt=0.0, lt=1.0, description=(
+        "PPO clip range below 1: the ratio is clipped at 1 - clip_low."))
+    clip_high: PositiveFloat = Field(0.28, description=(
+        "PPO clip range above 1: the ratio is clipped at 1 + clip_high (DAPO's clip-higher when above clip_low)."))
+    loss_agg: Literal["token-mean", "seq-mean-token-mean", "token-sum"] = Field("token-mean", description=(
+        "How token losses aggregate: token-mean over the step (DAPO), seq-mean-token-mean (GRPO's original), or token-"
+        "sum (Dr.GRPO)."))
+    std_norm: bool = Field(True, description=(
+        "Divide advantages by the group's standard deviation (false: Dr.GRPO's unnormalised advantages)."))
+    kl_coef: NonNegativeFloat = Field(0.0, description=(
+        "Weight of a KL penalty to the reference (initial) policy; 0: none, and no reference model is kept."))
+    checkpoint_every: PositiveInt = Field(10, description=(
+        "Save a checkpoint (and flush train_steps rows) every this many steps; evaluations read these checkpoints."))
 
     @field_validator("update", "mix")
     @classmethod
@@ -289,11 +334,17 @@ class RLBase(Strict):
         return tuple(name for name in cls.model_fields if name in _SECTIONS and _SECTIONS[name].role == role)
 
 
+def _summary(settings: type) -> str:
+    """A method's section's description: its settings model's docstring, up to its first blank line."""
+    return " ".join((settings.__doc__ or "").split("\n\n")[0].split())
+
+
 # One section rl.<name> per registered method with settings, its default the settings' defaults. A method's section
 # is part of a run's identity only while the method is selected (workflow/stages.py).
 _SECTIONS: dict[str, Method] = {name: card for name, card in methods.in_order() if card.settings is not None}
 RLConfig = create_model("RLConfig", __base__=RLBase, __module__=__name__, __doc__=RLBase.__doc__,
-                        **{name: (card.settings, card.settings()) for name, card in _SECTIONS.items()})
+                        **{name: (card.settings, Field(card.settings(), description=_summary(card.settings)))
+                           for name, card in _SECTIONS.items()})
 
 
 class EvalConfig(Strict):
@@ -302,26 +353,35 @@ class EvalConfig(Strict):
     Benchmarks are names from workflow/benchmarks/catalog.py (math500, aime24, aime25, amc23, amc83, minerva,
     olympiadbench, gsm8k, arc_c, gpqa_diamond, mmlu_pro, and `arithmetic`, the synthetic held-out set)."""
 
-    benchmarks: list[str] = ["arithmetic"]
-    paths: dict[str, str] = {}  # benchmark -> local .jsonl/.parquet in the dataset's own schema (else the HF cache)
-    revisions: dict[str, str] = {}  # benchmark -> pinned dataset revision on the Hub
-    n_problems: PositiveInt | None = None  # None = every problem
-    k: PositiveInt = 8
-    temperature: NonNegativeFloat = 0.6
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    max_new_tokens: PositiveInt = 32
-    template: Literal["boxed", "seed003"] = "boxed"  # a tokenizer's own chat template wraps it when there is one
-    backend: Literal["auto", "vllm", "local"] = "auto"
-    tensor_parallel_size: PositiveInt = 1
-    verify_timeout_s: PositiveFloat = 10.0  # per math-verify comparison; a timeout scores wrong
-    bootstrap: PositiveInt = 1000  # resamples for the 95% intervals
-    every: PositiveInt | None = None  # also evaluate every N RL steps (a multiple of rl.checkpoint_every)
-    # also evaluate the model RL starts from (step 0: the SFT checkpoint, or verl's model_path without SFT)
-    at_start: bool = False
-    seed: Seed = 0
-    # graders that judge the stored responses again (workflow/benchmarks/graders.py; rule rescore, table eval_grades),
-    # beside each benchmark's own; scoring only, so not part of the eval id: adding one generates nothing
-    graders: list[str] = []
+    benchmarks: list[str] = Field(["arithmetic"], description=(
+        "Benchmarks to evaluate on (workflow/benchmarks/catalog.py): math500, aime24, aime25, amc23, amc83, minerva, "
+        "olympiadbench, gsm8k, arc_c, gpqa_diamond, mmlu_pro, arithmetic."))
+    paths: dict[str, str] = Field({}, description=(
+        "Benchmark -> a local .jsonl or .parquet file in the dataset's own schema (else the Hugging Face cache)."))
+    revisions: dict[str, str] = Field({}, description="Benchmark -> a pinned dataset revision on the Hugging Face Hub.")
+    n_problems: PositiveInt | None = Field(None, description=(
+        "Evaluate the first this many problems of each benchmark; null: every problem."))
+    k: PositiveInt = Field(8, description="Samples per problem (avg@k and pass@k).")
+    temperature: NonNegativeFloat = Field(0.6, description="Sampling temperature (0: greedy).")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling's probability mass.")
+    max_new_tokens: PositiveInt = Field(32, description="Longest response in tokens.")
+    template: Literal["boxed", "seed003"] = Field("boxed", description=(
+        "How a problem is put to the model (workflow/eval/prompts.py); a tokenizer's own chat template wraps it when "
+        "there is one."))
+    backend: Literal["auto", "vllm", "local"] = Field("auto", description=(
+        "What generates: vllm, local (transformers), or auto (vLLM where it is installed and the run is on verl)."))
+    tensor_parallel_size: PositiveInt = Field(1, description="vLLM tensor-parallel size for evaluation.")
+    verify_timeout_s: PositiveFloat = Field(10.0, description=(
+        "Time limit per math-verify comparison; a timeout scores wrong."))
+    bootstrap: PositiveInt = Field(1000, description="Bootstrap resamples for the reports' 95% intervals.")
+    every: PositiveInt | None = Field(None, description=(
+        "Also evaluate every this many RL steps (a multiple of rl.checkpoint_every); null: only the final checkpoint."))
+    at_start: bool = Field(False, description=(
+        "Also evaluate the model RL starts from (step 0: the SFT checkpoint, or the model itself without SFT)."))
+    seed: Seed = Field(0, description="The evaluation's sampling seed.")
+    graders: list[str] = Field([], description=(
+        "Graders that judge the stored responses again, beside each benchmark's own (workflow/benchmarks/graders.py; "
+        "table eval_grades); scoring only, so not part of the eval id: adding one generates nothing."))
 
     @field_validator("graders")
     @classmethod
@@ -349,13 +409,17 @@ class EvalConfig(Strict):
 
 
 class RunConfig(Strict):
-    engine: EngineConfig = EngineConfig()
-    model: ModelConfig = ModelConfig()
-    task: TaskConfig = TaskConfig()
-    sft: SFTConfig = SFTConfig()
-    rl: RLConfig = RLConfig()
-    eval: EvalConfig = EvalConfig()
-    seed: Seed = 0  # the RL seed; the SFT seed is sft.seed so RL seeds can share one SFT job
+    engine: EngineConfig = Field(EngineConfig(), description="Which engine trains and samples, and its settings.")
+    model: ModelConfig = Field(ModelConfig(), description=(
+        "The local engine's model (a tiny random-init transformer), and LoRA for either engine."))
+    task: TaskConfig = Field(TaskConfig(), description="What the run trains on.")
+    sft: SFTConfig = Field(SFTConfig(), description="Supervised fine-tuning before RL.")
+    rl: RLConfig = Field(RLConfig(), description=(
+        "Reinforcement learning: GRPO and its variants, the update rule, a mixed-policy method, FAST-GRPO's parts."))
+    eval: EvalConfig = Field(EvalConfig(), description="Evaluation of the RL checkpoints.")
+    seed: Seed = Field(0, description=(
+        "The RL seed (varied by the sweep's top-level `seeds:`); the SFT seed is sft.seed so RL seeds can share one "
+        "SFT job."))
 
     @model_validator(mode="after")
     def _the_engine_can_run_it(self) -> "RunConfig":

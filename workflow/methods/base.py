@@ -17,6 +17,8 @@ or its `enabled` is true), so adding a method never changes an existing run's id
 
 from __future__ import annotations
 
+from pydantic import Field
+
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
@@ -40,7 +42,8 @@ class MethodSettings(Strict):
 class PartSettings(MethodSettings):
     """A part's section: switched on by its own `enabled` (each part an ablation of its own)."""
 
-    enabled: bool = False
+    enabled: bool = Field(False, description=(
+        "Switch the part on (each part is an ablation of its own, composing with any update rule)."))
 
 
 @dataclass(eq=False)

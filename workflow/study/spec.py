@@ -54,13 +54,16 @@ class Param(Strict):
     `when: {key: value or [values]}` samples the key only in trials where every listed key has (one of) the values.
     """
 
-    type: Literal["int", "float", "categorical"]
-    low: Number | None = None
-    high: Number | None = None
-    step: Number | None = None
-    log: bool = False
-    choices: list[Any] | None = None
-    when: dict[str, Any] = Field(default_factory=dict)
+    type: Literal["int", "float", "categorical"] = Field(description=(
+        "The distribution: int or float (low, high, and step or log), or categorical (choices)."))
+    low: Number | None = Field(None, description="int / float: the smallest value.")
+    high: Number | None = Field(None, description="int / float: the largest value.")
+    step: Number | None = Field(None, description="int / float: the grid step between low and high.")
+    log: bool = Field(False, description="int / float: sample on a log scale.")
+    choices: list[Any] | None = Field(None, description="categorical: the values to choose from.")
+    when: dict[str, Any] = Field(default_factory=dict, description=(
+        "Sample this key only in trials where every key listed has (one of) the given value(s), e.g. {rl.update: "
+        "sfpo}; other trials keep the base value."))
 
 
 # Optuna's samplers and pruners by name, imported only when a study starts (reading a sweep imports no Optuna); a
@@ -82,18 +85,24 @@ def _one_of(registry: Registry):
 
 
 class SamplerSpec(Strict):
-    name: Annotated[str, AfterValidator(_one_of(SAMPLERS))] = "tpe"
-    seed: Seed | None = None
-    options: dict[str, Any] = Field(default_factory=dict)  # keyword arguments of the sampler's constructor
+    name: Annotated[str, AfterValidator(_one_of(SAMPLERS))] = Field("tpe", description=(
+        "Optuna's sampler: tpe, cmaes, gp, random, grid, or one a plug-in registers."))
+    seed: Seed | None = Field(None, description="The sampler's seed; null: unseeded.")
+    options: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the sampler's constructor.")
 
 
 class PrunerSpec(Strict):
-    name: Annotated[str, AfterValidator(_one_of(PRUNERS))] = "none"
-    options: dict[str, Any] = Field(default_factory=dict)  # e.g. n_warmup_steps, min_resource, reduction_factor
+    name: Annotated[str, AfterValidator(_one_of(PRUNERS))] = Field("none", description=(
+        "Optuna's pruner: none, median, hyperband, or one a plug-in registers; it stops a trial's RL run at an "
+        "intermediate evaluation (eval.every)."))
+    options: dict[str, Any] = Field(default_factory=dict, description=(
+        "Keyword arguments of the pruner's constructor, e.g. n_warmup_steps, min_resource, reduction_factor."))
 
 
 class SQLObjective(Strict):
-    sql: str
+    sql: str = Field(description=(
+        "A SELECT over the result tables returning run_id and value (one column per direction of a multi-objective "
+        "study)."))
 
 
 Budgeted = Literal["backward_passes", "rollouts", "flops"]
@@ -104,7 +113,9 @@ class BudgetObjective(Strict):
     train_steps counter (backward passes, rollouts or FLOPs) is within the budget, e.g.
     `{avg_at_k_within: {backward_passes: 120}}` (the runs need evaluations along the way: eval.every, at_start)."""
 
-    avg_at_k_within: dict[Budgeted, Annotated[float, Field(gt=0)]]
+    avg_at_k_within: dict[Budgeted, Annotated[float, Field(gt=0)]] = Field(description=(
+        "{counter: budget}: each run's mean avg@k at its last evaluation within the budget of one train_steps counter "
+        "(backward_passes, rollouts or flops); the runs need evaluations along the way (eval.every, eval.at_start)."))
 
     @field_validator("avg_at_k_within")
     @classmethod
@@ -115,16 +126,22 @@ class BudgetObjective(Strict):
 
 
 class OptunaSpec(Strict):
-    study: str | None = Field(None, min_length=1)
-    storage: str | None = None
-    direction: Direction | None = None
-    directions: list[Direction] | None = None
-    objective: str | SQLObjective | BudgetObjective
-    sampler: SamplerSpec = SamplerSpec()
-    pruner: PrunerSpec = PrunerSpec()
-    n_trials: int  # plain ints: check_space reports a bad count together with every other problem
-    in_flight: int = 1
-    space: dict[str, Param]
+    study: str | None = Field(None, min_length=1, description="The study's name; null: the sweep's name.")
+    storage: str | None = Field(None, description=(
+        "null: a journal file results/<sweep>/optuna.journal; a path ending .journal or .log: a journal file there; "
+        "else an Optuna storage URL (sqlite:///x.db, ...)."))
+    direction: Direction | None = Field(None, description=(
+        "maximize or minimize the objective (or `directions`, not both)."))
+    directions: list[Direction] | None = Field(None, description=(
+        "One direction per objective value of a multi-objective study."))
+    objective: str | SQLObjective | BudgetObjective = Field(description=(
+        "A built-in objective's name (workflow/study/objective.py), {sql: ...}, or {avg_at_k_within: {COUNTER: N}} (at"
+        " equal compute)."))
+    sampler: SamplerSpec = Field(SamplerSpec(), description="Which sampler proposes the trials.")
+    pruner: PrunerSpec = Field(PrunerSpec(), description="Which pruner stops unpromising trials early.")
+    n_trials: int = Field(description="Trials in all (a failed trial counts, as in Optuna's optimize).")
+    in_flight: int = Field(1, description="Trials running at once.")
+    space: dict[str, Param] = Field(description="Dotted run-config key -> its distribution, sampled in this order.")
 
     @field_validator("objective", mode="before")
     @classmethod

@@ -58,8 +58,10 @@ class SweepError(UserError):
 class ConditionalAxis(Strict):
     """A grid axis that only multiplies the points where every `when` key has (one of) the given value(s)."""
 
-    values: list[Any]
-    when: dict[str, Any] = Field(default_factory=dict)
+    values: list[Any] = Field(description="The axis's values.")
+    when: dict[str, Any] = Field(default_factory=dict, description=(
+        "Multiply only the grid points where every key listed here has (one of) the given value(s), e.g. {rl.update: "
+        "sfpo}."))
 
 
 _TIME = re.compile(r"^(?:(\d+)-)?(\d{1,3}):([0-5]\d):([0-5]\d)$")  # [D-]HH:MM:SS, as sbatch --time takes it
@@ -72,11 +74,15 @@ RETRY_RESOURCE = "rlsweep_retry"  # the rule resource that carries a stage's ret
 class RetrySettings(Strict):
     """How often a stage's SLURM job is resubmitted after each failure reason, and how (workflow/slurm/retry.py)."""
 
-    timeout: int = Field(0, ge=0, le=10)  # after TIMEOUT: the time limit x time_factor, resuming from a checkpoint
-    oom: int = Field(0, ge=0, le=10)  # after OUT_OF_MEMORY: the memory x mem_factor (needs `mem`)
-    node_fail: int = Field(1, ge=0, le=10)  # after NODE_FAIL: the failed node excluded
-    time_factor: float = Field(1.5, ge=1.0, le=10.0)
-    mem_factor: float = Field(2.0, gt=1.0, le=10.0)
+    timeout: int = Field(0, ge=0, le=10, description=(
+        "Resubmissions after TIMEOUT, each with the time limit x time_factor, resuming from the last checkpoint."))
+    oom: int = Field(0, ge=0, le=10, description=(
+        "Resubmissions after OUT_OF_MEMORY, each with the memory x mem_factor (needs `mem`)."))
+    node_fail: int = Field(1, ge=0, le=10, description="Resubmissions after NODE_FAIL, the failed node excluded.")
+    time_factor: float = Field(1.5, ge=1.0, le=10.0, description=(
+        "How much a TIMEOUT resubmission raises the time limit."))
+    mem_factor: float = Field(2.0, gt=1.0, le=10.0, description=(
+        "How much an OUT_OF_MEMORY resubmission raises the memory."))
 
     def encode(self) -> str:
         """`timeout=0,oom=2,...`: a Snakemake resource is an int or a string (retry.RetryPolicy.decode reads it)."""
@@ -87,19 +93,24 @@ class StageResources(Strict):
     """How one stage's jobs run. Locally only `threads` matters (torch threads); on SLURM every field becomes a
     job option. Never part of a run's identity."""
 
-    threads: PositiveInt = 1  # torch threads; also the default cpus per task
-    gpus_per_node: int = Field(0, ge=0)
-    nodes: PositiveInt = 1
-    cpus_per_task: PositiveInt | None = None  # None = threads
-    mem: str | None = None  # per node, sbatch style: 64G, 500M
-    time: str = "04:00:00"  # [D-]HH:MM:SS
-    partition: str | None = None
-    account: str | None = None
-    qos: str | None = None
-    constraint: str | None = None
-    exclusive: bool = False
-    sbatch_extra: list[str] = Field(default_factory=list)  # further sbatch flags, e.g. ["--reservation=abc"]
-    retry: RetrySettings = Field(default_factory=RetrySettings)  # resubmissions by failure reason (SLURM)
+    threads: PositiveInt = Field(1, description=(
+        "torch threads of the stage's jobs (locally: how many of Snakemake's cores a job takes); also the default CPUs"
+        " per task."))
+    gpus_per_node: int = Field(0, ge=0, description="GPUs per node (SLURM --gpus-per-node).")
+    nodes: PositiveInt = Field(1, description="Nodes per job (SLURM --nodes; a verl job over several nodes).")
+    cpus_per_task: PositiveInt | None = Field(None, description="SLURM --cpus-per-task; null: threads.")
+    mem: str | None = Field(None, description=(
+        "Memory per node, as sbatch writes it (64G, 500M); null: the partition's default."))
+    time: str = Field("04:00:00", description="Time limit, [D-]HH:MM:SS (SLURM --time).")
+    partition: str | None = Field(None, description="SLURM partition; null: the cluster's default.")
+    account: str | None = Field(None, description="SLURM account to charge.")
+    qos: str | None = Field(None, description="SLURM quality of service.")
+    constraint: str | None = Field(None, description="SLURM node constraint (features), e.g. a100.")
+    exclusive: bool = Field(False, description="Whole nodes for the job (SLURM --exclusive).")
+    sbatch_extra: list[str] = Field(default_factory=list, description=(
+        "Further sbatch options as long flags, e.g. [\"--reservation=abc\"]."))
+    retry: RetrySettings = Field(default_factory=RetrySettings, description=(
+        "How often a failed job is resubmitted, by its failure reason (SLURM only)."))
 
     @field_validator("time")
     @classmethod
@@ -178,10 +189,11 @@ class Resources(Strict):
     """Per-stage job resources. A stage block in the sweep changes only the keys it names: `rl: {time: 02:00:00}`
     keeps the RL stage's default GPU."""
 
-    data: StageResources = StageResources(**_STAGE_DEFAULTS["data"])
-    sft: StageResources = StageResources(**_STAGE_DEFAULTS["sft"])
-    rl: StageResources = StageResources(**_STAGE_DEFAULTS["rl"])
-    eval: StageResources = StageResources(**_STAGE_DEFAULTS["eval"])
+    data: StageResources = Field(StageResources(**_STAGE_DEFAULTS["data"]), description=(
+        "The data and overlap-check jobs."))
+    sft: StageResources = Field(StageResources(**_STAGE_DEFAULTS["sft"]), description="The SFT jobs.")
+    rl: StageResources = Field(StageResources(**_STAGE_DEFAULTS["rl"]), description="The RL jobs.")
+    eval: StageResources = Field(StageResources(**_STAGE_DEFAULTS["eval"]), description="The evaluation jobs.")
 
     @model_validator(mode="before")
     @classmethod
@@ -195,17 +207,20 @@ class Resources(Strict):
 class Checks(Strict):
     """Gates on what runs; like resources, never part of a run's identity."""
 
-    # refuse to train (SFT and RL stages) when more than this fraction of an evaluated benchmark's problems is in
-    # the training data (workflow/data/overlap.py); None: report the overlap only
-    max_train_overlap: float | None = Field(None, ge=0.0, le=1.0)
+    max_train_overlap: float | None = Field(None, ge=0.0, le=1.0, description=(
+        "Refuse to train (SFT and RL stages) when more than this fraction of an evaluated benchmark's problems is in "
+        "the training data (workflow/data/overlap.py); null: report the overlap only."))
 
 
 class ReferenceSpec(Strict):
     """Published results the report prints beside the sweep's own rows (workflow/report/references.py)."""
 
-    file: str  # a references file, e.g. references/published.yaml (relative: to the directory snakemake runs in)
-    papers: list[str] | None = None  # only these papers' rows (the file's `papers:` keys); None: all
-    models: list[str] | None = None  # only rows of these models; None: all
+    file: str = Field(description=(
+        "A references file, e.g. references/published.yaml (a relative path is read from the directory snakemake runs "
+        "in)."))
+    papers: list[str] | None = Field(None, description=(
+        "Only these papers' rows (the file's `papers:` keys); null: all."))
+    models: list[str] | None = Field(None, description="Only rows of these models; null: all.")
 
     @model_validator(mode="before")
     @classmethod
@@ -225,25 +240,37 @@ class ReferenceSpec(Strict):
 class ReportSpec(Strict):
     """What `rlsweep report` compares against; never part of a run's identity."""
 
-    # the setting the efficiency table measures against, as the report names settings (a run's label, e.g.
-    # "rl.update=grpo"); None: the one plain GRPO setting when there is exactly one
-    baseline: str | None = None
-    # published results printed beside the sweep's rows, their averages recomputed and checked
-    references: list[ReferenceSpec] = []
+    baseline: str | None = Field(None, description=(
+        "The setting the report's efficiency table measures against, as the report names settings (a run's label, e.g."
+        " \"rl.update=grpo\"); null: the one plain GRPO setting when there is exactly one."))
+    references: list[ReferenceSpec] = Field([], description=(
+        "Published results printed beside the sweep's rows, their averages recomputed and checked (a file path, or "
+        "{file, papers, models})."))
 
 
 class SweepSpec(Strict):
-    name: str
-    description: str = ""
-    base: dict[str, Any] = Field(default_factory=dict)
-    grid: dict[str, list[Any] | ConditionalAxis] = Field(default_factory=dict)
-    zip_: dict[str, list[Any]] | list[dict[str, list[Any]]] = Field(default_factory=dict, alias="zip")
-    exclude: list[dict[str, Any]] = Field(default_factory=list)
-    seeds: list[Seed] = Field(default_factory=lambda: [0])
-    resources: Resources = Resources()
-    checks: Checks = Checks()
-    report: ReportSpec = ReportSpec()
-    optuna: OptunaSpec | None = None  # a study over the run config instead of grid / zip / exclude
+    name: str = Field(description="The sweep's name: it names results/<name>/ (1-64 letters, digits, '_', '.', '-').")
+    description: str = Field("", description="What the sweep is for (shown in its report).")
+    base: dict[str, Any] = Field(default_factory=dict, description=(
+        "The run config every run starts from (the keys of the run config below); the grid, zip or study changes it "
+        "per run."))
+    grid: dict[str, list[Any] | ConditionalAxis] = Field(default_factory=dict, description=(
+        "Dotted run-config key -> the values to try; the runs are every combination (a ConditionalAxis {values, when} "
+        "multiplies only matching points)."))
+    zip_: dict[str, list[Any]] | list[dict[str, list[Any]]] = Field(default_factory=dict, alias="zip", description=(
+        "Dotted run-config key -> values, varied together (the i-th values of every key form one point); or a list of "
+        "such groups, each zipped and the groups crossed with the grid."))
+    exclude: list[dict[str, Any]] = Field(default_factory=list, description=(
+        "Grid points to drop: each a mapping of dotted keys to values; a point matching every key of one is left out."))
+    seeds: list[Seed] = Field(default_factory=lambda: [0], description=(
+        "RL seeds: every grid point runs once per seed (its run config's `seed`)."))
+    resources: Resources = Field(Resources(), description=(
+        "Per-stage job resources (threads locally; SLURM options on a cluster). Never part of a run's identity."))
+    checks: Checks = Field(Checks(), description="Gates on what runs; never part of a run's identity.")
+    report: ReportSpec = Field(ReportSpec(), description=(
+        "What `rlsweep report` compares against; never part of a run's identity."))
+    optuna: OptunaSpec | None = Field(None, description=(
+        "An Optuna study over the run config instead of grid / zip / exclude (workflow/study/)."))
 
     @field_validator("name")
     @classmethod

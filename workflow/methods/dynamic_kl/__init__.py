@@ -3,7 +3,7 @@ and its card; the per-group coefficient is computed in algorithm.py."""
 
 from __future__ import annotations
 
-from pydantic import NonNegativeFloat, model_validator
+from pydantic import Field, NonNegativeFloat, model_validator
 
 from workflow.methods.base import Method, PartSettings
 from workflow.strict import ConfigProblem
@@ -13,8 +13,9 @@ class DynamicKLConfig(PartSettings):
     """Group-accuracy-based KL: each group's KL coefficient beta_min + (beta_max - beta_min) x its accuracy, on the
     low-variance (k3) estimator against the initial policy; replaces rl.kl_coef."""
 
-    beta_min: NonNegativeFloat = 0.001
-    beta_max: NonNegativeFloat = 0.01
+    beta_min: NonNegativeFloat = Field(0.001, description=(
+        "A group's KL coefficient at accuracy 0: beta_min + (beta_max - beta_min) x accuracy."))
+    beta_max: NonNegativeFloat = Field(0.01, description="A group's KL coefficient at accuracy 1.")
 
     @model_validator(mode="after")
     def _order(self) -> "DynamicKLConfig":

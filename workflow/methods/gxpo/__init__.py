@@ -14,16 +14,27 @@ from workflow.strict import ConfigProblem
 class GXPOConfig(MethodSettings):
     """Gradient Extrapolation Policy Optimization: 2 probes, geometric K-step extrapolation, 1 corrective step."""
 
-    K: int = Field(5, ge=2)  # virtual depth; always 3 backward passes
-    alpha: float = Field(0.5, ge=0.0, le=1.0)
-    eps: PositiveFloat = 1e-8  # |g0| <= eps: no ratio, keep the observed displacement (s = 1)
-    window: int = Field(20, ge=2)  # past corrective-gradient norms the gate compares against
-    warmup: int = Field(10, ge=2)  # steps that only fill the gate's window
-    tau: PositiveFloat = 2.0  # gate trips when z > tau; then plain GRPO for good
-    ratio_source: Literal["grad", "displacement"] = "grad"
-    clamp: Literal["s", "r", "none"] = "s"
-    clamp_min: float | None = None  # None: s in [0, K]; r in [-0.999, 1]
-    clamp_max: float | None = None
+    K: int = Field(5, ge=2, description=(
+        "Virtual depth: the extrapolation predicts K steps ahead from 2 probe steps (always 3 backward passes a "
+        "step)."))
+    alpha: float = Field(0.5, ge=0.0, le=1.0, description=(
+        "Reposition scale: after the 2 probe steps the weights move to theta_0 + alpha x s x (theta_2 - theta_0), "
+        "s = (1 - r^K) / (1 - r^2) from the estimated ratio r; then 1 corrective step."))
+    eps: PositiveFloat = Field(1e-8, description=(
+        "When the first probe gradient's norm is at most eps, no ratio is formed and the observed displacement is kept"
+        " (s = 1)."))
+    window: int = Field(20, ge=2, description="Past corrective-gradient norms the gate compares the step's against.")
+    warmup: int = Field(10, ge=2, description="Steps that only fill the gate's window (the gate cannot trip before).")
+    tau: PositiveFloat = Field(2.0, description=(
+        "The gate trips when the corrective gradient norm's z-score exceeds tau; then plain GRPO for the rest of the "
+        "run."))
+    ratio_source: Literal["grad", "displacement"] = Field("grad", description=(
+        "What the geometric ratio r is estimated from: the probes' gradients or their parameter displacements."))
+    clamp: Literal["s", "r", "none"] = Field("s", description=(
+        "What is clamped: the extrapolation factor s, the ratio r, or nothing."))
+    clamp_min: float | None = Field(None, description="Lower clamp bound; null: s in [0, K], r in [-0.999, 1].")
+    clamp_max: float | None = Field(None, description=(
+        "Upper clamp bound; null: the default of `clamp` (see clamp_min)."))
 
     @model_validator(mode="after")
     def _clamp_order(self) -> "GXPOConfig":

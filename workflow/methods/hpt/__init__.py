@@ -11,8 +11,10 @@ class HPTConfig(MethodSettings):
     """HPT (Lv et al., arXiv:2509.04419): per prompt, the SFT loss on its demonstration when at most `threshold` of
     its rollouts are correct (0: all wrong), the GRPO loss on its rollouts otherwise."""
 
-    threshold: int = Field(0, ge=0)
-    sft_coef: PositiveFloat = 1.0
+    threshold: int = Field(0, ge=0, description=(
+        "A prompt with at most this many correct rollouts trains on its demonstration (SFT loss); the others on their "
+        "rollouts (GRPO loss). 0: only prompts with all rollouts wrong."))
+    sft_coef: PositiveFloat = Field(1.0, description="Weight of the SFT loss.")
 
 
 METHOD = Method("mix", algorithm="workflow.methods.hpt.algorithm:HPT", settings=HPTConfig)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import PositiveFloat, PositiveInt
+from pydantic import Field, PositiveFloat, PositiveInt
 
 from workflow.methods.base import Method, MethodSettings
 from workflow.strict import ConfigProblem
@@ -12,8 +12,10 @@ class LUFFYConfig(MethodSettings):
     """LUFFY (Yan et al., arXiv:2504.14945): n_off of each group's G sequences are the prompt's expert trace instead
     of rollouts; advantages over the mixed group; expert tokens trained with -f(pi) A, f(pi) = pi / (pi + lam)."""
 
-    n_off: PositiveInt = 1
-    lam: PositiveFloat = 0.1
+    n_off: PositiveInt = Field(1, description=(
+        "Sequences of each group that are the prompt's expert trace instead of rollouts (fewer than group_size)."))
+    lam: PositiveFloat = Field(0.1, description=(
+        "Policy shaping: expert tokens train with -f(pi) A, f(pi) = pi / (pi + lam)."))
 
     def check(self, rl) -> None:
         if self.n_off >= rl.group_size:

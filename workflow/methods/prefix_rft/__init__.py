@@ -19,10 +19,16 @@ class PrefixRFTConfig(MethodSettings):
     a cosine over training; prefix tokens train with the clipped ratio, only the top `entropy_top` of them by
     entropy keeping their advantage (workflow/methods/prefix_rft/algorithm.py)."""
 
-    n_prefixed: PositiveInt = 1
-    min_frac: float = Field(0.05, ge=0.0, le=1.0)
-    max_frac: float = Field(0.95, ge=0.0, le=1.0)
-    entropy_top: float = Field(0.2, gt=0.0, le=1.0)
+    n_prefixed: PositiveInt = Field(1, description=(
+        "Rollouts of each group that continue a prefix of the demonstration (fewer than group_size)."))
+    min_frac: float = Field(0.05, ge=0.0, le=1.0, description=(
+        "Smallest prefix, as a fraction of the demonstration; the fraction is drawn uniformly from [min_frac, upper]."))
+    max_frac: float = Field(0.95, ge=0.0, le=1.0, description=(
+        "Where `upper` starts: it decays from max_frac to min_frac along a cosine over training (progress = step / "
+        "rl.steps)."))
+    entropy_top: float = Field(0.2, gt=0.0, le=1.0, description=(
+        "Share of prefix tokens, highest entropy first, that keep their advantage (the rest train with the clipped "
+        "ratio only)."))
 
     @model_validator(mode="after")
     def _fraction_order(self) -> "PrefixRFTConfig":

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import PositiveFloat, PositiveInt
+from pydantic import Field, PositiveFloat, PositiveInt
 
 from workflow.methods.base import Method, MethodSettings
 
@@ -12,9 +12,12 @@ class ReLIFTConfig(MethodSettings):
     `buffer_size` of them (or every `every` steps, if set, whatever it holds) one SFT step on (at most buffer_size
     of) their demonstrations is interleaved after the RL step. The paper's runs: 128."""
 
-    buffer_size: PositiveInt = 16
-    every: PositiveInt | None = None
-    lr_scale: PositiveFloat = 1.0  # the SFT step's learning rate = rl.lr x lr_scale
+    buffer_size: PositiveInt = Field(16, description=(
+        "Prompts no rollout solved are buffered; when the buffer holds this many, one SFT step on their demonstrations"
+        " follows the RL step (the paper's runs: 128)."))
+    every: PositiveInt | None = Field(None, description=(
+        "Also take the SFT step every this many steps with whatever the buffer holds; null: only when it is full."))
+    lr_scale: PositiveFloat = Field(1.0, description="The SFT step's learning rate: rl.lr x lr_scale.")
 
 
 METHOD = Method("mix", algorithm="workflow.methods.relift.algorithm:ReLIFT", settings=ReLIFTConfig)

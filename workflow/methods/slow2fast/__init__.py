@@ -21,11 +21,16 @@ class Slow2FastConfig(PartSettings):
     training, in `fast` after it (bounds inclusive); refill the step by sampling more prompts (resample, at most
     max_rounds extra rounds) or train on the groups kept (shrink)."""
 
-    switch: float = Field(0.5, gt=0.0, lt=1.0)
-    slow: AccuracyBounds = (0.3, 0.99)
-    fast: AccuracyBounds = (0.01, 0.7)
-    refill: Literal["resample", "shrink"] = "resample"
-    max_rounds: PositiveInt = 4
+    switch: float = Field(0.5, gt=0.0, lt=1.0, description=(
+        "Share of training in the slow phase (progress = step / rl.steps); the fast phase after it."))
+    slow: AccuracyBounds = Field((0.3, 0.99), description=(
+        "Group accuracy bounds [low, high] (inclusive) a group must lie in to be kept during the slow phase."))
+    fast: AccuracyBounds = Field((0.01, 0.7), description=(
+        "Group accuracy bounds [low, high] (inclusive) a group must lie in to be kept during the fast phase."))
+    refill: Literal["resample", "shrink"] = Field("resample", description=(
+        "A step short of kept groups: resample more prompts (at most max_rounds extra rounds) or train on the groups "
+        "kept (shrink)."))
+    max_rounds: PositiveInt = Field(4, description="Extra sampling rounds per step when refill is resample.")
 
     @field_validator("slow", "fast")
     @classmethod

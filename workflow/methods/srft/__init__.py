@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import PositiveFloat
+from pydantic import Field, PositiveFloat
 
 from workflow.methods.base import Method, MethodSettings
 
@@ -12,9 +12,12 @@ class SRFTConfig(MethodSettings):
     sft_coef x sg(exp(-H_demo)); the demonstration also in the group as an off-policy trace (shaped loss, lam);
     correct rollouts weighted rl_coef x sg(exp(H)), wrong ones -1 (workflow/methods/srft/algorithm.py)."""
 
-    sft_coef: PositiveFloat = 0.5
-    rl_coef: PositiveFloat = 0.1
-    lam: PositiveFloat = 0.1
+    sft_coef: PositiveFloat = Field(0.5, description=(
+        "Weight of the SFT loss on every prompt's demonstration (x sg(exp(-H_demo)))."))
+    rl_coef: PositiveFloat = Field(0.1, description=(
+        "Weight of correct rollouts' loss (x sg(exp(H))); wrong rollouts weigh -1."))
+    lam: PositiveFloat = Field(0.1, description=(
+        "Policy shaping of the demonstration as an off-policy trace in its group: f(pi) = pi / (pi + lam)."))
 
 
 METHOD = Method("mix", algorithm="workflow.methods.srft.algorithm:SRFT", settings=SRFTConfig)

@@ -18,12 +18,18 @@ class ThinkingRewardConfig(PartSettings):
     easy = at or below its `percentile`-th value over the step's prompts. Estimates online from the group or from
     `table` (JSONL rows {prompt, pass_rate, complexity})."""
 
-    percentile: float = Field(80.0, gt=0.0, lt=100.0)
-    scale: float = Field(0.5, gt=0.0, lt=1.0)  # < 1: a wrong answer never outscores a right one
-    shape: Literal["linear", "cosine"] = "linear"
-    pass_rate: Literal["group", "table"] = "group"
-    complexity: Literal["response_len", "prompt_len", "table"] = "response_len"
-    table: str | None = None
+    percentile: float = Field(80.0, gt=0.0, lt=100.0, description=(
+        "A prompt is easy when its difficulty is at or below this percentile of the step's prompts."))
+    scale: float = Field(0.5, gt=0.0, lt=1.0, description=(
+        "The bonus's scale: a correct answer to an easy prompt earns scale x g(1 - L / max_new_tokens), a wrong answer"
+        " to a hard one scale x g(L / max_new_tokens). Below 1, so a wrong answer never outscores a right one."))
+    shape: Literal["linear", "cosine"] = Field("linear", description="g: linear or cosine.")
+    pass_rate: Literal["group", "table"] = Field("group", description=(
+        "Where a prompt's pass rate comes from: its group (online) or `table`."))
+    complexity: Literal["response_len", "prompt_len", "table"] = Field("response_len", description=(
+        "Where a prompt's complexity comes from: the responses' length, the prompt's length, or `table`."))
+    table: str | None = Field(None, description=(
+        "A JSONL file of rows {prompt, pass_rate, complexity}; required when pass_rate or complexity is table."))
 
     @model_validator(mode="after")
     def _table_when_read(self) -> "ThinkingRewardConfig":
