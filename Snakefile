@@ -142,6 +142,6 @@ rule all:
 # live as long as this process, so they leave the collector's view (it walked all of them on every full
 # collection); and Snakemake makes several objects per job, none of them garbage until it exits, so the youngest
 # generation is collected every 50,000 new objects instead of every 700. Measured at 10,000 runs (50,000 jobs):
-# collections took 9.3 s of 57 s before, with bare Snakemake's 6.3 s of 45 s (bench/plan_dag.py; the README).
+# collections took 9.3 s of 57 s before, with bare Snakemake's 6.3 s of 45 s (bench/plan_dag.py; docs/sweeps.md).
 gc.freeze()
 gc.set_threshold(50_000, *gc.get_threshold()[1:])

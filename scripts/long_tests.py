@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Run every `long` test (minutes of a real cluster or a real model each; CI has no room for them) and record each
-one's last pass in the README's "Long tests" table: date, commit, time. A failed or skipped test keeps its previous
-pass and gets the outcome in its last column, so the table shows what has not passed since.
+one's last pass in the "Long tests" table of docs/tests.md: date, commit, time. A failed or skipped test keeps its
+previous pass and gets the outcome in its last column, so the table shows what has not passed since.
 
     python scripts/long_tests.py [PYTEST ARGS ...]     # e.g. -k two_node; as root (the SLURM tests start a cluster)
 
@@ -20,7 +20,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-README = REPO / "README.md"
+TESTS_DOC = REPO / "docs" / "tests.md"  # the long tests and their last passes
 BEGIN, END = "<!-- long-tests: scripts/long_tests.py rewrites this table -->", "<!-- /long-tests -->"
 HEADER = ["test", "last pass (UTC)", "commit", "time", "last run"]
 
@@ -33,7 +33,7 @@ def commit() -> str:
 
 
 def read_table(text: str) -> dict[str, list[str]]:
-    """The README's rows by test id."""
+    """The table's rows by test id."""
     block = text[text.index(BEGIN) + len(BEGIN):text.index(END)]
     rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in block.strip().splitlines()[2:]]
     return {r[0].strip("`"): r for r in rows if r and r[0]}
@@ -65,10 +65,10 @@ def main(argv: list[str]) -> int:
         print("+", " ".join(cmd), flush=True)
         rc = subprocess.run(cmd, cwd=REPO, env={**os.environ, "RLSWEEP_LONG_TESTS": "1"}).returncode
         if not junit.is_file():
-            print("long_tests: pytest wrote no report; the README is unchanged", file=sys.stderr)
+            print(f"long_tests: pytest wrote no report; {TESTS_DOC} is unchanged", file=sys.stderr)
             return rc or 1
         results = outcomes(junit)
-    text = README.read_text()
+    text = TESTS_DOC.read_text()
     rows = read_table(text)
     now, sha = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M"), commit()
     for test, (state, seconds) in results.items():
@@ -78,10 +78,10 @@ def main(argv: list[str]) -> int:
         else:
             old = rows.get(test, [test, "never", "", "", ""])
             rows[test] = [*old[:4], f"{state} {now} at {sha}"]
-    README.write_text(write_table(text, rows))
+    TESTS_DOC.write_text(write_table(text, rows))
     for test, (state, seconds) in sorted(results.items()):
         print(f"{state:8s} {seconds / 60:5.1f} min  {test}")
-    print(f"long_tests: README's table updated ({len(results)} tests)")
+    print(f"long_tests: the table of {TESTS_DOC} updated ({len(results)} tests)")
     return rc
 
 

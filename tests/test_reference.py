@@ -63,3 +63,38 @@ def test_the_schema_refuses_what_rlsweep_refuses_at_the_key(validator, sweep, wh
     errors = list(flat(validator.iter_errors(sweep)))
     assert errors and any(".".join(map(str, e.absolute_path)) == where for e in errors), \
         [(list(e.absolute_path), e.message) for e in errors]
+
+
+def test_the_readme_is_a_short_guide_that_links_every_page_of_the_docs():
+    readme = (REPO / "README.md").read_text()
+    assert len(readme.splitlines()) <= 500 and "## Contents" in readme
+    pages = sorted(p.name for p in (REPO / "docs").glob("*.md"))
+    assert [p for p in pages if f"](docs/{p})" not in readme] == []
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading."""
+    import re
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+@pytest.mark.parametrize("page", ["README.md", *sorted(f"docs/{p.name}" for p in (REPO / "docs").glob("*.md"))])
+def test_every_relative_link_of_the_docs_leads_somewhere(page):
+    """A moved section or a renamed file breaks no link: each relative link names a file that exists, and each
+    `#anchor` a heading of its page."""
+    import re
+    path = REPO / page
+    text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)  # not inside code
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+://", target):
+            continue
+        file, _, anchor = target.partition("#")
+        dest = (path.parent / file).resolve() if file else path
+        if not dest.exists():
+            broken.append(target)
+        elif anchor and dest.suffix == ".md":
+            headings = re.findall(r"^#+ (.+)$", re.sub(r"```.*?```", "", dest.read_text(), flags=re.S), re.M)
+            if anchor not in {_anchor(h) for h in headings}:
+                broken.append(target)
+    assert broken == []

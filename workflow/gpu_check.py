@@ -261,7 +261,7 @@ def table(outcomes: list[Outcome], title: str):
 
 
 def markdown(outcomes: list[Outcome]) -> str:
-    """The table as Markdown (the README's copy of a run)."""
+    """The table as Markdown (docs/gpu-check.md keeps a run's)."""
     lines = ["| check | engine | result | s/step | passes/step | peak GPU MiB | error / note |",
              "|---|---|---|---:|---:|---:|---|"]
     for o in outcomes:

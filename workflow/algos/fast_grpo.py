@@ -9,7 +9,7 @@ engines: plain numpy over one step's groups, no torch, no engine types. This mod
     DynamicKL.kl_coef(accuracy)                              # per group: the KL penalty's coefficient
 
 `accuracy` is a group's share of correct rollouts (reward > 0). The official README publishes the ingredients but
-not the exact shaping; the choices below are settings, and their defaults are ours (README, "FAST-GRPO"):
+not the exact shaping; the choices below are settings, and their defaults are ours (docs/methods.md, "FAST-GRPO"):
 
 - Thinking reward. difficulty_p = (1 - pass_rate_p) x complexity_p, with pass rate and complexity either
   estimated online from the step (pass rate: the group's accuracy; complexity: the group's mean response length,

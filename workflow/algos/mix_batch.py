@@ -241,8 +241,8 @@ def token_fields(mix: MixedPolicy, plan: LossPlan, rows: StepRows, demos: dict[i
 
 
 def mix_metrics(plan: LossPlan, rows: StepRows, is_rl: torch.Tensor, off: torch.Tensor, w_sft: torch.Tensor) -> dict:
-    """The driver's share of the README's mixed-policy columns (sft_loss and sft_loss_share come from the workers'
-    loss)."""
+    """The driver's share of the mixed-policy columns (docs/methods.md; sft_loss and sft_loss_share come from the
+    workers' loss)."""
     return step_columns(plan, float((rows.mask * is_rl.unsqueeze(1)).sum()), float(off.sum()),
                         float((w_sft > 0).sum()))
 

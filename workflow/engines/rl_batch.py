@@ -181,7 +181,7 @@ class StepBatch:
                 "truncated_frac": float(np.mean([truncated[i] for i in sampled]))}
 
     def mix_metrics(self, loss: float, sft: float) -> dict:
-        """What shows a mixed-policy method at work (README, "Mixed-policy methods"); `loss` and `sft` (its SFT
+        """What shows a mixed-policy method at work (docs/methods.md, "Mixed-policy methods"); `loss` and `sft` (its SFT
         term) of the step's first pass."""
         return {**step_columns(self.plan, float(self.rl_mask.sum()), self.off_policy_tokens,
                                float((self.w_sft > 0).sum())),

@@ -1,4 +1,4 @@
-"""Arrow schemas of the four tables (README.md, "Results and SQL"). Counters in train_steps are per step; totals
+"""Arrow schemas of the four tables (docs/results.md). Counters in train_steps are per step; totals
 are a SQL window sum. Columns a rule does not produce (GXPO diagnostics for GRPO, say) are null, never absent, so
 every query works on every sweep."""
 
@@ -39,11 +39,11 @@ TRAIN_STEPS = pa.schema([
     ("rollout_probs_diff_max", F),
     ("gxpo_ratio_p10", F), ("gxpo_ratio_p50", F), ("gxpo_ratio_p90", F), ("gxpo_scale_mean", F),
     ("gxpo_inactive_frac", F), ("gxpo_cos_g0_gcorr", F), ("gxpo_gcorr_norm", F),
-    # mixed-policy methods (rl.mix): what shows the mechanism at work (README, "Mixed-policy methods")
+    # mixed-policy methods (rl.mix): what shows the mechanism at work (docs/methods.md, "Mixed-policy methods")
     ("off_policy_frac", F), ("sft_frac", F), ("sft_loss", F), ("sft_loss_share", F), ("sft_weight", F),
     ("sft_prompt_frac", F), ("trace_reward", F), ("rl_weight", F), ("prefix_len", F), ("buffer_size", I),
     ("interleaved_sft_rows", I), ("interleaved_sft_loss", F),
-    # FAST-GRPO's parts (README, "FAST-GRPO"): thinking reward, dynamic KL, Slow2Fast sampling
+    # FAST-GRPO's parts (docs/methods.md, "FAST-GRPO"): thinking reward, dynamic KL, Slow2Fast sampling
     ("thinking_bonus", F), ("easy_frac", F), ("hard_frac", F), ("kl_coef_mean", F),
     ("kept_groups", I), ("dropped_groups", I), ("extra_rollouts", I),
 ])

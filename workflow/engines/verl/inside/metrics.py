@@ -34,7 +34,8 @@ _FROM_RULE = ("loss", "grad_norm", "backward_passes", "optimizer_steps", "alpha"
               "gxpo_ratio_p90", "gxpo_scale_mean", "gxpo_inactive_frac", "gxpo_cos_g0_gcorr", "gxpo_gcorr_norm")
 _INTS = {"backward_passes", "optimizer_steps", "tokens", "rollouts", "buffer_size", "interleaved_sft_rows",
          "kept_groups", "dropped_groups", "extra_rollouts"}
-# a mixed-policy method's columns (README, "Mixed-policy methods") <- the driver's "rlsweep/mix/<col>" (mix_hooks.py)
+# a mixed-policy method's columns (docs/methods.md, "Mixed-policy methods") <- the driver's "rlsweep/mix/<col>"
+# (mix_hooks.py)
 MIX_COLUMNS = ("off_policy_frac", "sft_frac", "sft_weight", "sft_prompt_frac", "trace_reward", "rl_weight",
                "prefix_len", "buffer_size", "interleaved_sft_rows", "interleaved_sft_loss",
                # FAST-GRPO's (workflow/algos/fast_grpo.py), from the same driver
