@@ -179,3 +179,35 @@ def test_cpu_runs_translate_to_verls_cpu_settings_and_device_is_part_of_the_id()
         "model_path": "m", "device": "cpu", "timeout_min": 5}}})
     for stage in ("sft", "rl", "eval"):  # the time limit changes no result
         assert stable_id(stage_config(limited, stage)) == stable_id(stage_config(cfg, stage))
+
+
+# what verl's trainer prints: a progress bar (carriage returns), its per-step console line, a config dump
+VERL_LIKE = textwrap.dedent("""
+    import sys, time
+    print({"actor_rollout_ref": {"actor": {"ppo_epochs": 1}}})
+    for step in (1, 2, 3):
+        print(f"Epoch 1/1: {step}/3 [00:00<00:01]", end="\\r", flush=True)
+        print(f"step:{step} - perf/cpu_memory_used_gb:2.0 - critic/score/mean:{step / 10} - actor/entropy:1.5e-01")
+        sys.stdout.flush()
+        time.sleep(0.3)
+    sys.exit(int(sys.argv[1]))
+""")
+
+
+def test_a_verl_trainers_output_goes_to_its_log_and_its_steps_to_the_progress_line(tmp_path, capsys):
+    """Before: verl's ~1,500 lines a run (its whole config, Ray's and vLLM's chatter) went to the terminal Snakemake
+    reports on. Now to the stage's log file, each attempt appended; the job prints its own progress from verl's step
+    lines; a failure names the last attempt's end."""
+    from workflow.engines.verl.driver.engine import verl_output
+    log = tmp_path / "verl_ppo.log"
+    run_supervised([sys.executable, "-c", VERL_LIKE, "0"], dict(os.environ), what="verl's PPO trainer",
+                   **verl_output(log, "rl abc", 3, {"reward": "critic/score/mean", "entropy": "actor/entropy"}))
+    shown = capsys.readouterr()
+    assert "ppo_epochs" not in shown.out + shown.err and f"rl abc: verl's output goes to {log}" in shown.err
+    assert "rl abc 3/3 (100%) reward=0.3 entropy=0.15" in " ".join(shown.err.split())
+    with pytest.raises(RuntimeError, match="exited with status 3") as failed:
+        run_supervised([sys.executable, "-c", VERL_LIKE, "3"], dict(os.environ), what="verl's PPO trainer",
+                       **verl_output(log, "rl abc", 3, {"reward": "critic/score/mean"}))
+    text = log.read_text()
+    assert text.count("==== ") == 2 and text.count("{'ppo_epochs': 1}") == 2  # the first attempt's output kept
+    assert str(failed.value).count("step:3") == 1  # the end of the last attempt only

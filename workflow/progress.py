@@ -32,4 +32,4 @@ class StepProgress:
 
 
 def say(message: str) -> None:
-    _console.print(message)
+    _console.print(message, soft_wrap=True)  # one line whatever the width: a path in it stays whole to copy

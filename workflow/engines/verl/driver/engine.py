@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -46,6 +47,7 @@ from workflow.engines.verl.driver.translate import CPU_MODULE, FP32, PPO_MODULE,
 from workflow.engines.verl.inside.preflight import MODULE as PREFLIGHT_MODULE, VerlProbe, probe_rows
 from workflow.layout import CHECKPOINTS
 from workflow.models import resolve_model
+from workflow.progress import StepProgress, say
 from workflow.results.train_log import TrainLog
 from workflow.slurm.ray_cluster import allocation_nodes, head_address, start_commands, wait_for_nodes
 from workflow.stages import RLStage, SFTStage
@@ -98,6 +100,26 @@ def _allocation(nnodes: int, stage: str) -> list[str]:
 # PROBE_PRECISION: the preflight computes in fp32 whatever the job's mixed precision: bf16 rounds differently for
 # every micro-batch shape (the gradients of two splits of one batch differ by ~2e-3, relative), which would drown
 # the check's tolerance; the bugs it looks for are in the aggregation and the optimizer, not in the precision.
+
+
+_VERL_STEP = re.compile(r"step:(\d+) - ")  # verl's console logger: `step:N - key:value - key:value ...`
+_METRIC = re.compile(r"([\w/@.-]+):(-?[\d.]+(?:e[-+]?\d+)?)")
+
+
+def verl_output(log: Path, label: str, total: int, shown: dict[str, str]) -> dict:
+    """Where a verl trainer's output goes: its log file in the stage's directory (verl, Ray and vLLM print thousands
+    of lines a run, verl's whole config among them), not the terminal Snakemake reports on; the job prints a progress
+    line of its own from verl's per-step line instead (`shown`: our name -> verl's metric), as the local engine
+    does. Keyword arguments of run_supervised."""
+    say(f"{label}: verl's output goes to {log}")
+    progress = StepProgress(label, total)
+
+    def follow(line: str) -> None:
+        m = _VERL_STEP.search(line)
+        if m:
+            values = dict(_METRIC.findall(line[m.end():]))
+            progress.update(int(m[1]), **{ours: float(values[k]) for ours, k in shown.items() if k in values})
+    return {"log": log, "follow": follow}
 
 
 class VerlEngine:
@@ -201,7 +223,9 @@ class VerlEngine:
                            port=int(os.environ.get("RLSWEEP_TORCH_PORT", "29500")),
                            job_id=os.environ.get("SLURM_JOB_ID", log.run_id))
         env = child_env(v, CPU_MODULE if v.device == "cpu" else "")  # torchrun ranks need only the CPU platform
-        run_supervised(argv, env, what="verl's SFT trainer", timeout_s=_timeout_s(v))
+        run_supervised(argv, env, what="verl's SFT trainer", timeout_s=_timeout_s(v),
+                       **verl_output(out_dir / "verl_sft.log", f"sft {log.run_id}", stage.sft.steps,
+                                     {"loss": "train/loss"}))
         return self._export(out_dir, log, stage.sft.steps, "sft", model_dir="", base_model=model)
 
     def rl(self, stage: RLStage, init_ckpt: Path | None, out_dir: Path, log: TrainLog,
@@ -230,7 +254,9 @@ class VerlEngine:
                 OmegaConf.save(config, config_path)
                 run_supervised([sys.executable, "-m", PPO_MODULE, str(config_path)], child_env(v, external_modules(v)),
                                what="verl's PPO trainer", timeout_s=_timeout_s(v),
-                               depends_on={f"the Ray worker on node {node}": p for node, p in list(ray.items())[1:]})
+                               depends_on={f"the Ray worker on node {node}": p for node, p in list(ray.items())[1:]},
+                               **verl_output(out_dir / "verl_ppo.log", f"rl {log.run_id}", stage.rl.steps,
+                                             {"reward": "critic/score/mean", "entropy": "actor/entropy"}))
         finally:
             for p in ray.values():
                 p.terminate()

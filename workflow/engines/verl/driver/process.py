@@ -13,6 +13,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Callable
 
 import psutil
 
@@ -22,24 +23,30 @@ SHM = Path("/dev/shm")
 
 
 def run_supervised(argv: list[str], env: dict[str, str], *, what: str, timeout_s: float | None = None,
-                   log: Path | None = None, depends_on: dict[str, subprocess.Popen] | None = None) -> None:
+                   log: Path | None = None, depends_on: dict[str, subprocess.Popen] | None = None,
+                   follow: Callable[[str], None] | None = None) -> None:
     """Run argv to completion in its own session; RuntimeError on a non-zero exit or the time limit. The child's
     whole process tree is killed whenever this returns or raises (Ctrl-C, SIGTERM, preemption included), processes
     it orphaned included: this process is their subreaper (Ray's daemons detach from the driver). `log`: the
-    child's output goes to this file instead of the job log, and the error carries its last lines. `depends_on`:
+    child's output goes to this file instead of the job log, and the error carries its last lines; `follow` is
+    handed each line written to it (within a second), to show the job's progress from it. `depends_on`:
     name -> a process the child cannot go on without (a multi-node run's Ray worker on each other node, named by
     its node): when one of them ends first, the child is stopped within a second and the error names it, instead
     of the child waiting out Ray's own timeouts on a node that is gone."""
     before = _segments()
     _become_subreaper()
     ours = {p.pid for p in psutil.Process().children()}
-    out = open(log, "w") if log is not None else None
+    out = open(log, "a") if log is not None else None  # appended: a resumed run's log keeps the attempt before it
+    if out is not None:
+        out.write(f"==== {time.strftime('%Y-%m-%d %H:%M:%S')} {what}: {' '.join(argv)}\n")
+        out.flush()
     proc = subprocess.Popen(argv, env=env, start_new_session=True, stdout=out,
                             stderr=subprocess.STDOUT if out is not None else None)
 
     def where() -> str:
         return "its log is above" if log is None else f"its log ends:\n{_tail(log)}"
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    lines = _LineReader(log) if log is not None and follow is not None else None
     try:
         while True:
             try:
@@ -47,6 +54,9 @@ def run_supervised(argv: list[str], env: dict[str, str], *, what: str, timeout_s
                 break
             except subprocess.TimeoutExpired:
                 pass
+            finally:
+                for line in lines.new() if lines is not None else ():
+                    follow(line)
             for name, dep in (depends_on or {}).items():
                 if dep.poll() is not None:
                     raise Resumable(f"{what} lost {name} (its process exited with status {dep.returncode}) and "
@@ -66,10 +76,30 @@ def run_supervised(argv: list[str], env: dict[str, str], *, what: str, timeout_s
         remove_leaked_segments(before)
 
 
+class _LineReader:
+    """The lines a child writes to its log, as they come: a progress bar's carriage returns end a line too, and a
+    line not yet ended waits for the next read."""
+
+    def __init__(self, path: Path):
+        self.path, self.offset, self.partial = path, 0, ""
+
+    def new(self) -> list[str]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except OSError:
+            return []
+        self.offset += len(data)
+        *done, self.partial = re.split(r"[\r\n]", self.partial + data.decode(errors="replace"))
+        return [line for line in done if line]
+
+
 def _tail(log: Path, lines: int = 20) -> str:
-    """The log's last lines, after the errors it names (torchrun's own summary buries a rank's error)."""
+    """The log's last lines, after the errors it names (torchrun's own summary buries a rank's error): of the last
+    attempt only (a resumed run appends to its log)."""
     try:
-        text = log.read_text(errors="replace").splitlines()
+        text = log.read_text(errors="replace").rpartition("\n==== ")[2].splitlines()  # this attempt's
     except OSError:
         return "(no log)"
     errors = [line for line in text[:-lines] if re.search(r"\w(Error|Exception): ", line)]
