@@ -198,33 +198,55 @@ def test_the_walker_sees_lazy_imports_type_checking_blocks_and_private_names():
                                                       "workflow.probe: pruning._Reporter"]
 
 
+# ------------------------------------------------------------------------------- the verl wing's contract
+VERL = "workflow.engines.verl"
+VERL_SIDES = {f"{VERL}.driver": "the stage job", f"{VERL}.inside": "verl's own processes",
+              f"{VERL}.compat": "the compatibility patches", "workflow.eval": "the eval backends"}
+
+
+def verl_side(module: str) -> str | None:
+    return next((side for side in VERL_SIDES if module == side or module.startswith(side + ".")), None)
+
+
+def test_the_verl_wings_sides_meet_only_in_the_contract():
+    """The stage job (driver/), what verl runs in its processes (inside/), the patches (compat/) and the eval
+    backends share what crosses between them through workflow/engines/verl/contract.py (which imports no verl), never
+    by importing one another: each side can change inside without the others following."""
+    crossings = [f"{m} -> {t}" for m in MODULES for t, _ in imports_of(m)
+                 if verl_side(m) and t.startswith(VERL) and verl_side(t) not in (None, verl_side(m))]
+    assert crossings == []
+    contract = [t for t, _ in imports_of(f"{VERL}.contract")]
+    assert not [t for t in contract if t.split(".")[0] == "verl" or verl_side(t)], contract
+
+
 # ------------------------------------------------------------------------------- what is loaded by name
 def test_modules_verl_loads_by_name_import_and_hold_what_is_named():
     pytest.importorskip("verl")
+    from workflow.engines.verl import contract
     from workflow.engines.verl.driver import translate
-    path, fn = translate.REWARD_FN
+    path, fn = contract.REWARD_FN
     assert path.startswith("pkg://")
     assert callable(getattr(importlib.import_module(path[len("pkg://"):]), fn))
-    worker = importlib.import_module(translate.WORKER_MODULE)
+    worker = importlib.import_module(contract.WORKER_MODULE)
     assert worker.RlsweepTrainer and worker.RuleActorRolloutRefWorker
-    sft = importlib.import_module(translate.SFT_TRAINER_MODULE)
+    sft = importlib.import_module(contract.SFT_TRAINER_MODULE)
     assert callable(sft.main)
-    assert importlib.import_module(translate.AGENT_MODULE).PrefixAgentLoop  # registered as it is imported
+    assert importlib.import_module(contract.AGENT_MODULE).PrefixAgentLoop  # registered as it is imported
     from workflow.methods.slow2fast import VERL_SAMPLER
     path, name = VERL_SAMPLER  # verl's load_extern_type: a ReplayBuffer subclass
     from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
     assert path.startswith("pkg://") and issubclass(getattr(importlib.import_module(path[6:]), name), ReplayBuffer)
     from workflow.engines.verl.inside import preflight  # torchrun runs it by name: python -m MODULE
-    assert preflight.MODULE == preflight.__name__ and callable(preflight.main)
+    assert contract.PREFLIGHT_MODULE == preflight.__name__ and callable(preflight.main)
     # and the translated config names exactly these
     from workflow.config import RunConfig
     out = translate.translate(RunConfig.model_validate({"engine": {"name": "verl", "verl": {"model_path": "m"}},
                                                         "sft": {"enabled": False}}))
     assert out["ray_kwargs.ray_init.runtime_env.env_vars"]["VERL_USE_EXTERNAL_MODULES"] == \
-        f"{translate.VLLM_COMPAT_MODULE},{translate.WORKER_MODULE},{translate.AGENT_MODULE}"
-    importlib.import_module(translate.VLLM_COMPAT_MODULE)
+        f"{contract.VLLM_COMPAT_MODULE},{contract.WORKER_MODULE},{contract.AGENT_MODULE}"
+    importlib.import_module(contract.VLLM_COMPAT_MODULE)
     assert (out["reward.custom_reward_function.path"], out["reward.custom_reward_function.name"]) == \
-        translate.REWARD_FN
+        contract.REWARD_FN
 
 
 def test_engines_and_builtin_methods_named_by_string_exist():

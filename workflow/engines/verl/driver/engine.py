@@ -44,7 +44,8 @@ from workflow.engines.verl.driver.process import run_supervised
 from workflow.engines.verl.driver.sft_launch import command as sft_command
 from workflow.engines.verl.driver.translate import CPU_MODULE, FP32, PPO_MODULE, WORKER_MODULE, external_modules, \
     CPU_DROPPED_ENV, process_env, translate, translate_sft
-from workflow.engines.verl.inside.preflight import MODULE as PREFLIGHT_MODULE, VerlProbe, probe_rows
+from workflow.engines.verl.contract import FIELDS as MIX_FIELDS, PREFLIGHT_MODULE
+from workflow.engines.verl.driver.probe import VerlProbe, probe_rows
 from workflow.layout import CHECKPOINTS
 from workflow.models import resolve_model
 from workflow.progress import StepProgress, say
@@ -167,8 +168,7 @@ class VerlEngine:
         if stage.rl.mix == "none":  # plain GRPO is verl's own loss; the preflight is for SFT and mixed-policy jobs
             return None
         from omegaconf import OmegaConf, open_dict
-        from workflow.engines.verl.inside.mix_loss import FIELDS
-        from workflow.engines.verl.inside.probe_batch import stage_rows
+        from workflow.engines.verl.driver.probe_batch import stage_rows
         from workflow.methods.registry import build_mix
         import torch
         v = stage.engine.verl
@@ -187,7 +187,7 @@ class VerlEngine:
         OmegaConf.save(config, config_path, resolve=True)
         request = {"runner": "mix", "worker_module": WORKER_MODULE, "rows": str(root / "rows.pt"), "loss": accumulate,
                    "plant": optimizer,
-                   "mix": {"lam": float(build_mix(stage.rl).lam), "fields": list(FIELDS)}}
+                   "mix": {"lam": float(build_mix(stage.rl).lam), "fields": list(MIX_FIELDS)}}
         return VerlProbe(self._probe_child(v, root, config_path, ranks, request), len(rows), micro, ranks,
                          workdir=work)
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from workflow.config import RLConfig
+from workflow.engines.verl.contract import (AGENT_MODULE, CPU_MODULE, PPO_MODULE, REWARD_FN, RL_SECTION,  # noqa: F401
+                                            SFT_TRAINER_MODULE, VLLM_COMPAT_MODULE, VLLM_CPU_ENV, WORKER_MODULE, run_rl)
 from workflow.methods.registry import get_update_rule, verl_hooks
 
 # our aggregation -> (verl loss_agg_mode, needs loss_scale_factor = max response length). Ours: token-sum divides
@@ -22,32 +24,12 @@ LOSS_AGG = {"token-mean": ("token-mean", False), "seq-mean-token-mean": ("seq-me
             "token-sum": ("seq-mean-token-sum-norm", True)}
 
 PLACEHOLDER = "<set by the job>"
-RL_SECTION = "trainer.v1.rlsweep"  # our section of verl's config (trainer_mode rlsweep): {"rl": ..., "log": ...}
-
-# What verl loads by name, in its own processes: the reward function (reward.custom_reward_function), our worker
-# and trainer module (VERL_USE_EXTERNAL_MODULES, imported by every Ray process), the SFT trainer torchrun runs.
-# tests/test_structure.py imports each.
-REWARD_FN = ("pkg://workflow.engines.verl.inside.reward", "compute_score")
-WORKER_MODULE = "workflow.engines.verl.inside.worker"
-SFT_TRAINER_MODULE = "workflow.engines.verl.inside.sft_trainer"
-CPU_MODULE = "workflow.engines.verl.compat.cpu"  # engine.verl.device cpu: verl's CPU platform and the vLLM CPU shims
-# what verl 0.9.1 expects of vLLM that our builds differ in
-VLLM_COMPAT_MODULE = "workflow.engines.verl.compat.vllm_compat"
-PPO_MODULE = "workflow.engines.verl.inside.ppo"  # the RL stage's verl process
-# Prefix-RFT's agent loop (rl.mix prefix_rft: the rollout continues a demonstration prefix inside generation),
-# registered in verl's agent-loop registry when its module is imported (in the agent-loop workers); the name it is
-# registered under, and the Slow2Fast sampler, are their methods' verl hooks (workflow/methods/<name>/, verl_keys)
-AGENT_MODULE = "workflow.engines.verl.inside.prefix_agent"
 
 
 def external_modules(v) -> str:
     """VERL_USE_EXTERNAL_MODULES for a run's verl processes (the CPU platform first: it must be set up before
     anything asks verl for a device)."""
     return ",".join(([CPU_MODULE] if v.device == "cpu" else []) + [VLLM_COMPAT_MODULE, WORKER_MODULE, AGENT_MODULE])
-
-
-# what vLLM's CPU build reads when it is imported: the CPU target, and 1 GB of RAM for the KV cache (tiny models)
-VLLM_CPU_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1"}
 
 
 # inherited variables a CPU run's verl processes must not see. MKL_NUM_THREADS: vLLM's CPU worker pins itself to
@@ -274,11 +256,3 @@ def method_keys(rl: RLConfig) -> dict[str, Any]:
     return out
 
 
-def run_rl(section) -> RLConfig:
-    """The run's RLConfig from our section of verl's config (`config.trainer.v1.rlsweep`, an OmegaConf node or a
-    plain mapping): the one shape, and the one reader, for every verl process."""
-    rl = section["rl"]
-    if hasattr(rl, "_get_node"):  # an OmegaConf node (inside verl): plain data first
-        from omegaconf import OmegaConf
-        rl = OmegaConf.to_container(rl, resolve=True)
-    return RLConfig.model_validate(rl)

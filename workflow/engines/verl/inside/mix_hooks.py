@@ -43,7 +43,7 @@ from workflow.methods.registry import build_mix, build_parts
 from workflow.algos.mix_batch import (StepRows, by_group, demo_positions, demonstration_row, group_positions,
                                              loss_plan, padded, prefix_len, prompt_slots, prompt_uid, rollout_metrics,
                                              sequence_fields, sft_weights, token_fields, trace_response, user_text)
-from workflow.engines.verl.inside.mix_loss import FIELDS, KL_COEF, LR_SCALE, MIX_KEY, SHAPED, W_KL, W_RL, W_SFT
+from workflow.engines.verl.contract import FIELDS, KL_COEF, LR_SCALE, MIX_KEY, SHAPED, W_KL, W_RL, W_SFT
 from workflow.engines.verl.inside.slow2fast import EVICTED_GROUPS, EVICTED_TOKENS, phase_progress
 from workflow.methods.prefix_rft import VERL_AGENT_LOOP
 
@@ -60,7 +60,7 @@ def unbind(value) -> list[torch.Tensor]:
 
 class DriverMix:
     def __init__(self, rl: RLConfig, seed: int, tokenizer, extra_fields: tuple[str, ...] = ()):
-        """`rl`: the run's RLConfig (translate.run_rl); `extra_fields`: per-token fields verl keeps for this run
+        """`rl`: the run's RLConfig (contract.run_rl); `extra_fields`: per-token fields verl keeps for this run
         besides ours (ref_log_prob with a reference model, rollout_log_probs when the rollout returns log-probs); a
         replaced row needs them at its length."""
         self.rl = rl

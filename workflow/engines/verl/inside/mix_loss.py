@@ -22,16 +22,8 @@ from verl.utils.metric import AggregationType, Metric
 from verl.workers.utils.padding import no_padding_2_padding
 
 from workflow.algos.losses import mixed_token_loss, sft_loss
-
-MIX_KEY = "rlsweep_mix"  # the batch's non-tensor entry: {"lam": f's constant}; present iff the batch is planned
-# in MIX_KEY's entry of an interleaved SFT batch (ReLIFT): its update's lr factor; such a batch leaves verl's lr
-# schedule where it is (one schedule step per RL step, as on the local engine)
-LR_SCALE = "lr_scale"
-W_RL, W_KL, W_SFT, SHAPED = "rlsweep_w_rl", "rlsweep_w_kl", "rlsweep_w_sft", "rlsweep_shaped"
-# the KL penalty's coefficient per token: rl.kl_coef, or its group's under FAST-GRPO's dynamic_kl (the driver's; the
-# actor's kl_loss_coef is verl's own loss's)
-KL_COEF = "rlsweep_kl_coef"
-FIELDS = (W_RL, W_KL, W_SFT, SHAPED, KL_COEF)
+# the batch's fields the driver plans (MIX_KEY's entry, the per-token weights) are the contract's
+from workflow.engines.verl.contract import FIELDS, KL_COEF, LR_SCALE, MIX_KEY, SHAPED, W_KL, W_RL, W_SFT  # noqa: F401
 
 
 def planned(data) -> dict | None:

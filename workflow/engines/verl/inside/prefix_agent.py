@@ -6,7 +6,7 @@ what it generated: the response is prefix + continuation, at most rollout.respon
 by verl's reward loop, every token in the response mask (the driver marks the first k off-policy, mix_hooks.py).
 Every other session, and every row without a demonstration, is verl's single-turn loop unchanged.
 
-This module is imported in each Ray process of a verl run (translate.AGENT_MODULE in VERL_USE_EXTERNAL_MODULES),
+This module is imported in each Ray process of a verl run (contract.AGENT_MODULE in VERL_USE_EXTERNAL_MODULES),
 which is what registers the loop where verl's agent-loop workers look it up.
 """
 
@@ -18,7 +18,7 @@ from verl.experimental.agent_loop.agent_loop import register
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 
 from workflow.algos.mix_batch import prefix_len, prompt_slots
-from workflow.engines.verl.driver.translate import run_rl
+from workflow.engines.verl.contract import run_rl
 from workflow.methods.prefix_rft import VERL_AGENT_LOOP
 from workflow.methods.registry import build_mix
 
@@ -46,7 +46,7 @@ def session_prefix(trainer_config, tokenizer, session_id: int, extra_info: dict 
                    response_length: int) -> list[int]:
     """The demonstration tokens session `session_id` of this prompt starts with ([] for an on-policy session or a
     row without a demonstration). `trainer_config` is the run's verl config: the run's RL config is the one the
-    driver builds its method from (translate.run_rl), the seed data.seed."""
+    driver builds its method from (contract.run_rl), the seed data.seed."""
     demo = (extra_info or {}).get("demo")
     if not demo:
         return []

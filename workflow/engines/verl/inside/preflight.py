@@ -32,52 +32,13 @@ import importlib
 import json
 import math
 import sys
-import tempfile
 from pathlib import Path
-from typing import Callable
 
 import torch
 
-from workflow.preflight import plan
+from workflow.engines.verl.contract import split_key
 
-MODULE = "workflow.engines.verl.inside.preflight"
 MAX_COORDS = 1 << 22
-WHOLE = "whole"  # the key of m = None in the request and the figures (JSON has no None keys)
-
-
-def key(m: int | None) -> str:
-    return WHOLE if m is None else str(m)
-
-
-def probe_rows(per_rank_job: int, micro: int, ranks: int, available: int) -> int:
-    """How many rows the probe trains on: per rank, two of the job's micro-batches when the job accumulates (so
-    the job's own split has something to accumulate) but no more than the job's share, at least 2 (a split)."""
-    per_rank = max(2, min(per_rank_job, 2 * micro))
-    return max(1, min(per_rank, available // ranks)) * ranks
-
-
-class VerlProbe:
-    """An IntegrityProbe whose figures a child process computes. `run(request)` runs it and returns the figures
-    ({"gradients": {key: tensor}, "updates": {key: tensor}}); the splits `check` will ask for are computed in one
-    run when the probe is made, any other split runs the child again."""
-
-    def __init__(self, run: Callable[[dict], dict], n_rows: int, micro_batch_size: int | None, ranks: int,
-                 workdir: tempfile.TemporaryDirectory | None = None):
-        self.run, self.n_rows, self.micro_batch_size, self.ranks = run, n_rows, micro_batch_size, ranks
-        self.workdir = workdir  # the config and rows the child reads: kept as long as the probe lives
-        splits, split = plan(n_rows, micro_batch_size)
-        self.figures = run({"gradients": [None, *splits], "updates": [split, None] if split else []})
-
-    def _get(self, kind: str, m: int | None) -> torch.Tensor:
-        if key(m) not in self.figures[kind]:
-            self.figures[kind].update(self.run({"gradients": [], "updates": [], kind: [m]})[kind])
-        return self.figures[kind][key(m)]
-
-    def gradient(self, micro_batch_size: int | None) -> torch.Tensor:
-        return self._get("gradients", micro_batch_size)
-
-    def update(self, micro_batch_size: int | None) -> torch.Tensor:
-        return self._get("updates", micro_batch_size)
 
 
 # ------------------------------------------------------------------------------ in the child, on every rank
@@ -218,7 +179,7 @@ class MixRunner(Runner):
         from verl.utils.config import omega_conf_to_dataclass
         from verl.workers.engine_workers import TrainingWorkerConfig
         from verl.workers.utils.losses import ppo_loss
-        # our worker module, by name as verl's own processes load it (translate.WORKER_MODULE, from the engine)
+        # our worker module, by name as verl's own processes load it (contract.WORKER_MODULE, from the engine)
         ours = importlib.import_module(request["worker_module"])
         if request.get("loss"):  # tests: a mixed loss in verl's signature instead of ours
             ours.mixed_loss = _load(request["loss"])
@@ -271,8 +232,8 @@ def main(argv: list[str]) -> int:
     request = json.loads(Path(request_path).read_text())
     initialize_global_process_group()
     runner = RUNNERS[request.get("runner", "sft")](OmegaConf.load(config_path), request)
-    figures = {"gradients": {key(m): runner.gradient(m) for m in request["gradients"]},
-               "updates": {key(m): runner.update(m) for m in request["updates"]}}
+    figures = {"gradients": {split_key(m): runner.gradient(m) for m in request["gradients"]},
+               "updates": {split_key(m): runner.update(m) for m in request["updates"]}}
     if torch.distributed.get_rank() == 0:
         torch.save(figures, out_path)
     destroy_global_process_group()

@@ -1,4 +1,4 @@
-"""The reward verl calls on every response (translate.REWARD_FN, `reward.custom_reward_function`), inside verl's reward
+"""The reward verl calls on every response (contract.REWARD_FN, `reward.custom_reward_function`), inside verl's reward
 workers: `compute_score(data_source, solution_str, ground_truth, extra_info)`. The driver's data (driver/data.py)
 tags each row with the data source that picks the rule: the arithmetic task's exact \\boxed{} match, or for a
 datasets task the eval scorer (last \\boxed{} vs the gold by math-verify, in a worker process with a time limit).
@@ -10,9 +10,7 @@ import threading
 
 from workflow.benchmarks.arithmetic import reward
 from workflow.benchmarks.scoring import MathVerifier
-
-DATA_SOURCE = "rlsweep/arithmetic"  # the arithmetic task: its exact-match reward
-MATH_SOURCE = "rlsweep/math"  # a datasets task: the eval scorer (math-verify)
+from workflow.engines.verl.contract import DATA_SOURCE, MATH_SOURCE  # the sources the driver tags rows with
 
 _verifier: MathVerifier | None = None  # one math-verify worker process per reward process, started on first use
 _verifier_lock = threading.Lock()  # verl's reward manager calls compute_score from a thread pool
@@ -20,7 +18,7 @@ _verifier_lock = threading.Lock()  # verl's reward manager calls compute_score f
 
 def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info: dict | None = None,
                   **_: object) -> float:
-    """verl's reward hook (translate.REWARD_FN): the arithmetic task's exact match, or for a datasets task the
+    """verl's reward hook (contract.REWARD_FN): the arithmetic task's exact match, or for a datasets task the
     eval scorer (a timed-out comparison scores 0)."""
     global _verifier
     if data_source == DATA_SOURCE:

@@ -26,7 +26,7 @@ from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync
 
 from workflow.algos import part
 from workflow.algos.mix_batch import prompt_uid
-from workflow.engines.verl.driver.translate import run_rl
+from workflow.engines.verl.contract import run_rl
 from workflow.methods.registry import build_parts
 
 # the sampler's step metrics (summed over its polls by verl), read by DriverMix.keep_groups
@@ -43,7 +43,7 @@ def phase_progress(global_steps: int, total_steps: int) -> float:
 class Slow2FastSampler(ReplayBufferAsync):
     """verl's replay buffer (trainer_mode rlsweep is not "sync", so ReplayBufferAsync) with Slow2Fast as its group
     filter. verl builds it from `trainer.v1.sampler.custom_sampler` (translate.py sets it) and passes the run's
-    `trainer.v1.rlsweep` section as `trainer_config` (translate.run_rl reads the run's RL config from it).
+    `trainer.v1.rlsweep` section as `trainer_config` (contract.run_rl reads the run's RL config from it).
     ReplayBufferAsync.sample polls TransferQueue; on each poll it asks _dapo_filtered_keys which finished groups to
     evict, clears them and calls refill_fn with their number."""
 

@@ -31,7 +31,7 @@ from verl.utils.py_functional import rename_dict
 from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 
 from workflow.algos.schedules import scaled_lr
-from workflow.engines.verl.driver.translate import run_rl
+from workflow.engines.verl.contract import run_rl
 from workflow.engines.verl.inside.gates import METRIC_PREFIX, UPDATE_KEY, DriverGates
 from workflow.engines.verl.inside.metrics import param_count, train_steps_row
 from workflow.engines.verl.inside.mix_loss import LR_SCALE, mixed_loss, planned

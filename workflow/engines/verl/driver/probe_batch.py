@@ -1,4 +1,4 @@
-"""The batch the integrity preflight of a mixed-policy RL stage on verl trains on (preflight.py, MixRunner): one
+"""The batch the integrity preflight of a mixed-policy RL stage on verl trains on (inside/preflight.py's MixRunner, in the torchrun child): one
 step's rows as the driver hands them to the workers (mix_hooks.DriverMix.plan), from the job's own prompts and
 demonstrations and its own method, but without generating (the preflight must not start vLLM). Plain torch and
 numpy, no verl import.
@@ -30,7 +30,7 @@ from workflow.algos.mix import MixedPolicy
 from workflow.config import RLConfig
 from workflow.algos.mix_batch import (StepRows, demo_positions, loss_plan, padded, prefix_len, prompt_slots,
                                              sequence_fields, sft_weights, token_fields, trace_response)
-from workflow.engines.verl.inside.mix_loss import KL_COEF, SHAPED, W_KL, W_RL, W_SFT
+from workflow.engines.verl.contract import KL_COEF, SHAPED, W_KL, W_RL, W_SFT
 
 STEP = 1  # the step whose slots the probe draws (Prefix-RFT's schedule: its longest prefixes)
 

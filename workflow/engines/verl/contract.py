@@ -1,0 +1,73 @@
+"""The contract of the verl wing: what its sides share, with no verl import. The sides:
+
+    driver/   the stage job: translates the run config into verl's, starts verl's trainers (torchrun, Ray), plans
+              the integrity preflight's probe, reads verl's checkpoints back;
+    inside/   what verl runs in its own processes: our worker and trainer, the reward, the agent loop and sampler of
+              the methods that hook into verl, the preflight's torchrun child;
+    compat/   the patches verl and vLLM need here (the CPU platform, vLLM's CPU build);
+    and the eval backends (workflow/eval/backends.py), which run vLLM.
+
+Each side depends on this module and not on another side (tests/test_structure.py checks it), so the shape of what
+crosses a process boundary (our section of verl's config, the batch fields of the mixed loss, the preflight's
+request, the modules verl loads by name, the environment vLLM's CPU build reads) is written down once, here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# ------------------------------------------------------------------ our section of verl's config, and its reader
+RL_SECTION = "trainer.v1.rlsweep"  # our section of verl's config (trainer_mode rlsweep): {"rl": ..., "log": ...}
+
+
+def run_rl(section: Any):
+    """The run's RLConfig from our section of verl's config (`config.trainer.v1.rlsweep`, an OmegaConf node or a
+    plain mapping): the one shape, and the one reader, for every verl process."""
+    from workflow.config import RLConfig  # (the run config's models: light, no torch)
+    rl = section["rl"]
+    if hasattr(rl, "_get_node"):  # an OmegaConf node (inside verl): plain data first
+        from omegaconf import OmegaConf
+        rl = OmegaConf.to_container(rl, resolve=True)
+    return RLConfig.model_validate(rl)
+
+
+# ------------------------------------------------------------------ what verl loads by name, in its own processes
+# the reward function (reward.custom_reward_function), our worker and trainer module (VERL_USE_EXTERNAL_MODULES,
+# imported by every Ray process), the SFT trainer torchrun runs, the preflight's child. tests/test_structure.py
+# imports each.
+REWARD_FN = ("pkg://workflow.engines.verl.inside.reward", "compute_score")
+WORKER_MODULE = "workflow.engines.verl.inside.worker"
+SFT_TRAINER_MODULE = "workflow.engines.verl.inside.sft_trainer"
+PPO_MODULE = "workflow.engines.verl.inside.ppo"  # the RL stage's verl process
+PREFLIGHT_MODULE = "workflow.engines.verl.inside.preflight"  # the integrity preflight's torchrun child
+# Prefix-RFT's agent loop (rl.mix prefix_rft: the rollout continues a demonstration prefix inside generation),
+# registered in verl's agent-loop registry when its module is imported (in the agent-loop workers)
+AGENT_MODULE = "workflow.engines.verl.inside.prefix_agent"
+CPU_MODULE = "workflow.engines.verl.compat.cpu"  # engine.verl.device cpu: verl's CPU platform and the vLLM CPU shims
+VLLM_COMPAT_MODULE = "workflow.engines.verl.compat.vllm_compat"  # what verl 0.9.1 expects of vLLM that ours lacks
+
+# what vLLM's CPU build reads when it is imported: the CPU target, and 1 GB of RAM for the KV cache (tiny models)
+VLLM_CPU_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1"}
+
+# ------------------------------------------------------------------ the reward's data sources (driver/data.py tags)
+DATA_SOURCE = "rlsweep/arithmetic"  # the arithmetic task: its exact-match reward
+MATH_SOURCE = "rlsweep/math"  # a datasets task: the eval scorer (math-verify)
+
+# ------------------------------------------------------------------ a mixed-policy batch (inside/mix_loss.py)
+MIX_KEY = "rlsweep_mix"  # the batch's non-tensor entry: {"lam": f's constant}; present iff the batch is planned
+# in MIX_KEY's entry of an interleaved SFT batch (ReLIFT): its update's lr factor; such a batch leaves verl's lr
+# schedule where it is (one schedule step per RL step, as on the local engine)
+LR_SCALE = "lr_scale"
+W_RL, W_KL, W_SFT, SHAPED = "rlsweep_w_rl", "rlsweep_w_kl", "rlsweep_w_sft", "rlsweep_shaped"
+# the KL penalty's coefficient per token: rl.kl_coef, or its group's under FAST-GRPO's dynamic_kl (the driver's; the
+# actor's kl_loss_coef is verl's own loss's)
+KL_COEF = "rlsweep_kl_coef"
+FIELDS = (W_RL, W_KL, W_SFT, SHAPED, KL_COEF)  # the per-token tensors the driver adds to a planned batch
+
+# ------------------------------------------------------------------ the preflight's request and figures
+WHOLE = "whole"  # the key of m = None in the request and the figures (JSON has no None keys)
+
+
+def split_key(m: int | None) -> str:
+    """A micro-batch size as the preflight child's request and figures name it."""
+    return WHOLE if m is None else str(m)
