@@ -110,3 +110,30 @@ def test_backend_selection_on_this_machine():
             resolve_backend("vllm")
     with pytest.raises(ValueError):
         resolve_backend("sglang")
+
+
+def test_vllms_own_log_goes_to_the_jobs_file_and_only_its_warnings_to_the_terminal(tmp_path, monkeypatch, capsys):
+    """Before: a vLLM eval job printed vLLM's INFO lines (its engine config, memory, compilation: ~100) to the
+    terminal Snakemake reports on. vLLM reads VLLM_LOGGING_CONFIG_PATH when it is imported; the backend points it at a
+    config that sends vLLM's log to the eval job's vllm.log and its warnings to stderr, unless the user set one."""
+    import json
+    import logging.config
+    monkeypatch.delenv("VLLM_LOGGING_CONFIG_PATH", raising=False)
+    monkeypatch.delenv("VLLM_CONFIGURE_LOGGING", raising=False)
+    VLLMBackend("m", vllm=FakeVLLM(), log=tmp_path / "vllm.log")
+    logging.config.dictConfig(json.loads(open(os.environ["VLLM_LOGGING_CONFIG_PATH"]).read()))  # as vLLM does
+    logging.getLogger("vllm.engine").info("Initializing a V1 LLM engine")
+    logging.getLogger("vllm.worker").warning("KV cache is small")
+    for h in logging.getLogger("vllm").handlers:
+        h.flush()
+    log = (tmp_path / "vllm.log").read_text()
+    assert "Initializing a V1 LLM engine" in log and "KV cache is small" in log
+    err = capsys.readouterr().err
+    assert "KV cache is small" in err and "Initializing" not in err
+    mine = tmp_path / "mine.json"
+    monkeypatch.setenv("VLLM_LOGGING_CONFIG_PATH", str(mine))
+    VLLMBackend("m", vllm=FakeVLLM(), log=tmp_path / "other.log")
+    assert os.environ["VLLM_LOGGING_CONFIG_PATH"] == str(mine)  # the user's own configuration stands
+    for h in logging.getLogger("vllm").handlers:
+        h.close()
+    logging.getLogger("vllm").handlers.clear()

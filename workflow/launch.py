@@ -259,7 +259,7 @@ def run_evaluation(job: Job) -> dict[str, Any]:
     # a model_path (str) is what verl's RL starts from: rlsweep:tiny is built here as the RL stage builds it
     model = resolve_model(ckpt, job.out_dir) if isinstance(ckpt, str) else ckpt
     backend = make_backend(ev.backend, model, tensor_parallel_size=ev.tensor_parallel_size, seed=ev.seed,
-                           device=device)
+                           device=device, log=job.out_dir / "vllm.log")
     evaluate(backend, typed.task, ev, step, results_root=job.results_root, sweep=job.sweep, run_id=typed.run_id,
              eval_id=job.stage_id, names=job.names)
     if isinstance(ckpt, Path):

@@ -69,6 +69,27 @@ class LocalBackend:
         return [out[j * n:(j + 1) * n] for j in range(len(prompts))]
 
 
+def log_vllm_to(log: Path) -> None:
+    """vLLM's own log (its INFO lines: the engine's config, memory, compilation; a hundred a job) to the file `log`,
+    and only its warnings and errors to the job's stderr, through vLLM's public logging hook
+    (VLLM_LOGGING_CONFIG_PATH: a logging dictConfig read when vllm is imported, in its engine processes too). A
+    configuration the user set is left alone."""
+    if os.environ.get("VLLM_LOGGING_CONFIG_PATH") or os.environ.get("VLLM_CONFIGURE_LOGGING") == "0":
+        return
+    log = Path(log)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    fmt = {"format": "%(levelname)s %(asctime)s %(filename)s:%(lineno)d] %(message)s"}
+    config = {"version": 1, "disable_existing_loggers": False, "formatters": {"vllm": fmt},
+              "handlers": {"file": {"class": "logging.FileHandler", "filename": str(log), "formatter": "vllm",
+                                    "level": "DEBUG"},
+                           "console": {"class": "logging.StreamHandler", "stream": "ext://sys.stderr",
+                                       "formatter": "vllm", "level": "WARNING"}},
+              "loggers": {"vllm": {"handlers": ["file", "console"], "level": "INFO", "propagate": False}}}
+    path = log.with_suffix(".logging.json")
+    path.write_text(json.dumps(config))
+    os.environ["VLLM_LOGGING_CONFIG_PATH"] = str(path)
+
+
 class VLLMBackend:
     """Offline vLLM: one `LLM` per checkpoint, n samples per prompt in one `generate` call; the checkpoint's
     tokenizer (its chat template) shapes the prompts.
@@ -78,7 +99,9 @@ class VLLMBackend:
 
     def __init__(self, model: str | Path, tensor_parallel_size: int = 1, gpu_memory_utilization: float = 0.9,
                  max_model_len: int | None = None, seed: int = 0, dtype: str = "auto", vllm: Any = None,
-                 device: str = "cuda"):
+                 device: str = "cuda", log: Path | None = None):
+        if log is not None:
+            log_vllm_to(log)
         if device == "cpu":  # vLLM's CPU build reads these when it is imported
             for k, v in VLLM_CPU_ENV.items():
                 os.environ.setdefault(k, v)
@@ -144,9 +167,9 @@ def resolve_backend(name: str, device: str = "cuda") -> str:
 
 
 def make_backend(name: str, ckpt: Path, *, tensor_parallel_size: int = 1, seed: int = 0, device: str = "cuda",
-                 max_model_len: int | None = None) -> GenerationBackend:
-    """The backend `eval.backend` names (auto resolved here) for one checkpoint."""
+                 max_model_len: int | None = None, log: Path | None = None) -> GenerationBackend:
+    """The backend `eval.backend` names (auto resolved here) for one checkpoint; `log`: where vLLM's own log goes."""
     if resolve_backend(name, device) == "vllm":
         return VLLMBackend(ckpt, tensor_parallel_size=tensor_parallel_size, seed=seed, device=device,
-                           max_model_len=max_model_len)
+                           max_model_len=max_model_len, log=log)
     return LocalBackend(ckpt)
