@@ -10,6 +10,7 @@
 # NB: Snakemake defines a global named `workflow` in this file; import from our package with `from workflow.x
 # import y` only (a bare `import workflow...` would shadow Snakemake's object).
 
+import atexit
 import gc
 import inspect
 import shlex
@@ -143,5 +144,8 @@ rule all:
 # collection); and Snakemake makes several objects per job, none of them garbage until it exits, so the youngest
 # generation is collected every 50,000 new objects instead of every 700. Measured at 10,000 runs (50,000 jobs):
 # collections took 9.3 s of 57 s before, with bare Snakemake's 6.3 s of 45 s (bench/plan_dag.py; docs/sweeps.md).
+# At exit they go back to the collector: objects frozen for good are never finalised, and triton's extension (which
+# verl's import loads) then reported ~30 lines of "nanobind: leaked ..." at the end of every verl sweep's run.
 gc.freeze()
+atexit.register(gc.unfreeze)
 gc.set_threshold(50_000, *gc.get_threshold()[1:])

@@ -28,6 +28,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import resource
+import signal
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -424,7 +425,16 @@ def _bounded(con: duckdb.DuckDBPyConnection, statements: list, limits: QueryLimi
             if done.wait(0.1):
                 return
 
-    threading.Thread(target=work, name="rlsweep-query", daemon=True).start()
+    # Ctrl-C is held while the worker starts: a KeyboardInterrupt inside Thread.start() would leave a query running
+    # that nothing stops (and the process would wait for it at exit); once the worker runs, it arrives below
+    held = threading.current_thread() is threading.main_thread()
+    if held:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        threading.Thread(target=work, name="rlsweep-query", daemon=True).start()
+    finally:
+        if held:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     try:
         if not done.wait(limits.timeout_s):
             stop()
