@@ -48,9 +48,9 @@ RUNS = SWEEP.by_run_id
 # then the sweep records the stage jobs it plans (workflow/results/membership.py: its views in `rlsweep query`).
 # A dry run (`snakemake -n`) writes nothing: it neither moves results nor records.
 if dry_run():
-    if legacy_sweeps(RESULTS):
+    if legacy := legacy_sweeps(RESULTS):
         print(f"{RESULTS} holds results of the layout before the shared store (sweeps "
-              f"{', '.join(legacy_sweeps(RESULTS))}): a dry run writes nothing, so it cannot plan on them until they "
+              f"{', '.join(legacy)}): a dry run writes nothing, so it cannot plan on them until they "
               f"are moved into the store: `rlsweep --results {RESULTS} migrate` (renames only; nothing is recomputed),"
               " or a run without -n, which moves them first", file=sys.stderr)
         sys.exit(1)

@@ -155,8 +155,8 @@ def test_a_one_node_run_starts_its_own_ray_whatever_cluster_the_machine_last_sta
 def test_cpu_runs_translate_to_verls_cpu_settings_and_device_is_part_of_the_id():
     pytest.importorskip("verl")
     from workflow.engines.verl.driver.compose import compose, validate
-    from workflow.engines.verl.driver.translate import (AGENT_MODULE, CPU_MODULE, VLLM_COMPAT_MODULE, WORKER_MODULE,
-                                                        translate, translate_sft)
+    from workflow.engines.verl.contract import AGENT_MODULE, CPU_MODULE, VLLM_COMPAT_MODULE, WORKER_MODULE
+    from workflow.engines.verl.driver.translate import translate, translate_sft
     base = {"engine": {"name": "verl", "verl": {"model_path": "m", "device": "cpu"}},
             "rl": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 32}}
     cfg = RunConfig.model_validate(base)

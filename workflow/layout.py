@@ -218,7 +218,7 @@ _TABLE_FILE["eval_scores"] = _TABLE_FILE["eval_samples"]
 _TABLE_FILE["eval_grades"] = re.compile(rf"^(?P<run_id>{_ID})_(?P<stage_id>{_ID})_step(?P<step>\d{{6,}})_"
                                         r"(?P<benchmark>[^-]+)-(?P<grader>[a-z0-9_]+)$")
 TABLE_FILE_RULE = ("a stage job's is <stage>_<id>... in runs and train_steps, <run id>_<eval id>_step<N>_<benchmark>"
-                   "[-<grader>] in the eval tables, each id 12 hex digits")
+                   f"[-<grader>] in the eval tables, each id {ID_LENGTH} hex digits")
 
 
 @dataclass(frozen=True)

@@ -73,7 +73,8 @@ class LossPlan:
 
 def step_columns(plan: LossPlan, rl_tokens: float, off_policy_tokens: float, sft_tokens: float) -> dict:
     """The mixed-policy columns of a step (docs/methods.md), the same on both engines: expert tokens / RL tokens,
-    SFT tokens / trained tokens, the mean SFT weight of the prompts trained with SFT (None: none was), the method's own."""
+    SFT tokens / trained tokens, the mean SFT weight of the prompts trained with SFT (None: none was), the method's
+    own."""
     weights = np.asarray(plan.sft_weight, float)
     weights = weights[weights > 0]
     return {"off_policy_frac": off_policy_tokens / max(rl_tokens, 1.0),

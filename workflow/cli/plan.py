@@ -37,9 +37,10 @@ def cmd_plan(a) -> int:
         if to_run:
             notes.append(f"{p.stage}: each job to run asks {p.asks}; hours from {source}")
         total += p.gpu_hours
-    Console(highlight=False).print(t)
+    out = Console(highlight=False)
+    out.print(t)
     for line in notes:
-        Console(highlight=False).print(line, markup=False)
+        out.print(line, markup=False)
     for p in stages:  # the shared store: what this sweep takes from others instead of computing it
         if p.reused:
             err.print(f"{p.stage}: {sum(p.reused.values())} of the done jobs came from another sweep ("

@@ -24,9 +24,10 @@ def warn_damaged(damaged: list[Damaged], runs: dict[Damaged, list[str]] | None =
                   "store's quarantine", file=sys.stderr)
             continue
         if d.table == "members":  # a sweep's record of its stage jobs (results/membership.py), not a table's rows
+            sweep = d.path.parent.parent.name  # results/<sweep>/members/<digest>.parquet
             print(f"warning: left out unreadable membership record {d.path}: {d.reason} (its sweep's views lack the "
-                  f"stage jobs it lists; `rlsweep doctor --sweep {d.path.parent.parent.name} --fix` rebuilds it from the runs "
-                  "rows, `rlsweep doctor SWEEP.yaml --fix` from the sweep file's plan)", file=sys.stderr)
+                  f"stage jobs it lists; `rlsweep doctor --sweep {sweep} --fix` rebuilds it from the runs rows, "
+                  "`rlsweep doctor SWEEP.yaml --fix` from the sweep file's plan)", file=sys.stderr)
             continue
         if d.owner is None:  # unreadable, and no stage job's name either: nothing to recompute
             print(f"warning: left out unreadable {d.table} file {d.path}: {d.reason}; no stage job writes this name: "

@@ -39,8 +39,8 @@ import pyarrow.parquet as pq
 from fsspec import AbstractFileSystem
 
 from workflow.errors import UserError
-from workflow.layout import (SWEEP_NAME, SWEEP_NAME_RULE, TABLE_FILE_RULE, TableFile, is_pack, parse_table_file, table_dir,
-                             table_file_key)
+from workflow.layout import (SWEEP_NAME, SWEEP_NAME_RULE, TABLE_FILE_RULE, TableFile, is_pack, parse_table_file,
+                             table_dir, table_file_key)
 from workflow.results.files import PositionalReader, open_regular
 from workflow.results.membership import MEMBERS, damage, member_files, members, recorded_sweeps
 from workflow.results.packs import SOURCE, TableLayout, read_pack, resolve
@@ -308,8 +308,8 @@ class Catalog:
             known = recorded_sweeps(self.root)
             if self.sweep is not None and self.damaged_members:  # (first: why the sweep's own files are not known)
                 files = "; ".join(f"{d.path} ({d.reason})" for d in self.damaged_members)
-                raise QueryError(f"the record of which stage jobs sweep {self.sweep!r} planned does not read: {files}. "
-                                 f"`rlsweep doctor --sweep {self.sweep} --fix` rebuilds it from the runs rows, `rlsweep "
+                raise QueryError(f"the record of which stage jobs sweep {self.sweep!r} planned does not read: "
+                                 f"{files}. `rlsweep doctor --sweep {self.sweep} --fix` rebuilds it from the runs rows, `rlsweep "
                                  "doctor SWEEP.yaml --fix` from the sweep file's plan")
             if self.damaged or self.foreign:
                 raise QueryError(f"every table file under {self._where()} is unreadable or no stage job's "

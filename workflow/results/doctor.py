@@ -95,8 +95,8 @@ def examine(results_root: str | Path, sweep: str, sweep_file: str | None = None)
         # never "healthy" about a sweep it knows nothing of (an Optuna study's journal alone is something to check)
         problems.append(Problem("unrecorded", sweep_dir(root, sweep) / "members",
                                 f"no record of which stage jobs sweep {sweep!r} planned: nothing of it can be checked "
-                                "or queried", "running the sweep records it first (`snakemake --config sweep=SWEEP.yaml`; "
-                                "a dry run, -n, writes nothing)"))
+                                "or queried", "running the sweep records it first (`snakemake --config "
+                                "sweep=SWEEP.yaml`; a dry run, -n, writes nothing)"))
     problems += leftover_temporaries(root, sweep)
     problems += damaged_journal(root, sweep)
     problems += disagreements(root, catalog, jobs, done_with={p.job for p in problems if p.job})
@@ -132,9 +132,9 @@ def damaged_record(root: Path, d: Damaged, sweep: str, sweep_file: str | None) -
         return Problem("damaged", d.path, what, f"no runs row names sweep {sweep!r}, so only its plan can rebuild it: "
                        f"{with_file}; running the sweep again (`snakemake --config sweep=SWEEP.yaml`) records it anew "
                        "too", [d.path])
-    return Problem("damaged", d.path, what, f"--fix writes it anew from the runs rows of the {len(computed)} stage jobs "
-                   f"sweep {sweep!r} computed, with their labels (no stage reruns); the stage jobs it reused from other "
-                   f"sweeps are missing from that: {with_file}", [d.path], restore=record_bytes(sweep, computed))
+    return Problem("damaged", d.path, what, f"--fix writes it anew from the runs rows of the {len(computed)} stage "
+                   f"jobs sweep {sweep!r} computed, with their labels (no stage reruns); the stage jobs it reused from "
+                   f"other sweeps are missing from that: {with_file}", [d.path], restore=record_bytes(sweep, computed))
 
 
 def computed_by(root: Path, sweep: str) -> list:
@@ -179,8 +179,8 @@ def damaged_file(root: Path, d: Damaged) -> Problem:
 def foreign_file(d: Damaged) -> Problem:
     """A readable file in a table's folder under a name no stage job writes: no view reads it, nothing made it that
     could remake it. --fix moves it to quarantine (where DuckDB or pyarrow still read it)."""
-    return Problem("foreign", d.path, f"{d.table} file {d.path.name} is no stage job's, so no query reads it: {d.reason}",
-                   "nothing to recompute (no stage wrote it); to keep its rows, read it where --fix puts it", [d.path])
+    return Problem("foreign", d.path, f"{d.table} file {d.path.name} is no stage job's, so no query reads it: "
+                   f"{d.reason}", "nothing to recompute (no stage wrote it); to keep its rows, read it where --fix puts it", [d.path])
 
 
 def rerun(root: Path, job: StageJob, kind: str, subject: Path, what: str, files: list[Path],

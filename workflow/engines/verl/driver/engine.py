@@ -42,9 +42,9 @@ from workflow.engines.verl.driver.data import write_rl_data, write_sft_data
 from workflow.engines.verl.driver.export import export_all
 from workflow.engines.verl.driver.process import run_supervised
 from workflow.engines.verl.driver.sft_launch import command as sft_command
-from workflow.engines.verl.driver.translate import CPU_MODULE, FP32, PPO_MODULE, WORKER_MODULE, external_modules, \
-    CPU_DROPPED_ENV, process_env, translate, translate_sft
-from workflow.engines.verl.contract import FIELDS as MIX_FIELDS, PREFLIGHT_MODULE
+from workflow.engines.verl.driver.translate import FP32, external_modules, CPU_DROPPED_ENV, process_env, translate, \
+    translate_sft
+from workflow.engines.verl.contract import CPU_MODULE, FIELDS as MIX_FIELDS, PPO_MODULE, PREFLIGHT_MODULE, WORKER_MODULE
 from workflow.engines.verl.driver.probe import VerlProbe, probe_rows
 from workflow.layout import CHECKPOINTS
 from workflow.models import resolve_model

@@ -1,5 +1,5 @@
-"""The batch the integrity preflight of a mixed-policy RL stage on verl trains on (inside/preflight.py's MixRunner, in the torchrun child): one
-step's rows as the driver hands them to the workers (mix_hooks.DriverMix.plan), from the job's own prompts and
+"""The batch the integrity preflight of a mixed-policy RL stage on verl trains on (inside/preflight.py's MixRunner,
+in the torchrun child): one step's rows as the driver hands them to the workers (mix_hooks.DriverMix.plan), from the job's own prompts and
 demonstrations and its own method, but without generating (the preflight must not start vLLM). Plain torch and
 numpy, no verl import.
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from workflow.engines.verl.driver.translate import SFT_TRAINER_MODULE
+from workflow.engines.verl.contract import SFT_TRAINER_MODULE
 
 
 def command(config_path: Path, log_path: Path, *, n_gpus_per_node: int, nodes: list[str] | None = None,

@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from workflow.config import RLConfig
-from workflow.engines.verl.contract import (AGENT_MODULE, CPU_MODULE, PPO_MODULE, REWARD_FN, RL_SECTION,  # noqa: F401
-                                            SFT_TRAINER_MODULE, VLLM_COMPAT_MODULE, VLLM_CPU_ENV, WORKER_MODULE, run_rl)
+from workflow.engines.verl.contract import (AGENT_MODULE, CPU_MODULE, REWARD_FN, RL_SECTION, VLLM_COMPAT_MODULE,
+                                            VLLM_CPU_ENV, WORKER_MODULE)
 from workflow.methods.registry import get_update_rule, verl_hooks
 
 # our aggregation -> (verl loss_agg_mode, needs loss_scale_factor = max response length). Ours: token-sum divides
@@ -114,8 +114,6 @@ def lora_keys(prefix: str, lora, rollout: bool = False) -> dict[str, Any]:
     if rollout:
         out[f"{prefix}.lora.merge"] = True
     return out
-
-
 def translate(cfg, *, model_path: str = PLACEHOLDER, train_files: str = PLACEHOLDER,
               val_files: str = PLACEHOLDER, out_dir: str = PLACEHOLDER) -> dict[str, Any]:
     """Dotted verl keys -> values for one RL run (the raw overrides last, so they win)."""
@@ -194,8 +192,6 @@ def translate(cfg, *, model_path: str = PLACEHOLDER, train_files: str = PLACEHOL
         out.update(cpu_overrides(cfg))
     out.update(v.overrides)
     return out
-
-
 def translate_sft(cfg, *, model_path: str | None = None, train_files: str = PLACEHOLDER,
                   out_dir: str = PLACEHOLDER) -> dict[str, Any]:
     """Dotted keys of verl's `sft_trainer_engine.yaml` for one SFT stage (raw sft_overrides last). The loss is
@@ -234,8 +230,6 @@ def translate_sft(cfg, *, model_path: str | None = None, train_files: str = PLAC
         out.update(cpu_sft_overrides())
     out.update(v.sft_overrides)
     return out
-
-
 # which of our keys each translated verl key comes from, so that verl's complaints name the key the user wrote
 OURS = {
     "actor_rollout_ref.actor.ppo_mini_batch_size": "rl.prompts_per_step",
@@ -254,5 +248,3 @@ def method_keys(rl: RLConfig) -> dict[str, Any]:
     for _, keys in verl_hooks(rl):
         out.update(keys)
     return out
-
-
