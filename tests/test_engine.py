@@ -154,7 +154,8 @@ def test_rl_stage_with_sfpo_and_gxpo_records_accounting_and_diagnostics(sft_done
 
 @pytest.mark.slow
 def test_a_rule_added_as_one_registered_class_runs_on_the_local_engine(sft_done, tmp_path, monkeypatch):
-    """tests/toy_rule.py is all it takes: the run config accepts its name, the engine builds and steps it."""
+    """tests/toy_rule.py is all it takes: the run config accepts its name, the engine builds and steps it, and the
+    number it declares (toy_steps_taken) is a train_steps column."""
     import importlib
 
     import toy_rule
@@ -172,6 +173,7 @@ def test_a_rule_added_as_one_registered_class_runs_on_the_local_engine(sft_done,
     run_stage("rl", "toy", stable_id(rcfg), rcfg, results_root=tmp_path, init=sft)
     rows = query("SELECT * FROM train_steps ORDER BY step", tmp_path).to_pylist()
     assert [(r["backward_passes"], r["optimizer_steps"]) for r in rows] == [(2, 2), (2, 2)]
+    assert [r["toy_steps_taken"] for r in rows] == [2, 2]
     assert query("SELECT method FROM runs", tmp_path).column("method").to_pylist() == ["toy_two_steps"]
 
 

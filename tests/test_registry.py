@@ -48,14 +48,15 @@ def test_a_second_unit_under_a_taken_name_and_a_unit_of_the_wrong_kind_are_refus
 CARDS = '''
 from pydantic import Field
 
-from workflow.methods.base import Method, MethodSettings
+from workflow.methods.base import Method, MethodSettings, numbers
 
 
 class ThreeStepsSettings(MethodSettings):
     steps: int = Field(3, ge=2)  # optimizer steps on the same batch
 
 
-THREE_STEPS = Method("update", algorithm="lab_plugin:ThreeSteps", settings=ThreeStepsSettings)
+THREE_STEPS = Method("update", algorithm="lab_plugin:ThreeSteps", settings=ThreeStepsSettings,
+                     numbers=numbers(("lab_last_loss", "float", "the loss of the step's last pass")))
 BROKEN = Method("update", algorithm="lab_plugin:NotARule")
 '''
 PLUGIN = '''
@@ -70,11 +71,11 @@ class ThreeSteps(UpdateRule):
         self.steps = steps
 
     def step(self, params, optimizer, closure):
-        first = self.grpo_step(params, optimizer, closure)
+        first = last = self.grpo_step(params, optimizer, closure)
         for _ in range(self.steps - 1):
-            self.grpo_step(params, optimizer, closure)
+            last = self.grpo_step(params, optimizer, closure)
         return StepStats(loss=first.loss, grad_norm=first.grad_norm, backward_passes=self.steps,
-                         optimizer_steps=self.steps)
+                         optimizer_steps=self.steps, diagnostics={"lab_last_loss": last.loss})
 
 
 class LastLine(Grader):
@@ -119,6 +120,15 @@ try:
     get_update_rule("lab_broken")
 except TypeError as e:
     out["broken"] = str(e)
+# its own number: a train_steps column, read from verl's metrics as the worker reports a rule's StepStats
+from workflow.engines.verl.inside.metrics import train_steps_row
+from workflow.results.catalog import query
+from workflow.results.schemas import schema
+from workflow.results.writer import write_rows
+row = train_steps_row({"actor/rlsweep/lab_last_loss": 0.25, "actor/rlsweep/backward_passes": 4.0}, 1, 8)
+write_rows("res", "train_steps", "rl_0000000000a1_000001-000001", [dict(row, run_id="0000000000a1", stage="rl")])
+out.update(column=str(schema("train_steps").field("lab_last_loss").type), logged=query(
+    "SELECT lab_last_loss FROM train_steps", "res").column(0).to_pylist())
 print(json.dumps(out))
 '''
 
@@ -146,6 +156,7 @@ def test_a_labs_package_adds_an_update_rule_with_settings_and_a_grader_through_e
     assert out["broken"] == ("update rule 'lab_broken' (lab_plugin.NotARule) is not a "
                              "workflow.algos.rule.UpdateRule")
     assert out["id"] != out["plain"]
+    assert out["column"] == "double" and out["logged"] == [0.25]
     # without the package: the name is unknown, with the known ones listed, and a plain run keeps its id
     res = subprocess.run([sys.executable, "-c", CHECK], cwd=tmp_path, env={**env, "PYTHONPATH": str(REPO)},
                          capture_output=True, text=True, timeout=300)
@@ -155,3 +166,31 @@ def test_a_labs_package_adds_an_update_rule_with_settings_and_a_grader_through_e
     res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={**env, "PYTHONPATH": str(REPO)},
                          capture_output=True, text=True, timeout=300, check=True)
     assert res.stdout.strip() == out["plain"]
+    # ... and its number is no column: a row carrying it is refused, saying where numbers are declared
+    code = ("from workflow.results.writer import to_arrow\n"
+            "try:\n    to_arrow('train_steps', [{'run_id': 'x', 'lab_last_loss': 0.5}])\n"
+            "except ValueError as e:\n    print(e)")
+    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={**env, "PYTHONPATH": str(REPO)},
+                         capture_output=True, text=True, timeout=300, check=True)
+    assert "unknown column(s) ['lab_last_loss']" in res.stdout and "Method(numbers=...)" in res.stdout
+
+
+def test_a_methods_number_may_not_take_a_column_of_the_table_or_another_methods_type(monkeypatch):
+    """A card's numbers become train_steps columns: one named like a column of the table's own, or declared by two
+    methods with different types, is refused naming the methods, when the schema is built (every write)."""
+    from workflow.methods.base import Method, StepNumber, numbers
+    from workflow.methods.registry import METHODS, step_numbers
+    from workflow.results.schemas import schema
+    with pytest.raises(ValueError, match="a lower-case identifier"):
+        StepNumber("Bad-Name", "float", "x")
+    with pytest.raises(ValueError, match="type 'str', one of float, int, bool"):
+        StepNumber("fine", "str", "x")
+    monkeypatch.setattr(METHODS, "loaded", dict(METHODS.loaded))
+    METHODS.register("lab_clash")(Method("update", algorithm="x:Y", numbers=numbers(("loss", "float", "mine"))))
+    with pytest.raises(ValueError, match="method\\(s\\) lab_clash log 'loss', a column train_steps has of its own"):
+        schema("train_steps")
+    monkeypatch.setattr(METHODS, "loaded", {k: v for k, v in METHODS.loaded.items() if k != "lab_clash"})
+    METHODS.register("lab_int")(Method("update", algorithm="x:Y", numbers=numbers(("prefix_len", "int", "mine"))))
+    with pytest.raises(ValueError, match="method 'lab_int' logs 'prefix_len' as int, but method\\(s\\) prefix_rft "
+                                         "log it as float"):
+        step_numbers()

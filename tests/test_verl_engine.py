@@ -100,9 +100,10 @@ def test_an_active_gxpo_step_takes_exactly_three_backward_passes(ranks, world):
 
 
 @pytest.mark.parametrize("world", WORLDS)
-def test_a_rule_added_as_one_registered_class_runs_in_verls_rule_step_and_worker(ranks, world):
+def test_a_rule_added_as_one_registered_class_runs_in_verls_rule_step_and_worker(ranks, world, tmp_path):
     """tests/toy_rule.py (two plain steps per batch), built by name as the verl worker builds rules: equal to verl's
-    own train_batch called twice per step, 2 backward passes per step, in the engine step and in the worker."""
+    own train_batch called twice per step, 2 backward passes per step, in the engine step and in the worker; the
+    number the rule declares comes out of the worker and lands in the run's train_steps row (the driver's side)."""
     r = ranks[world][0]
     assert same(r["toy"]["params"], r["verl_twice"]["params"])
     assert max_diff(r["toy"]["params"], r["verl"]["params"]) > 1e-4  # the second step is really taken
@@ -110,6 +111,17 @@ def test_a_rule_added_as_one_registered_class_runs_in_verls_rule_step_and_worker
     toy = r["worker_toy"]
     assert toy["backward_calls"] == 4 and toy["metrics"][0]["rlsweep/backward_passes"] == [2.0]
     assert toy["lr_steps"] == 2
+    assert toy["metrics"][0]["rlsweep/toy_steps_taken"] == [2.0]
+    # what the driver gets from verl (worker metrics prefixed "actor/"), made the run's row and written
+    import toy_rule  # noqa: F401 - the rule's card, as the driver process knows it
+    from workflow.engines.verl.inside.metrics import train_steps_row
+    from workflow.layout import train_steps_file
+    from workflow.results.catalog import query
+    from workflow.results.writer import write_rows
+    row = train_steps_row({f"actor/{k}": v for k, v in toy["metrics"][0].items()}, step=1, rollouts=8)
+    write_rows(tmp_path, "train_steps", train_steps_file("rl", "0000000000a1", 1, 1),
+               [dict(row, run_id="0000000000a1", stage="rl")])
+    assert query("SELECT toy_steps_taken FROM train_steps", tmp_path).column(0).to_pylist() == [2]
 
 
 def test_two_ranks_agree_with_each_other_and_with_one(ranks):
@@ -196,8 +208,7 @@ def test_verl_rl_stage_runs_up_to_run_ppo_and_exports_what_verl_saved(ranks, ver
     assert trainer["default_local_dir"] == str(out / "verl") and trainer["v1"]["trainer_mode"] == "rlsweep"
     assert trainer["v1"]["rlsweep"]["log"] == {"results_root": str(tmp_path), "sweep": "v", "run_id": "000000000abc"}
     assert seen["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]["VERL_USE_EXTERNAL_MODULES"] == \
-        ("workflow.engines.verl.compat.vllm_compat,workflow.engines.verl.inside.worker,"
-         "workflow.engines.verl.inside.prefix_agent")
+        "workflow.engines.verl.compat.vllm_compat,workflow.engines.verl.inside.worker"
 
     def no_final(config):
         pass

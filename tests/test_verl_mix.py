@@ -274,7 +274,7 @@ def test_train_steps_row_carries_the_mix_columns():
     assert row["sft_loss"] == 0.3 and row["sft_loss_share"] == pytest.approx(0.75)
     assert row["buffer_size"] is None
     plain = train_steps_row({"critic/score/mean": 0.5}, step=1, rollouts=16)
-    assert "off_policy_frac" not in plain and plain["reward"] == 0.5
+    assert plain["off_policy_frac"] is None and plain["reward"] == 0.5
 
 
 def test_verl_runs_every_mixed_policy_method_prefix_rft_through_our_agent_loop():
@@ -321,7 +321,7 @@ class CharTokenizer:
 def test_the_agent_loop_prefixes_the_sessions_the_driver_expects_with_the_demonstrations_first_tokens():
     from workflow.methods.registry import build_mix
     from workflow.algos.mix_batch import prompt_slots
-    from workflow.engines.verl.inside.prefix_agent import session_prefix
+    from workflow.methods.prefix_rft.verl import session_prefix
     cfg, tree = prefix_run(n_prefixed=2, min_frac=0.2, max_frac=0.8)
     demo = "12+30=\\boxed{42}"  # 15 characters
     tok, seen = CharTokenizer(), set()
@@ -344,7 +344,7 @@ def test_the_agent_loop_prefixes_the_sessions_the_driver_expects_with_the_demons
 def test_the_prefixed_server_continues_prompt_plus_prefix_and_returns_the_prefix_as_generated():
     import asyncio
     from verl.workers.rollout.replica import TokenOutput
-    from workflow.engines.verl.inside.prefix_agent import PrefixedServer
+    from workflow.methods.prefix_rft.verl import PrefixedServer
     calls = []
 
     class Server:
@@ -622,7 +622,7 @@ def group_scores(accuracies: list[float], group_size: int = 4) -> list[list[floa
 
 
 def test_slow2fast_drops_the_groups_outside_the_phases_band_from_verls_batch(monkeypatch):
-    from workflow.engines.verl.inside.slow2fast import EVICTED_GROUPS, EVICTED_TOKENS
+    from workflow.engines.verl.contract import EVICTED_GROUPS, EVICTED_TOKENS
     accuracies = [0.0, 0.25, 0.75, 1.0]  # slow [0.3, 0.99] keeps only 0.75, fast [0.01, 0.7] only 0.25
     rl = {"steps": 2, "slow2fast": {"enabled": True}}
     for step, kept in [(1, 2), (2, 1)]:  # verl's step 1 is progress 0 (slow), step 2 progress 0.5 (fast)
@@ -733,7 +733,7 @@ class RolloutWorld:
 def test_verls_sampler_refills_each_group_slow2fast_drops_with_one_prompt_within_its_budget(
         monkeypatch, accuracies, trained, evicted):
     from verl.trainer.ppo.v1 import replay_buffer
-    from workflow.engines.verl.inside import slow2fast
+    from workflow.methods.slow2fast import verl as slow2fast
     world = RolloutWorld(accuracies)
     monkeypatch.setattr(replay_buffer, "tq", world)
     monkeypatch.setattr(slow2fast, "tq", world)

@@ -191,7 +191,23 @@ def reference_markdown() -> str:
             lines += [f"| `{d.key.rpartition('.')[2]}` | {_cell(d.type)} | `{_cell(d.default)}` | "
                       f"{_cell(d.description)}{' (below)' if d.section else ''} |" for d in items]
             lines.append("")
-    return "\n".join(lines)
+    return "\n".join(lines + method_numbers_markdown())
+
+
+def method_numbers_markdown() -> list[str]:
+    """The shipped methods' per-step numbers: train_steps' columns beyond its own (docs/results.md), from the cards."""
+    from workflow.methods.registry import METHODS, step_numbers
+    lines = ["## The methods' per-step numbers (`train_steps`)", "",
+             "Each method's card declares the numbers it logs per training step (`Method(numbers=...)`, "
+             "[methods](methods.md), \"A method's numbers\"): each is a `train_steps` column, null in the rows of runs "
+             "that do not select the method, on both engines.", "",
+             "| column | type | logged by | meaning |", "|---|---|---|---|"]
+    for number, methods in step_numbers():
+        shipped = [m for m in methods if m in METHODS.builtins]
+        if shipped:
+            lines.append(f"| `{number.name}` | {number.type} | {', '.join(f'`{m}`' for m in shipped)} | "
+                         f"{_cell(number.meaning)} |")
+    return lines + [""]
 
 
 def run_config_keys() -> list[str]:

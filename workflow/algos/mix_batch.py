@@ -10,8 +10,9 @@ verl samples every prompt's `rollout.n` = G sequences itself; a method's slots a
 - a prompt the plan trains with SFT but whose group has no trace row (HPT: its rollouts left the RL loss) gets one
   of its rollouts replaced by the demonstration after the plan, as an SFT-only row. verl's batch keeps P x G rows.
 - a prefixed slot (Prefix-RFT: Slot(prefix=k, generate=True)) cannot be applied after generation: verl's agent
-  loop draws it itself (prefix_agent.py) and continues prompt + the demonstration's first k tokens. Agent loop and
-  driver draw a prompt's slots alike, from its dataset index and the step it was sampled at (prompt_slots).
+  loop draws it itself (workflow/methods/prefix_rft/verl.py) and continues prompt + the demonstration's first k
+  tokens. Agent loop and driver draw a prompt's slots alike, from its dataset index and the step it was sampled at
+  (prompt_slots).
 - an interleaved SFT step (ReLIFT) is a batch of its own after the RL update: demonstration rows built on a row of
   the step as template (demonstration_row), every token weighted 1 / (SFT tokens of that batch) (sft_weights).
 

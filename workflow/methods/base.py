@@ -17,18 +17,56 @@ or its `enabled` is true), so adding a method never changes an existing run's id
 
 from __future__ import annotations
 
-from pydantic import Field
-
+import re
+import typing
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
+
+from pydantic import Field
 
 from workflow.registry import load_object
 from workflow.strict import Strict
 
 Role = Literal["update", "mix", "part"]
+NumberType = Literal["float", "int", "bool"]
 ALGORITHM_BASE = {"update": "workflow.algos.rule:UpdateRule", "mix": "workflow.algos.mix:MixedPolicy",
                   "part": "workflow.algos.part:Part"}
 ROLE_NAMES = {"update": "update rule", "mix": "mixed-policy method", "part": "FAST-GRPO part"}
+
+
+@dataclass(frozen=True)
+class StepNumber:
+    """A number a method logs per training step: a column of `train_steps` (null in the rows of runs that do not
+    select the method). The table's schema and verl's metric list are built from the cards' numbers, so a method
+    adds one without touching results/ or engines/: its algorithm puts it in its StepStats diagnostics (a rule) or
+    in its plan's / step_metrics' columns (a mixed-policy method or a part), under this name."""
+
+    name: str  # a lower-case identifier, not one of train_steps' own columns
+    type: NumberType
+    meaning: str  # one line: what the number says (docs/configuration.md lists it)
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[a-z][a-z0-9_]*", self.name):
+            raise ValueError(f"step number {self.name!r}: a lower-case identifier (letters, digits, _)")
+        if self.type not in typing.get_args(NumberType):
+            raise ValueError(f"step number {self.name!r}: type {self.type!r}, one of "
+                             f"{', '.join(typing.get_args(NumberType))}")
+
+
+def numbers(*specs: tuple[str, NumberType, str]) -> tuple[StepNumber, ...]:
+    """(name, type, meaning), ... -> a card's `numbers`."""
+    return tuple(StepNumber(*spec) for spec in specs)
+
+
+# what the engines log for every mixed-policy method but plain on-policy RL (`none`), from its loss plan
+# (workflow/algos/mix.py): a mixed-policy card's numbers are MIX_NUMBERS + its own
+MIX_NUMBERS = numbers(
+    ("off_policy_frac", "float", "expert tokens / RL tokens of the step"),
+    ("sft_frac", "float", "SFT tokens / trained tokens of the step"),
+    ("sft_loss", "float", "the SFT term of the step's loss (first pass)"),
+    ("sft_loss_share", "float", "|SFT term| / (|RL term| + |SFT term|) of the step's loss"),
+    ("sft_weight", "float", "mean SFT weight of the prompts trained with SFT (null: none was)"),
+)
 
 
 class MethodSettings(Strict):
@@ -55,6 +93,10 @@ class Method:
     verl_keys:  its hook into verl's config: (its settings) -> {dotted verl key: value} the method needs set (an
                 agent loop, a sampler); the verl engine sets them and refuses a user override of the same keys.
     uses_reference: the step needs the reference policy's log-probs while the method is selected (a KL penalty).
+    verl_modules: modules verl's processes import while the method is selected (VERL_USE_EXTERNAL_MODULES): its
+                verl adapter in its folder, which registers itself in verl (Prefix-RFT's agent loop).
+    numbers:    the per-step numbers it logs (`numbers(...)`; a mixed-policy method's start with MIX_NUMBERS): its
+                columns of `train_steps`.
     """
 
     role: Role
@@ -62,6 +104,8 @@ class Method:
     settings: type[MethodSettings] | None = None
     verl_keys: Callable[[Any], dict[str, Any]] | None = None
     uses_reference: bool = False
+    verl_modules: tuple[str, ...] = ()
+    numbers: tuple[StepNumber, ...] = ()
     name: str = ""  # set by the registry
 
     def __post_init__(self) -> None:
@@ -69,6 +113,10 @@ class Method:
             raise ValueError(f"Method role {self.role!r}: one of {', '.join(ROLE_NAMES)}")
         if self.role == "part" and not (self.settings and issubclass(self.settings, PartSettings)):
             raise ValueError("a part's settings must be a PartSettings model (it is switched on by `enabled`)")
+        self.numbers = tuple(self.numbers)
+        if not all(isinstance(n, StepNumber) for n in self.numbers):
+            raise ValueError("a card's numbers are StepNumber's (workflow.methods.base.numbers(...))")
+
 
     def __eq__(self, other: object) -> bool:
         """The same method: the same role, algorithm and settings by where they are defined (a module reloaded in a
@@ -80,7 +128,8 @@ class Method:
     def _key(self) -> tuple:
         def where(x: Any) -> Any:
             return f"{x.__module__}:{x.__qualname__}" if isinstance(x, type) else x
-        return self.role, where(self.algorithm), where(self.settings), self.verl_keys is None, self.uses_reference
+        return (self.role, where(self.algorithm), where(self.settings), self.verl_keys is None, self.uses_reference,
+                self.verl_modules, self.numbers)
 
     def load(self) -> Any:
         """The algorithm (imported on first call), checked against the role's base class."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from workflow.methods.base import ROLE_NAMES, Method, Role
+from workflow.methods.base import ROLE_NAMES, Method, Role, StepNumber
 from workflow.registry import Registry
 
 METHODS: Registry[Method] = Registry("method", "methods", base="workflow.methods.base:Method", builtins={
@@ -32,6 +32,21 @@ def in_order() -> list[tuple[str, Method]]:
     """Every card: the built-ins in the order listed above (the order of a run's `method` name, grpo+thinking_reward+
     dynamic_kl, and of the run config's sections), then the others by name."""
     return [(n, METHODS.get(n)) for n in [*METHODS.builtins, *(n for n in METHODS.names() if n not in METHODS.builtins)]]
+
+
+def step_numbers() -> list[tuple[StepNumber, list[str]]]:
+    """Every per-step number the known methods log, once, in card order, with the methods that log it: the
+    method columns of `train_steps` (workflow/results/schemas.py) and what verl's metrics are read for. Two cards
+    may share a number (MIX_NUMBERS) only with the same type: a clash names both."""
+    found: dict[str, tuple[StepNumber, list[str]]] = {}
+    for name, method in in_order():
+        for number in method.numbers:
+            seen = found.setdefault(number.name, (number, []))
+            if seen[0].type != number.type:
+                raise ValueError(f"method {name!r} logs {number.name!r} as {number.type}, but method(s) "
+                                 f"{', '.join(seen[1])} log it as {seen[0].type}")
+            seen[1].append(name)
+    return list(found.values())
 
 
 def names(role: Role) -> list[str]:
@@ -69,11 +84,11 @@ def get_mix(name: str) -> type:
     return card(name, "mix").load()
 
 
-def _register_class(role: Role) -> Callable[[str], Callable[[type], type]]:
-    def register(name: str) -> Callable[[type], type]:
-        """Decorator: the class becomes the method `name` (a card without settings)."""
+def _register_class(role: Role) -> Callable[..., Callable[[type], type]]:
+    def register(name: str, numbers: tuple[StepNumber, ...] = ()) -> Callable[[type], type]:
+        """Decorator: the class becomes the method `name` (a card without settings, logging `numbers`)."""
         def add(cls: type) -> type:
-            METHODS.register(name)(Method(role, algorithm=cls))
+            METHODS.register(name)(Method(role, algorithm=cls, numbers=numbers))
             cls.name = name
             return cls
         return add

@@ -44,7 +44,7 @@ from workflow.layout import (SWEEP_NAME, SWEEP_NAME_RULE, TABLE_FILE_RULE, Table
 from workflow.results.files import PositionalReader, open_regular
 from workflow.results.membership import MEMBERS, damage, member_files, members, recorded_sweeps
 from workflow.results.packs import SOURCE, TableLayout, read_pack, resolve
-from workflow.results.schemas import TABLES
+from workflow.results.schemas import TABLES, schema as table_schema
 
 _ALLOWED = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
 PROTOCOL = "rlsweep-ro"  # how the views name the table files: rlsweep-ro:///abs/path.parquet
@@ -109,7 +109,7 @@ def foreign_columns(table: str, schema: pa.Schema) -> str | None:
     """Why a readable Parquet file is not a file of `table` (None: it is). Every file a stage writes has run_id; a
     column the table also has must have the table's type. Columns the table lacks are ignored (runs' hyperparameters),
     and so are columns missing from the file (an older file: they read as null)."""
-    expected = TABLES[table]
+    expected = table_schema(table)
     if "run_id" not in schema.names:
         return f"not a file of table {table}: no run_id column (columns: {', '.join(schema.names[:8]) or 'none'})"
     clashes = [f"{f.name} is {f.type}, not {expected.field(f.name).type}" for f in schema
@@ -332,8 +332,8 @@ class Catalog:
         self.file_system = ReadOnlyFiles({**readable, **{str(p): None for p in self.member_files}})
         con.register_filesystem(self.file_system)
         self._create_membership(con)
-        for table, schema in TABLES.items():
-            self._create_view(con, table, schema)
+        for table in TABLES:
+            self._create_view(con, table, table_schema(table))
         # this order: disabling the file system first would refuse the next SET; the lock makes all of it final
         con.execute(f"SET allowed_directories = [{sql_str(f'{PROTOCOL}://{self.root}/')}]")
         con.execute("SET enable_external_access = false")

@@ -1,10 +1,13 @@
-"""Arrow schemas of the four tables (docs/results.md). Counters in train_steps are per step; totals
-are a SQL window sum. Columns a rule does not produce (GXPO diagnostics for GRPO, say) are null, never absent, so
-every query works on every sweep."""
+"""Arrow schemas of the tables (docs/results.md). Counters in train_steps are per step; totals are a SQL window
+sum. `train_steps` has its own columns and every known method's per-step numbers, declared on the methods' cards
+(workflow/methods/base.py `StepNumber`): a method, a plug-in's too, adds a column without an edit here. Columns a
+run does not produce (GXPO diagnostics for GRPO, say) are null, never absent, so every query works on every sweep."""
 
 from __future__ import annotations
 
 import pyarrow as pa
+
+from workflow.methods.registry import METHODS, step_numbers
 
 S, F, I, B = pa.string(), pa.float64(), pa.int64(), pa.bool_()
 TS = pa.timestamp("us", tz="UTC")
@@ -37,15 +40,8 @@ TRAIN_STEPS = pa.schema([
     # verl: the largest |p| gap between the rollout engine's and the actor's probabilities of the step's tokens
     # (verl's training/rollout_probs_diff_max): ~1e-4 when vLLM runs the actor's weights (LoRA adapter included)
     ("rollout_probs_diff_max", F),
-    ("gxpo_ratio_p10", F), ("gxpo_ratio_p50", F), ("gxpo_ratio_p90", F), ("gxpo_scale_mean", F),
-    ("gxpo_inactive_frac", F), ("gxpo_cos_g0_gcorr", F), ("gxpo_gcorr_norm", F),
-    # mixed-policy methods (rl.mix): what shows the mechanism at work (docs/methods.md, "Mixed-policy methods")
-    ("off_policy_frac", F), ("sft_frac", F), ("sft_loss", F), ("sft_loss_share", F), ("sft_weight", F),
-    ("sft_prompt_frac", F), ("trace_reward", F), ("rl_weight", F), ("prefix_len", F), ("buffer_size", I),
-    ("interleaved_sft_rows", I), ("interleaved_sft_loss", F),
-    # FAST-GRPO's parts (docs/methods.md, "FAST-GRPO"): thinking reward, dynamic KL, Slow2Fast sampling
-    ("thinking_bonus", F), ("easy_frac", F), ("hard_frac", F), ("kl_coef_mean", F),
-    ("kept_groups", I), ("dropped_groups", I), ("extra_rollouts", I),
+    # then the methods' own numbers (GXPO's ratio quantiles, the mixed-policy columns, FAST-GRPO's parts', a
+    # plug-in's), from the methods' cards: schema("train_steps")
 ])
 
 EVAL_SAMPLES = pa.schema([
@@ -74,7 +70,37 @@ EVAL_GRADES = pa.schema([
     ("gold", S),  # the item's answer it was judged against (math: the gold; multiple choice: the correct letter shown)
 ])
 
-TABLES: dict[str, pa.Schema] = {
+_OWN: dict[str, pa.Schema] = {
     "runs": RUNS, "train_steps": TRAIN_STEPS, "eval_samples": EVAL_SAMPLES, "eval_scores": EVAL_SCORES,
     "eval_grades": EVAL_GRADES,
 }
+TABLES: tuple[str, ...] = tuple(_OWN)
+NUMBER_TYPES = {"float": F, "int": I, "bool": B}
+
+
+def schema(table: str) -> pa.Schema:
+    """The columns of `table`: its own, and for train_steps every known method's numbers after them (in the cards'
+    order). A method number named like one of the table's own columns is refused, naming the methods."""
+    if table not in _OWN:
+        raise ValueError(f"unknown table {table!r}; known: {', '.join(TABLES)}")
+    own = _OWN[table]
+    if table != "train_steps":
+        return own
+    # read per file by the catalog: built again only when a method was registered since
+    key = (tuple(METHODS.names()), tuple(map(id, METHODS.loaded.values())))
+    if _train_steps[0] != key:
+        _train_steps[:] = [key, _with_numbers(own)]
+    return _train_steps[1]
+
+
+_train_steps: list = [None, None]  # [registry key, schema]
+
+
+def _with_numbers(own: pa.Schema) -> pa.Schema:
+    fields = []
+    for number, methods in step_numbers():
+        if number.name in own.names:
+            raise ValueError(f"method(s) {', '.join(methods)} log {number.name!r}, a column train_steps has "
+                             "of its own: name the number otherwise")
+        fields.append(pa.field(number.name, NUMBER_TYPES[number.type]))
+    return pa.schema([*own, *fields])

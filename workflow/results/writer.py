@@ -12,19 +12,19 @@ import pyarrow.parquet as pq
 
 from workflow.atomic import replacing
 from workflow.layout import TABLE_FILE_RULE, parse_table_file, table_dir
-from workflow.results.schemas import TABLES
+from workflow.results.schemas import schema as table_schema
 
 
 def to_arrow(table: str, rows: list[dict[str, Any]], allow_extra: bool = False) -> pa.Table:
     """Rows -> Arrow with the table's schema. Unknown columns are an error (a typo would silently vanish),
     except where the table takes extra columns (`runs`' flattened hyperparameters), which get inferred types."""
-    if table not in TABLES:
-        raise ValueError(f"unknown table {table!r}; known: {', '.join(TABLES)}")
-    schema = TABLES[table]
+    schema = table_schema(table)
     known = set(schema.names)
     extra = sorted({k for r in rows for k in r} - known)
     if extra and not allow_extra:
-        raise ValueError(f"{table}: unknown column(s) {extra}")
+        hint = ("; a method's own per-step number is declared on its card (Method(numbers=...), "
+                "workflow/methods/base.py)" if table == "train_steps" else "")
+        raise ValueError(f"{table}: unknown column(s) {extra}{hint}")
     columns = {name: pa.array([r.get(name) for r in rows], type=schema.field(name).type) for name in schema.names}
     for name in extra:
         columns[name] = pa.array([r.get(name) for r in rows])

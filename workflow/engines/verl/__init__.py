@@ -11,9 +11,9 @@ rollouts) running our update rules. Split by where the code runs:
                 (tiny_model.py), the integrity preflight's probe and its planned batch (probe.py, probe_batch.py)
     inside/     loaded by verl by name in its own processes: the RL process (ppo.py), our trainer and workers
                 (worker.py), rule gates and mixed-policy hooks on verl's driver (gates.py, mix_hooks.py), the workers'
-                losses and steps (mix_loss.py, rule_step.py), metrics rows (metrics.py), Prefix-RFT's agent loop
-                (prefix_agent.py), the Slow2Fast sampler (slow2fast.py), the reward (reward.py), the SFT trainer
-                (sft_trainer.py), the integrity preflight's torchrun child (preflight.py)
+                losses and steps (mix_loss.py, rule_step.py), metrics rows (metrics.py), the reward (reward.py), the
+                SFT trainer (sft_trainer.py), the integrity preflight's torchrun child (preflight.py); a method's own
+                verl half lives in its folder (workflow/methods/prefix_rft/verl.py, slow2fast/verl.py)
     compat/     what verl expects of its environment that ours differs in: vLLM builds (vllm_compat.py), the CPU
                 platform with vLLM's CPU build (cpu.py, engine.verl.device cpu)
     seam.py     every verl symbol the modules above rely on (imports, subclasses, overridden private methods, swaps,

@@ -2,8 +2,9 @@
 
     driver/   the stage job: translates the run config into verl's, starts verl's trainers (torchrun, Ray), plans
               the integrity preflight's probe, reads verl's checkpoints back;
-    inside/   what verl runs in its own processes: our worker and trainer, the reward, the agent loop and sampler of
-              the methods that hook into verl, the preflight's torchrun child;
+    inside/   what verl runs in its own processes: our worker and trainer, the reward, the mixed-policy driver, the
+              preflight's torchrun child (and, beside it, a method's own verl adapter in its folder:
+              workflow/methods/prefix_rft/verl.py's agent loop, workflow/methods/slow2fast/verl.py's sampler);
     compat/   the patches verl and vLLM need here (the CPU platform, vLLM's CPU build);
     and the eval backends (workflow/eval/backends.py), which run vLLM.
 
@@ -40,9 +41,7 @@ WORKER_MODULE = "workflow.engines.verl.inside.worker"
 SFT_TRAINER_MODULE = "workflow.engines.verl.inside.sft_trainer"
 PPO_MODULE = "workflow.engines.verl.inside.ppo"  # the RL stage's verl process
 PREFLIGHT_MODULE = "workflow.engines.verl.inside.preflight"  # the integrity preflight's torchrun child
-# Prefix-RFT's agent loop (rl.mix prefix_rft: the rollout continues a demonstration prefix inside generation),
-# registered in verl's agent-loop registry when its module is imported (in the agent-loop workers)
-AGENT_MODULE = "workflow.engines.verl.inside.prefix_agent"
+# (a method's own modules, e.g. Prefix-RFT's agent loop, are on its card: Method.verl_modules)
 CPU_MODULE = "workflow.engines.verl.compat.cpu"  # engine.verl.device cpu: verl's CPU platform and the vLLM CPU shims
 VLLM_COMPAT_MODULE = "workflow.engines.verl.compat.vllm_compat"  # what verl 0.9.1 expects of vLLM that ours lacks
 
@@ -52,6 +51,19 @@ VLLM_CPU_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1"}
 # ------------------------------------------------------------------ the reward's data sources (driver/data.py tags)
 DATA_SOURCE = "rlsweep/arithmetic"  # the arithmetic task: its exact-match reward
 MATH_SOURCE = "rlsweep/math"  # a datasets task: the eval scorer (math-verify)
+
+# ------------------------------------------------------------------ Slow2Fast's sampler -> the mixed-policy driver
+# what the sampler (workflow/methods/slow2fast/verl.py) evicted and refilled in a step, in verl's step metrics
+# (summed over its polls by verl), read by the driver (inside/mix_hooks.py, DriverMix.keep_groups)
+EVICTED_GROUPS = "rlsweep/slow2fast/evicted_groups"
+EVICTED_TOKENS = "rlsweep/slow2fast/evicted_tokens"  # prompt + response tokens generated for the evicted groups
+
+
+def phase_progress(global_steps: int, total_steps: int) -> float:
+    """The share of training done at verl's (1-based) global step: the local engine's step / total at its 0-based
+    step, so both engines (and, on verl, the sampler and the driver) switch phase at the same step."""
+    return (global_steps - 1) / total_steps
+
 
 # ------------------------------------------------------------------ a mixed-policy batch (inside/mix_loss.py)
 MIX_KEY = "rlsweep_mix"  # the batch's non-tensor entry: {"lam": f's constant}; present iff the batch is planned

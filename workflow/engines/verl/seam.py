@@ -120,7 +120,8 @@ def moved(seam: tuple[Use, ...] | None = None) -> list[str]:
 
 _D, _I, _C = "workflow/engines/verl/driver/", "workflow/engines/verl/inside/", "workflow/engines/verl/compat/"
 WORKER, MIX_LOSS, MIX_HOOKS, CPU = _I + "worker.py", _I + "mix_loss.py", _I + "mix_hooks.py", _C + "cpu.py"
-EXPORT, SLOW2FAST, PREFIX, PPO = _D + "export.py", _I + "slow2fast.py", _I + "prefix_agent.py", _I + "ppo.py"
+EXPORT, PPO = _D + "export.py", _I + "ppo.py"
+SLOW2FAST, PREFIX = "workflow/methods/slow2fast/verl.py", "workflow/methods/prefix_rft/verl.py"
 COMPOSE, PREFLIGHT, SFT = _D + "compose.py", _I + "preflight.py", _I + "sft_trainer.py"
 
 

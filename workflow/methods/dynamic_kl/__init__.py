@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import Field, NonNegativeFloat, model_validator
 
-from workflow.methods.base import Method, PartSettings
+from workflow.methods.base import Method, PartSettings, numbers
 from workflow.strict import ConfigProblem
 
 
@@ -30,4 +30,5 @@ class DynamicKLConfig(PartSettings):
 
 
 METHOD = Method("part", algorithm="workflow.methods.dynamic_kl.algorithm:DynamicKL", settings=DynamicKLConfig,
-                uses_reference=True)  # the KL penalty is against the reference policy
+                uses_reference=True,  # the KL penalty is against the reference policy
+                numbers=numbers(("kl_coef_mean", "float", "mean of the groups' KL coefficients")))

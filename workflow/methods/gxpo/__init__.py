@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, PositiveFloat, model_validator
 
-from workflow.methods.base import Method, MethodSettings
+from workflow.methods.base import Method, MethodSettings, numbers
 from workflow.strict import ConfigProblem
 
 
@@ -43,4 +43,11 @@ class GXPOConfig(MethodSettings):
         return self
 
 
-METHOD = Method("update", algorithm="workflow.methods.gxpo.algorithm:GXPO", settings=GXPOConfig)
+METHOD = Method("update", algorithm="workflow.methods.gxpo.algorithm:GXPO", settings=GXPOConfig, numbers=numbers(
+    ("gxpo_ratio_p10", "float", "10th percentile of the estimated per-coordinate geometric ratio r"),
+    ("gxpo_ratio_p50", "float", "median of the estimated ratio r"),
+    ("gxpo_ratio_p90", "float", "90th percentile of the estimated ratio r"),
+    ("gxpo_scale_mean", "float", "mean extrapolation factor s over the coordinates"),
+    ("gxpo_inactive_frac", "float", "share of coordinates left unextrapolated (s = 1: gradient below eps)"),
+    ("gxpo_cos_g0_gcorr", "float", "cosine between the first probe's and the corrective step's gradients"),
+    ("gxpo_gcorr_norm", "float", "corrective gradient's norm (the gate's signal)")))

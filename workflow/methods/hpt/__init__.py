@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, PositiveFloat
 
-from workflow.methods.base import Method, MethodSettings
+from workflow.methods.base import MIX_NUMBERS, Method, MethodSettings, numbers
 
 
 class HPTConfig(MethodSettings):
@@ -17,4 +17,6 @@ class HPTConfig(MethodSettings):
     sft_coef: PositiveFloat = Field(1.0, description="Weight of the SFT loss.")
 
 
-METHOD = Method("mix", algorithm="workflow.methods.hpt.algorithm:HPT", settings=HPTConfig)
+METHOD = Method("mix", algorithm="workflow.methods.hpt.algorithm:HPT", settings=HPTConfig,
+                numbers=MIX_NUMBERS + numbers(
+                    ("sft_prompt_frac", "float", "share of the step's prompts switched to SFT")))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, PositiveFloat, PositiveInt
 
-from workflow.methods.base import Method, MethodSettings
+from workflow.methods.base import MIX_NUMBERS, Method, MethodSettings, numbers
 from workflow.strict import ConfigProblem
 
 
@@ -23,4 +23,6 @@ class LUFFYConfig(MethodSettings):
                                 "least one plain on-policy rollout")
 
 
-METHOD = Method("mix", algorithm="workflow.methods.luffy.algorithm:LUFFY", settings=LUFFYConfig)
+METHOD = Method("mix", algorithm="workflow.methods.luffy.algorithm:LUFFY", settings=LUFFYConfig,
+                numbers=MIX_NUMBERS + numbers(
+                    ("trace_reward", "float", "mean reward of the expert traces (a wrong trace shows here)")))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, PositiveFloat, PositiveInt
 
-from workflow.methods.base import Method, MethodSettings
+from workflow.methods.base import MIX_NUMBERS, Method, MethodSettings, numbers
 
 
 class ReLIFTConfig(MethodSettings):
@@ -20,4 +20,8 @@ class ReLIFTConfig(MethodSettings):
     lr_scale: PositiveFloat = Field(1.0, description="The SFT step's learning rate: rl.lr x lr_scale.")
 
 
-METHOD = Method("mix", algorithm="workflow.methods.relift.algorithm:ReLIFT", settings=ReLIFTConfig)
+METHOD = Method("mix", algorithm="workflow.methods.relift.algorithm:ReLIFT", settings=ReLIFTConfig,
+                numbers=MIX_NUMBERS + numbers(
+    ("buffer_size", "int", "hard prompts' demonstrations waiting in the buffer after the step"),
+    ("interleaved_sft_rows", "int", "demonstrations the step's interleaved SFT update trained on (null: none)"),
+    ("interleaved_sft_loss", "float", "loss of the interleaved SFT update (null: none)")))

@@ -8,12 +8,12 @@ from typing import Literal
 
 from pydantic import Field, PositiveInt, field_validator
 
-from workflow.methods.base import Method, PartSettings
+from workflow.methods.base import Method, PartSettings, numbers
 from workflow.strict import ConfigProblem
 
 AccuracyBounds = tuple[float, float]
-# verl's sampler class that drops and refills groups inside verl's sampling (workflow/engines/verl/inside/slow2fast.py)
-VERL_SAMPLER = ("pkg://workflow.engines.verl.inside.slow2fast", "Slow2FastSampler")
+# verl's sampler class that drops and refills groups inside verl's sampling (verl.py here)
+VERL_SAMPLER = ("pkg://workflow.methods.slow2fast.verl", "Slow2FastSampler")
 
 
 class Slow2FastConfig(PartSettings):
@@ -50,4 +50,7 @@ def _verl_keys(cfg: Slow2FastConfig) -> dict:
 
 
 METHOD = Method("part", algorithm="workflow.methods.slow2fast.algorithm:Slow2Fast", settings=Slow2FastConfig,
-                verl_keys=_verl_keys)
+                verl_keys=_verl_keys, numbers=numbers(
+                    ("kept_groups", "int", "groups the step trained on"),
+                    ("dropped_groups", "int", "groups left out (accuracy outside the phase's band)"),
+                    ("extra_rollouts", "int", "rollouts sampled in refill rounds")))

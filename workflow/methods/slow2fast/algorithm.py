@@ -1,6 +1,6 @@
 """Slow2Fast sampling's rule (workflow/algos/fast_grpo.py): which of a step's groups to keep, by the group's accuracy
 and the phase of training. The engines drop and refill groups around it (workflow/engines/rl_batch.py;
-verl: workflow/engines/verl/inside/slow2fast.py)."""
+verl: verl.py here)."""
 
 from __future__ import annotations
 

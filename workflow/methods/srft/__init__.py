@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, PositiveFloat
 
-from workflow.methods.base import Method, MethodSettings
+from workflow.methods.base import MIX_NUMBERS, Method, MethodSettings, numbers
 
 
 class SRFTConfig(MethodSettings):
@@ -20,4 +20,6 @@ class SRFTConfig(MethodSettings):
         "Policy shaping of the demonstration as an off-policy trace in its group: f(pi) = pi / (pi + lam)."))
 
 
-METHOD = Method("mix", algorithm="workflow.methods.srft.algorithm:SRFT", settings=SRFTConfig)
+METHOD = Method("mix", algorithm="workflow.methods.srft.algorithm:SRFT", settings=SRFTConfig,
+                numbers=MIX_NUMBERS + numbers(
+                    ("rl_weight", "float", "mean RL weight of the correct rollouts (null: no correct rollout)")))

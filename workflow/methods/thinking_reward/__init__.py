@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from workflow.methods.base import Method, PartSettings
+from workflow.methods.base import Method, PartSettings, numbers
 from workflow.strict import ConfigProblem
 
 
@@ -45,4 +45,7 @@ class ThinkingRewardConfig(PartSettings):
 
 
 METHOD = Method("part", algorithm="workflow.methods.thinking_reward.algorithm:ThinkingReward",
-                settings=ThinkingRewardConfig)
+                settings=ThinkingRewardConfig, numbers=numbers(
+                    ("thinking_bonus", "float", "mean thinking bonus added to the responses' rewards"),
+                    ("easy_frac", "float", "share of the step's prompts judged easy"),
+                    ("hard_frac", "float", "share of the step's prompts judged hard")))

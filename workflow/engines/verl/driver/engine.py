@@ -252,7 +252,8 @@ class VerlEngine:
             else:
                 config_path = out_dir / "verl_ppo.yaml"
                 OmegaConf.save(config, config_path)
-                run_supervised([sys.executable, "-m", PPO_MODULE, str(config_path)], child_env(v, external_modules(v)),
+                run_supervised([sys.executable, "-m", PPO_MODULE, str(config_path)],
+                               child_env(v, external_modules(v, stage.rl)),
                                what="verl's PPO trainer", timeout_s=_timeout_s(v),
                                depends_on={f"the Ray worker on node {node}": p for node, p in list(ray.items())[1:]},
                                **verl_output(out_dir / "verl_ppo.log", f"rl {log.run_id}", stage.rl.steps,

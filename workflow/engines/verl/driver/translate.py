@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from workflow.config import RLConfig
-from workflow.engines.verl.contract import (AGENT_MODULE, CPU_MODULE, REWARD_FN, RL_SECTION, VLLM_COMPAT_MODULE,
+from workflow.engines.verl.contract import (CPU_MODULE, REWARD_FN, RL_SECTION, VLLM_COMPAT_MODULE,
                                             VLLM_CPU_ENV, WORKER_MODULE)
 from workflow.methods.registry import get_update_rule, verl_hooks
 
@@ -26,10 +26,11 @@ LOSS_AGG = {"token-mean": ("token-mean", False), "seq-mean-token-mean": ("seq-me
 PLACEHOLDER = "<set by the job>"
 
 
-def external_modules(v) -> str:
+def external_modules(v, rl=None) -> str:
     """VERL_USE_EXTERNAL_MODULES for a run's verl processes (the CPU platform first: it must be set up before
-    anything asks verl for a device)."""
-    return ",".join(([CPU_MODULE] if v.device == "cpu" else []) + [VLLM_COMPAT_MODULE, WORKER_MODULE, AGENT_MODULE])
+    anything asks verl for a device), then the modules of the methods the run selected (their cards' verl_modules)."""
+    methods = [m for card in (rl.selected if rl is not None else []) for m in card.verl_modules]
+    return ",".join(([CPU_MODULE] if v.device == "cpu" else []) + [VLLM_COMPAT_MODULE, WORKER_MODULE, *methods])
 
 
 # inherited variables a CPU run's verl processes must not see. MKL_NUM_THREADS: vLLM's CPU worker pins itself to
@@ -173,7 +174,7 @@ def translate(cfg, *, model_path: str = PLACEHOLDER, train_files: str = PLACEHOL
     out[f"{actor}.shuffle"] = False  # the data-prep rule wrote each step's problems in order
     out["data.shuffle"] = False
     # every Ray process (on every node) imports our worker and trainer through verl's external-modules hook
-    out["ray_kwargs.ray_init.runtime_env.env_vars"] = {"VERL_USE_EXTERNAL_MODULES": external_modules(v),
+    out["ray_kwargs.ray_init.runtime_env.env_vars"] = {"VERL_USE_EXTERNAL_MODULES": external_modules(v, rl),
                                                        **process_env(v)}
     # our update rules inside verl: the registered trainer decides the gates and hands the workers their spec
     out["trainer.v1.trainer_mode"] = "rlsweep"

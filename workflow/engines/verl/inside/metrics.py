@@ -14,6 +14,8 @@ from typing import Any
 
 from workflow.algos.flops import rl_step_flops, sft_flops
 from workflow.algos.mix import sft_loss_share
+from workflow.methods.base import StepNumber
+from workflow.methods.registry import step_numbers
 
 # our column <- verl metric
 _FROM_VERL = {
@@ -30,19 +32,25 @@ _FROM_VERL = {
     "tokens": "perf/total_num_tokens",
     "rollout_probs_diff_max": "training/rollout_probs_diff_max",
 }
-_FROM_RULE = ("loss", "grad_norm", "backward_passes", "optimizer_steps", "alpha", "gxpo_ratio_p10", "gxpo_ratio_p50",
-              "gxpo_ratio_p90", "gxpo_scale_mean", "gxpo_inactive_frac", "gxpo_cos_g0_gcorr", "gxpo_gcorr_norm")
-_INTS = {"backward_passes", "optimizer_steps", "tokens", "rollouts", "buffer_size", "interleaved_sft_rows",
-         "kept_groups", "dropped_groups", "extra_rollouts"}
-# a mixed-policy method's columns (docs/methods.md, "Mixed-policy methods") <- the driver's "rlsweep/mix/<col>"
-# (mix_hooks.py)
-MIX_COLUMNS = ("off_policy_frac", "sft_frac", "sft_weight", "sft_prompt_frac", "trace_reward", "rl_weight",
-               "prefix_len", "buffer_size", "interleaved_sft_rows", "interleaved_sft_loss",
-               # FAST-GRPO's (workflow/algos/fast_grpo.py), from the same driver
-               "thinking_bonus", "easy_frac", "hard_frac", "kl_coef_mean", "kept_groups", "dropped_groups",
-               "extra_rollouts")
+# our StepStats' own fields <- the workers' "actor/rlsweep/<field>" (the rule's step, worker.py)
+_FROM_RULE = ("loss", "grad_norm", "backward_passes", "optimizer_steps", "alpha")
+_INTS = {"backward_passes", "optimizer_steps", "tokens", "rollouts"}
 # the policy's own sequences only (an expert trace is not a rollout), as on the local engine
 _MIX_OVERRIDES = ("reward", "response_len", "rollouts")
+# the sft term's share is computed here from the workers' two terms (the local engine's step.mix_metrics)
+_COMPUTED = ("sft_loss_share",)
+
+
+def method_number(metrics: dict[str, Any], number: StepNumber) -> float | int | bool | None:
+    """A method's own number (its card's `numbers`) in verl's step metrics: a rule's StepStats diagnostics come from
+    the workers ("actor/rlsweep/<name>"), a mixed-policy method's or a part's columns from the driver
+    ("rlsweep/mix/<name>", mix_hooks.py); cast to the number's type."""
+    value = scalar(metrics.get(f"actor/rlsweep/{number.name}"))
+    if value is None:
+        value = scalar(metrics.get(f"rlsweep/mix/{number.name}"))
+    if value is None or number.type == "float":
+        return value
+    return bool(value) if number.type == "bool" else int(round(value))
 
 
 def scalar(value: Any) -> float | None:
@@ -68,18 +76,19 @@ def param_count(model_path: str) -> int:
 
 
 def _mix_columns(row: dict[str, Any], metrics: dict[str, Any]) -> int | None:
-    """rl.mix's (and FAST-GRPO's) columns: the driver's plan metrics, the workers' SFT term (sft_loss, and its share
-    of the loss |sft| / (|rl| + |sft|)), and `tokens` as the local engine counts them: verl's count without its
-    padding rows, plus what was generated and then left out of verl's batch (rollouts a trace replaced, groups
-    Slow2Fast dropped). Returns the tokens trained on (None when the driver did not run)."""
+    """What the mixed-policy driver (rl.mix, FAST-GRPO's parts) changes in verl's own columns: the policy's own
+    sequences' reward, length and count, the SFT term's share of the loss |sft| / (|rl| + |sft|), and `tokens` as
+    the local engine counts them: verl's count without its padding rows, plus what was generated and then left out
+    of verl's batch (rollouts a trace replaced, groups Slow2Fast dropped). Returns the tokens trained on (None when
+    the driver did not run)."""
     if not any(k.startswith("rlsweep/mix/") for k in metrics):
         return None
-    for col in MIX_COLUMNS + _MIX_OVERRIDES:
+    for col in _MIX_OVERRIDES:
         value = scalar(metrics.get(f"rlsweep/mix/{col}"))
-        if value is not None or col in MIX_COLUMNS:
+        if value is not None:
             row[col] = value
     sft, rl = scalar(metrics.get("actor/rlsweep/sft_loss")), scalar(metrics.get("actor/rlsweep/rl_loss"))
-    row["sft_loss"], row["sft_loss_share"] = sft, sft_loss_share(rl or 0.0, sft) if sft is not None else None
+    row["sft_loss_share"] = sft_loss_share(rl or 0.0, sft) if sft is not None else None
     if row.get("tokens") is None:
         return None
     count = {k: scalar(metrics.get(f"rlsweep/mix/{k}_tokens")) or 0.0
@@ -103,6 +112,9 @@ def train_steps_row(metrics: dict[str, Any], step: int, rollouts: int, n_params:
         row[col] = value
     if row["backward_passes"] is None:  # verl's own step (no rule spec): one pass, one optimizer step
         row["backward_passes"] = row["optimizer_steps"] = 1
+    for number, _ in step_numbers():
+        if number.name not in _COMPUTED:
+            row[number.name] = method_number(metrics, number)
     trained = _mix_columns(row, metrics)
     row["z"] = scalar(metrics.get("rlsweep/gate_z"))
     tripped = metrics.get("rlsweep/gate_tripped")

@@ -3,7 +3,7 @@ own step, reading and rewriting the step's rows in verl's TransferQueue (mix_bat
 workers' loss is mix_loss.py). verl's PPOTrainer._step_once order, and where each hook sits:
 
     replay_buffer.sample (rollouts generated AND scored by verl's agent loop; Prefix-RFT's prefixed rollouts by
-                          our agent loop, prefix_agent.py)
+                          our agent loop, workflow/methods/prefix_rft/verl.py)
     _balance_batch        <- keep_groups: FAST-GRPO's Slow2Fast, the groups outside the phase's accuracy band
                              leave the batch (those verl's sampling did not already drop and refill: slow2fast.py);
                              place_traces: expert-trace slots replace their session's rollout (scored here);
@@ -43,8 +43,8 @@ from workflow.methods.registry import build_mix, build_parts
 from workflow.algos.mix_batch import (StepRows, by_group, demo_positions, demonstration_row, group_positions,
                                              loss_plan, padded, prefix_len, prompt_slots, prompt_uid, rollout_metrics,
                                              sequence_fields, sft_weights, token_fields, trace_response, user_text)
-from workflow.engines.verl.contract import FIELDS, KL_COEF, LR_SCALE, MIX_KEY, SHAPED, W_KL, W_RL, W_SFT
-from workflow.engines.verl.inside.slow2fast import EVICTED_GROUPS, EVICTED_TOKENS, phase_progress
+from workflow.engines.verl.contract import (EVICTED_GROUPS, EVICTED_TOKENS, FIELDS, KL_COEF, LR_SCALE, MIX_KEY, SHAPED,
+                                            W_KL, W_RL, W_SFT, phase_progress)
 from workflow.methods.prefix_rft import VERL_AGENT_LOOP
 
 METRIC = "rlsweep/mix/"  # the driver's mix columns in verl's step metrics (metrics.py reads them)
@@ -203,9 +203,10 @@ class DriverMix:
         self._put(batch, list(batch.keys), [{"rm_scores": s} for s in scores])
 
     def _check_prefixes(self, groups, responses) -> None:
-        """Prefixed rollouts (Prefix-RFT): the agent loop (prefix_agent.py) put the demonstration's first tokens in
-        front of the continuation; their number becomes the row's off-policy length. A response that does not start
-        with them means the agent loop did not run (a raw override of rollout.agent.default_agent_loop?)."""
+        """Prefixed rollouts (Prefix-RFT): the agent loop (workflow/methods/prefix_rft/verl.py) put the
+        demonstration's first tokens in front of the continuation; their number becomes the row's off-policy length.
+        A response that does not start with them means the agent loop did not run (a raw override of
+        rollout.agent.default_agent_loop?)."""
         for p, g in enumerate(groups):
             for pos in g:
                 slot = self.slots[pos]

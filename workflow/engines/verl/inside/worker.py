@@ -72,7 +72,7 @@ class RuleTrainingWorker(TrainingWorker):
             if engine.is_mp_src_rank_with_outputs():
                 outputs["metrics"]["grad_norm"] = stats.grad_norm
                 for k, v in stats.as_row().items():  # the same on every rank; verl averages Metrics over ranks
-                    if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    if isinstance(v, (int, float)):  # (a bool too: a rule's own number may be one)
                         outputs["metrics"][METRIC_PREFIX + k] = Metric(AggregationType.MEAN, float(v))
             return outputs
 

@@ -13,7 +13,8 @@ Two places, in the order verl's step reaches them:
                              no weight); a step left without a group takes no update
 
 The local engine refills in whole rounds of prompts_per_step prompts; verl refills one prompt per dropped group.
-The sampler reports what it dropped through the step's metrics (EVICTED_* below), which the driver reads.
+The sampler reports what it dropped through the step's metrics (contract.EVICTED_*), which the driver reads. This is
+Slow2Fast's verl half, beside its card; it meets the engine only through workflow/engines/verl/contract.py.
 """
 
 from __future__ import annotations
@@ -26,23 +27,13 @@ from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync
 
 from workflow.algos import part
 from workflow.algos.mix_batch import prompt_uid
-from workflow.engines.verl.contract import run_rl
+from workflow.engines.verl.contract import EVICTED_GROUPS, EVICTED_TOKENS, phase_progress, run_rl
 from workflow.methods.registry import build_parts
-
-# the sampler's step metrics (summed over its polls by verl), read by DriverMix.keep_groups
-EVICTED_GROUPS = "rlsweep/slow2fast/evicted_groups"
-EVICTED_TOKENS = "rlsweep/slow2fast/evicted_tokens"  # prompt + response tokens generated for the evicted groups
-
-
-def phase_progress(global_steps: int, total_steps: int) -> float:
-    """The share of training done at verl's (1-based) global step: the local engine's step / total at its 0-based
-    step, so both engines switch phase at the same step."""
-    return (global_steps - 1) / total_steps
 
 
 class Slow2FastSampler(ReplayBufferAsync):
     """verl's replay buffer (trainer_mode rlsweep is not "sync", so ReplayBufferAsync) with Slow2Fast as its group
-    filter. verl builds it from `trainer.v1.sampler.custom_sampler` (translate.py sets it) and passes the run's
+    filter. verl builds it from `trainer.v1.sampler.custom_sampler` (the card's verl_keys set it) and passes the run's
     `trainer.v1.rlsweep` section as `trainer_config` (contract.run_rl reads the run's RL config from it).
     ReplayBufferAsync.sample polls TransferQueue; on each poll it asks _dapo_filtered_keys which finished groups to
     evict, clears them and calls refill_fn with their number."""

@@ -1,13 +1,15 @@
 """Prefix-RFT's rollouts inside verl 0.9's generation: an agent loop, registered in verl's agent-loop registry as
-workflow.methods.prefix_rft.VERL_AGENT_LOOP (the run's rollout.agent.default_agent_loop), that is verl's own single-turn loop with
-one change. For a session the method's slot prefixes (mix_batch.prompt_slots: the same draw as the driver's), the
+workflow.methods.prefix_rft.VERL_AGENT_LOOP (the run's rollout.agent.default_agent_loop), that is verl's own
+single-turn loop with one change. For a session the method's slot prefixes (mix_batch.prompt_slots: the same draw as the driver's), the
 LLM server is asked to continue prompt + the demonstration's first k tokens, and the k tokens are put in front of
 what it generated: the response is prefix + continuation, at most rollout.response_length tokens, scored as a whole
 by verl's reward loop, every token in the response mask (the driver marks the first k off-policy, mix_hooks.py).
 Every other session, and every row without a demonstration, is verl's single-turn loop unchanged.
 
-This module is imported in each Ray process of a verl run (contract.AGENT_MODULE in VERL_USE_EXTERNAL_MODULES),
-which is what registers the loop where verl's agent-loop workers look it up.
+This is Prefix-RFT's verl half, beside its card (which names this module in `verl_modules`): a run that selects
+prefix_rft has it imported in each Ray process of its verl run (VERL_USE_EXTERNAL_MODULES), which is what registers
+the loop where verl's agent-loop workers look it up. It meets the engine only through
+workflow/engines/verl/contract.py.
 """
 
 from __future__ import annotations
