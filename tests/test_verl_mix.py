@@ -5,6 +5,8 @@ without expert tokens it is verl's own ppo_loss), the train_steps columns, and t
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
@@ -500,23 +502,25 @@ def test_the_relift_buffer_is_saved_with_verls_checkpoint_and_restored_on_resume
     def verl_save(trainer):
         (tmp_path / f"global_step_{trainer.global_steps}").mkdir()
 
-    def verl_resume(trainer):
+    def verl_init_end(trainer):  # verl's set-up resumed at step 3 (its _load_checkpoint) before this hook
         trainer.global_steps = 3
     monkeypatch.setattr(PPOTrainerSync, "_save_checkpoint", verl_save)
-    monkeypatch.setattr(PPOTrainerSync, "_load_checkpoint", verl_resume)
+    monkeypatch.setattr(PPOTrainerSync, "on_init_end", verl_init_end)
 
     def trainer():
         t = RlsweepTrainer.__new__(RlsweepTrainer)  # no Ray: only the checkpoint hooks
         t.config = OmegaConf.create({"trainer": {"default_local_dir": str(tmp_path), "v1": {"rlsweep": {}}}})
         t._rlsweep_mix = DriverMix(RLConfig(mix="relift", relift={"buffer_size": 4}), seed=0, tokenizer=None)
+        t.replay_buffer = SimpleNamespace(poll_interval=2.0)  # verl's default
         return t
     before = trainer()
     before.global_steps = 3
     before._rlsweep_mix.mix.after_step([[[1, 2], [3]], [[4], [5, 6]]], np.asarray([[0.0, 0.0], [1.0, 0.0]]))
     before._save_checkpoint()
     after = trainer()
-    after._load_checkpoint()
+    after.on_init_end()
     assert after._rlsweep_mix.mix.state_dict() == {"buffer": [[[1, 2], [3]]], "steps": 1}
+    assert after.replay_buffer.poll_interval == RlsweepTrainer.REPLAY_POLL_S
 
 
 # ------------------------------------------------------------------------------ FAST-GRPO's driver hooks on verl

@@ -102,6 +102,8 @@ def test_seam_is_well_formed():
         assert use.target.split(".")[0].split(":")[0] == "verl", use
         for f in use.files:
             assert (REPO / f).is_file(), f"{use.target}: where names {f}, which does not exist"
+    unargued = [u.target for u in SEAM if u.private and u.kind in ("override", "swap", "patch") and not u.why]
+    assert not unargued, f"a private name of verl overridden, swapped or patched without a why: {unargued}"
     subclassed = {u.target for u in SEAM if u.kind == "subclass"}
     for use in SEAM:
         if use.kind == "override":

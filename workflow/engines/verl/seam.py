@@ -4,9 +4,10 @@ rlsweep's verl engine (workflow/engines/verl/) reaches into verl in five ways, e
 
     import    a name we import from verl (`from verl.x import Y`, `import verl.x`, also inside functions)
     subclass  a verl class we derive from (our trainer, workers, replay buffer, agent loop, platform, SFT trainer)
-    override  a method (or class attribute) of a verl base class our subclass redefines; many are verl's private
+    override  a method (or class attribute) of a verl base class our subclass redefines; some are verl's private
               methods (`_balance_batch`, `_update_actor`, `_save_checkpoint`, ...), which verl may rename or
-              re-sign in any release without notice
+              re-sign in any release without notice: each carries its `why` (what no public hook of verl 0.9.1
+              does for us); where a public hook serves (`on_init_end`) it is used instead
     swap      a method we replace on a verl *instance* at run time (`engine.train_batch = ...`); the target is the
               class that defines it
     patch     a verl module attribute or class attribute we replace at import (cpu.py: verl's process-group set-up,
@@ -46,6 +47,15 @@ class Use:
     kind: str  # one of KINDS
     where: str  # our module(s) relying on it, ", "-separated paths from the repository root
     signature: str | None  # str(inspect.signature(...)) as of VERL_VERSION (see signature_of); None: none to check
+    # for a private name (an override, swap or patch of verl's `_x`): what it does for us and why no public hook of
+    # VERL_VERSION serves (tests/test_verl_seam.py requires it, so a new one is argued for, and an upgrade that adds
+    # a public hook shows which to retire)
+    why: str = ""
+
+    @property
+    def private(self) -> bool:
+        name = self.target.replace(":", ".").rsplit(".", 1)[-1]
+        return name.startswith("_") and not name.startswith("__")
 
     @property
     def files(self) -> tuple[str, ...]:
@@ -228,20 +238,36 @@ SEAM: tuple[Use, ...] = (
     Use('verl.workers.engine_workers:TrainingWorker.reset', 'override', WORKER, '(self)'),
     Use('verl.workers.engine_workers:ActorRolloutRefWorker.actor_worker_cls', 'override', WORKER,
         '(self, config: verl.workers.config.engine.TrainingWorkerConfig)'),
-    Use('verl.trainer.ppo.v1.trainer_sync:PPOTrainerSync._build_replay_buffer', 'override', WORKER,
-        '(self) -> verl.trainer.ppo.v1.replay_buffer.ReplayBuffer'),
-    Use('verl.trainer.ppo.v1.trainer_sync:PPOTrainerSync._init_resource_pool_mgr', 'override', WORKER, '(self)'),
+    # the trainer's public hook after set-up (and resume): the method's saved state, the replay buffer's poll (these
+    # were the private _load_checkpoint and _build_replay_buffer)
+    Use('verl.trainer.ppo.v1.trainer_sync:PPOTrainerSync.on_init_end', 'override', WORKER, '(self)'),
+    Use('verl.trainer.ppo.v1.trainer_sync:PPOTrainerSync._init_resource_pool_mgr', 'override', WORKER, '(self)',
+        why="puts our RuleActorRolloutRefWorker (the update rules' and mixed losses' steps) in place of verl's actor "
+            "worker: verl builds its role -> worker-class map here, from hard-coded classes, with no config key"),
     Use('verl.trainer.ppo.v1.trainer_sync:PPOTrainerSync._balance_batch', 'override', WORKER,
         "(self, batch: transfer_queue.metadata.KVBatchMeta, metrics, logging_prefix='global_seqlen', "
-        'keep_minibatch=False)'),
+        'keep_minibatch=False)',
+        why="the first point of a step that holds the sampled, scored batch: Slow2Fast drops groups, the "
+            "method's expert traces replace rollouts and FAST-GRPO shapes scores before old log-probs and "
+            "advantages see them; the public on_sample_end gets no batch"),
     Use('verl.trainer.ppo.v1.trainer_sync:PPOTrainerSync._compute_advantage', 'override', WORKER,
-        '(self, batch: transfer_queue.metadata.KVBatchMeta, metrics: dict) -> transfer_queue.metadata.KVBatchMeta'),
+        '(self, batch: transfer_queue.metadata.KVBatchMeta, metrics: dict) -> transfer_queue.metadata.KVBatchMeta',
+        why="the mixed-policy method's loss plan needs verl's group advantages of the mixed groups (and may "
+            "replace them, SRFT); verl's advantage registry (register_adv_est) gets tensors of one batch, not the "
+            "driver's method and its state"),
     Use('verl.trainer.ppo.v1.trainer_sync:PPOTrainerSync._update_actor', 'override', WORKER,
-        '(self, batch: transfer_queue.metadata.KVBatchMeta, metrics: dict) -> transfer_queue.metadata.KVBatchMeta'),
-    Use('verl.trainer.ppo.v1.trainer_sync:PPOTrainerSync._save_checkpoint', 'override', WORKER, '(self)'),
-    Use('verl.trainer.ppo.v1.trainer_sync:PPOTrainerSync._load_checkpoint', 'override', WORKER, '(self)'),
+        '(self, batch: transfer_queue.metadata.KVBatchMeta, metrics: dict) -> transfer_queue.metadata.KVBatchMeta',
+        why="the driver's gate decides once per step whether the rule's extra passes run and hands every rank "
+            "that decision with the batch; ReLIFT's SFT update follows the RL one; a step Slow2Fast emptied "
+            "takes none. No public hook sits around the actor update"),
+    Use('verl.trainer.ppo.v1.trainer_sync:PPOTrainerSync._save_checkpoint', 'override', WORKER, '(self)',
+        why="verl saves a step before it computes the step's metrics, and our train_steps rows must be on disk "
+            "before the checkpoint (else a resume skips rows never written): the save is deferred to after the "
+            "flush. The public CheckpointCallback.on_save runs after the save, too late to reorder it"),
     Use('verl.trainer.ppo.v1.trainer_sync:PPOTrainerSync._compute_metrics', 'override', WORKER,
-        '(self, batch: transfer_queue.metadata.KVBatchMeta, metrics, timing_raw, global_steps, epoch)'),
+        '(self, batch: transfer_queue.metadata.KVBatchMeta, metrics, timing_raw, global_steps, epoch)',
+        why="the step's train_steps row needs verl's computed metrics (scores, timings, token counts), which "
+            "exist only here, after on_step_end; verl's Tracking loggers are a fixed set of backends"),
     Use('verl.trainer.sft_trainer:SFTTrainer.__init__', 'override', SFT, '(self, config)'),
     Use('verl.trainer.ppo.v1.replay_buffer:ReplayBufferAsync.__init__', 'override', SLOW2FAST,
         '(self, trainer_mode: str, trainer_config: omegaconf.dictconfig.DictConfig, '
@@ -254,7 +280,10 @@ SEAM: tuple[Use, ...] = (
         '(self, global_steps: int, partition_id: str, '
         'batch_size: int) -> tuple[transfer_queue.metadata.KVBatchMeta, dict]'),
     Use('verl.trainer.ppo.v1.replay_buffer:ReplayBufferAsync._dapo_filtered_keys', 'override', SLOW2FAST,
-        '(self, partition_id: str) -> tuple[set[str], collections.Counter]'),
+        '(self, partition_id: str) -> tuple[set[str], collections.Counter]',
+        why="where verl's sampler picks the finished groups to evict and refill with one fresh prompt each; its "
+            "public filter (algorithm.filter_groups) keeps groups whose metric varies, not those in an accuracy "
+            "band that changes with training progress (Slow2Fast's phases)"),
     Use('verl.experimental.agent_loop.single_turn_agent_loop:SingleTurnAgentLoop.run', 'override', PREFIX,
         '(self, sampling_params: dict[str, typing.Any], priority: int = 0, '
         '**kwargs) -> verl.experimental.agent_loop.agent_loop.AgentLoopOutput'),
@@ -302,7 +331,10 @@ SEAM: tuple[Use, ...] = (
         '(timeout_second=None, backend=None)'),
     Use('verl.utils.distributed:initialize_global_process_group', 'patch', CPU, '(timeout_second=36000)'),
     Use('verl.workers.rollout.vllm_rollout.bucketed_weight_transfer:BucketedWeightReceiver._cleanup', 'patch', CPU,
-        '(self)'),
+        '(self)',
+        why="CPU only: closing the shared-memory weight bucket while a view of it lives raises BufferError and "
+            "kills the weight sync; the patch drops our references first and leaves a still-mapped bucket to the "
+            "sender. The receiver has no option for it"),
     Use('verl.utils.fsdp_utils:CPUOffloadPolicy', 'patch', CPU, None),
     Use('verl.workers.engine.fsdp.transformer_impl:CPUOffloadPolicy', 'patch', CPU, None),
 )

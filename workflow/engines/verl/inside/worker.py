@@ -107,10 +107,15 @@ class RlsweepTrainer(PPOTrainerSync):
     # average (generation times came out as whole multiples of 2 s), 4% of a real-model CPU step of ~25 s
     REPLAY_POLL_S = 0.2
 
-    def _build_replay_buffer(self):
-        buffer = super()._build_replay_buffer()
+    def on_init_end(self):
+        """verl's public hook after its set-up, which has resumed from the latest checkpoint (global_steps > 0):
+        the method's state saved with that checkpoint (ReLIFT's buffer), and a quicker poll of the replay buffer."""
+        super().on_init_end()
+        buffer = self.replay_buffer
         buffer.poll_interval = min(getattr(buffer, "poll_interval", self.REPLAY_POLL_S), self.REPLAY_POLL_S)
-        return buffer
+        path = self._step_folder() / MIX_STATE
+        if self.global_steps > 0 and path.exists() and self._driver_mix() is not None:
+            self._driver_mix().mix.load_state_dict(json.loads(path.read_text()))
 
     def _init_resource_pool_mgr(self):
         super()._init_resource_pool_mgr()
@@ -203,14 +208,6 @@ class RlsweepTrainer(PPOTrainerSync):
 
     def _step_folder(self) -> Path:
         return Path(self.config.trainer.default_local_dir).absolute() / f"global_step_{self.global_steps}"
-
-    def _load_checkpoint(self):
-        """verl's resume, then the method's state saved with that checkpoint."""
-        out = super()._load_checkpoint()
-        path = self._step_folder() / MIX_STATE
-        if self.global_steps > 0 and path.exists() and self._driver_mix() is not None:
-            self._driver_mix().mix.load_state_dict(json.loads(path.read_text()))
-        return out
 
     def _n_params(self) -> int:
         """The actor's parameter count for train_steps.flops, read once from its model directory."""
