@@ -19,6 +19,7 @@ import sys
 from snakemake.common import overwrite_function_params
 
 from workflow.dry_run import dry_run
+from workflow.job_args import job_args
 from workflow.layout import done_path, report_dir, rescore_path, summary_path
 from workflow.results.membership import record as record_members
 from workflow.results.migrate import legacy_sweeps, migrate_if_needed
@@ -96,27 +97,12 @@ def job_function(func):
     return func
 
 
-def stage_args(stage_id, input=None, lock=True, **options):
-    """A stage job's options for scripts/stage.py (workflow/launch.py), quoted, as ONE string: each rule has one
-    `params` function that returns it. Planning 10,000 runs evaluates every params function and formats every
-    placeholder of every job's command several times; one pre-quoted field per job instead of five keeps planning
-    near bare Snakemake's time (bench/plan_dag.py). `input`: the job's named inputs, passed on as --init, --data
-    and --overlap (with the overlap gate). `lock`: the job runs a stage that holds the stage's lock (not a rescore
-    job, which writes only its grader's rows)."""
-    # --wait-for-twin: another driver (a second snakemake, an Optuna trial) running the same stage is waited for and
-    # its result used, never refused: a refused job would make Snakemake delete the other's DONE.json
-    args = ["--sweep", SWEEP.name, "--id", stage_id, *(["--wait-for-twin"] if lock else [])]
-    named = dict(input.items()) if input is not None else {}
-    for name in ("init", "data"):
-        if name in named:
-            args += [f"--{name}", named[name]]
-    if "overlap" in named:
-        args += ["--overlap", *named["overlap"]]
-        limit = SWEEP.spec.checks.max_train_overlap
-        args += ["--max-train-overlap", str(limit)] if limit is not None else []
-    for key, value in options.items():
-        args += [f"--{key.replace('_', '-')}", str(value)]
-    return " ".join(shlex.quote(a) for a in [*args, "--results", RESULTS])
+def stage_args(stage, stage_id, input=None, **options):
+    """A stage job's options for scripts/stage.py, quoted, as ONE string (workflow/job_args.py: from the stage's
+    declaration in workflow/stages.py); each rule has one `params` function that returns it. `input`: the rule's
+    named inputs, the files of the stages the job reads."""
+    return job_args(stage, stage_id, sweep=SWEEP.name, results=RESULTS, inputs=input,
+                    max_train_overlap=SWEEP.spec.checks.max_train_overlap, **options)
 
 
 wildcard_constraints:

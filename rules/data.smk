@@ -5,7 +5,7 @@
 rule data:
     output: pattern("data", "{data_id}")
     params:
-        args=lambda wc: stage_args(wc.data_id, config=canonical_json(SWEEP.data_configs[wc.data_id])),
+        args=lambda wc: stage_args("data", wc.data_id, config=canonical_json(SWEEP.data_configs[wc.data_id])),
     threads: SWEEP.spec.resources.data.threads
     resources: **SWEEP.spec.resources.data.snakemake_resources()
     shell:
@@ -16,7 +16,7 @@ rule overlap:
     input: lambda wc: pattern("data", SWEEP.overlap_configs[wc.overlap_id]["data_id"])
     output: pattern("overlap", "{overlap_id}")
     params:
-        args=lambda wc, input: stage_args(wc.overlap_id, data=input[0],
+        args=lambda wc, input: stage_args("overlap", wc.overlap_id, data=input[0],
                                           config=canonical_json(SWEEP.overlap_configs[wc.overlap_id])),
     threads: SWEEP.spec.resources.data.threads
     resources: **SWEEP.spec.resources.data.snakemake_resources()

@@ -18,8 +18,8 @@ def _eval_args(wc, input):
     """What the eval job reads (a stage's DONE.json, or at step 0 without SFT verl's model_path), and how."""
     evaluated = ({"checkpoint_from": input[0]} if input else
                  {"start_model": EVAL_OF[wc.eval_id].config.engine.verl.model_path})
-    return stage_args(wc.eval_id, **evaluated, step=wc.get("step", 0), group=wc.group, label=EVAL_OF[wc.eval_id].label,
-                      config=EVAL_OF[wc.eval_id].stage_config_json("eval"))
+    return stage_args("eval", wc.eval_id, **evaluated, step=wc.get("step", 0), group=wc.group,
+                      label=EVAL_OF[wc.eval_id].label, config=EVAL_OF[wc.eval_id].stage_config_json("eval"))
 
 
 rule eval:
@@ -64,8 +64,8 @@ if START_FROM:
 
     @job_function
     def _copy_args(wc, input):
-        return stage_args(wc.eval_id, copy_from=input[0], step=0, group=wc.group, label=EVAL_OF[wc.eval_id].label,
-                          config=EVAL_OF[wc.eval_id].stage_config_json("eval"))
+        return stage_args("eval", wc.eval_id, copy_from=input[0], step=0, group=wc.group,
+                          label=EVAL_OF[wc.eval_id].label, config=EVAL_OF[wc.eval_id].stage_config_json("eval"))
 
     rule eval_copy:
         input: _copy_source
@@ -86,9 +86,10 @@ localrules: rescore
 
 
 @job_function
-def _rescore_args(wc):
-    return stage_args(wc.eval_id, lock=False, step=wc.step, group=wc.group, grader=wc.grader,
-                      config=EVAL_OF[wc.eval_id].stage_config_json("eval"))
+def _rescore_args(wc):  # workflow/eval/rescore.py's own options (a rescore job is no stage: it holds no lock)
+    args = ["--sweep", SWEEP.name, "--id", wc.eval_id, "--step", wc.step, "--group", wc.group, "--grader", wc.grader,
+            "--config", EVAL_OF[wc.eval_id].stage_config_json("eval"), "--results", RESULTS]
+    return " ".join(shlex.quote(a) for a in args)
 
 
 rule rescore:

@@ -12,7 +12,7 @@ rule rl:
     input: unpack(_rl_inputs)
     output: pattern("rl", "{run_id}")
     params:
-        args=job_function(lambda wc, input: stage_args(wc.run_id, input, label=RUNS[wc.run_id].label,
+        args=job_function(lambda wc, input: stage_args("rl", wc.run_id, input, label=RUNS[wc.run_id].label,
                                                        config=RUNS[wc.run_id].stage_config_json("rl"))),
     threads: SWEEP.spec.resources.rl.threads
     resources: **SWEEP.spec.resources.rl.snakemake_resources()

@@ -8,7 +8,7 @@ rule sft:
     input: unpack(_sft_inputs)
     output: pattern("sft", "{sft_id}")
     params:
-        args=lambda wc, input: stage_args(wc.sft_id, input, config=canonical_json(SWEEP.sft_configs[wc.sft_id])),
+        args=lambda wc, input: stage_args("sft", wc.sft_id, input, config=canonical_json(SWEEP.sft_configs[wc.sft_id])),
     threads: SWEEP.spec.resources.sft.threads
     resources: **SWEEP.spec.resources.sft.snakemake_resources()
     shell:

@@ -14,7 +14,6 @@ from workflow.eval.backends import VLLMBackend, resolve_backend, vllm_usable
 from workflow.benchmarks.catalog import load
 from workflow.eval.harness import run_benchmark
 
-pytestmark = pytest.mark.serial("verl")  # README "Tests": one at a time with the other verl modules
 
 
 class ChatTokenizer:
@@ -33,6 +32,7 @@ class FakeVLLM:
     def __init__(self):
         self.llm_kwargs = None
         self.calls = []
+        self.bars = []
 
     def SamplingParams(self, **kw):  # noqa: N802 - mirrors vllm's class name
         return SimpleNamespace(**kw)
@@ -47,6 +47,7 @@ class FakeVLLM:
 
             def generate(self, prompts, params, use_tqdm=True):
                 fake.calls.append((prompts, params))
+                fake.bars.append(use_tqdm)
                 return [SimpleNamespace(outputs=[
                     SimpleNamespace(text=f"{p} -> \\boxed{{{j}}}", token_ids=list(range(j + 1)),
                                     finish_reason="length" if j == params.n - 1 else "stop")
@@ -137,3 +138,27 @@ def test_vllms_own_log_goes_to_the_jobs_file_and_only_its_warnings_to_the_termin
     for h in logging.getLogger("vllm").handlers:
         h.close()
     logging.getLogger("vllm").handlers.clear()
+
+
+def test_vllms_progress_bar_becomes_our_progress_lines_and_a_quick_one_prints_nothing(capsys, monkeypatch):
+    """vLLM redraws a bar every few tokens, and several eval jobs share one terminal: the backend hands vLLM a tqdm
+    class that draws nothing and prints a compact line at most every 5 s, labelled with the job, and nothing at all
+    for a bar over within 5 s (vLLM rendering prompts)."""
+    from workflow import progress
+    fake = FakeVLLM()
+    backend = VLLMBackend("/ckpt", vllm=fake, label="eval 0123456789ab step 20")
+    backend.generate(["a"], n=1, temperature=1.0, top_p=1.0, max_tokens=8, seed=0)
+    bar_class = fake.bars[0]
+    clock = [100.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: clock[0])
+    quick = bar_class(total=4, desc="Rendering prompts")
+    quick.update(4)
+    quick.close()
+    slow = bar_class(total=10, desc="Processed prompts", dynamic_ncols=True, postfix="speed")
+    for _ in range(10):
+        clock[0] += 3.0  # 3 s a prompt: a line every other prompt at most (every 5 s), and the last
+        slow.update(1)
+    slow.close()
+    lines = capsys.readouterr().err.splitlines()
+    assert all(line.startswith("eval 0123456789ab step 20 Processed prompts ") for line in lines), lines
+    assert [line.split()[6] for line in lines] == ["2/10", "4/10", "6/10", "8/10", "10/10"]

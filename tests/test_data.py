@@ -207,7 +207,7 @@ def test_data_and_overlap_stages_then_the_rl_gate(data_sweep, tmp_path):
     cfg = run.stage_config("rl")
     with pytest.raises(TrainOverlap, match="benchmark math500"):  # refused before the engine starts
         run_stage("rl", sweep.name, run.run_id, cfg, results_root=tmp_path, data=data_done,
-                  overlaps=(overlap_done,), max_train_overlap=0.0)
+                  overlap=(overlap_done,), max_train_overlap=0.0)
     from workflow.results.catalog import query
     status = query("SELECT stage, status, error FROM runs ORDER BY stage", tmp_path).to_pylist()
     assert [(r["stage"], r["status"]) for r in status] == [("data", "completed"), ("overlap", "completed"),

@@ -1,14 +1,11 @@
 """Run one stage of one run in this process: the entry point every Snakemake rule calls (scripts/stage.py).
 
-    stage.py data    --sweep S --id DATA_ID --config JSON
-    stage.py overlap --sweep S --id OVERLAP_ID --config JSON --data DATA_DONE.json
-    stage.py sft     --sweep S --id SFT_ID --config JSON [--data DATA_DONE.json --overlap DONE.json ...]
-    stage.py rl      --sweep S --id RUN_ID --config JSON [--init SFT_DONE.json] [--data ...] [--overlap ...]
-                     [--max-train-overlap F]
-    stage.py eval    --sweep S --id EVAL_ID --config JSON --checkpoint-from RL_DONE.json (or, at step 0, SFT_DONE.json)
-                     | --start-model MODEL (step 0 without SFT: verl's model_path)
-                     | --copy-from EVAL_DONE.json (another run's step-0 evaluation of the same start)
-    stage.py aggregate --sweep S
+    stage.py STAGE --sweep S --id STAGE_ID --config JSON [the stage's options]
+    stage.py aggregate --sweep S [--out SUMMARY]
+
+Each stage's options are declared with the stage (workflow/stages.py STAGES; `stage.py STAGE --help` lists them):
+the files of the stages it reads (an RL stage's --init SFT_DONE.json, an eval job's --checkpoint-from RL_DONE.json)
+and the job's own settings (an eval job's --step and --group).
 
 A stage writes its `runs` row when it starts (status running) and again when it ends (completed / failed /
 interrupted), its tables as it goes, and last of all `DONE.json`, the file Snakemake waits for. Checkpoints live
@@ -120,14 +117,15 @@ class _RunsRow:
 
 def run_stage(stage: str, sweep: str, stage_id: str, cfg: dict, *, results_root: Path, init: Path | None = None,
               checkpoint_from: Path | None = None, label: str | None = None, step: int | None = None,
-              group: str | None = None, data: Path | None = None, overlaps: tuple[Path, ...] = (),
+              group: str | None = None, data: Path | None = None, overlap: tuple[Path, ...] = (),
               max_train_overlap: float | None = None, copy_from: Path | None = None,
               start_model: str | None = None, wait_for_twin: bool = False) -> Path:
-    """Run one stage to completion; returns its DONE.json. An eval job evaluates the RL checkpoint at `step` on
+    """Run one stage to completion; returns its DONE.json. The keywords besides `results_root` and `wait_for_twin`
+    are the stages' declared options (workflow/stages.py). An eval job evaluates the RL checkpoint at `step` on
     the benchmarks of `group` (default: the final checkpoint, every benchmark). `wait_for_twin`: when another
     process holds the stage (another driver on the same results), wait for it and return its DONE.json instead of
     refusing (the Snakefile's jobs do: a refused job would make Snakemake delete the twin's DONE.json)."""
-    inputs = Inputs(init, checkpoint_from, data, tuple(overlaps), max_train_overlap, copy_from, start_model)
+    inputs = Inputs(init, checkpoint_from, data, tuple(overlap), max_train_overlap, copy_from, start_model)
     if stable_id(cfg) != stage_id:  # the id IS the hash of the config: a mismatch means a stale or hand-made call
         raise ValueError(f"{stage} id {stage_id} does not match its config (hash {stable_id(cfg)})")
     typed = parse_stage(stage, cfg)  # what the engine and the harness read
@@ -259,7 +257,7 @@ def run_evaluation(job: Job) -> dict[str, Any]:
     # a model_path (str) is what verl's RL starts from: rlsweep:tiny is built here as the RL stage builds it
     model = resolve_model(ckpt, job.out_dir) if isinstance(ckpt, str) else ckpt
     backend = make_backend(ev.backend, model, tensor_parallel_size=ev.tensor_parallel_size, seed=ev.seed,
-                           device=device, log=job.out_dir / "vllm.log")
+                           device=device, log=job.out_dir / "vllm.log", label=f"eval {typed.run_id} step {step}")
     evaluate(backend, typed.task, ev, step, results_root=job.results_root, sweep=job.sweep, run_id=typed.run_id,
              eval_id=job.stage_id, names=job.names)
     if isinstance(ckpt, Path):
@@ -350,46 +348,45 @@ def auto_compact(results_root: Path) -> None:
         print(f"aggregate: compacted the tables: {compaction_line(done)}", file=sys.stderr)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """scripts/stage.py's command line: one sub-command per declared stage (workflow/stages.py STAGES), each with the
+    options every job takes and the stage's own, and `aggregate`."""
     p = argparse.ArgumentParser(prog="stage.py", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("stage", choices=[*STAGES, "aggregate"])
-    p.add_argument("--sweep", required=True)
-    p.add_argument("--id")
-    p.add_argument("--config", help="the stage config as JSON")
-    p.add_argument("--init", type=Path, help="DONE.json of the SFT stage to start RL from")
-    p.add_argument("--data", type=Path, help="DONE.json of the data stage (datasets tasks)")
-    p.add_argument("--overlap", type=Path, nargs="*", default=[], help="DONE.json of overlap checks to enforce")
-    p.add_argument("--max-train-overlap", type=float, help="refuse to train above this benchmark overlap")
-    p.add_argument("--checkpoint-from", type=Path, help="DONE.json of the RL stage to evaluate (step 0: or the SFT "
-                   "stage's)")
-    p.add_argument("--start-model", help="eval at step 0 of an RL run without SFT: the model it starts from "
-                   "(verl's model_path)")
-    p.add_argument("--copy-from", type=Path, help="eval at step 0: DONE.json of another run's evaluation of the same "
-                   "start, whose rows this job copies")
-    p.add_argument("--step", type=int, help="eval: the RL checkpoint step (default: the final one)")
-    p.add_argument("--group", help="eval: the benchmark group (default: all benchmarks)")
-    p.add_argument("--label")
-    p.add_argument("--results", type=Path, default=Path(os.environ.get("RLSWEEP_RESULTS", "results")))
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--wait-for-twin", action="store_true", help="another process running this stage is waited for "
-                   "and its result used (the Snakefile's jobs), instead of refused")
-    p.add_argument("--out", type=Path, help="aggregate: where to write the summary")
-    a = p.parse_args(argv)
+    commands = p.add_subparsers(dest="stage", required=True, metavar="STAGE")
+
+    def common(command: argparse.ArgumentParser) -> None:
+        command.add_argument("--sweep", required=True, help="the sweep the job belongs to")
+        command.add_argument("--results", type=Path, default=Path(os.environ.get("RLSWEEP_RESULTS", "results")))
+        command.add_argument("--threads", type=int, default=1)
+    for stage in STAGES.values():
+        command = commands.add_parser(stage.name, help=stage.help, description=stage.help)
+        common(command)
+        command.add_argument("--id", required=True, help="the stage id (the hash of --config)")
+        command.add_argument("--config", required=True, help="the stage config as JSON")
+        command.add_argument("--wait-for-twin", action="store_true", help="another process running this stage is "
+                             "waited for and its result used (the Snakefile's jobs), instead of refused")
+        for option in stage.options:
+            command.add_argument(option.flag, dest=option.name, type=option.type, help=option.help,
+                                 **({"nargs": "*", "default": []} if option.many else {}))
+    command = commands.add_parser("aggregate", help="the sweep's summary table, then compaction of the tables")
+    common(command)
+    command.add_argument("--out", type=Path, help="where to write the summary")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parser().parse_args(argv)
     torch.set_num_threads(a.threads)
     t0 = time.monotonic()
     if a.stage == "aggregate":
         write_summary(a.results, a.sweep, a.out or summary_path(a.results, a.sweep))
         auto_compact(a.results)
         return 0
-    if not a.id or not a.config:
-        p.error(f"{a.stage} needs --id and --config")
     preemption.install()  # checkpoint and stop at the next step boundary on SLURM's warning signal
     signal.signal(signal.SIGTERM, _terminated)  # scancel / hard requeue: record "interrupted", then go
     try:
-        run_stage(a.stage, a.sweep, a.id, json.loads(a.config), results_root=a.results, init=a.init,
-                  checkpoint_from=a.checkpoint_from, label=a.label, step=a.step, group=a.group, data=a.data,
-                  overlaps=tuple(a.overlap), max_train_overlap=a.max_train_overlap, copy_from=a.copy_from,
-                  start_model=a.start_model, wait_for_twin=a.wait_for_twin)
+        run_stage(a.stage, a.sweep, a.id, json.loads(a.config), results_root=a.results, wait_for_twin=a.wait_for_twin,
+                  **{o.name: getattr(a, o.name) for o in stage_of(a.stage).options})
     except (DatasetUnavailable, RunLocked, TrainOverlap) as e:  # a problem with a clear fix: the message, no traceback
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -11,11 +11,17 @@
 `stage_config` gives the plain dict (its canonical JSON is hashed into the stage id and travels to the stage
 job on the command line); `parse_stage` turns it back into a typed, validated model on the other side, so an
 engine reads `stage.rl.lr`, never a dict. Sections a stage does not read are absent from its model.
+
+A stage is declared once, in STAGES below: its config slice, its typed model, its runner and the options of its
+job's command line (`Option`: the files of the stages it reads, and the job's own settings). The job's parser
+(workflow/launch.py), the arguments the Snakefile's rules hand a job (workflow/job_args.py) and run_stage's keywords
+all follow from that declaration; the rule that schedules the job is rules/<stage>.smk.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 from pydantic import model_validator
@@ -143,22 +149,72 @@ class EvalStage(Strict):
 
 
 @dataclass(frozen=True)
+class Option:
+    """One option of a stage job's command line (`scripts/stage.py STAGE --flag VALUE`), declared with its stage.
+    `name` is run_stage's keyword (workflow/launch.py) and, for a file of another stage, the name of the rule's
+    input that holds it."""
+    name: str
+    help: str
+    type: Callable[[str], Any] = str
+    many: bool = False  # several values (the overlap checks of a training stage)
+    upstream: str | None = None  # the DONE.json of a job of this stage: what the Snakemake rule waits for
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+# what a training stage of a `datasets` task reads besides its config: the prepared rows and their overlap checks
+TRAINING_DATA = (
+    Option("data", "DONE.json of the data stage (datasets tasks)", Path, upstream="data"),
+    Option("overlap", "DONE.json of the overlap checks to enforce", Path, many=True, upstream="overlap"),
+    Option("max_train_overlap", "refuse to train above this benchmark overlap (checks.max_train_overlap)", float),
+)
+LABEL = Option("label", "the run's label in its sweep: its grid point without the seed")
+
+
+@dataclass(frozen=True)
 class Stage:
     """One kind of stage: the slice of the run config its id hashes (`config`), the typed model its job reads that
-    slice back into (`model`), and the function that runs one job of it (`runner`, "module:function" in
-    workflow/launch.py, imported by the job only: planning a sweep imports no torch)."""
+    slice back into (`model`), the function that runs one job of it (`runner`, "module:function" in
+    workflow/launch.py, imported by the job only: planning a sweep imports no torch), and its job's options besides
+    the ones every job takes (--sweep, --id, --config, --results, --threads, --wait-for-twin)."""
     name: str
     config: Callable[[RunConfig, dict, Ids], dict]
     model: type[Strict]
     runner: str
+    options: tuple[Option, ...] = ()
+    help: str = ""  # one line: what a job of it does (`scripts/stage.py --help`)
+
+    def option(self, name: str) -> Option:
+        found = next((o for o in self.options if o.name == name), None)
+        if found is None:
+            raise ValueError(f"stage {self.name} has no option {name!r}; its options: "
+                             f"{', '.join(o.name for o in self.options) or 'none'} (workflow/stages.py STAGES)")
+        return found
 
 
 STAGES: dict[str, Stage] = {s.name: s for s in (
-    Stage("data", _data_config, DataStage, "workflow.launch:run_data"),
-    Stage("overlap", _overlap_config, OverlapStage, "workflow.launch:run_overlap"),
-    Stage("sft", _sft_config, SFTStage, "workflow.launch:run_training"),
-    Stage("rl", _rl_config, RLStage, "workflow.launch:run_training"),
-    Stage("eval", _eval_config, EvalStage, "workflow.launch:run_evaluation"),
+    Stage("data", _data_config, DataStage, "workflow.launch:run_data",
+          help="prepare a datasets task's training rows once"),
+    Stage("overlap", _overlap_config, OverlapStage, "workflow.launch:run_overlap", options=TRAINING_DATA[:1],
+          help="check the prepared rows against the evaluated benchmarks"),
+    Stage("sft", _sft_config, SFTStage, "workflow.launch:run_training", options=TRAINING_DATA,
+          help="supervised fine-tuning to its final checkpoint"),
+    Stage("rl", _rl_config, RLStage, "workflow.launch:run_training", help="RL from the SFT checkpoint (or the "
+          "engine's start model) to its final checkpoint", options=(
+              Option("init", "DONE.json of the SFT stage it starts from", Path, upstream="sft"),
+              *TRAINING_DATA, LABEL)),
+    Stage("eval", _eval_config, EvalStage, "workflow.launch:run_evaluation",
+          help="sample and score one checkpoint of an RL run on one benchmark group", options=(
+              Option("checkpoint_from", "DONE.json of the RL stage to evaluate (step 0: or of the SFT stage)", Path,
+                     upstream="rl"),
+              Option("start_model", "step 0 of an RL run without SFT: the model it starts from (verl's model_path)"),
+              Option("copy_from", "step 0: DONE.json of another run's evaluation of the same start, whose rows "
+                     "this job copies", Path, upstream="eval"),
+              Option("step", "the RL checkpoint step (default: the final one)", int),
+              Option("group", "the benchmark group (default: all benchmarks)"),
+              LABEL)),
 )}
 
 

@@ -20,6 +20,7 @@ import torch
 
 from workflow.engines.tiny_lm import TOKENIZER, load_model, micro_slices, model_device, sample, step_seed
 from workflow.engines.verl.contract import VLLM_CPU_ENV
+from workflow.progress import tqdm_lines
 
 GENERATE_CHUNK = 512  # sequences per sampling call of the local backend
 CPU_STEP_TOKENS = 2048  # vLLM's CPU build: the least number of tokens one engine step may take (prefill included)
@@ -99,7 +100,8 @@ class VLLMBackend:
 
     def __init__(self, model: str | Path, tensor_parallel_size: int = 1, gpu_memory_utilization: float = 0.9,
                  max_model_len: int | None = None, seed: int = 0, dtype: str = "auto", vllm: Any = None,
-                 device: str = "cuda", log: Path | None = None):
+                 device: str = "cuda", log: Path | None = None, label: str = "vllm"):
+        self.label = label  # what its progress lines start with (the eval job)
         if log is not None:
             log_vllm_to(log)
         if device == "cpu":  # vLLM's CPU build reads these when it is imported
@@ -133,7 +135,8 @@ class VLLMBackend:
     def generate(self, prompts, n, temperature, top_p, max_tokens, seed):
         params = self.vllm.SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens,
                                           seed=seed)
-        outputs = self.llm.generate(prompts, params, use_tqdm=True)
+        # vLLM's bar, redrawn on the terminal every few tokens, as our progress lines (one every 5 s at most)
+        outputs = self.llm.generate(prompts, params, use_tqdm=tqdm_lines(self.label))
         if len(outputs) != len(prompts):
             raise RuntimeError(f"vLLM returned {len(outputs)} results for {len(prompts)} prompts")
         result = []
@@ -167,9 +170,10 @@ def resolve_backend(name: str, device: str = "cuda") -> str:
 
 
 def make_backend(name: str, ckpt: Path, *, tensor_parallel_size: int = 1, seed: int = 0, device: str = "cuda",
-                 max_model_len: int | None = None, log: Path | None = None) -> GenerationBackend:
-    """The backend `eval.backend` names (auto resolved here) for one checkpoint; `log`: where vLLM's own log goes."""
+                 max_model_len: int | None = None, log: Path | None = None, label: str = "vllm") -> GenerationBackend:
+    """The backend `eval.backend` names (auto resolved here) for one checkpoint; `log`: where vLLM's own log goes;
+    `label`: what vLLM's progress lines start with."""
     if resolve_backend(name, device) == "vllm":
         return VLLMBackend(ckpt, tensor_parallel_size=tensor_parallel_size, seed=seed, device=device,
-                           max_model_len=max_model_len, log=log)
+                           max_model_len=max_model_len, log=log, label=label)
     return LocalBackend(ckpt)

@@ -1,0 +1,96 @@
+"""A stage is declared once (workflow/stages.py STAGES): the options of its job's command line follow from the
+declaration, both where the Snakefile's rules build a job's arguments (workflow/job_args.py) and where the job
+parses them (workflow/launch.py), so the two cannot drift apart, and a stage added by declaration has both."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from helpers import REPO
+from workflow import stages
+from workflow.job_args import job_args
+from workflow.stages import STAGES, Option, Stage
+
+
+def parse(stage: str, line: str):
+    from workflow.launch import parser
+    return parser().parse_args([stage, *shlex.split(line)])
+
+
+def value_for(option: Option):
+    return {Path: "/r/x/DONE.json", int: "3", float: "0.25", str: "a b"}[option.type]
+
+
+@pytest.mark.parametrize("stage", list(STAGES))
+def test_every_declared_option_goes_from_the_rules_arguments_to_the_jobs_parser(stage):
+    """What a rule hands a job (inputs by name, the other options as keywords) is what the job reads, value for
+    value, under the option's name: run_stage's keyword."""
+    spec = STAGES[stage]
+    inputs = {o.name: ([value_for(o), "/r/y/DONE.json"] if o.many else value_for(o))
+              for o in spec.options if o.upstream}
+    others = {o.name: value_for(o) for o in spec.options if not o.upstream and o.name != "max_train_overlap"}
+    line = job_args(stage, "0123456789ab", sweep="s w", results="/res", inputs=inputs, max_train_overlap=0.5,
+                    config='{"a": 1}', **others)
+    a = parse(stage, line)
+    assert (a.sweep, a.id, a.config, str(a.results), a.wait_for_twin) == ("s w", "0123456789ab", '{"a": 1}', "/res",
+                                                                           True)
+    for option in spec.options:
+        got = getattr(a, option.name)
+        if option.name == "max_train_overlap":
+            assert got == (0.5 if "overlap" in inputs else None)
+        elif option.many:
+            assert got == [Path(v) for v in inputs[option.name]]
+        else:
+            want = inputs.get(option.name, others.get(option.name))
+            assert got == option.type(want)
+
+
+def test_an_option_a_stage_does_not_declare_is_refused_on_both_sides(capsys):
+    with pytest.raises(ValueError, match=r"stage sft has no option 'step'; its options: data, overlap, "
+                                         r"max_train_overlap \(workflow/stages.py STAGES\)"):
+        job_args("sft", "0123456789ab", sweep="s", results="r", step=3)
+    with pytest.raises(SystemExit):
+        parse("sft", "--sweep s --id 0123456789ab --config {} --step 3")
+    assert "unrecognized arguments: --step 3" in capsys.readouterr().err
+
+
+def test_a_stage_added_by_declaration_gets_its_jobs_command_line(monkeypatch):
+    toy = Stage("toy", lambda cfg, d, ids: {}, stages.DataStage, "x:y", help="a toy stage",
+                options=(Option("knob", "how far to turn it", int), Option("init", "its input", Path, upstream="sft")))
+    monkeypatch.setitem(STAGES, "toy", toy)
+    line = job_args("toy", "0123456789ab", sweep="s", results="r", inputs={"init": "/a/DONE.json"}, knob=7,
+                    config="{}")
+    a = parse("toy", line)
+    assert (a.knob, a.init) == (7, Path("/a/DONE.json"))
+
+
+def test_every_declared_stage_has_a_rule_that_builds_its_jobs_arguments_from_the_declaration():
+    rules = "\n".join(p.read_text() for p in sorted((REPO / "rules").glob("*.smk")))
+    called = set(re.findall(r'stage_args\("([a-z]+)"', rules))
+    assert called == set(STAGES)
+    # no rule spells a stage option's flag by hand (the rescore job is no stage: it has its own parser)
+    flags = {o.flag for s in STAGES.values() for o in s.options}
+    handwritten = [f for f in flags if f'"{f}"' in rules.split("def _rescore_args")[0]]
+    assert not handwritten, handwritten
+
+
+def test_every_job_a_dry_run_plans_parses_with_its_stages_declared_options(tmp_path):
+    """The rules' jobs as Snakemake would start them (`snakemake -n -p`, a datasets sweep: data, overlap, SFT, RL
+    and eval jobs): each command line is one the job's parser takes."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", "--cores", "1", "--config",
+                          "sweep=sweeps/sft_then_rl.yaml", f"results={tmp_path}"], cwd=REPO, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    parsed: dict[str, int] = {}
+    for line in out.stdout.splitlines():
+        argv = shlex.split(line.strip()) if "scripts/stage.py" in line else []
+        rest = argv[next((i for i, a in enumerate(argv) if a.endswith("scripts/stage.py")), len(argv)) + 1:]
+        if rest and rest[0] != "rescore":  # (a rescore job has its own parser: workflow/eval/rescore.py)
+            parsed[parse(rest[0], shlex.join(rest[1:])).stage] = parsed.get(rest[0], 0) + 1
+    assert set(parsed) == {*STAGES, "aggregate"}, parsed
