@@ -113,24 +113,35 @@ def test_backend_selection_on_this_machine():
         resolve_backend("sglang")
 
 
-def test_vllms_own_log_goes_to_the_jobs_file_and_only_its_warnings_to_the_terminal(tmp_path, monkeypatch, capsys):
-    """Before: a vLLM eval job printed vLLM's INFO lines (its engine config, memory, compilation: ~100) to the
-    terminal Snakemake reports on. vLLM reads VLLM_LOGGING_CONFIG_PATH when it is imported; the backend points it at a
-    config that sends vLLM's log to the eval job's vllm.log and its warnings to stderr, unless the user set one."""
+def test_vllms_own_log_goes_to_the_jobs_file_and_only_its_errors_to_the_terminal(tmp_path, monkeypatch, capfd):
+    """Before: a vLLM eval job printed vLLM's INFO lines (its engine config, memory, compilation: ~100) and a dozen
+    warnings (optional libraries missing) to the terminal Snakemake reports on. vLLM reads VLLM_LOGGING_CONFIG_PATH
+    when it is imported; the backend points it at a config that sends vLLM's log to the eval job's vllm.log and only
+    its errors to stderr, unless the user set one; what the engine's start prints besides (C++ and Python warnings,
+    written to the process's stderr) goes to the same file."""
     import json
     import logging.config
     monkeypatch.delenv("VLLM_LOGGING_CONFIG_PATH", raising=False)
     monkeypatch.delenv("VLLM_CONFIGURE_LOGGING", raising=False)
-    VLLMBackend("m", vllm=FakeVLLM(), log=tmp_path / "vllm.log")
+    noisy = FakeVLLM()
+    real_llm = noisy.LLM
+
+    def starting(**kw):  # a C++ warning as vLLM's CPU worker prints one, straight to file descriptor 2
+        os.write(2, b"[W utils.cpp:68] Warning: NUMA binding\n")
+        return real_llm(**kw)
+    noisy.LLM = starting
+    VLLMBackend("m", vllm=noisy, log=tmp_path / "vllm.log", label="eval 0123456789ab step 3")
     logging.config.dictConfig(json.loads(open(os.environ["VLLM_LOGGING_CONFIG_PATH"]).read()))  # as vLLM does
     logging.getLogger("vllm.engine").info("Initializing a V1 LLM engine")
     logging.getLogger("vllm.worker").warning("KV cache is small")
+    logging.getLogger("vllm.worker").error("the engine core died")
     for h in logging.getLogger("vllm").handlers:
         h.flush()
     log = (tmp_path / "vllm.log").read_text()
-    assert "Initializing a V1 LLM engine" in log and "KV cache is small" in log
-    err = capsys.readouterr().err
-    assert "KV cache is small" in err and "Initializing" not in err
+    assert "Initializing a V1 LLM engine" in log and "KV cache is small" in log and "NUMA binding" in log
+    err = capfd.readouterr().err
+    assert "the engine core died" in err and "KV cache is small" not in err and "Initializing" not in err
+    assert "NUMA binding" not in err and f"eval 0123456789ab step 3: vLLM's log goes to {tmp_path}" in err
     mine = tmp_path / "mine.json"
     monkeypatch.setenv("VLLM_LOGGING_CONFIG_PATH", str(mine))
     VLLMBackend("m", vllm=FakeVLLM(), log=tmp_path / "other.log")

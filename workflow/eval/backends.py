@@ -18,9 +18,10 @@ from typing import Any, Protocol
 
 import torch
 
+from workflow.capture import output_to
 from workflow.engines.tiny_lm import TOKENIZER, load_model, micro_slices, model_device, sample, step_seed
 from workflow.engines.verl.contract import VLLM_CPU_ENV
-from workflow.progress import tqdm_lines
+from workflow.progress import say, tqdm_lines
 
 GENERATE_CHUNK = 512  # sequences per sampling call of the local backend
 CPU_STEP_TOKENS = 2048  # vLLM's CPU build: the least number of tokens one engine step may take (prefill included)
@@ -70,13 +71,13 @@ class LocalBackend:
         return [out[j * n:(j + 1) * n] for j in range(len(prompts))]
 
 
-def log_vllm_to(log: Path) -> None:
-    """vLLM's own log (its INFO lines: the engine's config, memory, compilation; a hundred a job) to the file `log`,
-    and only its warnings and errors to the job's stderr, through vLLM's public logging hook
-    (VLLM_LOGGING_CONFIG_PATH: a logging dictConfig read when vllm is imported, in its engine processes too). A
-    configuration the user set is left alone."""
+def log_vllm_to(log: Path) -> bool:
+    """vLLM's own log (its INFO lines and warnings: the engine's config, memory, compilation, missing optional
+    libraries; a hundred lines a job) to the file `log`, and only its errors to the job's stderr, through vLLM's
+    public logging hook (VLLM_LOGGING_CONFIG_PATH: a logging dictConfig read when vllm is imported, in its engine
+    processes too). A configuration the user set is left alone (returns False)."""
     if os.environ.get("VLLM_LOGGING_CONFIG_PATH") or os.environ.get("VLLM_CONFIGURE_LOGGING") == "0":
-        return
+        return False
     log = Path(log)
     log.parent.mkdir(parents=True, exist_ok=True)
     fmt = {"format": "%(levelname)s %(asctime)s %(filename)s:%(lineno)d] %(message)s"}
@@ -84,11 +85,12 @@ def log_vllm_to(log: Path) -> None:
               "handlers": {"file": {"class": "logging.FileHandler", "filename": str(log), "formatter": "vllm",
                                     "level": "DEBUG"},
                            "console": {"class": "logging.StreamHandler", "stream": "ext://sys.stderr",
-                                       "formatter": "vllm", "level": "WARNING"}},
+                                       "formatter": "vllm", "level": "ERROR"}},
               "loggers": {"vllm": {"handlers": ["file", "console"], "level": "INFO", "propagate": False}}}
     path = log.with_suffix(".logging.json")
     path.write_text(json.dumps(config))
     os.environ["VLLM_LOGGING_CONFIG_PATH"] = str(path)
+    return True
 
 
 class VLLMBackend:
@@ -102,8 +104,8 @@ class VLLMBackend:
                  max_model_len: int | None = None, seed: int = 0, dtype: str = "auto", vllm: Any = None,
                  device: str = "cuda", log: Path | None = None, label: str = "vllm"):
         self.label = label  # what its progress lines start with (the eval job)
-        if log is not None:
-            log_vllm_to(log)
+        if log is not None and log_vllm_to(log):
+            say(f"{label}: vLLM's log goes to {log}")
         if device == "cpu":  # vLLM's CPU build reads these when it is imported
             for k, v in VLLM_CPU_ENV.items():
                 os.environ.setdefault(k, v)
@@ -129,7 +131,11 @@ class VLLMBackend:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
         if max_model_len is not None:
             kwargs["max_model_len"] = max_model_len
-        self.llm = vllm.LLM(**kwargs)
+        if log is not None:  # what starting the engine prints besides vLLM's logger (Python and C++ warnings)
+            with output_to(log, "vLLM's engine starting"):
+                self.llm = vllm.LLM(**kwargs)
+        else:
+            self.llm = vllm.LLM(**kwargs)
         self.tokenizer = self.llm.get_tokenizer()
 
     def generate(self, prompts, n, temperature, top_p, max_tokens, seed):

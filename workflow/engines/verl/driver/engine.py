@@ -40,6 +40,7 @@ from typing import Callable
 from workflow.engines.verl.driver.compose import SFT, compose
 from workflow.engines.verl.driver.data import write_rl_data, write_sft_data
 from workflow.engines.verl.driver.export import export_all
+from workflow.capture import output_to
 from workflow.engines.verl.driver.process import run_supervised
 from workflow.engines.verl.driver.sft_launch import command as sft_command
 from workflow.engines.verl.driver.translate import FP32, external_modules, CPU_DROPPED_ENV, process_env, translate, \
@@ -226,7 +227,8 @@ class VerlEngine:
         run_supervised(argv, env, what="verl's SFT trainer", timeout_s=_timeout_s(v),
                        **verl_output(out_dir / "verl_sft.log", f"sft {log.run_id}", stage.sft.steps,
                                      {"loss": "train/loss"}))
-        return self._export(out_dir, log, stage.sft.steps, "sft", model_dir="", base_model=model)
+        return self._export(out_dir, log, stage.sft.steps, "sft", model_dir="", base_model=model,
+                            verl_log=out_dir / "verl_sft.log")
 
     def rl(self, stage: RLStage, init_ckpt: Path | None, out_dir: Path, log: TrainLog,
            on_checkpoint: Callable[[int], None] | None = None, data: Path | None = None) -> Path:
@@ -261,14 +263,17 @@ class VerlEngine:
         finally:
             for p in ray.values():
                 p.terminate()
-        return self._export(out_dir, log, stage.rl.steps, "rl", model_dir="actor", base_model=model)
+        return self._export(out_dir, log, stage.rl.steps, "rl", model_dir="actor", base_model=model,
+                            verl_log=out_dir / "verl_ppo.log")
 
     @staticmethod
-    def _export(out_dir: Path, log: TrainLog, steps: int, stage: str, model_dir: str, base_model: str) -> Path:
+    def _export(out_dir: Path, log: TrainLog, steps: int, stage: str, model_dir: str, base_model: str,
+                verl_log: Path) -> Path:
         """verl's checkpoints -> ours; the one at the last step is the stage's result. `base_model` is what the stage
-        started from (a LoRA stage's adapter is folded into it)."""
-        exported = export_all(out_dir / "verl", out_dir / CHECKPOINTS,
-                              {"run_id": log.run_id, "stage": stage, "total_steps": steps}, model_dir, base_model)
+        started from (a LoRA stage's adapter is folded into it). verl's merger prints to `verl_log`."""
+        with output_to(verl_log, "export of verl's checkpoints (verl's model merger)"):
+            exported = export_all(out_dir / "verl", out_dir / CHECKPOINTS,
+                                  {"run_id": log.run_id, "stage": stage, "total_steps": steps}, model_dir, base_model)
         final = [p for p in exported if p.name == f"step_{steps:06d}"]
         if not final:
             raise RuntimeError(f"verl ended without a checkpoint at step {steps} (found: "

@@ -194,3 +194,4 @@ def remove_leaked_segments(before: set[str]) -> list[str]:
             continue
         removed.append(name)
     return removed
+
