@@ -27,10 +27,9 @@ def job_args(stage: str, stage_id: str, *, sweep: str, results: str, inputs: Map
     # its result used, never refused: a refused job would make Snakemake delete the other's DONE.json
     args = ["--sweep", sweep, "--id", stage_id, *(["--wait-for-twin"] if lock else [])]
     named = dict(inputs.items()) if inputs is not None else {}
-    for option in spec.options:
-        if option.upstream is not None and option.name in named:
-            value = named[option.name]
-            args += [option.flag, *(value if option.many else [value])]
+    for name, value in named.items():
+        option = spec.option(name)
+        args += [option.flag, *(value if option.many else [value])]
     if "overlap" in named and max_train_overlap is not None:
         options["max_train_overlap"] = max_train_overlap
     config = options.pop("config", None)

@@ -21,6 +21,7 @@ all follow from that declaration; the rule that schedules the job is rules/<stag
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable
 
@@ -186,8 +187,12 @@ class Stage:
     options: tuple[Option, ...] = ()
     help: str = ""  # one line: what a job of it does (`scripts/stage.py --help`)
 
+    @cached_property
+    def by_name(self) -> dict[str, Option]:
+        return {o.name: o for o in self.options}
+
     def option(self, name: str) -> Option:
-        found = next((o for o in self.options if o.name == name), None)
+        found = self.by_name.get(name)
         if found is None:
             raise ValueError(f"stage {self.name} has no option {name!r}; its options: "
                              f"{', '.join(o.name for o in self.options) or 'none'} (workflow/stages.py STAGES)")
