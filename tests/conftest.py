@@ -22,12 +22,10 @@ FAST_LIMIT_S = 30
 def pytest_itemcollected(item):
     """Each test's xdist group, as it is collected (before xdist reads the groups). The suite runs on two workers
     (pyproject.toml: -n 2 --dist loadgroup): much of its time is waiting (SLURM's scheduler, Ray and vLLM starting,
-    polling), which the other worker fills. A module marked `serial("verl")` (it starts Ray or vLLM: verl's RL, the
-    vLLM backend, a Ray cluster) runs one at a time with the others so marked: they share Ray's ports and check that
-    nothing of theirs is left running; `serial("torchrun")` (torch.distributed children only, each on a free port or
-    a file rendezvous: the integrity preflight, the sharded rules, verl's engine) one at a time with each other;
-    `serial("slurm")` share the one local cluster. Every other module (verl imported, nothing started) is a group of
-    its own, so its module-scoped fixtures are built once."""
+    polling), which the other worker fills. A module marked `serial("verl")` (it starts verl, vLLM, Ray, torchrun or
+    torch.distributed) runs one at a time with the others so marked: they share ports and the model cache and check
+    that nothing of theirs is left running; `serial("slurm")` share the one local cluster. Every other module is a
+    group of its own, so its module-scoped fixtures are built once."""
     serial = item.get_closest_marker("serial")
     item.add_marker(pytest.mark.xdist_group(serial.args[0] if serial else item.path.stem))
 

@@ -14,6 +14,7 @@ from workflow.eval.backends import VLLMBackend, resolve_backend, vllm_usable
 from workflow.benchmarks.catalog import load
 from workflow.eval.harness import run_benchmark
 
+pytestmark = pytest.mark.serial("verl")  # README "Tests": one at a time with the other verl modules
 
 
 class ChatTokenizer:

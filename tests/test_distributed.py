@@ -15,8 +15,7 @@ import torch
 from fsdp_worker import make_rule
 from test_update_rules import mlp_closure, mlp_problem
 
-# README "Tests": torch.distributed children only (no Ray, no vLLM), one at a time with the other such modules
-pytestmark = [pytest.mark.serial("torchrun"), pytest.mark.slow]
+pytestmark = [pytest.mark.serial("verl"), pytest.mark.slow]  # README "Tests": one at a time with the other verl modules
 
 HERE = Path(__file__).resolve().parent
 STEPS = 6

@@ -18,6 +18,7 @@ from workflow.stages import stage_config  # noqa: E402
 from workflow.sweep.expand import load_sweep  # noqa: E402
 from workflow.sweep.spec import SweepError  # noqa: E402
 
+pytestmark = pytest.mark.serial("verl")  # README "Tests": one at a time with the other verl modules
 
 VERL_SWEEPS = [p for p in sorted((REPO / "sweeps").glob("*.yaml")) if "name: verl" in p.read_text()]
 

@@ -17,6 +17,7 @@ from workflow.engines.verl.driver.data import read_rows, write_rl_data  # noqa: 
 from workflow.engines.verl.inside.reward import compute_score  # noqa: E402
 from workflow.benchmarks.arithmetic import sample_train  # noqa: E402
 
+pytestmark = pytest.mark.serial("verl")  # README "Tests": one at a time with the other verl modules
 
 CFG = RunConfig.model_validate({"engine": {"name": "verl", "verl": {"max_prompt_length": 64, "model_path": "m"}},
                                 "sft": {"enabled": False}, "seed": 3,

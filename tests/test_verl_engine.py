@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-# README "Tests": torch.distributed children only (no Ray, no vLLM), one at a time with the other such modules
-pytestmark = [pytest.mark.serial("torchrun"), pytest.mark.slow]
+pytestmark = [pytest.mark.serial("verl"), pytest.mark.slow]  # README "Tests": one at a time with the other verl modules
 
 pytest.importorskip("verl")
 

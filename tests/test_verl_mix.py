@@ -21,6 +21,8 @@ from workflow.methods.srft.algorithm import SRFT  # noqa: E402
 from workflow.algos.mix_batch import (StepRows, demo_positions, group_positions, loss_plan, padded,  # noqa
                                              rollout_metrics, token_fields, trace_response)
 
+pytestmark = pytest.mark.serial("verl")  # README "Tests": one at a time with the other verl modules
+
 
 G = 4
 

@@ -19,8 +19,7 @@ from workflow.engines.verl.driver.engine import VerlEngine  # noqa: E402
 from workflow.layout import stage_dir  # noqa: E402
 from workflow.stages import parse_stage, stage_config  # noqa: E402
 
-# README "Tests": torch.distributed children only (no Ray, no vLLM), one at a time with the other such modules
-pytestmark = [pytest.mark.serial("torchrun"), pytest.mark.slow]
+pytestmark = [pytest.mark.serial("verl"), pytest.mark.slow]  # README "Tests": one at a time with the other verl modules
 
 HERE = Path(__file__).resolve().parent
 MEAN_OF_MEANS = "verl_preflight_bugs:mean_of_micro_batch_means"

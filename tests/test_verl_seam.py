@@ -22,6 +22,7 @@ need_verl_and_vllm()
 from workflow.engines.verl import seam  # noqa: E402
 from workflow.engines.verl.seam import SEAM, Use, moved, resolve  # noqa: E402
 
+pytestmark = pytest.mark.serial("verl")  # README "Tests": one at a time with the other verl modules
 
 SEAM_FILE = "workflow/engines/verl/seam.py"
 VERL_STRING = re.compile(r"^verl(\.\w+)+$")  # a verl module named as a string ("verl.utils.fsdp_utils")

@@ -12,6 +12,7 @@ from workflow.config import RLConfig, RunConfig
 from workflow.engines.verl.inside.gates import DriverGates
 from workflow.methods.registry import rule_from_settings, rule_settings
 
+pytestmark = pytest.mark.serial("verl")  # README "Tests": one at a time with the other verl modules
 
 
 def verl_run(**rl) -> RunConfig:
