@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -131,10 +132,8 @@ class VLLMBackend:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
         if max_model_len is not None:
             kwargs["max_model_len"] = max_model_len
-        if log is not None:  # what starting the engine prints besides vLLM's logger (Python and C++ warnings)
-            with output_to(log, "vLLM's engine starting"):
-                self.llm = vllm.LLM(**kwargs)
-        else:
+        # what starting the engine prints besides vLLM's logger (Python and C++ warnings) goes to its log too
+        with output_to(log, "vLLM's engine starting") if log is not None else nullcontext():
             self.llm = vllm.LLM(**kwargs)
         self.tokenizer = self.llm.get_tokenizer()
 

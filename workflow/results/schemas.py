@@ -5,6 +5,8 @@ run does not produce (GXPO diagnostics for GRPO, say) are null, never absent, so
 
 from __future__ import annotations
 
+import functools
+
 import pyarrow as pa
 
 from workflow.methods.registry import METHODS, step_numbers
@@ -87,16 +89,13 @@ def schema(table: str) -> pa.Schema:
     if table != "train_steps":
         return own
     # read per file by the catalog: built again only when a method was registered since
-    key = (tuple(METHODS.names()), tuple(map(id, METHODS.loaded.values())))
-    if _train_steps[0] != key:
-        _train_steps[:] = [key, _with_numbers(own)]
-    return _train_steps[1]
+    return _train_steps((tuple(METHODS.names()), tuple(map(id, METHODS.loaded.values()))))
 
 
-_train_steps: list = [None, None]  # [registry key, schema]
-
-
-def _with_numbers(own: pa.Schema) -> pa.Schema:
+@functools.lru_cache(maxsize=1)
+def _train_steps(registry_state: tuple) -> pa.Schema:
+    """train_steps' own columns, then the known methods' numbers (`registry_state` only keys the cache)."""
+    own = _OWN["train_steps"]
     fields = []
     for number, methods in step_numbers():
         if number.name in own.names:

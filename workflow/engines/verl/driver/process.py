@@ -194,4 +194,3 @@ def remove_leaked_segments(before: set[str]) -> list[str]:
             continue
         removed.append(name)
     return removed
-
