@@ -24,8 +24,8 @@ from workflow.layout import done_path, report_dir, rescore_path, summary_path
 from workflow.results.membership import record as record_members
 from workflow.results.migrate import legacy_sweeps, migrate_if_needed
 from workflow.sweep.expand import load_sweep
-from workflow.sweep.identity import canonical_json
 from workflow.sweep.spec import SweepError
+from workflow.stages import STAGES
 
 SWEEP_FILE = config.get("sweep", "sweeps/demo.yaml")
 RESULTS = config.get("results", "results")
@@ -59,6 +59,7 @@ else:
     migrate_if_needed(RESULTS)
     record_members(RESULTS, SWEEP.name, SWEEP.members())
 EVAL_OF = {r.eval_id: r for r in SWEEP.runs}
+ONE_JOB_PER_ID = [s for s in STAGES.values() if s.one_job_per_id]  # their rules: rules/stages.smk
 
 
 def pattern(stage, stage_id, **where):
@@ -81,14 +82,6 @@ except KeyError as err:
     sys.exit(1)
 
 
-def data_inputs(data_id, overlap_ids):
-    """A training stage's data inputs: the prepared data and the overlap checks it must pass."""
-    out = {"data": pattern("data", data_id)} if data_id else {}
-    if overlap_ids:
-        out["overlap"] = [pattern("overlap", o) for o in sorted(overlap_ids)]
-    return out
-
-
 def job_function(func):
     """Mark an input or params function that runs once per job. Snakemake inspects such a function's signature on
     every call (which of wildcards, input, threads, ... it takes): 10,000 runs x 4 jobs x 2 functions. Inspected
@@ -106,17 +99,11 @@ def stage_args(stage, stage_id, input=None, **options):
 
 
 wildcard_constraints:
-    sft_id="[0-9a-f]{12}",
-    data_id="[0-9a-f]{12}",
-    overlap_id="[0-9a-f]{12}",
-    run_id="[0-9a-f]{12}",
-    eval_id="[0-9a-f]{12}",
+    **{s.id_field: "[0-9a-f]{12}" for s in STAGES.values()},  # every stage id (workflow/layout.py ID_LENGTH)
     step="[0-9]+",
     group="[a-z]+",
 
-include: "rules/data.smk"
-include: "rules/sft.smk"
-include: "rules/rl.smk"
+include: "rules/stages.smk"
 include: "rules/eval.smk"
 include: "rules/aggregate.smk"
 include: "rules/study.smk"

@@ -64,7 +64,7 @@ def main() -> None:
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     sweep = load_sweep(a.sweep)
-    jobs = [("sft", parse_stage("sft", cfg)) for cfg in sweep.sft_configs.values()]
+    jobs = [("sft", parse_stage("sft", cfg)) for cfg in sweep.configs("sft").values()]
     seen = set()
     for r in sweep.runs:
         if r.config.rl.mix != "none" and r.config.rl.mix not in seen:

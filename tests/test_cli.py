@@ -36,7 +36,7 @@ def test_status_follows_the_stages(tmp_path, tmp_results):
 
 def test_the_shipped_sweeps_are_valid():
     demo = load_sweep(REPO / "sweeps" / "demo.yaml")
-    assert len(demo.runs) == 6 and len(demo.sft_configs) == 1  # one SFT, GRPO vs SFPO vs GXPO x 2 seeds
+    assert len(demo.runs) == 6 and len(demo.jobs("sft")) == 1  # one SFT, GRPO vs SFPO vs GXPO x 2 seeds
     assert sorted({r.method for r in demo.runs}) == ["grpo", "gxpo", "sfpo"]
     sfpo = load_sweep(REPO / "sweeps" / "sfpo_k_alpha.yaml")
     assert {(r.config.rl.sfpo.K, r.config.rl.sfpo.alpha) for r in sfpo.runs if r.method == "sfpo"} == \

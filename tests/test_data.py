@@ -181,7 +181,7 @@ def data_sweep(tmp_path_factory):
 @pytest.mark.slow
 def test_a_datasets_sweep_plans_one_data_and_one_overlap_job(data_sweep):
     path, sweep = data_sweep
-    assert len(sweep.runs) == 2 and len(sweep.data_configs) == 1 and len(sweep.overlap_configs) == 1
+    assert len(sweep.runs) == 2 and len(sweep.jobs("data")) == 1 and len(sweep.jobs("overlap")) == 1
     res = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--config", f"sweep={path}", "results=res"],
                          cwd=REPO, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -194,13 +194,13 @@ def test_a_datasets_sweep_plans_one_data_and_one_overlap_job(data_sweep):
 def test_data_and_overlap_stages_then_the_rl_gate(data_sweep, tmp_path):
     path, sweep = data_sweep
     run = sweep.runs[0]
-    data_done = run_stage("data", sweep.name, run.data_id, sweep.data_configs[run.data_id], results_root=tmp_path)
+    data_done = run_stage("data", sweep.name, run.data_id, run.stage_config("data"), results_root=tmp_path)
     done = json.loads(data_done.read_text())
     rows = pq.read_table(data_done.parent / done["output"]).to_pylist()
     assert Counter(r["source"] for r in rows) == {"math_train": 4, "gsm8k_train": 6}
     stats = json.loads((data_done.parent / "stats.json").read_text())
     assert stats["rows"] == 10 and stats["sets"]["gsm8k_train"]["taken"] == 6
-    overlap_done = run_stage("overlap", sweep.name, run.overlap_id, sweep.overlap_configs[run.overlap_id],
+    overlap_done = run_stage("overlap", sweep.name, run.overlap_id, run.stage_config("overlap"),
                              results_root=tmp_path, data=data_done)
     report = json.loads((overlap_done.parent / json.loads(overlap_done.read_text())["output"]).read_text())
     assert report["math500"]["overlap"] == 1 and report["gsm8k"]["overlap"] == 0
@@ -225,7 +225,7 @@ def test_verl_reads_the_prepared_rows_through_the_prompt_template(data_sweep, tm
     from workflow.benchmarks.prompts import SEED003_SYSTEM
     from workflow.stages import parse_stage
     run = sweep.runs[0]
-    data_done = run_stage("data", sweep.name, run.data_id, sweep.data_configs[run.data_id], results_root=tmp_path)
+    data_done = run_stage("data", sweep.name, run.data_id, run.stage_config("data"), results_root=tmp_path)
     prepared = data_done.parent / "train.parquet"
     stage = parse_stage("rl", run.stage_config("rl"))
     rows = rl_rows(stage, prepared)

@@ -184,4 +184,4 @@ def test_the_ablation_sweep_is_grpo_each_part_alone_and_all_three():
     assert Counter(r.method for r in sweep.runs) == {m: 3 for m in (
         "grpo", "grpo+thinking_reward", "grpo+dynamic_kl", "grpo+slow2fast",
         "grpo+thinking_reward+dynamic_kl+slow2fast")}
-    assert len(sweep.sft_configs) == 1  # every setting starts from the same SFT checkpoint
+    assert len(sweep.jobs("sft")) == 1  # every setting starts from the same SFT checkpoint

@@ -77,7 +77,7 @@ def test_the_verl_part_is_a_valid_sweep_of_every_method(tmp_path: Path):
     sweep = load_sweep(path)
     assert sorted(gv.check_name(r.config) for r in sweep.runs) == sorted(name for name, *_ in gv.RUNS)
     assert {r.config.engine.verl.device for r in sweep.runs} == {"cuda"}
-    assert len(sweep.sft_configs) == 1  # the rules and FAST-GRPO share one verl SFT; the mixed methods have none
+    assert len(sweep.jobs("sft")) == 1  # the rules and FAST-GRPO share one verl SFT; the mixed methods have none
     assert all(r.config.rl.steps == 3 and r.config.eval.backend == "vllm" for r in sweep.runs)
 
 

@@ -228,7 +228,7 @@ def test_the_mixed_policy_sweep_validates_and_its_smoke_plans_every_method(tmp_p
                                                                           "prefix_rft")}
     assert all(r.config.sft.enabled == (m == "grpo") and r.config.eval.at_start == (m == "grpo")
                for m, rs in by_method.items() for r in rs)
-    assert len(sweep.sft_configs) == 1  # one SFT job for the three SFT -> RL seeds
+    assert len(sweep.jobs("sft")) == 1  # one SFT job for the three SFT -> RL seeds
     # its smoke version, with the methods' longer runs shortened too (smoke keeps grid axes as they are)
     raw = yaml.safe_load((REPO / "sweeps" / "mixed_policy.yaml").read_text())
     raw["grid"]["rl.steps"]["values"], raw["grid"]["eval.every"]["values"] = [10], [10]

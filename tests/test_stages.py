@@ -1,10 +1,11 @@
-"""A stage is declared once (workflow/stages.py STAGES): the options of its job's command line follow from the
-declaration, both where the Snakefile's rules build a job's arguments (workflow/job_args.py) and where the job
-parses them (workflow/launch.py), so the two cannot drift apart, and a stage added by declaration has both."""
+"""A stage is declared once (workflow/stages.py STAGES): a run's id of it, the sweep's jobs of it and their inputs, its
+Snakemake rule and the options of its job's command line follow from the declaration, both where the rules build a
+job's arguments (workflow/job_args.py) and where the job parses them (workflow/launch.py), so the two cannot drift
+apart, and a stage added by declaration has all of them."""
 
 from __future__ import annotations
 
-import re
+import json
 import shlex
 from pathlib import Path
 
@@ -59,7 +60,7 @@ def test_an_option_a_stage_does_not_declare_is_refused_on_both_sides(capsys):
 
 
 def test_a_stage_added_by_declaration_gets_its_jobs_command_line(monkeypatch):
-    toy = Stage("toy", lambda cfg, d, ids: {}, stages.DataStage, "x:y", help="a toy stage",
+    toy = Stage("toy", "toy_id", lambda cfg, d, ids: {}, stages.DataStage, "x:y", help="a toy stage",
                 options=(Option("knob", "how far to turn it", int), Option("init", "its input", Path, upstream="sft")))
     monkeypatch.setitem(STAGES, "toy", toy)
     line = job_args("toy", "0123456789ab", sweep="s", results="r", inputs={"init": "/a/DONE.json"}, knob=7,
@@ -68,14 +69,56 @@ def test_a_stage_added_by_declaration_gets_its_jobs_command_line(monkeypatch):
     assert (a.knob, a.init) == (7, Path("/a/DONE.json"))
 
 
-def test_every_declared_stage_has_a_rule_that_builds_its_jobs_arguments_from_the_declaration():
-    rules = "\n".join(p.read_text() for p in sorted((REPO / "rules").glob("*.smk")))
-    called = set(re.findall(r'stage_args\("([a-z]+)"', rules))
-    assert called == set(STAGES)
-    # no rule spells a stage option's flag by hand (the rescore job is no stage: it has its own parser)
+def test_no_rule_spells_a_stage_options_flag_by_hand():
+    """Every job's arguments come from stage_args (the rescore job is no stage: it has its own parser)."""
+    rules = "\n".join(p.read_text() for p in sorted((REPO / "rules").glob("*.smk"))).split("def _rescore_args")[0]
     flags = {o.flag for s in STAGES.values() for o in s.options}
-    handwritten = [f for f in flags if f'"{f}"' in rules.split("def _rescore_args")[0]]
+    handwritten = [f for f in flags if f'"{f}"' in rules]
     assert not handwritten, handwritten
+
+
+TOY_STAGE = """
+import sys
+import toy_stage
+toy_stage.declare()
+from workflow.sweep.expand import load_sweep
+sweep = load_sweep(sys.argv[1])
+print("TOY", " ".join(sorted(sweep.jobs("toy"))), flush=True)
+from snakemake.cli import main
+main([*(f"{sys.argv[2]}/_store/toy/{i}/DONE.json" for i in sorted(sweep.jobs("toy"))), "-n", "-p", "--cores", "64",
+      "--config", f"sweep={sys.argv[1]}", f"results={sys.argv[2]}"])
+"""
+
+
+def test_a_stage_added_by_declaration_gets_ids_jobs_and_a_rule(tmp_path, monkeypatch):
+    """tests/toy_stage.py, declared in STAGES and nowhere else: every run with it gets its id (the hash of its
+    config), the sweep one job per distinct id, and Snakemake a rule whose job waits for the declared upstream jobs
+    and gets arguments its parser takes."""
+    import os
+    import subprocess
+    import sys
+    import toy_stage
+    from workflow.sweep.expand import load_sweep
+    out = subprocess.run([sys.executable, "-c", TOY_STAGE, "sweeps/sft_then_rl.yaml", str(tmp_path)], cwd=REPO,
+                         capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), str(REPO)])})
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    toy_ids = next(line for line in lines if line.startswith("TOY ")).split()[1:]
+    monkeypatch.setitem(STAGES, "toy", toy_stage.TOY)
+    sweep = load_sweep(REPO / "sweeps" / "sft_then_rl.yaml")
+    assert sorted(sweep.jobs("toy")) == toy_ids and all(r.id_of("toy") in toy_ids for r in sweep.runs)
+    sft_data = {r.sft_id: r.data_id for r in sweep.runs}
+    assert len(toy_ids) == len({(r.sft_id, r.config.seed) for r in sweep.runs}) > 1  # one job per distinct config
+    commands = [shlex.split(line) for line in lines if "scripts/stage.py" in line and " toy " in line]
+    assert sorted(c[c.index("--id") + 1] for c in commands) == toy_ids
+    for c in commands:
+        a = parse("toy", shlex.join(c[c.index("toy") + 1:]))
+        want = json.loads(a.config)
+        assert a.init == tmp_path / "_store" / "sft" / want["sft_id"] / "DONE.json"
+        assert a.data == tmp_path / "_store" / "data" / want["data_id"] / "DONE.json"
+        assert sft_data[want["sft_id"]] == want["data_id"]
+        assert a.knob is None and a.threads == sweep.spec.resources.sft.threads == 16  # its declared `resources`
 
 
 def test_every_job_a_dry_run_plans_parses_with_its_stages_declared_options(tmp_path):

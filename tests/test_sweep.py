@@ -99,9 +99,9 @@ def test_grid_zip_exclude_and_conditional_axes(tmp_path):
 
 def test_rl_runs_share_one_sft_job_unless_sft_changes(tmp_path):
     sweep = load_sweep(write_sweep(tmp_path / "s.yaml", "s", "grid: {rl.lr: [1.0e-4, 2.0e-4]}\nseeds: [0, 1, 2]\n"))
-    assert len(sweep.runs) == 6 and len(sweep.sft_configs) == 1
+    assert len(sweep.runs) == 6 and len(sweep.jobs("sft")) == 1
     sweep = load_sweep(write_sweep(tmp_path / "t.yaml", "t", "grid: {sft.steps: [10, 20]}\nseeds: [0, 1]\n"))
-    assert len(sweep.sft_configs) == 2
+    assert len(sweep.jobs("sft")) == 2
     # eval settings do not change the RL run id: changing them never retrains
     a = load_sweep(write_sweep(tmp_path / "a.yaml", "a", "grid: {eval.k: [2, 4]}\n"))
     assert len({r.run_id for r in a.runs}) == 1 and len({r.eval_id for r in a.runs}) == 2
@@ -145,7 +145,7 @@ def test_rule_knobs_vary_only_where_the_rule_applies(tmp_path):
     for r in sweep.runs:
         by_rule.setdefault(r.method, []).append(r)
     assert {k: len(v) for k, v in by_rule.items()} == {"grpo": 1, "sfpo": 2, "gxpo": 3}
-    assert len(sweep.sft_configs) == 1
+    assert len(sweep.jobs("sft")) == 1
 
 
 def test_resources_do_not_change_run_ids_and_convert_for_schedulers(tmp_path):

@@ -59,7 +59,7 @@ def train(path: Path, results: Path):
     from workflow.sweep.expand import load_sweep
     sweep = load_sweep(path)
     (run,) = sweep.runs
-    data = run_stage("data", sweep.name, run.data_id, sweep.data_configs[run.data_id], results_root=results)
+    data = run_stage("data", sweep.name, run.data_id, run.stage_config("data"), results_root=results)
     run_stage("rl", sweep.name, run.run_id, run.stage_config("rl"), results_root=results, data=data)
     return sweep, run
 
@@ -118,7 +118,7 @@ def test_rlsweep_preflight_checks_a_verl_mixed_policy_job_on_its_prepared_data(t
     assert code == 0 and len(lines) == 1 and "needs its data stage" in lines[0]
     sweep = load_sweep(path)
     (run,) = sweep.runs
-    run_stage("data", sweep.name, run.data_id, sweep.data_configs[run.data_id], results_root=results)
+    run_stage("data", sweep.name, run.data_id, run.stage_config("data"), results_root=results)
     code, lines = preflight()
     assert code == 0 and len(lines) == 1 and "passed" in lines[0]
 

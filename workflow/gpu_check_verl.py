@@ -142,7 +142,7 @@ def run_verl(root: Path, cuda: bool, steps: int, model: str | None, only: list[s
     for r in rows:
         by_id.setdefault(r["run_id"], []).append(r)
     name_of = {run.run_id: check_name(run.config) for run in planned.runs}
-    jobs = [("sft", "sft", sft_id) for sft_id in planned.sft_configs]
+    jobs = [("sft", "sft", sft_id) for sft_id in planned.jobs("sft")]
     jobs += [(name_of[run.run_id], "rl", run.run_id) for run in planned.runs]
     jobs += [(f"eval {name_of[run.run_id]}", "eval", run.eval_id) for run in planned.runs]
     rl_of_eval = {run.eval_id: run.run_id for run in planned.runs}

@@ -12,10 +12,13 @@
 job on the command line); `parse_stage` turns it back into a typed, validated model on the other side, so an
 engine reads `stage.rl.lr`, never a dict. Sections a stage does not read are absent from its model.
 
-A stage is declared once, in STAGES below: its config slice, its typed model, its runner and the options of its
-job's command line (`Option`: the files of the stages it reads, and the job's own settings). The job's parser
-(workflow/launch.py), the arguments the Snakefile's rules hand a job (workflow/job_args.py) and run_stage's keywords
-all follow from that declaration; the rule that schedules the job is rules/<stage>.smk.
+A stage is declared once, in STAGES below, in the order a run's ids are computed: when a run has it (`present`),
+the run field its id fills (`id_field`), its config slice, its typed model, its runner and the options of its job's
+command line (`Option`: the files of the stages it reads, and the job's own settings). From that declaration follow
+a run's ids (workflow/sweep/expand.py `runs_for`), the sweep's jobs and their inputs (`Sweep.jobs`,
+`Sweep.upstream`), the Snakemake rule of each stage with one job per id (rules/stages.smk; eval's jobs, one per
+checkpoint and benchmark group, have their own rules in rules/eval.smk), the job's parser (workflow/launch.py), the
+arguments a rule hands the job (workflow/job_args.py) and run_stage's keywords.
 """
 
 from __future__ import annotations
@@ -39,16 +42,18 @@ def overlap_benchmarks(cfg: RunConfig) -> list[str]:
 
 @dataclass(frozen=True)
 class Ids:
-    """The ids of the stages a stage depends on, which its config names (and so its own id hashes)."""
+    """The ids of the stages a stage depends on, which its config names (and so its own id hashes): each a
+    `Stage.id_field` of an earlier stage."""
+    data_id: str | None = None
+    overlap_id: str | None = None
     sft_id: str | None = None
     run_id: str | None = None
-    data_id: str | None = None
 
 
 def stage_config(cfg: RunConfig, stage: str, *, sft_id: str | None = None, run_id: str | None = None,
                  data_id: str | None = None) -> dict:
     """The part of a run's config that decides a stage's result; a stage's id is the hash of exactly this."""
-    return stage_of(stage).config(cfg, cfg.model_dump(mode="json"), Ids(sft_id, run_id, data_id))
+    return stage_of(stage).config(cfg, cfg.model_dump(mode="json"), Ids(data_id=data_id, sft_id=sft_id, run_id=run_id))
 
 
 def _data_config(cfg: RunConfig, d: dict, ids: Ids) -> dict:
@@ -174,18 +179,54 @@ TRAINING_DATA = (
 LABEL = Option("label", "the run's label in its sweep: its grid point without the seed")
 
 
+def _always(cfg: RunConfig) -> bool:
+    return True
+
+
+def _has_data(cfg: RunConfig) -> bool:
+    return cfg.task.name == "datasets"
+
+
+def _has_overlap(cfg: RunConfig) -> bool:
+    return _has_data(cfg) and bool(overlap_benchmarks(cfg))
+
+
+def _has_sft(cfg: RunConfig) -> bool:
+    return cfg.sft.enabled
+
+
 @dataclass(frozen=True)
 class Stage:
-    """One kind of stage: the slice of the run config its id hashes (`config`), the typed model its job reads that
-    slice back into (`model`), the function that runs one job of it (`runner`, "module:function" in
-    workflow/launch.py, imported by the job only: planning a sweep imports no torch), and its job's options besides
-    the ones every job takes (--sweep, --id, --config, --results, --threads, --wait-for-twin)."""
+    """One kind of stage: when a run has one (`present`), the field of the run (and of `Ids`) its id fills
+    (`id_field`), the slice of the run config its id hashes (`config`), the typed model its job reads that slice back
+    into (`model`), the function that runs one job of it (`runner`, "module:function" in workflow/launch.py, imported
+    by the job only: planning a sweep imports no torch), its job's options besides the ones every job takes
+    (--sweep, --id, --config, --results, --threads, --wait-for-twin), and the `resources:` block of a sweep its jobs
+    take their threads, time and GPUs from."""
     name: str
+    id_field: str
     config: Callable[[RunConfig, dict, Ids], dict]
     model: type[Strict]
     runner: str
     options: tuple[Option, ...] = ()
     help: str = ""  # one line: what a job of it does (`scripts/stage.py --help`)
+    present: Callable[[RunConfig], bool] = _always
+    resources: str = ""  # default: the stage's name
+    one_job_per_id: bool = True  # False: eval, one job per (checkpoint step, benchmark group) (rules/eval.smk)
+
+    @property
+    def resources_key(self) -> str:
+        return self.resources or self.name
+
+    @property
+    def labelled(self) -> bool:
+        """A job of it is one run's (the run's label is an option): the sweep records it under that label."""
+        return "label" in self.by_name
+
+    @property
+    def upstream(self) -> tuple[Option, ...]:
+        """The options that name a file of another stage's job: what the rule waits for."""
+        return tuple(o for o in self.options if o.upstream is not None)
 
     @cached_property
     def by_name(self) -> dict[str, Option]:
@@ -200,17 +241,18 @@ class Stage:
 
 
 STAGES: dict[str, Stage] = {s.name: s for s in (
-    Stage("data", _data_config, DataStage, "workflow.launch:run_data",
+    Stage("data", "data_id", _data_config, DataStage, "workflow.launch:run_data", present=_has_data,
           help="prepare a datasets task's training rows once"),
-    Stage("overlap", _overlap_config, OverlapStage, "workflow.launch:run_overlap", options=TRAINING_DATA[:1],
+    Stage("overlap", "overlap_id", _overlap_config, OverlapStage, "workflow.launch:run_overlap",
+          options=TRAINING_DATA[:1], present=_has_overlap, resources="data",
           help="check the prepared rows against the evaluated benchmarks"),
-    Stage("sft", _sft_config, SFTStage, "workflow.launch:run_training", options=TRAINING_DATA,
-          help="supervised fine-tuning to its final checkpoint"),
-    Stage("rl", _rl_config, RLStage, "workflow.launch:run_training", help="RL from the SFT checkpoint (or the "
-          "engine's start model) to its final checkpoint", options=(
+    Stage("sft", "sft_id", _sft_config, SFTStage, "workflow.launch:run_training", options=TRAINING_DATA,
+          present=_has_sft, help="supervised fine-tuning to its final checkpoint"),
+    Stage("rl", "run_id", _rl_config, RLStage, "workflow.launch:run_training", help="RL from the SFT checkpoint (or "
+          "the engine's start model) to its final checkpoint", options=(
               Option("init", "DONE.json of the SFT stage it starts from", Path, upstream="sft"),
               *TRAINING_DATA, LABEL)),
-    Stage("eval", _eval_config, EvalStage, "workflow.launch:run_evaluation",
+    Stage("eval", "eval_id", _eval_config, EvalStage, "workflow.launch:run_evaluation", one_job_per_id=False,
           help="sample and score one checkpoint of an RL run on one benchmark group", options=(
               Option("checkpoint_from", "DONE.json of the RL stage to evaluate (step 0: or of the SFT stage)", Path,
                      upstream="rl"),

@@ -19,8 +19,7 @@ def cmd_preflight(a) -> int:
 
     sweep = load_sweep(a.sweep_file)
     root = results_root(a)
-    data_of = {r.sft_id: r.data_id for r in sweep.runs if r.sft_id}  # a datasets task's prepared rows
-    jobs = [("sft", sft_id, cfg, None, data_of.get(sft_id)) for sft_id, cfg in sweep.sft_configs.items()]
+    jobs = [("sft", sft_id, cfg, None, cfg.get("data_id")) for sft_id, cfg in sweep.configs("sft").items()]
     for r in sweep.runs:
         if r.config.rl.mix != "none":
             sft_done = done_path(root, "sft", r.sft_id) if r.sft_id else None

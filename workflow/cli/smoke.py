@@ -25,7 +25,7 @@ def cmd_smoke(a) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text(path, f"# rlsweep smoke {a.sweep_file} (workflow/smoke.py)\n" + dump_yaml(smoke))
     sweep = load_sweep(path)
-    err.print(f"smoke sweep {path}: {len(sweep.runs)} run(s), {len(sweep.sft_configs)} SFT job(s); results under "
+    err.print(f"smoke sweep {path}: {len(sweep.runs)} run(s), {len(sweep.jobs('sft'))} SFT job(s); results under "
                f"{root / sweep.name}")
     extra = shlex.split(a.snakemake)
     argv = [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "--config", f"sweep={path}", f"results={root}",

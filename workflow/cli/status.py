@@ -67,8 +67,8 @@ def cmd_status(a) -> int:
             "QUALIFY step = max(step) OVER (PARTITION BY run_id, eval_id)").to_pylist()}
     except QueryError:  # nothing has run yet
         recorded, scores, reused = {}, {}, {}
-    t = Table(title=f"{sweep.name}: {len(sweep.runs)} runs, {len(sweep.sft_configs)} SFT jobs ({sweep.path})")
-    with_data = bool(sweep.data_configs)
+    t = Table(title=f"{sweep.name}: {len(sweep.runs)} runs, {len(sweep.jobs('sft'))} SFT jobs ({sweep.path})")
+    with_data = bool(sweep.jobs("data"))
     for col in ("run_id", "method", "setting", "seed", *(["data"] if with_data else []), "sft", "rl", "eval",
                 "avg@k"):
         t.add_column(col)

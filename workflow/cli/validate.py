@@ -15,9 +15,9 @@ def cmd_validate(a) -> int:
     sweep = load_sweep(a.sweep_file)
     if sweep.spec.optuna is not None:
         return _validate_study(sweep)
-    data = (f", {len(sweep.data_configs)} data job(s) + {len(sweep.overlap_configs)} overlap check(s)"
-            if sweep.data_configs else "")
-    t = Table(title=f"{sweep.name}: {len(sweep.runs)} runs, {len(sweep.sft_configs)} SFT jobs{data}")
+    data = (f", {len(sweep.jobs('data'))} data job(s) + {len(sweep.jobs('overlap'))} overlap check(s)"
+            if sweep.jobs("data") else "")
+    t = Table(title=f"{sweep.name}: {len(sweep.runs)} runs, {len(sweep.jobs('sft'))} SFT jobs{data}")
     for col in ("run_id", *(["data_id"] if data else []), "sft_id", "eval_id", "method", "setting", "seed"):
         t.add_column(col)
     for r in sweep.runs:

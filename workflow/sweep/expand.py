@@ -21,7 +21,7 @@ from workflow.config import RunConfig
 from workflow.engines.registry import traits
 from workflow.results.membership import Member
 from workflow.eval.plan import eval_groups, eval_jobs
-from workflow.stages import overlap_benchmarks, stage_config
+from workflow.stages import STAGES, Ids, stage_config, stage_of
 from workflow.strict import format_validation_error
 from workflow.sweep.identity import canonical_json, id_of_json, stable_id
 from workflow.sweep.keys import (apply, check_key, format_point, format_value, key_problem, lookup, same,
@@ -31,18 +31,41 @@ from workflow.sweep.spec import ConditionalAxis, SweepError, SweepSpec, read_spe
 
 @dataclass(frozen=True)
 class Run:
-    """One SFT -> RL -> eval chain. `run_id` is the RL stage's id: the id every table uses for the run."""
+    """One data -> SFT -> RL -> eval chain. `run_id` is the RL stage's id: the id every table uses for the run."""
 
     config: RunConfig
     assignment: dict[str, Any]  # the dotted keys this grid point set (seed included)
-    sft_id: str | None
-    run_id: str
-    eval_id: str
-    data_id: str | None = None  # the data stage of a `datasets` task
-    overlap_id: str | None = None  # its check against this run's evaluated benchmarks (None: nothing to check)
-    # the canonical JSON of stage_config(stage) that the RL and eval ids hash, kept: it is what their jobs are
-    # handed (a 10,000-run sweep would otherwise dump 20,000 configs again while Snakemake plans)
+    # Stage.id_field -> this run's id of that stage, for every declared stage (None: the run has no such stage)
+    ids: dict[str, str | None]
+    # the canonical JSON of stage_config(stage) that each of the run's stage ids hashes, kept: it is what their jobs
+    # are handed (a 10,000-run sweep would otherwise dump 20,000 configs again while Snakemake plans)
     stage_json: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    def id_of(self, stage: str) -> str | None:
+        """This run's id of `stage` (None: the run has no such stage, e.g. no SFT)."""
+        return self.ids[stage_of(stage).id_field]
+
+    @property
+    def run_id(self) -> str:
+        return self.ids["run_id"]
+
+    @property
+    def eval_id(self) -> str:
+        return self.ids["eval_id"]
+
+    @property
+    def sft_id(self) -> str | None:
+        return self.ids["sft_id"]
+
+    @property
+    def data_id(self) -> str | None:
+        """The data stage of a `datasets` task."""
+        return self.ids["data_id"]
+
+    @property
+    def overlap_id(self) -> str | None:
+        """The data's check against this run's evaluated benchmarks (None: nothing to check)."""
+        return self.ids["overlap_id"]
 
     @property
     def label(self) -> str:
@@ -54,7 +77,7 @@ class Run:
         return self.config.rl.method
 
     def stage_config(self, stage: str) -> dict[str, Any]:
-        return stage_config(self.config, stage, sft_id=self.sft_id, run_id=self.run_id, data_id=self.data_id)
+        return stage_of(stage).config(self.config, self.config.model_dump(mode="json"), _ids_read(self.ids))
 
     def stage_config_json(self, stage: str) -> str:
         """canonical_json(self.stage_config(stage)): the config a stage job is handed, hashing to its id."""
@@ -130,16 +153,32 @@ def runs_for(spec: SweepSpec, point: dict[str, Any]) -> list[Run]:
         heavy = traits(cfg.engine.name).sweep_problems(cfg)  # verl's own checks on the translated config
         if heavy:
             raise PointError(heavy, assignment)
-        data_id = stable_id(stage_config(cfg, "data")) if cfg.task.name == "datasets" else None
-        overlap_id = (stable_id(stage_config(cfg, "overlap", data_id=data_id))
-                      if data_id is not None and overlap_benchmarks(cfg) else None)
-        sft_id = stable_id(stage_config(cfg, "sft", data_id=data_id)) if cfg.sft.enabled else None
-        rl_json = canonical_json(stage_config(cfg, "rl", sft_id=sft_id, data_id=data_id))
-        run_id = id_of_json(rl_json)
-        eval_json = canonical_json(stage_config(cfg, "eval", run_id=run_id))
-        runs.append(Run(config=cfg, assignment=assignment, sft_id=sft_id, run_id=run_id, eval_id=id_of_json(eval_json),
-                        data_id=data_id, overlap_id=overlap_id, stage_json={"rl": rl_json, "eval": eval_json}))
+        ids, texts = _stage_ids(cfg)
+        runs.append(Run(config=cfg, assignment=assignment, ids=ids, stage_json=texts))
     return runs
+
+
+def _stage_ids(cfg: RunConfig) -> tuple[dict[str, str | None], dict[str, str]]:
+    """A run's id of every stage (None where it has none) and the canonical JSON each id hashes: the stages in
+    declaration order (workflow/stages.py STAGES), each config naming the ids of the stages before it."""
+    d = cfg.model_dump(mode="json")
+    ids: dict[str, str | None] = {}
+    texts = {}
+    for stage in STAGES.values():
+        if not stage.present(cfg):
+            ids[stage.id_field] = None
+            continue
+        text = canonical_json(stage.config(cfg, d, _ids_read(ids)))
+        ids[stage.id_field], texts[stage.name] = id_of_json(text), text
+    return ids, texts
+
+
+_ID_FIELDS = frozenset(Ids.__dataclass_fields__)
+
+
+def _ids_read(ids: dict[str, str | None]) -> Ids:
+    """What a stage's config may read of a run's ids (a stage declared after the ones Ids names reads those)."""
+    return Ids(**{k: v for k, v in ids.items() if k in _ID_FIELDS})
 
 
 @dataclass
@@ -149,14 +188,11 @@ class Sweep:
     spec: SweepSpec
     runs: list[Run]
     by_run_id: dict[str, Run] = field(init=False)
-    sft_configs: dict[str, dict] = field(init=False)
-    data_configs: dict[str, dict] = field(init=False)  # data stages (datasets tasks)
-    overlap_configs: dict[str, dict] = field(init=False)
-    sft_overlaps: dict[str, set[str]] = field(init=False)  # SFT id -> the overlap checks of every run sharing it
+    # stage -> stage id -> the runs that have that job (a shared SFT job: every run starting from it)
+    by_stage: dict[str, dict[str, list[Run]]] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.by_run_id, self.sft_configs, self.data_configs, self.overlap_configs = {}, {}, {}, {}
-        self.sft_overlaps = {}
+        self.by_run_id, self.by_stage = {}, {name: {} for name in STAGES}
         runs, self.runs = self.runs, []
         self.add_runs(runs)
 
@@ -169,22 +205,56 @@ class Sweep:
             known.add((r.run_id, r.eval_id))
             self.runs.append(r)
             self.by_run_id[r.run_id] = r
-            if r.sft_id is not None:
-                self.sft_configs.setdefault(r.sft_id, r.stage_config("sft"))
-            if r.data_id is not None:
-                self.data_configs.setdefault(r.data_id, r.stage_config("data"))
-            if r.overlap_id is not None:
-                self.overlap_configs.setdefault(r.overlap_id, r.stage_config("overlap"))
-                if r.sft_id is not None:
-                    self.sft_overlaps.setdefault(r.sft_id, set()).add(r.overlap_id)
+            for name, stage in STAGES.items():
+                stage_id = r.ids[stage.id_field]
+                if stage_id is not None:
+                    self.by_stage[name].setdefault(stage_id, []).append(r)
+
+    def jobs(self, stage: str) -> dict[str, list[Run]]:
+        """Stage id -> the runs that share that job, for every job of `stage` the sweep plans."""
+        return self.by_stage[stage_of(stage).name]
+
+    def config_json(self, stage: str, stage_id: str) -> str:
+        """The canonical config a job is handed (and its id hashes)."""
+        return self.by_stage[stage][stage_id][0].stage_config_json(stage)
+
+    def configs(self, stage: str) -> dict[str, dict]:
+        """Stage id -> the config of each job of `stage`."""
+        return {i: runs[0].stage_config(stage) for i, runs in self.jobs(stage).items()}
+
+    def upstream(self, stage: str, stage_id: str) -> dict[str, str | list[str]]:
+        """A job's option -> the id(s) of the other stages' jobs it reads (workflow/stages.py `Option.upstream`):
+        of every run that has this job, each run's id of that stage; a `many` option takes all of them (a shared SFT
+        job enforces the overlap checks of every run starting from it), any other exactly one (its id is in the
+        job's config, so the runs sharing the job agree on it). Options of stages the runs do not have are left
+        out."""
+        runs = self.by_stage[stage][stage_id]
+        out: dict[str, str | list[str]] = {}
+        for option in stage_of(stage).upstream:
+            field_ = stage_of(option.upstream).id_field
+            found = sorted({i for r in runs if (i := r.ids[field_]) is not None})
+            if not found:
+                continue
+            if not option.many and len(found) > 1:  # a stage config that does not name its upstream id
+                raise ValueError(f"{stage} job {stage_id}: its runs read different {option.upstream} jobs "
+                                 f"({', '.join(found)}) through --{option.name}, which takes one")
+            out[option.name] = found if option.many else found[0]
+        return out
+
+    def label(self, stage: str, stage_id: str) -> str:
+        """A labelled stage's job's label: its run's (the last run of the sweep with this id, like by_run_id)."""
+        return self.by_stage[stage][stage_id][-1].label
 
     def members(self) -> list[Member]:
-        """Every stage job the sweep plans, as its membership records it (results/membership.py): the data and
-        overlap stages, the SFT stages, and each run's RL stage and eval id under the run's label."""
-        out = [Member("data", i) for i in self.data_configs] + [Member("overlap", i) for i in self.overlap_configs]
-        out += [Member("sft", i) for i in self.sft_configs]
-        for r in self.runs:
-            out += [Member("rl", r.run_id, r.label), Member("eval", r.eval_id, r.label)]
+        """Every stage job the sweep plans, as its membership records it (results/membership.py): one per job of
+        each stage, and for a labelled stage (rl, eval) one per run under the run's label."""
+        out = []
+        for name, stage in STAGES.items():
+            jobs = self.by_stage[name]
+            if stage.labelled:
+                out += [Member(name, i, r.label) for i, runs in jobs.items() for r in runs]
+            else:
+                out += [Member(name, i) for i in jobs]
         return out
 
     def start_sources(self) -> dict[str, Run]:

@@ -106,12 +106,12 @@ def sweep_jobs(sweep, root: Path, states: dict) -> list[Job]:
         r = getattr(res, stage)
         return r.gpus_per_node * r.nodes
 
-    for data_id, cfg in {**sweep.data_configs, **sweep.overlap_configs}.items():
-        stage = "data" if data_id in sweep.data_configs else "overlap"
-        state = _state(done_path(root, stage, data_id), None, states.get((stage, data_id)))
-        jobs.append(Job("data", data_id, state, None, ("data", _model_key(cfg), gpus("data"))))
-    for stage, configs in (("sft", sweep.sft_configs), ("rl", {r.run_id: r.stage_config("rl") for r in sweep.runs})):
-        for stage_id, cfg in configs.items():
+    for stage in ("data", "overlap"):
+        for data_id, cfg in sweep.configs(stage).items():
+            state = _state(done_path(root, stage, data_id), None, states.get((stage, data_id)))
+            jobs.append(Job("data", data_id, state, None, ("data", _model_key(cfg), gpus("data"))))
+    for stage in ("sft", "rl"):
+        for stage_id, cfg in sweep.configs(stage).items():
             out = stage_dir(root, stage, stage_id)
             state = _state(out / "DONE.json", out / CHECKPOINTS, states.get((stage, stage_id)))
             total = cfg[stage]["steps"]

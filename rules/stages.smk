@@ -1,0 +1,42 @@
+# One rule per stage with one job per stage id (workflow/stages.py STAGES: data, overlap, sft, rl; eval's jobs, one
+# per checkpoint step and benchmark group, have their rules in rules/eval.smk). Each rule follows from its stage's
+# declaration: its output is the stage's DONE.json named by the stage's id field, its inputs the DONE.json of every
+# job its declared upstream options read (Sweep.upstream: a datasets task's SFT job waits for the prepared data and
+# the overlap checks of every run sharing it; an RL run for its SFT job), and its arguments come from
+# workflow/job_args.py.
+
+def _stage_rule_functions(stage):
+    """The input and params functions of `stage`'s rule (one pair per stage, made here so that each rule of the
+    loop below keeps its own stage)."""
+    name, field = stage.name, stage.id_field
+
+    @job_function
+    def inputs(wc):
+        return {option: ([pattern(upstream_of[option], i) for i in ids] if isinstance(ids, list)
+                         else pattern(upstream_of[option], ids))
+                for option, ids in SWEEP.upstream(name, getattr(wc, field)).items()}
+
+    @job_function
+    def args(wc, input):
+        stage_id = getattr(wc, field)
+        label = {"label": SWEEP.label(name, stage_id)} if stage.labelled else {}
+        return stage_args(name, stage_id, input, **label, config=SWEEP.config_json(name, stage_id))
+
+    upstream_of = {o.name: o.upstream for o in stage.upstream}
+    return inputs, args
+
+
+for _stage in ONE_JOB_PER_ID:
+    _inputs, _args = _stage_rule_functions(_stage)
+    _resources = getattr(SWEEP.spec.resources, _stage.resources_key)
+
+    rule:
+        name: _stage.name
+        input: unpack(_inputs)
+        output: pattern(_stage.name, "{%s}" % _stage.id_field)
+        params:
+            args=_args,
+        threads: _resources.threads
+        resources: **_resources.snakemake_resources()
+        shell:
+            "{STAGE_CMD} %s {params.args} --threads {threads}" % _stage.name
