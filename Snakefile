@@ -10,14 +10,10 @@
 # NB: Snakemake defines a global named `workflow` in this file; import from our package with `from workflow.x
 # import y` only (a bare `import workflow...` would shadow Snakemake's object).
 
-import atexit
-import gc
-import inspect
 import shlex
 import sys
 
-from snakemake.common import overwrite_function_params
-
+from workflow.big_dag import cache_resource_signature, job_function, tune_gc
 from workflow.dry_run import dry_run
 from workflow.job_args import job_args
 from workflow.layout import done_path, report_dir, rescore_path, summary_path
@@ -27,6 +23,7 @@ from workflow.sweep.expand import load_sweep
 from workflow.sweep.spec import SweepError
 from workflow.stages import STAGES
 
+cache_resource_signature()  # workflow/big_dag.py
 SWEEP_FILE = config.get("sweep", "sweeps/demo.yaml")
 RESULTS = config.get("results", "results")
 PYTHON = sys.executable  # the interpreter running Snakemake, i.e. the project's environment
@@ -67,6 +64,15 @@ def pattern(stage, stage_id, **where):
     return str(done_path(RESULTS, stage, stage_id, **where))
 
 
+_ID = "{0}"
+_DONE_OF = {name: pattern(name, _ID) for name in STAGES if name != "eval"}
+
+
+def done_of(stage, stage_id):
+    """pattern(stage, stage_id) of a job with one job per id, by one str.replace (input functions call it per job)."""
+    return _DONE_OF[stage].replace(_ID, stage_id)
+
+
 # one eval job per (run, RL checkpoint step, benchmark group): str.format of one pattern, not a Path per job
 _EVAL_PATTERN = pattern("eval", "{eval_id}", run_id="{run_id}", step="{step}", group="{group}")
 EVAL_DONE = [_EVAL_PATTERN.format(eval_id=r.eval_id, run_id=r.run_id, step=step, group=group)
@@ -80,14 +86,6 @@ try:
 except KeyError as err:
     print(f"invalid --config graders: {err.args[0]}", file=sys.stderr)
     sys.exit(1)
-
-
-def job_function(func):
-    """Mark an input or params function that runs once per job. Snakemake inspects such a function's signature on
-    every call (which of wildcards, input, threads, ... it takes): 10,000 runs x 4 jobs x 2 functions. Inspected
-    once here instead (Snakemake's own overwrite_function_params hook)."""
-    overwrite_function_params(func, inspect.signature(func).parameters)
-    return func
 
 
 def stage_args(stage, stage_id, input=None, **options):
@@ -112,13 +110,4 @@ rule all:
     default_target: True
     input: STUDY_DONE if SWEEP.spec.optuna is not None else str(report_dir(RESULTS, SWEEP.name) / "index.html")
 
-# Garbage collection while Snakemake builds the DAG of a big sweep: the sweep's runs (10,000 validated configs)
-# live as long as this process, so they leave the collector's view (it walked all of them on every full
-# collection); and Snakemake makes several objects per job, none of them garbage until it exits, so the youngest
-# generation is collected every 50,000 new objects instead of every 700. Measured at 10,000 runs (50,000 jobs):
-# collections took 9.3 s of 57 s before, with bare Snakemake's 6.3 s of 45 s (bench/plan_dag.py; docs/sweeps.md).
-# At exit they go back to the collector: objects frozen for good are never finalised, and triton's extension (which
-# verl's import loads) then reported ~30 lines of "nanobind: leaked ..." at the end of every verl sweep's run.
-gc.freeze()
-atexit.register(gc.unfreeze)
-gc.set_threshold(50_000, *gc.get_threshold()[1:])
+tune_gc()  # workflow/big_dag.py: planning a 10,000-run sweep near bare Snakemake's time

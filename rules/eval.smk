@@ -38,7 +38,7 @@ rule eval:
 @job_function
 def _start_input(wc):  # the SFT checkpoint, or nothing to wait for when verl starts from its model_path
     run = RUNS[wc.run_id]
-    return pattern("sft", run.sft_id) if run.sft_id else []
+    return done_of("sft", run.sft_id) if run.sft_id else []
 
 
 rule eval_start:
@@ -60,7 +60,7 @@ if START_FROM:
     @job_function
     def _copy_source(wc):
         source = START_FROM[wc.eval_id]
-        return str(done_path(RESULTS, "eval", source.eval_id, source.run_id, 0, wc.group))
+        return _EVAL_PATTERN.format(eval_id=source.eval_id, run_id=source.run_id, step=0, group=wc.group)
 
     @job_function
     def _copy_args(wc, input):

@@ -12,8 +12,8 @@ def _stage_rule_functions(stage):
 
     @job_function
     def inputs(wc):
-        return {option: ([pattern(upstream_of[option], i) for i in ids] if isinstance(ids, list)
-                         else pattern(upstream_of[option], ids))
+        return {option: ([done_of(upstream_of[option], i) for i in ids] if isinstance(ids, list)
+                         else done_of(upstream_of[option], ids))
                 for option, ids in SWEEP.upstream(name, getattr(wc, field)).items()}
 
     @job_function
@@ -38,5 +38,5 @@ for _stage in ONE_JOB_PER_ID:
             args=_args,
         threads: _resources.threads
         resources: **_resources.snakemake_resources()
-        shell:
-            "{STAGE_CMD} %s {params.args} --threads {threads}" % _stage.name
+        shell:  # {rule}, the stage's name: a shell command is formatted when its job runs, after the loop is over
+            "{STAGE_CMD} {rule} {params.args} --threads {threads}"

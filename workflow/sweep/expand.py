@@ -8,6 +8,7 @@ seed; an eval by its RL id + eval settings, so changing eval settings never retr
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from dataclasses import dataclass, field
 from functools import partial
@@ -124,7 +125,8 @@ class Run:
         eval seed is a setting)."""
         if self.start is None:
             return None
-        ev = {k: v for k, v in self.stage_config("eval").items() if k != "run_id"}
+        ev = json.loads(self.stage_config_json("eval"))  # (the kept JSON: 4x faster than the config's model_dump)
+        del ev["run_id"]
         return stable_id({"start": self.start, "eval": ev})
 
 
