@@ -30,6 +30,7 @@ import os
 import resource
 import signal
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -436,10 +437,15 @@ def _bounded(con: duckdb.DuckDBPyConnection, statements: list, limits: QueryLimi
         if held:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     try:
-        if not done.wait(limits.timeout_s):
-            stop()
-            raise QueryError(f"stopped after {limits.timeout_s:g} s, the query's time bound (`rlsweep query "
-                             "--timeout SECONDS` raises it)")
+        # waited in short slices: a Ctrl-C that the kernel hands to another thread (one of DuckDB's) only sets
+        # Python's flag, which the main thread acts on when it next runs bytecode: a single wait of the whole time
+        # bound left Ctrl-C unanswered for minutes on a loaded machine
+        deadline = time.monotonic() + limits.timeout_s
+        while not done.wait(min(0.2, max(0.0, deadline - time.monotonic()))):
+            if time.monotonic() >= deadline:
+                stop()
+                raise QueryError(f"stopped after {limits.timeout_s:g} s, the query's time bound (`rlsweep query "
+                                 "--timeout SECONDS` raises it)")
     except KeyboardInterrupt:
         stop()
         raise
