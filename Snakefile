@@ -16,9 +16,10 @@ import sys
 from workflow.big_dag import cache_resource_signature, job_function, tune_gc
 from workflow.dry_run import dry_run
 from workflow.job_args import job_args
-from workflow.layout import done_path, report_dir, rescore_path, summary_path
+from workflow.layout import done_path, report_dir, rescore_path, segment_done, summary_path
 from workflow.results.membership import record as record_members
 from workflow.results.migrate import legacy_sweeps, migrate_if_needed
+from workflow.segments import record_finished, unrecorded_finished
 from workflow.sweep.expand import load_sweep
 from workflow.sweep.spec import SweepError
 from workflow.stages import STAGES
@@ -52,11 +53,16 @@ if dry_run():
               f"are moved into the store: `rlsweep --results {RESULTS} migrate` (renames only; nothing is recomputed),"
               " or a run without -n, which moves them first", file=sys.stderr)
         sys.exit(1)
+    if unrecorded := unrecorded_finished(RESULTS, SWEEP.runs):
+        print(f"{unrecorded} RL run(s) finished before runs were trained in segments: this dry run shows their "
+              "segments and evaluations as jobs to run, but a run without -n records their segments first (nothing "
+              "trains or evaluates again; workflow/segments.py)", file=sys.stderr)
 else:
     migrate_if_needed(RESULTS)
+    record_finished(RESULTS, SWEEP.runs)  # RL runs finished in one job before segments: their segment files
     record_members(RESULTS, SWEEP.name, SWEEP.members())
 EVAL_OF = {r.eval_id: r for r in SWEEP.runs}
-ONE_JOB_PER_ID = [s for s in STAGES.values() if s.one_job_per_id]  # their rules: rules/stages.smk
+RULE_FROM_DECLARATION = [s for s in STAGES.values() if s.rule_from_declaration]  # rules/stages.smk
 
 
 def pattern(stage, stage_id, **where):
@@ -66,10 +72,12 @@ def pattern(stage, stage_id, **where):
 
 _ID = "{0}"
 _DONE_OF = {name: pattern(name, _ID) for name in STAGES if name != "eval"}
+# a segmented stage's DONE_<end>.json (workflow/segments.py), as str.format(stage_id, end)
+SEGMENT_OF = {s.name: str(segment_done(RESULTS, s.name, "{0}", "{1}")) for s in STAGES.values() if s.segments}
 
 
 def done_of(stage, stage_id):
-    """pattern(stage, stage_id) of a job with one job per id, by one str.replace (input functions call it per job)."""
+    """pattern(stage, stage_id) of a stage but eval, by one str.replace (input functions call it per job)."""
     return _DONE_OF[stage].replace(_ID, stage_id)
 
 
@@ -99,6 +107,7 @@ def stage_args(stage, stage_id, input=None, **options):
 wildcard_constraints:
     **{s.id_field: "[0-9a-f]{12}" for s in STAGES.values()},  # every stage id (workflow/layout.py ID_LENGTH)
     step="[0-9]+",
+    end="[0-9]+",  # a segment's last step (workflow/segments.py)
     group="[a-z]+",
 
 include: "rules/stages.smk"

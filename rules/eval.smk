@@ -1,4 +1,5 @@
-# Eval: one job per (RL checkpoint step, benchmark group) of each run; they start when the RL run is done. Step 0
+# Eval: one job per (RL checkpoint step, benchmark group) of each run; each starts when the RL segment that ends at its
+# step is done (workflow/segments.py), while the next segment trains. Step 0
 # (eval.at_start) evaluates the model the run starts from (its SFT checkpoint, or verl's model_path without SFT), so
 # it waits for the SFT stage only (or for nothing), and runs that start from the same model with the same eval
 # settings share it: the first run of the sweep evaluates it (rule eval_start), the others' step-0 jobs copy its rows
@@ -22,8 +23,8 @@ def _eval_args(wc, input):
                       label=EVAL_OF[wc.eval_id].label, config=EVAL_OF[wc.eval_id].stage_config_json("eval"))
 
 
-rule eval:
-    input: pattern("rl", "{run_id}")
+rule eval:  # the segment that ends at the evaluated step (workflow/segments.py), so it runs while the next trains
+    input: SEGMENT_OF["rl"].format("{run_id}", "{step}")
     output: pattern("eval", "{eval_id}", run_id="{run_id}", step="{step}", group="{group}")
     wildcard_constraints:
         step="[1-9][0-9]*",

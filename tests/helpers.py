@@ -75,14 +75,16 @@ def run_cli(*args: str, cwd: Path = REPO, env: dict | None = None, timeout: int 
 
 
 def kill_and_resume_rl(sweep: str, run_id: str, rcfg: dict, sft_done: Path, root: Path, total_steps: int,
-                       kill_at: int = 3, wait_s: float = 180) -> Path:
+                       kill_at: int = 3, wait_s: float = 180, until: int | None = None, after: Path | None = None) -> Path:
     """Run an RL stage as `scripts/stage.py` would under Snakemake, SIGKILL it once its step-`kill_at` checkpoint
-    exists, start it again, and check that it resumed from its newest checkpoint. Returns its DONE.json."""
+    exists, start it again, and check that it resumed from its newest checkpoint. Returns its DONE.json. `until`,
+    `after`: the job is one segment of the run (workflow/segments.py); returns its DONE_<until>.json."""
     import json
     import signal
     import time
+    segment = [*(["--until", str(until)] if until else []), *(["--after", str(after)] if after else [])]
     cmd = [sys.executable, "scripts/stage.py", "rl", "--sweep", sweep, "--id", run_id, "--init", str(sft_done),
-           "--results", str(root), "--config", json.dumps(rcfg)]
+           "--results", str(root), *segment, "--config", json.dumps(rcfg)]
     ckpts = stage_dir(root, "rl", run_id) / "checkpoints"
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + wait_s
@@ -92,11 +94,11 @@ def kill_and_resume_rl(sweep: str, run_id: str, rcfg: dict, sft_done: Path, root
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     newest = max(int(p.name[5:]) for p in ckpts.glob("step_*"))
-    assert newest < total_steps, "the stage finished before it was killed; the test proved nothing"
+    assert newest < (until or total_steps), "the stage finished before it was killed; the test proved nothing"
     second = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert second.returncode == 0, second.stderr
     assert f"resuming from checkpoint at step {newest}/{total_steps}" in second.stderr
-    return stage_dir(root, "rl", run_id) / "DONE.json"
+    return stage_dir(root, "rl", run_id) / (f"DONE_{until}.json" if until and until < total_steps else "DONE.json")
 
 
 # the SFT stage the RL resume tests start from (tests/test_engine.py, tests/test_lora.py); SFT reads no `rl` section, so

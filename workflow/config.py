@@ -265,6 +265,12 @@ class RLBase(Strict):
         "Weight of a KL penalty to the reference (initial) policy; 0: none, and no reference model is kept."))
     checkpoint_every: PositiveInt = Field(10, description=(
         "Save a checkpoint (and flush train_steps rows) every this many steps; evaluations read these checkpoints."))
+    segment_steps: NonNegativeInt | None = Field(None, description=(
+        "Train the run as a chain of jobs of this many steps, each resuming where the one before stopped, so the "
+        "evaluation of a step runs while the next segment trains and each job fits a cluster's time limit "
+        "(resources.rl.time is per segment); a segment also ends at every evaluated step. null: eval.every (one job "
+        "when there is none); 0: one job for the whole run. Never part of the run's id: the chain trains what one job "
+        "would (workflow/segments.py). The verl engine trains each run as one job."))
 
     @field_validator("update", "mix")
     @classmethod

@@ -39,7 +39,8 @@ from workflow.hub import DatasetUnavailable
 from workflow.eval.harness import copy_evaluation, evaluate
 from workflow.errors import out_of_space
 from workflow.eval.plan import eval_groups
-from workflow.layout import CHECKPOINTS, DONE, eval_job_at, runs_file, stage_dir, step_dir, summary_path
+from workflow.layout import (CHECKPOINTS, DONE, eval_job_at, runs_file, segment_done, stage_dir, step_dir, summary_path,
+                             table_dir)
 from workflow.preemption import EXIT_PREEMPTED, Preempted
 from workflow.provenance import provenance, slurm_usage
 from workflow.registry import load_object
@@ -75,6 +76,7 @@ class Inputs:
     max_train_overlap: float | None = None  # checks.max_train_overlap of the sweep
     copy_from: Path | None = None  # an eval job's DONE.json whose rows a step-0 eval job copies (Sweep.start_sources)
     start_model: str | None = None  # the model a step-0 eval job evaluates when RL starts without SFT (model_path)
+    after: Path | None = None  # the segment job before this one (workflow/segments.py): its DONE_<step>.json
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -90,28 +92,44 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 class _RunsRow:
-    """The stage's row in `runs`, rewritten in place (atomically) as its status changes."""
+    """The stage's row in `runs`, rewritten in place (atomically) as its status changes. An RL run trained in
+    segments has one row: a segment that is not the last leaves it `paused`, and each later segment (`continues`)
+    keeps its started_at and adds to its wall_s (a running segment's row holds the earlier segments' wall_s)."""
 
     def __init__(self, results_root: Path, sweep: str, stage: str, stage_id: str, cfg: dict, method: str,
-                 label: str | None, job: dict[str, Any] | None = None):
+                 label: str | None, job: dict[str, Any] | None = None, continues: bool = False):
         parent = cfg.get("sft_id") if stage == "rl" else cfg.get("run_id", cfg.get("data_id"))
         job = job or {}  # what tells apart the jobs of one stage id (an eval's step and benchmark group)
         self.where = (results_root, "runs",
                       runs_file(stage, stage_id, job.get("eval_step"), job.get("eval_group")))
         self.started = dt.datetime.now(dt.timezone.utc)
+        self.first_started, self.earlier_wall = self.started, 0.0
+        before = self._recorded() if continues else None
+        if before is not None and before.get("status") != "completed":
+            self.first_started, self.earlier_wall = before["started_at"], before.get("wall_s") or 0.0
         self.row = {"run_id": stage_id, "sweep": sweep, "stage": stage, "parent_id": parent, "method": method,
                     "engine": cfg.get("engine", {}).get("name"),
                     "label": label, "seed": cfg.get("seed", cfg.get("sft", {}).get("seed")),
-                    "started_at": self.started, "config": canonical_json(cfg),
+                    "started_at": self.first_started, "config": canonical_json(cfg),
                     **provenance(), **{k: v for k, v in flatten(cfg).items() if k not in ("sft_id", "run_id", "seed")},
                     **job}
+
+    def _recorded(self) -> dict[str, Any] | None:
+        import pyarrow.parquet as pq
+        path = table_dir(self.where[0], "runs") / f"{self.where[2]}.parquet"
+        try:
+            rows = pq.read_table(path, columns=["status", "started_at", "wall_s"]).to_pylist()
+        except (OSError, ValueError):  # none yet, or damaged (rlsweep doctor says so): the row starts afresh
+            return None
+        return rows[0] if rows else None
 
     def write(self, status: str, error: str | None = None) -> None:
         now = dt.datetime.now(dt.timezone.utc)
         ended = status != "running"
         write_rows(*self.where, [{**self.row, "status": status, "error": error,
                                   "finished_at": now if ended else None,
-                                  "wall_s": (now - self.started).total_seconds() if ended else None,
+                                  "wall_s": (self.earlier_wall + (now - self.started).total_seconds() if ended
+                                             else self.earlier_wall or None),
                                   **(slurm_usage() if ended else {})}])
 
 
@@ -119,13 +137,16 @@ def run_stage(stage: str, sweep: str, stage_id: str, cfg: dict, *, results_root:
               checkpoint_from: Path | None = None, label: str | None = None, step: int | None = None,
               group: str | None = None, data: Path | None = None, overlap: tuple[Path, ...] = (),
               max_train_overlap: float | None = None, copy_from: Path | None = None,
-              start_model: str | None = None, wait_for_twin: bool = False) -> Path:
+              start_model: str | None = None, until: int | None = None, after: Path | None = None,
+              wait_for_twin: bool = False) -> Path:
     """Run one stage to completion; returns its DONE.json. The keywords besides `results_root` and `wait_for_twin`
     are the stages' declared options (workflow/stages.py). An eval job evaluates the RL checkpoint at `step` on
-    the benchmarks of `group` (default: the final checkpoint, every benchmark). `wait_for_twin`: when another
-    process holds the stage (another driver on the same results), wait for it and return its DONE.json instead of
-    refusing (the Snakefile's jobs do: a refused job would make Snakemake delete the twin's DONE.json)."""
-    inputs = Inputs(init, checkpoint_from, data, tuple(overlap), max_train_overlap, copy_from, start_model)
+    the benchmarks of `group` (default: the final checkpoint, every benchmark). An RL job with `until` below
+    rl.steps is a segment (workflow/segments.py): it trains up to that step and returns its DONE_<until>.json.
+    `wait_for_twin`: when another process holds the stage (another driver on the same results), wait for it and
+    return its DONE.json instead of refusing (the Snakefile's jobs do: a refused job would make Snakemake delete the
+    twin's DONE.json)."""
+    inputs = Inputs(init, checkpoint_from, data, tuple(overlap), max_train_overlap, copy_from, start_model, after)
     if stable_id(cfg) != stage_id:  # the id IS the hash of the config: a mismatch means a stale or hand-made call
         raise ValueError(f"{stage} id {stage_id} does not match its config (hash {stable_id(cfg)})")
     typed = parse_stage(stage, cfg)  # what the engine and the harness read
@@ -143,19 +164,26 @@ def run_stage(stage: str, sweep: str, stage_id: str, cfg: dict, *, results_root:
             raise ValueError(f"eval group {group!r} has no benchmarks in this run (groups: {', '.join(groups)})")
         job = {"eval_step": step, "eval_group": group}
         names = None if group == "all" else groups[group]
+    if stage == "rl" and until is not None:
+        if not 0 < until <= typed.rl.steps:
+            raise ValueError(f"--until {until}: a segment of this run ends between step 1 and rl.steps "
+                             f"({typed.rl.steps})")
+        if until == typed.rl.steps:
+            until = None  # the last segment: the whole stage's job
     out_dir = stage_dir(results_root, stage, stage_id, cfg.get("run_id"), step, group)
     out_dir.mkdir(parents=True, exist_ok=True)
-    what = f"{stage} {stage_id}" + "".join(f" {k}={v}" for k, v in job.items())
+    what = f"{stage} {stage_id}" + "".join(f" {k}={v}" for k, v in job.items()) + (f" until {until}" if until else "")
     # Concurrent drivers may need the same stage: two snakemake invocations on one results directory, Optuna trials
     # sharing one SFT job. The second job waits for the first (runlock.wait_for) and uses its result.
-    done, before = out_dir / DONE, _stamp(out_dir / DONE)
+    done = segment_done(results_root, stage, stage_id, until) if until else out_dir / DONE
+    before = _stamp(done)
     while True:
         try:
             with run_lock(out_dir, what):
                 if _stamp(done) not in (None, before):  # a twin finished the stage while this job waited
                     return done
                 return _run_locked(stage, sweep, stage_id, cfg, typed, out_dir, results_root=results_root,
-                                   inputs=inputs, label=label, step=step, job=job, names=names)
+                                   inputs=inputs, label=label, step=step, job=job, names=names, until=until)
         except RunLocked:
             if not wait_for_twin:
                 raise
@@ -186,28 +214,36 @@ class Job:
     group: str | None
     names: list[str] | None  # an eval job's benchmarks (None: all)
     runs_row: dict[str, Any]  # the job's runs row, which a runner may add to (backend, preflight)
+    until: int | None = None  # an RL segment job's last step (None: the stage's last)
 
 
 def _run_locked(stage: str, sweep: str, stage_id: str, cfg: dict, typed, out_dir: Path, *, results_root: Path,
-                inputs: Inputs, label: str | None, step: int | None, job: dict, names: list[str] | None) -> Path:
+                inputs: Inputs, label: str | None, step: int | None, job: dict, names: list[str] | None,
+                until: int | None = None) -> Path:
     for leftover in own_temporaries(results_root, out_dir):  # a killed attempt's half-written files
         discard(leftover)
     (out_dir / "config.json").write_text(json.dumps(cfg, indent=1, sort_keys=True))
-    runs = _RunsRow(results_root, sweep, stage, stage_id, cfg, typed.rl.method if stage == "rl" else stage, label, job)
+    runs = _RunsRow(results_root, sweep, stage, stage_id, cfg, typed.rl.method if stage == "rl" else stage, label, job,
+                    continues=inputs.after is not None)
     runs.write("running")
     runner = load_object(stage_of(stage).runner)
     try:
         done = runner(Job(stage, sweep, stage_id, typed, out_dir, results_root, inputs, step, job.get("eval_group"),
-                          names, runs.row))
+                          names, runs.row, until))
     except BaseException as e:  # noqa: BLE001 - record why, then let it propagate
         status = ("preempted" if isinstance(e, (Preempted, preemption.Resumable)) else
                   "pruned" if isinstance(e, pruning.Pruned) else
                   "interrupted" if isinstance(e, (KeyboardInterrupt, Terminated)) else "failed")
         runs.write(status, f"{type(e).__name__}: {e}")
         raise
-    done_path = out_dir / DONE
-    write_json(done_path, {"stage": stage, "id": stage_id, **done,
-                           "finished_at": dt.datetime.now(dt.timezone.utc).isoformat()})
+    record = {"stage": stage, "id": stage_id, **done, "finished_at": dt.datetime.now(dt.timezone.utc).isoformat()}
+    if until is not None:  # a segment: the next one continues the run (and its runs row)
+        path = write_json(segment_done(results_root, stage, stage_id, until), record)
+        runs.write("paused")
+        return path
+    done_path = write_json(out_dir / DONE, record)
+    if stage == "rl":  # the last segment's file too: what the evaluation of the last step waits for
+        write_json(segment_done(results_root, stage, stage_id, typed.rl.steps), record)
     runs.write("completed")
     return done_path
 
@@ -227,7 +263,7 @@ def run_overlap(job: Job) -> dict[str, Any]:
 def run_training(job: Job) -> dict[str, Any]:
     """An SFT or RL stage on its engine, to its final checkpoint."""
     ckpt = _train(job.stage, job.sweep, job.stage_id, job.typed, job.out_dir, job.results_root, job.inputs,
-                  job.runs_row)
+                  job.runs_row, job.until)
     done = {"step": json.loads((Path(ckpt) / "meta.json").read_text())["step"],
             "checkpoint": os.path.relpath(ckpt, job.out_dir)}
     if job.stage == "rl":  # what it started from: an eval at step 0 (eval.at_start) evaluates that
@@ -283,7 +319,7 @@ def _checkpoint_at(rl_done: Path, step: int) -> Path | str:
 
 
 def _train(stage: str, sweep: str, stage_id: str, typed, out_dir: Path, results_root: Path, inputs: Inputs,
-           runs_row: dict) -> Path:
+           runs_row: dict, until: int | None = None) -> Path:
     """An SFT or RL stage on its engine; returns the final checkpoint. Refuses training data that holds more of an
     evaluated benchmark than the sweep allows, and an SFT or mixed-policy job that fails the integrity preflight."""
     enforce_overlap([read_done(p)["output_path"] for p in inputs.overlaps], inputs.max_train_overlap)
@@ -298,9 +334,10 @@ def _train(stage: str, sweep: str, stage_id: str, typed, out_dir: Path, results_
     # an Optuna trial's run reports intermediate evals, which it runs here as ordinary eval jobs
     run_eval = functools.partial(_run_eval, results_root=results_root, sweep=sweep, rl_dir=out_dir)
     report = pruning.reporter_for(results_root, sweep, stage_id, out_dir, run_eval)
+    segment = {"until": until} if until is not None else {}  # (an engine that trains in segments takes it)
     if report is not None:
-        return engine.rl(typed, init_ckpt, out_dir, log, on_checkpoint=report, data=data)
-    return engine.rl(typed, init_ckpt, out_dir, log, data=data)
+        return engine.rl(typed, init_ckpt, out_dir, log, on_checkpoint=report, data=data, **segment)
+    return engine.rl(typed, init_ckpt, out_dir, log, data=data, **segment)
 
 
 def _preflight(engine, typed, init_ckpt: Path | None, data: Path | None, runs_row: dict, what: str) -> None:

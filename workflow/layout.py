@@ -78,6 +78,12 @@ def done_path(results_root: str | Path, stage: str, stage_id: str, run_id: str |
     return stage_dir(results_root, stage, stage_id, run_id, step, group) / DONE
 
 
+def segment_done(results_root: str | Path, stage: str, stage_id: str, end: int | str) -> Path:
+    """What the segment job of a training stage that ends at step `end` writes last (workflow/segments.py): beside
+    the stage's checkpoints, so an evaluation handed it finds the checkpoint of its step as it finds a DONE.json's."""
+    return stage_dir(results_root, stage, stage_id) / f"DONE_{end}.json"
+
+
 def table_dir(results_root: str | Path, table: str) -> Path:
     return store_dir(results_root) / "tables" / table
 

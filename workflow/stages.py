@@ -16,7 +16,7 @@ A stage is declared once, in STAGES below, in the order a run's ids are computed
 the run field its id fills (`id_field`), its config slice, its typed model, its runner and the options of its job's
 command line (`Option`: the files of the stages it reads, and the job's own settings). From that declaration follow
 a run's ids (workflow/sweep/expand.py `runs_for`), the sweep's jobs and their inputs (`Sweep.jobs`,
-`Sweep.upstream`), the Snakemake rule of each stage with one job per id (rules/stages.smk; eval's jobs, one per
+`Sweep.upstream`), the Snakemake rule of each stage but eval (rules/stages.smk; eval's jobs, one per
 checkpoint and benchmark group, have their own rules in rules/eval.smk), the job's parser (workflow/launch.py), the
 arguments a rule hands the job (workflow/job_args.py) and run_stage's keywords.
 """
@@ -33,6 +33,7 @@ from pydantic import model_validator
 from workflow.benchmarks.catalog import REGISTRY as BENCHMARKS
 from workflow.config import EngineConfig, EvalConfig, ModelConfig, RLConfig, RunConfig, SFTConfig, TaskConfig
 from workflow.engines.registry import traits
+from workflow.segments import segment_ends
 from workflow.strict import Seed, Strict
 
 def overlap_benchmarks(cfg: RunConfig) -> list[str]:
@@ -100,6 +101,7 @@ def _rl_config(cfg: RunConfig, d: dict, ids: Ids) -> dict:
         del rl["mix"]
     if rl["warmup_steps"] == 0:  # and runs without warm-up the ids they had before rl.warmup_steps existed
         del rl["warmup_steps"]
+    del rl["segment_steps"]  # how the run is split into jobs, not what it trains (workflow/segments.py)
     for part in RLConfig.fast_sections():  # FAST-GRPO's parts: in the id only when switched on
         if not rl[part]["enabled"]:
             del rl[part]
@@ -212,7 +214,12 @@ class Stage:
     help: str = ""  # one line: what a job of it does (`scripts/stage.py --help`)
     present: Callable[[RunConfig], bool] = _always
     resources: str = ""  # default: the stage's name
-    one_job_per_id: bool = True  # False: eval, one job per (checkpoint step, benchmark group) (rules/eval.smk)
+    # its Snakemake rule is made from this declaration (rules/stages.smk); False: eval, whose jobs (one per checkpoint
+    # step and benchmark group, step 0 shared) have rules of their own (rules/eval.smk)
+    rule_from_declaration: bool = True
+    # a stage trained as a chain of segment jobs: the steps its jobs end at (workflow/segments.py); its jobs take
+    # --until (the end) and --after (the segment before), and write DONE_<end>.json
+    segments: Callable[[RunConfig], list[int]] | None = None
 
     @property
     def resources_key(self) -> str:
@@ -249,13 +256,15 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
     Stage("sft", "sft_id", _sft_config, SFTStage, "workflow.launch:run_training", options=TRAINING_DATA,
           present=_has_sft, help="supervised fine-tuning to its final checkpoint"),
     Stage("rl", "run_id", _rl_config, RLStage, "workflow.launch:run_training", help="RL from the SFT checkpoint (or "
-          "the engine's start model) to its final checkpoint", options=(
+          "the engine's start model) to its final checkpoint, or one segment of it", segments=segment_ends, options=(
               Option("init", "DONE.json of the SFT stage it starts from", Path, upstream="sft"),
-              *TRAINING_DATA, LABEL)),
-    Stage("eval", "eval_id", _eval_config, EvalStage, "workflow.launch:run_evaluation", one_job_per_id=False,
+              *TRAINING_DATA, LABEL,
+              Option("until", "a segment: train up to this step, checkpoint and stop (default: rl.steps)", int),
+              Option("after", "a segment after the first: the DONE_<step>.json of the one before", Path))),
+    Stage("eval", "eval_id", _eval_config, EvalStage, "workflow.launch:run_evaluation", rule_from_declaration=False,
           help="sample and score one checkpoint of an RL run on one benchmark group", options=(
-              Option("checkpoint_from", "DONE.json of the RL stage to evaluate (step 0: or of the SFT stage)", Path,
-                     upstream="rl"),
+              Option("checkpoint_from", "DONE.json (or DONE_<step>.json of a segment) of the RL stage to evaluate "
+                     "(step 0: or the SFT stage's DONE.json)", Path, upstream="rl"),
               Option("start_model", "step 0 of an RL run without SFT: the model it starts from (verl's model_path)"),
               Option("copy_from", "step 0: DONE.json of another run's evaluation of the same start, whose rows "
                      "this job copies", Path, upstream="eval"),

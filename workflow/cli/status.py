@@ -30,6 +30,8 @@ def stage_state(out_dir: Path, total_steps: int, status_by_id: dict[str, str], s
     progress = f"step {found[0]}/{total_steps}" if found else None
     if recorded == "running":
         return f"[yellow]running{' ' + progress if progress else ''}[/]"
+    if recorded == "paused":  # a segment ended; the next has not started (workflow/segments.py)
+        return f"[yellow]{progress or 'paused'}, next segment pending[/]"
     return f"[yellow]{progress}[/]" if progress else "[dim]pending[/]"
 
 

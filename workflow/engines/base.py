@@ -16,6 +16,9 @@ class Engine(Protocol):
         `data`: the data stage's prepared rows (workflow/data/prepare.py) for a `datasets` task, else None."""
 
     def rl(self, stage: RLStage, init_ckpt: Path | None, out_dir: Path, log: TrainLog,
-           on_checkpoint: Callable[[int], None] | None = None, data: Path | None = None) -> Path:
+           on_checkpoint: Callable[[int], None] | None = None, data: Path | None = None,
+           until: int | None = None) -> Path:
         """RL from `init_ckpt` (None = the model the stage names); return the final checkpoint directory.
-        `on_checkpoint(step)` is called after each interval checkpoint and may raise to stop the run (pruning)."""
+        `on_checkpoint(step)` is called after each interval checkpoint and may raise to stop the run (pruning).
+        `until`: a segment job (workflow/segments.py, only for an engine whose traits say it trains in segments):
+        resume from the newest checkpoint, train up to that step, checkpoint there and return that checkpoint."""

@@ -32,7 +32,7 @@ from workflow.methods.registry import build_mix, build_update_rule
 from workflow.engines.tiny_lm import (TOKENIZER, build_model, device, forward_logits, load_model, micro_slices,
                                       pack, step_seed)
 from workflow.benchmarks.arithmetic import sample_train
-from workflow.layout import CHECKPOINTS, latest_checkpoint
+from workflow.layout import CHECKPOINTS, latest_checkpoint, step_dir
 from workflow.preflight import TorchProbe
 from workflow.progress import StepProgress, say
 from workflow.results.train_log import TrainLog
@@ -69,7 +69,7 @@ class _Trainer:
     """What SFT and RL share: model + optimizer + scheduler, checkpoint/resume, the step loop's bookkeeping."""
 
     def __init__(self, model, lr: float, weight_decay: float, schedule, out_dir: Path, log: TrainLog,
-                 total_steps: int, checkpoint_every: int, rule=None, mix=None):
+                 total_steps: int, checkpoint_every: int, rule=None, mix=None, until: int | None = None):
         self.model = model.to(device())
         self.params = lora.trainable(self.model)  # with LoRA: the adapters only
         self.opt = adamw(self.params, lr, weight_decay)
@@ -77,6 +77,7 @@ class _Trainer:
         self.rule, self.mix = rule, mix
         self.ckpt_root = out_dir / CHECKPOINTS
         self.log, self.total, self.every = log, total_steps, checkpoint_every
+        self.until = total_steps if until is None else until  # a segment job stops (and checkpoints) here
         # the compute model's N: every parameter a token passes through (with LoRA the frozen base too)
         self.n_params = sum(p.numel() for p in self.model.parameters())
         self.step = self._resume()
@@ -106,8 +107,8 @@ class _Trainer:
         """Checkpoint on the interval and at the end; when the cluster asked us to stop (preemption, time
         limit), checkpoint this step whatever the interval and raise Preempted so the requeued job resumes here.
         `on_checkpoint(step)` runs after each interval checkpoint (an Optuna trial's intermediate evals)."""
-        stop = preemption.requested() and self.step < self.total
-        on_interval = self.step % self.every == 0 or self.step == self.total
+        stop = preemption.requested() and self.step < self.until
+        on_interval = self.step % self.every == 0 or self.step in (self.total, self.until)
         if on_interval or stop:
             self.log.flush()
             state = {"optimizer": self.opt.state_dict(), "scheduler": self.sched.state_dict(),
@@ -122,9 +123,10 @@ class _Trainer:
             on_checkpoint(self.step)
 
     def final(self) -> Path:
-        found = latest_checkpoint(self.ckpt_root)
-        assert found is not None and found[0] == self.total, "training ended without its final checkpoint"
-        return found[1]
+        """The checkpoint of the step this job trained to (a segment's end; the last step)."""
+        path = step_dir(self.ckpt_root, self.until)
+        assert (path / "meta.json").is_file(), f"training ended without its checkpoint at step {self.until}"
+        return path
 
     @property
     def lr(self) -> float:
@@ -219,14 +221,16 @@ class LocalEngine:
 
     # -------------------------------------------------------------------------------------------------- RL
     def rl(self, stage: RLStage, init_ckpt: Path | None, out_dir: Path, log: TrainLog,
-           on_checkpoint: Callable[[int], None] | None = None, data: Path | None = None) -> Path:
+           on_checkpoint: Callable[[int], None] | None = None, data: Path | None = None,
+           until: int | None = None) -> Path:
         model_cfg, task, rl, seed = stage.model, stage.task, stage.rl, stage.seed
         init = load_model(init_ckpt) if init_ckpt else build_model(model_cfg, TOKENIZER.vocab_size, seed)
         ref = copy.deepcopy(init).eval().requires_grad_(False) if rl.uses_reference else None
         tr = _Trainer(with_lora(init, model_cfg, seed), rl.lr, rl.weight_decay, warmup_constant(rl.warmup_steps),
-                      out_dir, log, rl.steps, rl.checkpoint_every, rule=build_update_rule(rl), mix=build_mix(rl))
-        progress = StepProgress(f"rl {log.run_id}", rl.steps, start=tr.step)
-        while tr.step < rl.steps:
+                      out_dir, log, rl.steps, rl.checkpoint_every, rule=build_update_rule(rl), mix=build_mix(rl),
+                      until=until)
+        progress = StepProgress(f"rl {log.run_id}", tr.until, start=tr.step)
+        while tr.step < tr.until:
             seed_dropout(model_cfg, seed, tr.step)
             row = self._rl_step(tr, ref, task, rl, seed)
             tr.step += 1

@@ -22,6 +22,9 @@ class EngineTraits:
     trainer: ClassVar[str]  # "module:Class" of the engine's Engine (workflow/engines/base.py)
     settings: ClassVar[str | None] = None  # the engine's own section of the run config (engine.<settings>), if any
     reports_intermediate_evals: ClassVar[bool] = False  # an RL stage can report evals as it trains (Optuna pruning)
+    # an RL run can be trained as a chain of segment jobs, each stopping at a step and the next resuming there
+    # exactly (workflow/segments.py); False: one job per run
+    trains_in_segments: ClassVar[bool] = False
 
     def check(self, cfg) -> None:
         """Raise ConfigProblem(key, reason) for a run this engine cannot run (a RunConfig validator: every sweep
@@ -63,6 +66,7 @@ class LocalTraits(EngineTraits):
 
     trainer = "workflow.engines.local:LocalEngine"
     reports_intermediate_evals = True
+    trains_in_segments = True  # its resume replays the steps bit for bit (workflow/engines/local.py)
 
     def check(self, cfg) -> None:
         real = [b for b in cfg.eval.benchmarks if BENCHMARKS[b].group != "arithmetic"]

@@ -78,7 +78,8 @@ def accuracy(rows: list[dict], planned_seeds: dict[str, int]) -> Table:
     return table
 
 
-STATUS_MARK = {"completed": "done", "failed": "FAILED", "running": "running", "interrupted": "interrupted",
+STATUS_MARK = {"completed": "done", "failed": "FAILED", "running": "running", "paused": "between segments",
+               "interrupted": "interrupted",
                "preempted": "preempted", "pruned": "pruned", "not started": "not started"}
 
 

@@ -11,7 +11,7 @@ import itertools
 import json
 import math
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +21,9 @@ from workflow.benchmarks.graders import rescores
 from workflow.config import RunConfig
 from workflow.engines.registry import traits
 from workflow.results.membership import Member
+from workflow.segments import segment_ends
 from workflow.eval.plan import eval_groups, eval_jobs
-from workflow.stages import STAGES, Ids, stage_config, stage_of
+from workflow.stages import STAGES, Ids, stage_of
 from workflow.strict import format_validation_error
 from workflow.sweep.identity import canonical_json, id_of_json, stable_id
 from workflow.sweep.keys import (apply, check_key, format_point, format_value, key_problem, lookup, same,
@@ -41,6 +42,11 @@ class Run:
     # the canonical JSON of stage_config(stage) that each of the run's stage ids hashes, kept: it is what their jobs
     # are handed (a 10,000-run sweep would otherwise dump 20,000 configs again while Snakemake plans)
     stage_json: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    @cached_property
+    def segment_ends(self) -> list[int]:
+        """The steps its RL segment jobs end at (workflow/segments.py)."""
+        return segment_ends(self.config)
 
     def id_of(self, stage: str) -> str | None:
         """This run's id of `stage` (None: the run has no such stage, e.g. no SFT)."""
@@ -247,6 +253,14 @@ class Sweep:
                                  f"({', '.join(found)}) through --{option.name}, which takes one")
             out[option.name] = found if option.many else found[0]
         return out
+
+    def segment_ends(self, stage: str, stage_id: str) -> list[int]:
+        """The steps a segmented stage's job ends at (workflow/segments.py): of every run that has it, so runs that
+        share an RL run but evaluate other steps each find their steps' segments."""
+        runs = self.by_stage[stage][stage_id]
+        if len(runs) == 1:
+            return runs[0].segment_ends
+        return sorted({end for r in runs for end in r.segment_ends})
 
     def label(self, stage: str, stage_id: str) -> str:
         """A labelled stage's job's label: its run's (the last run of the sweep with this id, like by_run_id)."""

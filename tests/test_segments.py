@@ -1,0 +1,168 @@
+"""An RL run trained as a chain of segment jobs (workflow/segments.py): where segments end, that the chain trains what
+one job trains, that each evaluation waits only for its own segment, and that runs finished in one job before
+segments existed are neither trained nor evaluated again."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shlex
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from helpers import SFT_FOR_RL, kill_and_resume_rl, planned_jobs, snakemake, write_sweep
+from workflow.config import RunConfig
+from workflow.launch import run_stage
+from workflow.layout import done_path, segment_done
+from workflow.results.catalog import query
+from workflow.segments import segment_ends
+from workflow.stages import stage_config
+from workflow.sweep.identity import stable_id
+
+
+def cfg(**rl_eval) -> RunConfig:
+    rl = {"steps": 60, "checkpoint_every": 10, **rl_eval.get("rl", {})}
+    return RunConfig.model_validate({"rl": rl, "eval": rl_eval.get("eval", {})})
+
+
+def test_segments_end_at_the_evaluation_interval_by_default_and_at_every_evaluated_step():
+    assert segment_ends(cfg(eval={"every": 20})) == [20, 40, 60]
+    assert segment_ends(cfg()) == [60]  # no intermediate evaluation: one job, as before segments
+    assert segment_ends(cfg(rl={"segment_steps": 25}, eval={"every": 20})) == [20, 25, 40, 50, 60]
+    assert segment_ends(cfg(rl={"segment_steps": 30})) == [30, 60]
+    assert segment_ends(cfg(rl={"segment_steps": 0}, eval={"every": 20})) == [60]  # 0: one job
+    assert segment_ends(cfg(rl={"segment_steps": 100}, eval={"every": 20})) == [20, 40, 60]
+    verl = RunConfig.model_validate({"engine": {"name": "verl", "verl": {"model_path": "rlsweep:tiny"}},
+                                     "rl": {"steps": 60, "checkpoint_every": 10}, "eval": {"every": 20}})
+    assert segment_ends(verl) == [60]  # the verl engine trains each run as one job
+
+
+def test_how_a_run_is_split_into_jobs_is_not_part_of_its_id():
+    ids = {stable_id(stage_config(cfg(rl={"segment_steps": s}, eval={"every": 20}), "rl")) for s in (None, 0, 5, 30)}
+    assert len(ids) == 1
+
+
+# ------------------------------------------------------------------------------------------------ one job vs chain
+RL = {"steps": 9, "prompts_per_step": 8, "group_size": 8, "checkpoint_every": 3, "max_new_tokens": 20,
+      "warmup_steps": 4, "update": "gxpo", "gxpo": {"K": 3, "window": 2, "warmup": 2}}
+TIMING = {"wall_s", "gen_s", "update_s"}  # seconds, which differ run to run
+
+
+def _comparable(rows: list[dict]) -> list[dict]:
+    """train_steps rows without their timing, NaN as None (NaN != NaN)."""
+    return [{k: None if isinstance(v, float) and math.isnan(v) else v for k, v in r.items() if k not in TIMING}
+            for r in rows]
+
+
+def _weights(done: Path) -> dict[str, torch.Tensor]:
+    d = json.loads(done.read_text())
+    return load_file(done.parent / d["checkpoint"] / "model.safetensors")
+
+
+@pytest.mark.slow
+def test_a_chain_of_segments_trains_what_one_job_trains(sft_for_rl, tmp_path):
+    """GXPO (its gate's window and warm-up carry over segments), a learning-rate warm-up that spans the first
+    boundary, segments ending off the checkpoint interval, the middle segment SIGKILLed after a checkpoint and
+    started again: the chain's final weights and train_steps rows (timing aside) are the single job's, bit for bit,
+    every step once; the run has one runs row, completed, started when its first segment did."""
+    sft_id = json.loads(sft_for_rl.read_text())["id"]
+    rcfg = stage_config(RunConfig.model_validate({**SFT_FOR_RL, "rl": RL}), "rl", sft_id=sft_id)
+    run_id = stable_id(rcfg)
+    one = run_stage("rl", "seg", run_id, rcfg, results_root=tmp_path / "one", init=sft_for_rl)
+
+    chain = tmp_path / "chain"
+    first = run_stage("rl", "seg", run_id, rcfg, results_root=chain, init=sft_for_rl, until=2)
+    assert first == segment_done(chain, "rl", run_id, 2) and not done_path(chain, "rl", run_id).exists()
+    assert json.loads(first.read_text())["step"] == 2
+    started = query("SELECT status, started_at FROM runs WHERE stage = 'rl'", chain).to_pylist()
+    assert [r["status"] for r in started] == ["paused"]
+    second = kill_and_resume_rl("seg", run_id, rcfg, sft_for_rl, chain, RL["steps"], kill_at=6, until=8, after=first)
+    assert json.loads(second.read_text())["step"] == 8
+    last = run_stage("rl", "seg", run_id, rcfg, results_root=chain, init=sft_for_rl, until=9, after=second)
+    assert last == done_path(chain, "rl", run_id) and segment_done(chain, "rl", run_id, 9).is_file()
+
+    ref, got = _weights(done_path(tmp_path / "one", "rl", run_id)), _weights(last)
+    assert ref.keys() == got.keys() and all(torch.equal(ref[k], got[k]) for k in ref)
+    sql = "SELECT * FROM train_steps WHERE stage = 'rl' ORDER BY step"
+    single, chained = _comparable(query(sql, tmp_path / "one").to_pylist()), _comparable(query(sql, chain).to_pylist())
+    assert [r["step"] for r in chained] == list(range(1, RL["steps"] + 1))  # every step exactly once
+    assert chained == single
+    assert any(r["reward"] > 0 for r in chained)  # it learned something, so equal weights say something
+    init = load_file(sft_for_rl.parent / json.loads(sft_for_rl.read_text())["checkpoint"] / "model.safetensors")
+    assert any(not torch.equal(got[k], init[k]) for k in got)
+    rows = query("SELECT status, started_at, wall_s FROM runs WHERE stage = 'rl'", chain).to_pylist()
+    assert len(rows) == 1 and rows[0]["status"] == "completed"
+    assert rows[0]["started_at"] == started[0]["started_at"]  # the run's row spans its segments
+    assert one.is_file()
+
+
+def test_a_segment_refuses_an_end_outside_the_run(tmp_path):
+    rcfg = stage_config(RunConfig.model_validate({"sft": {"enabled": False}, "rl": {"steps": 4}}), "rl")
+    with pytest.raises(ValueError, match="--until 5: a segment of this run ends between step 1 and rl.steps"):
+        run_stage("rl", "s", stable_id(rcfg), rcfg, results_root=tmp_path, until=5)
+
+
+# ------------------------------------------------------------------------------------------------------ the DAG
+def _chain_base() -> str:
+    """The tests' tiny sweep base, 6 RL steps evaluated every 2: three segments."""
+    from helpers import TINY_BASE
+    return TINY_BASE.replace("rl: {steps: 4,", "rl: {steps: 6,").replace("eval: {k: 2,", "eval: {every: 2, k: 2,")
+
+
+def _jobs(out: str) -> list[list[str]]:
+    """The stage jobs' command lines of a `snakemake -n -p`."""
+    return [shlex.split(line.split("Shell command: ", 1)[-1]) for line in out.splitlines()
+            if "scripts/stage.py" in line]
+
+
+def _option(argv: list[str], flag: str) -> str | None:
+    return argv[argv.index(flag) + 1] if flag in argv else None
+
+
+@pytest.mark.slow
+def test_each_evaluation_waits_for_the_segment_that_ends_at_its_step(tmp_path):
+    sweep = write_sweep(tmp_path / "chain.yaml", "chain", base=_chain_base())
+    out = snakemake(tmp_path, sweep, "-n", "-p")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert planned_jobs(out.stdout)["rl"] == 3
+    jobs = _jobs(out.stdout)
+    rl = {int(_option(j, "--until")): j for j in jobs if j[2] == "rl"}
+    assert sorted(rl) == [2, 4, 6]
+    assert _option(rl[2], "--after") is None
+    assert _option(rl[4], "--after").endswith("/DONE_2.json") and _option(rl[6], "--after").endswith("/DONE_4.json")
+    evals = {int(_option(j, "--step")): _option(j, "--checkpoint-from") for j in jobs if j[2] == "eval"}
+    assert {s: Path(p).name for s, p in evals.items() if s} == {2: "DONE_2.json", 4: "DONE_4.json", 6: "DONE_6.json"}
+
+
+@pytest.mark.slow
+def test_a_sweep_of_segments_evaluates_while_training_and_a_run_finished_in_one_job_is_not_redone(tmp_path):
+    """Run by Snakemake on 2 cores: the evaluation of step 2 starts before the last segment ends (it waits for its
+    segment only). Then the same run as if it had finished before segments (its segment files gone, its DONE.json
+    and evaluations there): a dry run says so, a run records its segments dated like its DONE.json and trains and
+    evaluates nothing."""
+    sweep = write_sweep(tmp_path / "chain.yaml", "chain", base=_chain_base())
+    done = snakemake(tmp_path, sweep)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = tmp_path / "results"
+    rows = query("SELECT stage, status, started_at, finished_at, eval_step FROM runs", results,
+                 sweep="chain").to_pylist()
+    [rl] = [r for r in rows if r["stage"] == "rl"]
+    eval2 = next(r for r in rows if r["stage"] == "eval" and r["eval_step"] == 2)
+    assert rl["status"] == "completed" and eval2["started_at"] < rl["finished_at"]
+
+    run_dir = done_path(results, "rl", "x").parent.parent
+    [run] = [p for p in run_dir.iterdir() if p.is_dir()]
+    for p in run.glob("DONE_*.json"):
+        p.unlink()
+    stamp = (run / "DONE.json").stat().st_mtime_ns
+    dry = snakemake(tmp_path, sweep, "-n")
+    assert "1 RL run(s) finished before runs were trained in segments" in dry.stderr
+    again = snakemake(tmp_path, sweep)
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr, again.stderr[-2000:]
+    assert sorted(p.name for p in run.glob("DONE_*.json")) == ["DONE_2.json", "DONE_4.json", "DONE_6.json"]
+    assert all(p.stat().st_mtime_ns == stamp for p in run.glob("DONE_*.json"))
+    assert os.path.getmtime(run / "DONE.json") * 1e9 == pytest.approx(stamp, abs=1e3)
