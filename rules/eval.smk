@@ -23,8 +23,20 @@ def _eval_args(wc, input):
                       label=EVAL_OF[wc.eval_id].label, config=EVAL_OF[wc.eval_id].stage_config_json("eval"))
 
 
+# A run trained in one job (on an engine without segments, or rl.segment_steps 0) has no segment that ends at an
+# evaluated step before its last: those evaluations wait for the segment that holds their step's checkpoint (the
+# whole job). Only a sweep with such runs pays for an input function per evaluation job.
+SEGMENT_HOLDING = {(run_id, step): end for run_id in SWEEP.jobs("rl")
+                   for step, end in SWEEP.segment_of("rl", run_id).items()}
+
+
+@job_function
+def _segment_holding(wc):
+    return SEGMENT_OF["rl"].format(wc.run_id, SEGMENT_HOLDING.get((wc.run_id, int(wc.step)), wc.step))
+
+
 rule eval:  # the segment that ends at the evaluated step (workflow/segments.py), so it runs while the next trains
-    input: SEGMENT_OF["rl"].format("{run_id}", "{step}")
+    input: _segment_holding if SEGMENT_HOLDING else SEGMENT_OF["rl"].format("{run_id}", "{step}")
     output: pattern("eval", "{eval_id}", run_id="{run_id}", step="{step}", group="{group}")
     wildcard_constraints:
         step="[1-9][0-9]*",

@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 from helpers import SFT_FOR_RL, kill_and_resume_rl, planned_jobs, snakemake, write_sweep
 from workflow.config import RunConfig
 from workflow.launch import run_stage
-from workflow.layout import done_path, segment_done
+from workflow.layout import done_path, segment_done, step_dir
 from workflow.results.catalog import query
 from workflow.segments import segment_ends
 from workflow.stages import stage_config
@@ -137,12 +137,22 @@ def test_each_evaluation_waits_for_the_segment_that_ends_at_its_step(tmp_path):
     evals = {int(_option(j, "--step")): _option(j, "--checkpoint-from") for j in jobs if j[2] == "eval"}
     assert {s: Path(p).name for s, p in evals.items() if s} == {2: "DONE_2.json", 4: "DONE_4.json", 6: "DONE_6.json"}
 
+    # rl.segment_steps 0: one job for the whole run, and every evaluation waits for it (its checkpoints hold them all)
+    whole = write_sweep(tmp_path / "whole.yaml", "whole", base=_chain_base().replace("rl: {", "rl: {segment_steps: 0, "))
+    out = snakemake(tmp_path, whole, "-n", "-p")
+    assert out.returncode == 0, out.stderr[-2000:]
+    jobs = _jobs(out.stdout)
+    [rl] = [j for j in jobs if j[2] == "rl"]
+    assert _option(rl, "--until") == "6" and _option(rl, "--after") is None
+    evals = {int(_option(j, "--step")): _option(j, "--checkpoint-from") for j in jobs if j[2] == "eval"}
+    assert {s: Path(p).name for s, p in evals.items() if s} == {2: "DONE_6.json", 4: "DONE_6.json", 6: "DONE_6.json"}
+
 
 @pytest.mark.slow
 def test_a_sweep_of_segments_evaluates_while_training_and_a_run_finished_in_one_job_is_not_redone(tmp_path):
     """Run by Snakemake on 2 cores: the evaluation of step 2 starts before the last segment ends (it waits for its
     segment only). Then the same run as if it had finished before segments (its segment files gone, its DONE.json
-    and evaluations there): a dry run says so, a run records its segments dated like its DONE.json and trains and
+    and evaluations there): a dry run says so, a run records its segments dated like their checkpoints and trains and
     evaluates nothing."""
     sweep = write_sweep(tmp_path / "chain.yaml", "chain", base=_chain_base())
     done = snakemake(tmp_path, sweep)
@@ -164,5 +174,6 @@ def test_a_sweep_of_segments_evaluates_while_training_and_a_run_finished_in_one_
     again = snakemake(tmp_path, sweep)
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr, again.stderr[-2000:]
     assert sorted(p.name for p in run.glob("DONE_*.json")) == ["DONE_2.json", "DONE_4.json", "DONE_6.json"]
-    assert all(p.stat().st_mtime_ns == stamp for p in run.glob("DONE_*.json"))
+    for p in run.glob("DONE_*.json"):  # as old as the weights they stand for
+        assert p.stat().st_mtime_ns == (step_dir(run / "checkpoints", int(p.stem[5:])) / "meta.json").stat().st_mtime_ns
     assert os.path.getmtime(run / "DONE.json") * 1e9 == pytest.approx(stamp, abs=1e3)

@@ -89,11 +89,12 @@ resources:
 
 
 def test_sweep_runs_through_the_slurm_profile_with_provenance_and_arrays(slurm, tmp_path):
-    # 4 RL checkpoints evaluated -> 4 eval jobs ready at once -> job arrays no larger than MaxArraySize
+    # 4 RL checkpoints evaluated after one RL job (segment_steps 0) -> 4 eval jobs ready at once -> job arrays no
+    # larger than MaxArraySize
     sweep = write_sweep(tmp_path / "sl.yaml", "sl", CPU_JOBS)
     sweep.write_text(sweep.read_text().replace("eval: {k: 2, max_new_tokens: 16}",
                                                "eval: {k: 2, max_new_tokens: 16, every: 1}")
-                     .replace("checkpoint_every: 2}", "checkpoint_every: 1}"))
+                     .replace("checkpoint_every: 2}", "checkpoint_every: 1, segment_steps: 0}"))
     res = snakemake_slurm(tmp_path, sweep)
     assert res.returncode == 0, res.stderr[-4000:]
     assert (tmp_path / "results" / "sl" / "summary.md").is_file()
@@ -122,6 +123,36 @@ def test_sweep_runs_through_the_slurm_profile_with_provenance_and_arrays(slurm, 
     assert rl["slurm_elapsed_s"] >= 1 and rl["gpu_hours"] > 0
     report = (tmp_path / "results" / "sl" / "report" / "report.md").read_text()
     assert "GPU-hours RL + eval (SLURM)" in report
+
+
+def test_a_run_in_segments_evaluates_each_step_while_the_next_segment_trains(slurm, tmp_path):
+    """Issue 47 on SLURM: a 60-step run evaluated every 20 steps trains as 3 segment jobs, each its own SLURM job
+    with the sweep's time limit; the evaluation of step 20 is a SLURM job of its own that finishes before the
+    segment that trains steps 21-40 does (sacct's timestamps), so evaluating no longer waits for the whole run.
+    (Steps of 16 x 8 rollouts of 48 tokens, so that a segment outlasts an evaluation: with the tests' usual 4 x 4
+    rollouts of 16 tokens both took ~5 s, most of it starting Python.)"""
+    sweep = write_sweep(tmp_path / "seg.yaml", "seg", CPU_JOBS)
+    sweep.write_text(sweep.read_text().replace("eval: {k: 2, max_new_tokens: 16}",
+                                               "eval: {k: 2, max_new_tokens: 16, every: 20}")
+                     .replace("rl: {steps: 4, prompts_per_step: 4, group_size: 4, max_new_tokens: 16, checkpoint_every: 2}",
+                              "rl: {steps: 60, prompts_per_step: 16, group_size: 8, max_new_tokens: 48, "
+                              "checkpoint_every: 20}"))
+    since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 5))
+    res = snakemake_slurm(tmp_path, sweep)
+    assert res.returncode == 0, res.stderr[-4000:]
+    jobs = {}
+    for line in cluster.run(["sacct", "-X", "-n", "-P", "-S", since, "-o",
+                             "JobName,Start,End,Timelimit,State"]).splitlines():
+        name, start, end, limit, state = line.split("|")
+        jobs[name] = {"start": start, "end": end, "limit": limit, "state": state}
+    [run] = load_sweep(sweep).runs
+    segment = {end: jobs[f"rlsweep-rl-{run.run_id}_{end}"] for end in (20, 40, 60)}
+    assert all(j["state"] == "COMPLETED" and j["limit"] == "00:10:00" for j in segment.values()), segment
+    [eval20] = [j for name, j in jobs.items() if name.startswith(f"rlsweep-eval-{run.run_id}_{run.eval_id}_20_")]
+    # ISO timestamps to the second, compared as strings
+    assert segment[20]["end"] <= eval20["start"] and eval20["end"] < segment[40]["end"], (eval20, segment)
+    rows = runs_rows(tmp_path / "results", "stage = 'rl'")
+    assert len(rows) == 1 and rows[0]["status"] == "completed"  # one row for the run, across its segments
 
 
 def test_shared_step0_evaluations_copy_on_the_submitting_machine(slurm, tmp_path):

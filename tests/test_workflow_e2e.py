@@ -92,7 +92,8 @@ def test_intermediate_evals_every_n_steps_then_other_graders_judge_them_without_
     sweep.write_text(sweep.read_text().replace("eval: {k: 2, max_new_tokens: 16}",
                                                "eval: {k: 2, max_new_tokens: 16, every: 2}"))
     plan = snakemake(tmp_path, sweep, "-n")
-    assert planned_jobs(plan.stdout) == {"sft": 1, "rl": 1, "eval": 2, "aggregate": 1, "report": 1,
+    # the RL run as two segment jobs (workflow/segments.py), ending at the evaluated steps 2 and 4
+    assert planned_jobs(plan.stdout) == {"sft": 1, "rl": 2, "eval": 2, "aggregate": 1, "report": 1,
                                            "all": 1}, plan.stdout[-2000:]
     res = snakemake(tmp_path, sweep)
     assert res.returncode == 0, res.stderr[-3000:]

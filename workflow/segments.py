@@ -39,22 +39,25 @@ def _missing(results_root: str | Path, run) -> list[Path]:
 
 def record_finished(results_root: str | Path, runs) -> int:
     """For each finished RL run, the segment files it lacks: a run trained in one job before segments existed, or
-    one whose segments now also end at a step newly evaluated. Each is dated like the run's DONE.json, so the chain
-    counts as done and nothing that read the run (its evaluations) looks older than its input: nothing trains or
-    evaluates again. Returns how many runs it recorded."""
+    one whose segments now also end at a step newly evaluated. Each is dated like the checkpoint of its step (or,
+    without one, like the run's DONE.json): as old as the weights it stands for, so the chain counts as done and
+    nothing that read those weights (an evaluation, which may have started before the run finished) looks older
+    than its input: nothing trains or evaluates again. Returns how many runs it recorded."""
     recorded = 0
     for run in runs:
         missing = _missing(results_root, run)
         if not missing:
             continue
         done = done_path(results_root, "rl", run.run_id)
-        finished, stamp = json.loads(done.read_text()), done.stat()
+        finished = json.loads(done.read_text())
         for path in missing:
             end = int(path.stem.split("_")[1])
-            record = {k: v for k, v in finished.items() if k != "checkpoint"}
+            record, dated = {k: v for k, v in finished.items() if k != "checkpoint"}, done
             if (ckpt := step_dir(done.parent / CHECKPOINTS, end)).is_dir():
                 record["checkpoint"] = os.path.relpath(ckpt, done.parent)
+                dated = ckpt / "meta.json" if (ckpt / "meta.json").is_file() else ckpt
             write_json(path, {**record, "step": end, "recorded_from": DONE})
+            stamp = dated.stat()
             os.utime(path, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
         recorded += 1
     return recorded

@@ -262,6 +262,15 @@ class Sweep:
             return runs[0].segment_ends
         return sorted({end for r in runs for end in r.segment_ends})
 
+    def segment_of(self, stage: str, stage_id: str) -> dict[int, int]:
+        """Each evaluated step of a segmented stage's job that no segment ends at -> the end of the segment whose
+        checkpoints hold it (a run trained in one job: its last step). Empty for a chain that ends at every
+        evaluated step, as runs on the local engine with segments do: each evaluation then waits for its own step's
+        segment."""
+        ends = self.segment_ends(stage, stage_id)
+        steps = {s for r in self.by_stage[stage][stage_id] for s, _ in r.eval_jobs if s > 0}
+        return {s: next(e for e in ends if e >= s) for s in sorted(steps.difference(ends))}
+
     def label(self, stage: str, stage_id: str) -> str:
         """A labelled stage's job's label: its run's (the last run of the sweep with this id, like by_run_id)."""
         return self.by_stage[stage][stage_id][-1].label
