@@ -20,6 +20,7 @@ from workflow.layout import done_path, report_dir, rescore_path, segment_done, s
 from workflow.results.membership import record as record_members
 from workflow.results.migrate import legacy_sweeps, migrate_if_needed
 from workflow.segments import record_finished, unrecorded_finished
+from workflow.extend import extend, extensions, index_finished
 from workflow.sweep.expand import load_sweep
 from workflow.sweep.spec import SweepError
 from workflow.stages import STAGES
@@ -57,9 +58,18 @@ if dry_run():
         print(f"{unrecorded} RL run(s) finished before runs were trained in segments: this dry run shows their "
               "segments and evaluations as jobs to run, but a run without -n records their segments first (nothing "
               "trains or evaluates again; workflow/segments.py)", file=sys.stderr)
+    if extending := extensions(RESULTS, SWEEP.runs)[0]:
+        print(f"{len(extending)} RL run(s) extend a finished shorter run: this dry run shows their first segments "
+              "as jobs to run, but a run without -n takes them from the finished run and trains only the steps after "
+              "(`rlsweep plan` lists them; workflow/extend.py)", file=sys.stderr)
 else:
     migrate_if_needed(RESULTS)
     record_finished(RESULTS, SWEEP.runs)  # RL runs finished in one job before segments: their segment files
+    index_finished(RESULTS)  # once per store: the RL runs finished before the index of donors existed
+    for _ext in extensions(RESULTS, SWEEP.runs)[0]:  # a longer run of a finished run's settings: only the new steps
+        extend(RESULTS, SWEEP.name, _ext)
+        print(f"rl {_ext.run.run_id} ({_ext.run.label}): steps 1-{_ext.last} taken from the finished run {_ext.donor}"
+              f"; it trains {_ext.last + 1}-{_ext.run.config.rl.steps}", file=sys.stderr)
     record_members(RESULTS, SWEEP.name, SWEEP.members())
 EVAL_OF = {r.eval_id: r for r in SWEEP.runs}
 RULE_FROM_DECLARATION = [s for s in STAGES.values() if s.rule_from_declaration]  # rules/stages.smk

@@ -37,6 +37,7 @@ from workflow.models import resolve_model
 from workflow.eval.backends import make_backend, resolve_backend
 from workflow.hub import DatasetUnavailable
 from workflow.eval.harness import copy_evaluation, evaluate
+from workflow.extend import record_trajectory
 from workflow.errors import out_of_space
 from workflow.eval.plan import eval_groups
 from workflow.layout import (CHECKPOINTS, DONE, eval_job_at, runs_file, segment_done, stage_dir, step_dir, summary_path,
@@ -244,6 +245,7 @@ def _run_locked(stage: str, sweep: str, stage_id: str, cfg: dict, typed, out_dir
     done_path = write_json(out_dir / DONE, record)
     if stage == "rl":  # the last segment's file too: what the evaluation of the last step waits for
         write_json(segment_done(results_root, stage, stage_id, typed.rl.steps), record)
+        record_trajectory(results_root, cfg, stage_id)  # a donor for a longer run of the same settings
     runs.write("completed")
     return done_path
 

@@ -8,6 +8,7 @@ from rich.table import Table
 
 from workflow.cli.common import err, results_root
 from workflow.errors import UserError
+from workflow.extend import extensions
 from workflow.study.trials import recorded_runs
 from workflow.sweep.expand import load_sweep
 from workflow.sweep.plan import STATES, plan
@@ -45,12 +46,27 @@ def cmd_plan(a) -> int:
         if p.reused:
             err.print(f"{p.stage}: {sum(p.reused.values())} of the done jobs came from another sweep ("
                       + ", ".join(f"{n} from {name}" for name, n in sorted(p.reused.items())) + ")")
+    _extensions(sweep, root)
     bound = any(p.bounded for p in stages)
     err.print(f"{total:.2f} GPU-hours left" + (" at most (some from time limits)" if bound else "")
               + "; run it with `snakemake --config sweep=" + sweep.path + "` (--profile slurm on a cluster)")
     if a.detect is not None:
         detect(sweep, root, a.detect)
     return 0
+
+
+def _extensions(sweep, root, most: int = 10) -> None:
+    """The runs that take their first steps from a finished shorter run of the same settings (workflow/extend.py),
+    and those that have one but train from step 0, with why."""
+    can, cannot = extensions(root, sweep.runs)
+    lines = [f"rl {e.run.run_id} ({e.run.label}): extends the finished run {e.donor}; steps 1-{e.last} taken, "
+             f"{e.last + 1}-{e.run.config.rl.steps} to train" for e in can]
+    lines += [f"rl {run.run_id} ({run.label}): trains from step 0, though the finished run {donor} has the same "
+              f"settings but rl.steps: {why}" for run, donor, why in cannot]
+    for line in lines[:most]:
+        err.print(line, markup=False)
+    if len(lines) > most:
+        err.print(f"... and {len(lines) - most} more runs like these")
 
 
 def detect(sweep, root, delta: float) -> None:

@@ -97,6 +97,9 @@ class Method:
                 verl adapter in its folder, which registers itself in verl (Prefix-RFT's agent loop).
     numbers:    the per-step numbers it logs (`numbers(...)`; a mixed-policy method's start with MIX_NUMBERS): its
                 columns of `train_steps`.
+    reads_total_steps: why a step of it depends on rl.steps (it reads the training progress, step / rl.steps), in
+                one sentence a user reads ("Slow2Fast's phases depend on rl.steps"); "" when no step does. A run of
+                such a method cannot extend a finished shorter run: its steps would differ (workflow/extend.py).
     """
 
     role: Role
@@ -106,6 +109,7 @@ class Method:
     uses_reference: bool = False
     verl_modules: tuple[str, ...] = ()
     numbers: tuple[StepNumber, ...] = ()
+    reads_total_steps: str = ""
     name: str = ""  # set by the registry
 
     def __post_init__(self) -> None:
@@ -129,7 +133,7 @@ class Method:
         def where(x: Any) -> Any:
             return f"{x.__module__}:{x.__qualname__}" if isinstance(x, type) else x
         return (self.role, where(self.algorithm), where(self.settings), self.verl_keys is None, self.uses_reference,
-                self.verl_modules, self.numbers)
+                self.verl_modules, self.numbers, self.reads_total_steps)
 
     def load(self) -> Any:
         """The algorithm (imported on first call), checked against the role's base class."""

@@ -46,5 +46,6 @@ METHOD = Method("mix", algorithm="workflow.methods.prefix_rft.algorithm:PrefixRF
                 # every training rollout through rlsweep's agent loop (it reads the run's RL config)
                 verl_keys=lambda cfg: {"actor_rollout_ref.rollout.agent.default_agent_loop": VERL_AGENT_LOOP},
                 verl_modules=("workflow.methods.prefix_rft.verl",),  # registers the loop in each verl process
+                reads_total_steps="Prefix-RFT's prefix schedule decays over rl.steps",
                 numbers=MIX_NUMBERS + numbers(
                     ("prefix_len", "float", "mean demonstration prefix length (tokens) of the prefixed rollouts")))

@@ -1,0 +1,173 @@
+"""Extending a finished RL run without training it again (workflow/extend.py): which runs may take a finished
+shorter run's first segments and why others train from step 0, that every method that does not say it reads
+rl.steps trains the same first steps whatever rl.steps is, and a sweep taken from 4 to 8 steps training only 5-8
+into the weights an 8-step run trains from scratch."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from helpers import REPO, planned_jobs, run_cli, snakemake, write_sweep
+from workflow.atomic import write_json
+from workflow.config import RunConfig
+from workflow.extend import extensions, record_trajectory, trajectory_key, trains_from_step_0
+from workflow.launch import run_stage
+from workflow.layout import CHECKPOINTS, done_path, segment_done, stage_dir, step_dir
+from workflow.methods.registry import in_order
+from workflow.results.catalog import query
+from workflow.stages import stage_config
+from workflow.sweep.expand import load_sweep
+from workflow.sweep.identity import stable_id
+
+TINY = {"sft": {"enabled": False}, "model": {"n_layers": 1, "hidden": 32, "n_heads": 2},
+        "task": {"n_heldout": 16}}
+TIMING = {"wall_s", "gen_s", "update_s"}  # seconds, which differ run to run
+
+
+def _rows(root, run_id: str) -> list[dict]:
+    """A run's train_steps rows by step, without timing or its id, NaN as None (NaN != NaN)."""
+    rows = query(f"SELECT * FROM train_steps WHERE run_id = '{run_id}' ORDER BY step", root).to_pylist()
+    return [{k: None if isinstance(v, float) and math.isnan(v) else v for k, v in r.items()
+             if k not in TIMING | {"run_id", "sweep"}} for r in rows]
+
+
+def _weights(done) -> dict[str, torch.Tensor]:
+    return load_file(done.parent / json.loads(done.read_text())["checkpoint"] / "model.safetensors")
+
+
+def _sweep_runs(tmp_path, name: str, rl: str, eval_: str = "{every: 2, k: 2, max_new_tokens: 16}"):
+    base = ("base:\n  sft: {enabled: false}\n  model: {n_layers: 1, hidden: 32, n_heads: 2}\n  task: {n_heldout: 16}\n"
+            f"  rl: {rl}\n  eval: {eval_}\n")
+    return write_sweep(tmp_path / f"{name}.yaml", name, base=base)
+
+
+def _fake_finished(root, run, steps_with_checkpoints) -> None:
+    """A finished run in the store as the launcher leaves one (DONE.json, checkpoints, config, index entry)."""
+    d = stage_dir(root, "rl", run.run_id)
+    for s in steps_with_checkpoints:
+        write_json(step_dir(d / CHECKPOINTS, s) / "meta.json", {"step": s})
+    write_json(d / "config.json", run.stage_config("rl"))
+    write_json(done_path(root, "rl", run.run_id), {"stage": "rl", "id": run.run_id, "step": run.config.rl.steps})
+    record_trajectory(root, run.stage_config("rl"), run.run_id)
+
+
+def test_a_run_of_a_finished_runs_settings_but_rl_steps_takes_its_segments_where_it_can(tmp_path):
+    root = tmp_path / "results"
+    rl = "{steps: 4, prompts_per_step: 4, group_size: 4, max_new_tokens: 16, checkpoint_every: 2}"
+    [short] = load_sweep(_sweep_runs(tmp_path, "short", rl)).runs
+    [long_] = load_sweep(_sweep_runs(tmp_path, "long", rl.replace("steps: 4,", "steps: 8,"))).runs
+    assert trajectory_key(short.stage_config("rl")) == trajectory_key(long_.stage_config("rl"))
+    assert short.run_id != long_.run_id
+    assert extensions(root, [long_]) == ([], [])  # no index yet: nothing to take
+
+    _fake_finished(root, short, [2, 4])
+    [ext], cannot = extensions(root, [long_])
+    assert (ext.donor, ext.ends, cannot) == (short.run_id, (2, 4), [])
+    # a segment ending where the donor holds no checkpoint (segments of 3 steps, the donor's of 2): it takes the
+    # segments before the first such end only
+    [other] = load_sweep(_sweep_runs(tmp_path, "o", rl.replace("steps: 4,", "steps: 8, segment_steps: 3,"))).runs
+    assert other.run_id == long_.run_id and other.segment_ends == [2, 3, 4, 6, 8]
+    assert [e.ends for e in extensions(root, [other])[0]] == [(2,)]
+    # settings that differ in more than rl.steps: no donor
+    [lr] = load_sweep(_sweep_runs(tmp_path, "lr", rl.replace("steps: 4,", "steps: 8, lr: 0.001,"))).runs
+    assert extensions(root, [lr]) == ([], [])
+    # the donor removed since (rlsweep gc): its index entry is skipped
+    done_path(root, "rl", short.run_id).unlink()
+    assert extensions(root, [long_]) == ([], [])
+
+
+def test_a_run_whose_steps_read_rl_steps_trains_from_step_0_and_says_why(tmp_path):
+    root = tmp_path / "results"
+    rl = ("{steps: 4, prompts_per_step: 4, group_size: 4, max_new_tokens: 16, checkpoint_every: 2, "
+          "slow2fast: {enabled: true}}")
+    [short] = load_sweep(_sweep_runs(tmp_path, "short", rl)).runs
+    [long_] = load_sweep(_sweep_runs(tmp_path, "long", rl.replace("steps: 4,", "steps: 8,"))).runs
+    _fake_finished(root, short, [2, 4])
+    assert extensions(root, [long_]) == ([], [(long_, short.run_id, "Slow2Fast's phases depend on rl.steps")])
+    assert trains_from_step_0(RunConfig.model_validate({"rl": {"mix": "prefix_rft"}})) == \
+        "Prefix-RFT's prefix schedule decays over rl.steps"
+    verl = RunConfig.model_validate({"engine": {"name": "verl", "verl": {"model_path": "rlsweep:tiny"}}})
+    assert trains_from_step_0(verl) == "the verl engine trains each run in one job"
+    assert trains_from_step_0(RunConfig.model_validate({"rl": {"update": "gxpo"}})) is None
+
+    out = run_cli("--results", str(root), "plan", str(_sweep_runs(tmp_path, "long", rl.replace("steps: 4,",
+                                                                                                  "steps: 8,"))))
+    assert out.returncode == 0, out.stderr
+    assert f"trains from step 0, though the finished run {short.run_id} has the same settings but rl.steps: " \
+           "Slow2Fast's phases depend on rl.steps" in " ".join(out.stderr.split())
+
+
+# settings under which a method that reads rl.steps shows it within 2 steps of an untrained model (whose groups all
+# score 0): Slow2Fast keeping every group in its slow phase and none in its fast one
+SHOWS_TOTAL_STEPS = {"slow2fast": {"slow": [0.0, 1.0], "fast": [0.5, 1.0], "refill": "shrink"}}
+
+
+def _method_settings(name: str, role: str) -> dict:
+    own = {name: SHOWS_TOTAL_STEPS[name]} if name in SHOWS_TOTAL_STEPS else {}
+    return {"update": {"update": name, **own}, "mix": {"mix": name, **own},
+            "part": {name: {"enabled": True, **SHOWS_TOTAL_STEPS.get(name, {})}}}[role]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,card", [pytest.param(n, c, id=n) for n, c in in_order()])
+def test_a_methods_first_steps_depend_on_rl_steps_exactly_when_its_card_says_so(name, card, tmp_path):
+    """What lets a longer run take a shorter one's steps: a method's first 2 steps (train_steps rows and weights) are
+    the same in a 2-step run and in the first segment of a 4-step run, unless its card says a step reads rl.steps
+    (Method.reads_total_steps), and then they differ. A method that read the progress step / rl.steps without
+    saying so fails here, and so does a card whose claim is no longer true."""
+    rl = {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 16, "checkpoint_every": 2,
+          **_method_settings(name, card.role)}
+    done = {}
+    for steps in (2, 4):
+        rcfg = stage_config(RunConfig.model_validate({**TINY, "rl": {**rl, "steps": steps}}), "rl")
+        root = tmp_path / str(steps)
+        done[steps] = (root, stable_id(rcfg),
+                       run_stage("rl", "m", stable_id(rcfg), rcfg, results_root=root, until=2))
+    (r2, id2, d2), (r4, id4, d4) = done[2], done[4]
+    assert d4 == segment_done(r4, "rl", id4, 2) and len(_rows(r2, id2)) == 2
+    w2, w4 = _weights(d2), _weights(d4)
+    same = _rows(r2, id2) == _rows(r4, id4) and all(torch.equal(w2[k], w4[k]) for k in w2)
+    assert same is not bool(card.reads_total_steps), card.reads_total_steps or "its card says no step reads rl.steps"
+
+
+@pytest.mark.slow
+def test_extending_a_finished_run_trains_only_the_new_steps_into_what_one_run_trains(tmp_path):
+    """A 4-step run finished through Snakemake; the sweep taken to 8 steps: a dry run says it extends, a run takes
+    steps 1-4 (checkpoints, train_steps rows) from it and trains 5-8 only (the job log resumes at step 4), and the
+    weights and rows are those of an 8-step run trained from scratch."""
+    rl = "{steps: 4, prompts_per_step: 4, group_size: 4, max_new_tokens: 16, checkpoint_every: 2}"
+    short = _sweep_runs(tmp_path, "ext", rl)
+    first = snakemake(tmp_path, short)
+    assert first.returncode == 0, first.stderr[-3000:]
+    [short_run] = load_sweep(short).runs
+    long_ = _sweep_runs(tmp_path, "ext", rl.replace("steps: 4,", "steps: 8,"))
+    [run] = load_sweep(long_).runs
+
+    dry = snakemake(tmp_path, long_, "-n")
+    assert "1 RL run(s) extend a finished shorter run" in dry.stderr
+    again = snakemake(tmp_path, long_)
+    assert again.returncode == 0, again.stderr[-3000:]
+    log = again.stdout + again.stderr
+    assert f"steps 1-4 taken from the finished run {short_run.run_id}; it trains 5-8" in log
+    assert planned_jobs(log)["rl"] == 2  # the segments that end at 6 and 8; those that end at 2 and 4 were taken
+    assert "resuming from checkpoint at step 4/8" in log and "resuming from checkpoint at step 6/8" in log
+    results = tmp_path / "results"
+    assert json.loads(segment_done(results, "rl", run.run_id, 4).read_text())["extended_from"] == short_run.run_id
+    runs = query(f"SELECT status, wall_s FROM runs WHERE run_id = '{run.run_id}'", results).to_pylist()
+    assert [r["status"] for r in runs] == ["completed"]
+
+    scratch = tmp_path / "scratch"
+    rcfg = run.stage_config("rl")
+    one = run_stage("rl", "s", run.run_id, rcfg, results_root=scratch)
+    got, ref = _weights(done_path(results, "rl", run.run_id)), _weights(one)
+    assert all(torch.equal(got[k], ref[k]) for k in ref)
+    assert _rows(results, run.run_id) == _rows(scratch, run.run_id)
+    assert [r["step"] for r in _rows(results, run.run_id)] == list(range(1, 9))
+    assert _rows(results, run.run_id)[:4] == _rows(results, short_run.run_id)

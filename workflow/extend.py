@@ -1,0 +1,175 @@
+"""Extend a finished RL run without training it again (issue 47).
+
+A run whose settings differ from a finished run's only in `rl.steps` trains, step by step, what that run trained:
+on an engine that trains in segments every random draw of step t comes from generators seeded by (seed, t)
+(workflow/engines/local.py), and the learning rate does not read the total. So when such a run has a finished
+shorter *donor* (in the shared store, from any sweep), its first segments are the donor's: the donor's checkpoints
+at those segments' ends are linked into the run's directory, the donor's `train_steps` rows up to there are copied
+under the run's id, and the segment files are written (`DONE_<end>.json`, with `extended_from`), so Snakemake sees
+those segments done and the next segment resumes from the last of them. Only the new steps train.
+
+A run cannot take a donor's steps when a step of it reads the training progress `step / rl.steps` (a method whose
+card says so: Prefix-RFT's prefix schedule, Slow2Fast's phases) or when its engine trains each run in one job
+(verl): `trains_from_step_0` says why, and `rlsweep plan` prints it beside a run that has a donor it cannot use.
+
+The donors are found through an index in the store, `_store/trajectories/<key>/<run id>.json`, written when an RL
+run finishes (and, for runs finished before the index existed, once by `index_finished`); `key` hashes the run's RL
+stage config without `rl.steps` (`trajectory_key`). An entry whose run was removed since (rlsweep gc) is skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from workflow.atomic import write_json
+from workflow.engines.registry import traits
+from workflow.layout import (CHECKPOINTS, DONE, done_path, list_checkpoints, segment_done, stage_dir, step_dir,
+                             store_dir, train_steps_file, train_steps_files)
+from workflow.sweep.identity import stable_id
+
+TRAJECTORIES = "trajectories"
+
+
+def trajectory_key(rl_config: dict) -> str:
+    """What a run trains step by step, whatever its last step: the hash of its RL stage config without rl.steps."""
+    return stable_id({**rl_config, "rl": {k: v for k, v in rl_config["rl"].items() if k != "steps"}})
+
+
+def trains_from_step_0(cfg) -> str | None:
+    """Why a run cannot take its first steps from a finished shorter run (None: it can)."""
+    if not traits(cfg.engine.name).trains_in_segments:
+        return f"the {cfg.engine.name} engine trains each run in one job"
+    return next((m.reads_total_steps for m in cfg.rl.selected if m.reads_total_steps), None)
+
+
+def _index(results_root: str | Path, key: str) -> Path:
+    return store_dir(results_root) / TRAJECTORIES / key
+
+
+def record_trajectory(results_root: str | Path, rl_config: dict, run_id: str) -> None:
+    """Index a finished RL run as a donor for longer runs of the same settings (launch: when its last job ends)."""
+    write_json(_index(results_root, trajectory_key(rl_config)) / f"{run_id}.json",
+               {"run_id": run_id, "steps": rl_config["rl"]["steps"]})
+
+
+def index_finished(results_root: str | Path) -> int:
+    """Index the finished RL runs of a store that has no index yet (runs finished before it existed); once per
+    store. Returns how many it indexed."""
+    root = store_dir(results_root) / TRAJECTORIES
+    if root.is_dir() or not (store_dir(results_root) / "rl").is_dir():
+        return 0
+    found = 0
+    for done in sorted((store_dir(results_root) / "rl").glob(f"*/{DONE}")):
+        try:
+            config = json.loads((done.parent / "config.json").read_text())
+        except (OSError, ValueError):  # a damaged run (rlsweep doctor reports it): no donor
+            continue
+        if traits(config.get("engine", {}).get("name", "local")).trains_in_segments:
+            record_trajectory(results_root, config, done.parent.name)
+            found += 1
+    root.mkdir(parents=True, exist_ok=True)
+    return found
+
+
+@dataclass(frozen=True)
+class Extension:
+    """A run that takes its first segments from a finished shorter run."""
+
+    run: object  # the sweep's Run
+    donor: str  # the finished run's id
+    ends: tuple[int, ...]  # the run's segment ends it takes (each a checkpoint of the donor)
+
+    @property
+    def last(self) -> int:
+        return self.ends[-1]
+
+
+def _donor(results_root: str | Path, key: str, run_id: str, steps: int) -> tuple[str, int] | None:
+    """The finished run of this key with the most steps below `steps` (None: none)."""
+    best = None
+    for entry in _index(results_root, key).glob("*.json"):
+        try:
+            found = json.loads(entry.read_text())
+        except (OSError, ValueError):
+            continue
+        if found["run_id"] != run_id and found["steps"] < steps and \
+                done_path(results_root, "rl", found["run_id"]).is_file() and \
+                (best is None or found["steps"] > best[1]):
+            best = (found["run_id"], found["steps"])
+    return best
+
+
+def _started(results_root: str | Path, run) -> bool:
+    """The run has trained or taken something already (its own checkpoints, segments or DONE.json)."""
+    d = stage_dir(results_root, "rl", run.run_id)
+    return d.is_dir() and (any(d.glob("DONE*.json")) or bool(list_checkpoints(d / CHECKPOINTS)))
+
+
+def extensions(results_root: str | Path, runs) -> tuple[list[Extension], list[tuple[object, str, str]]]:
+    """The sweep's runs not started yet that can take their first segments from a finished shorter run, and
+    (run, donor id, why not) for those that have such a run but must train from step 0."""
+    if not (store_dir(results_root) / TRAJECTORIES).is_dir():
+        return [], []
+    can, cannot, seen = [], [], set()
+    for run in runs:
+        if run.run_id in seen or _started(results_root, run):
+            continue
+        seen.add(run.run_id)
+        rl_config = run.stage_config("rl")
+        found = _donor(results_root, trajectory_key(rl_config), run.run_id, run.config.rl.steps)
+        if found is None:
+            continue
+        donor, steps = found
+        if (why := trains_from_step_0(run.config)) is not None:
+            cannot.append((run, donor, why))
+            continue
+        held = {s for s, _ in list_checkpoints(stage_dir(results_root, "rl", donor) / CHECKPOINTS)}
+        ends = []
+        for end in run.segment_ends:  # the run's segments, as long as the donor holds the checkpoint each ends at
+            if end > steps or end not in held:
+                break
+            ends.append(end)
+        if ends:
+            can.append(Extension(run, donor, tuple(ends)))
+    return can, cannot
+
+
+def extend(results_root: str | Path, sweep: str, ext: Extension) -> None:
+    """Give the run its donor's first segments: checkpoints linked (copied across file systems), train_steps rows
+    copied under the run's id, segment files last (what Snakemake sees: written only when the rest is in place)."""
+    import pyarrow.parquet as pq
+
+    from workflow.results.writer import write_rows
+
+    run_id, src = ext.run.run_id, stage_dir(results_root, "rl", ext.donor)
+    dst = stage_dir(results_root, "rl", run_id)
+    for end in ext.ends:
+        target = step_dir(dst / CHECKPOINTS, end)
+        if target.is_dir():
+            continue
+        partial = target.with_name(f".{target.name}.tmp-extend")
+        shutil.rmtree(partial, ignore_errors=True)
+        shutil.copytree(step_dir(src / CHECKPOINTS, end), partial, copy_function=_link_or_copy)
+        partial.rename(target)  # a complete checkpoint or none, as the engines write theirs
+    rows = [dict(r, run_id=run_id, sweep=sweep) for f in train_steps_files(results_root, "rl", ext.donor)
+            for r in pq.read_table(f).to_pylist() if r["step"] <= ext.last]
+    if rows:
+        rows.sort(key=lambda r: r["step"])
+        write_rows(results_root, "train_steps", train_steps_file("rl", run_id, rows[0]["step"], rows[-1]["step"]),
+                   rows)
+    for end in ext.ends:
+        write_json(segment_done(results_root, "rl", run_id, end),
+                   {"stage": "rl", "id": run_id, "step": end,
+                    "checkpoint": os.path.relpath(step_dir(dst / CHECKPOINTS, end), dst), "extended_from": ext.donor})
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    """A hard link (no second copy of the weights; checkpoints are never written in place), else a copy."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
