@@ -7,17 +7,16 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
+import shutil
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from helpers import REPO, planned_jobs, run_cli, snakemake, write_sweep
+from helpers import planned_jobs, run_cli, snakemake, write_sweep
 from workflow.atomic import write_json
 from workflow.config import RunConfig
-from workflow.extend import extensions, record_trajectory, trajectory_key, trains_from_step_0
+from workflow.extend import extensions, index_finished, record_trajectory, trajectory_key, trains_from_step_0
 from workflow.launch import run_stage
 from workflow.layout import CHECKPOINTS, done_path, segment_done, stage_dir, step_dir
 from workflow.methods.registry import in_order
@@ -81,6 +80,18 @@ def test_a_run_of_a_finished_runs_settings_but_rl_steps_takes_its_segments_where
     # the donor removed since (rlsweep gc): its index entry is skipped
     done_path(root, "rl", short.run_id).unlink()
     assert extensions(root, [long_]) == ([], [])
+
+
+def test_runs_finished_before_the_index_existed_are_indexed_once(tmp_path):
+    root = tmp_path / "results"
+    rl = "{steps: 4, prompts_per_step: 4, group_size: 4, max_new_tokens: 16, checkpoint_every: 2}"
+    [short] = load_sweep(_sweep_runs(tmp_path, "short", rl)).runs
+    [long_] = load_sweep(_sweep_runs(tmp_path, "long", rl.replace("steps: 4,", "steps: 8,"))).runs
+    _fake_finished(root, short, [2, 4])
+    shutil.rmtree(root / "_store" / "trajectories")  # finished before the index existed
+    assert extensions(root, [long_]) == ([], [])
+    assert index_finished(root) == 1 and [e.donor for e in extensions(root, [long_])[0]] == [short.run_id]
+    assert index_finished(root) == 0  # once per store
 
 
 def test_a_run_whose_steps_read_rl_steps_trains_from_step_0_and_says_why(tmp_path):

@@ -32,6 +32,7 @@ from workflow.layout import (CHECKPOINTS, DONE, done_path, list_checkpoints, seg
 from workflow.sweep.identity import stable_id
 
 TRAJECTORIES = "trajectories"
+INDEXED = ".indexed"  # in TRAJECTORIES: the runs finished before the index existed are in it (index_finished)
 
 
 def trajectory_key(rl_config: dict) -> str:
@@ -57,10 +58,11 @@ def record_trajectory(results_root: str | Path, rl_config: dict, run_id: str) ->
 
 
 def index_finished(results_root: str | Path) -> int:
-    """Index the finished RL runs of a store that has no index yet (runs finished before it existed); once per
-    store. Returns how many it indexed."""
+    """Index the finished RL runs of a store indexed never before (runs finished before the index existed); once per
+    store, which a marker file records (a run that finished since indexed itself, but not the runs before it).
+    Returns how many it indexed."""
     root = store_dir(results_root) / TRAJECTORIES
-    if root.is_dir() or not (store_dir(results_root) / "rl").is_dir():
+    if (root / INDEXED).is_file() or not (store_dir(results_root) / "rl").is_dir():
         return 0
     found = 0
     for done in sorted((store_dir(results_root) / "rl").glob(f"*/{DONE}")):
@@ -71,7 +73,7 @@ def index_finished(results_root: str | Path) -> int:
         if traits(config.get("engine", {}).get("name", "local")).trains_in_segments:
             record_trajectory(results_root, config, done.parent.name)
             found += 1
-    root.mkdir(parents=True, exist_ok=True)
+    write_json(root / INDEXED, {"indexed": found})
     return found
 
 
