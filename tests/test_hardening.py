@@ -127,6 +127,33 @@ def test_a_runaway_query_stops_at_its_time_bound_and_at_ctrl_c(tmp_path):
     assert time.monotonic() - sent < 10
 
 
+CTRL_C_AS_THE_WORKER_STARTS = """
+import signal, sys, threading
+from workflow.results.catalog import query
+real = threading.Thread.start
+def start(self):
+    real(self)
+    if self.name == "rlsweep-query":
+        signal.raise_signal(signal.SIGINT)  # a Ctrl-C just as the query's worker started
+threading.Thread.start = start
+try:
+    query(sys.argv[2], sys.argv[1])
+except KeyboardInterrupt:
+    print("interrupted")
+"""
+
+
+def test_a_ctrl_c_as_the_querys_worker_starts_stops_the_worker(tmp_path):
+    """A Ctrl-C that lands while the query's worker thread starts stops the query like any other: it was raised past
+    the code that stops the worker, so the query ran on and closing the connection failed (a loaded CI run's
+    `rlsweep query` never exited after its Ctrl-C)."""
+    root = tmp_path / "results"
+    write_rows(root, "runs", "rl_0000000000a1", runs_rows(1))
+    res = subprocess.run([sys.executable, "-c", CTRL_C_AS_THE_WORKER_STARTS, str(root), RUNAWAY], cwd=REPO,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and res.stdout.strip() == "interrupted", res.stderr[-2000:]
+
+
 DAMAGES = {
     "cut mid-line": lambda data: data[:-9],
     "cut in half": lambda data: data[: len(data) // 2],

@@ -420,23 +420,29 @@ def _bounded(con: duckdb.DuckDBPyConnection, statements: list, limits: QueryLimi
 
     def stop() -> None:
         # an interrupt that arrives before the worker's statement has started is lost (DuckDB interrupts what
-        # runs): interrupt again until the worker is done
+        # runs): interrupt again until the worker is done (or never ran: a thread that was not started)
         while True:
             cursor.interrupt()
-            if done.wait(0.1):
+            if done.wait(0.1) or not worker.is_alive():
                 return
 
-    # Ctrl-C is held while the worker starts: a KeyboardInterrupt inside Thread.start() would leave a query running
-    # that nothing stops (and the process would wait for it at exit); once the worker runs, it arrives below
-    held = threading.current_thread() is threading.main_thread()
-    if held:
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    # A Ctrl-C while the worker starts is noted, not raised: a KeyboardInterrupt inside Thread.start() could leave a
+    # query running that nothing stops, and closing the connection then waits for it (hours). Blocking SIGINT in
+    # this thread is not enough: the kernel then hands it to one of DuckDB's threads, and Python raises it here at
+    # the next bytecode anyway (under a loaded CI the query's start and the test's Ctrl-C met so, and the process
+    # never exited). Once the worker runs, a Ctrl-C noted meanwhile is raised where the except below stops it.
+    worker = threading.Thread(target=work, name="rlsweep-query", daemon=True)
+    noted: list[int] = []
+    own = threading.current_thread() is threading.main_thread()  # (only the main thread may set handlers)
     try:
-        threading.Thread(target=work, name="rlsweep-query", daemon=True).start()
-    finally:
-        if held:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    try:
+        previous = signal.signal(signal.SIGINT, lambda *_: noted.append(1)) if own else None
+        try:
+            worker.start()
+        finally:
+            if own:
+                signal.signal(signal.SIGINT, previous)
+        if noted:
+            raise KeyboardInterrupt
         # waited in short slices: a Ctrl-C that the kernel hands to another thread (one of DuckDB's) only sets
         # Python's flag, which the main thread acts on when it next runs bytecode: a single wait of the whole time
         # bound left Ctrl-C unanswered for minutes on a loaded machine
@@ -450,7 +456,7 @@ def _bounded(con: duckdb.DuckDBPyConnection, statements: list, limits: QueryLimi
         stop()
         raise
     finally:
-        if done.is_set():
+        if done.is_set() or not worker.is_alive():
             cursor.close()
     if "error" in out:
         raise out["error"]  # type: ignore[misc]
