@@ -68,8 +68,9 @@ else:
     index_finished(RESULTS)  # once per store: the RL runs finished before the index of donors existed
     for _ext in extensions(RESULTS, SWEEP.runs)[0]:  # a longer run of a finished run's settings: only the new steps
         extend(RESULTS, SWEEP.name, _ext)
-        print(f"rl {_ext.run.run_id} ({_ext.run.label}): steps 1-{_ext.last} taken from the finished run {_ext.donor}"
-              f"; it trains {_ext.last + 1}-{_ext.run.config.rl.steps}", file=sys.stderr)
+        print(f"rl {_ext.run.run_id} ({_ext.run.label}, seed {_ext.run.config.seed}): steps 1-{_ext.last} taken "
+              f"from the finished run {_ext.donor}; it trains {_ext.last + 1}-{_ext.run.config.rl.steps}",
+              file=sys.stderr)
     record_members(RESULTS, SWEEP.name, SWEEP.members())
 EVAL_OF = {r.eval_id: r for r in SWEEP.runs}
 RULE_FROM_DECLARATION = [s for s in STAGES.values() if s.rule_from_declaration]  # rules/stages.smk

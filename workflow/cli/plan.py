@@ -59,10 +59,10 @@ def _extensions(sweep, root, most: int = 10) -> None:
     """The runs that take their first steps from a finished shorter run of the same settings (workflow/extend.py),
     and those that have one but train from step 0, with why."""
     can, cannot = extensions(root, sweep.runs)
-    lines = [f"rl {e.run.run_id} ({e.run.label}): extends the finished run {e.donor}; steps 1-{e.last} taken, "
-             f"{e.last + 1}-{e.run.config.rl.steps} to train" for e in can]
-    lines += [f"rl {run.run_id} ({run.label}): trains from step 0, though the finished run {donor} has the same "
-              f"settings but rl.steps: {why}" for run, donor, why in cannot]
+    lines = [f"rl {e.run.run_id} ({e.run.label}, seed {e.run.config.seed}): extends the finished run {e.donor}; "
+             f"steps 1-{e.last} taken, {e.last + 1}-{e.run.config.rl.steps} to train" for e in can]
+    lines += [f"rl {run.run_id} ({run.label}, seed {run.config.seed}): trains from step 0, though the finished run "
+              f"{donor} has the same settings but rl.steps: {why}" for run, donor, why in cannot]
     for line in lines[:most]:
         err.print(line, markup=False)
     if len(lines) > most:
