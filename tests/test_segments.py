@@ -14,13 +14,14 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from helpers import SFT_FOR_RL, kill_and_resume_rl, planned_jobs, snakemake, write_sweep
+from helpers import SFT_FOR_RL, kill_and_resume_rl, planned_jobs, run_cli, snakemake, write_sweep
 from workflow.config import RunConfig
 from workflow.launch import run_stage
 from workflow.layout import done_path, segment_done, step_dir
 from workflow.results.catalog import query
 from workflow.segments import segment_ends
 from workflow.stages import stage_config
+from workflow.sweep.expand import load_sweep
 from workflow.sweep.identity import stable_id
 
 
@@ -177,3 +178,19 @@ def test_a_sweep_of_segments_evaluates_while_training_and_a_run_finished_in_one_
     for p in run.glob("DONE_*.json"):  # as old as the weights they stand for
         assert p.stat().st_mtime_ns == (step_dir(run / "checkpoints", int(p.stem[5:])) / "meta.json").stat().st_mtime_ns
     assert os.path.getmtime(run / "DONE.json") * 1e9 == pytest.approx(stamp, abs=1e3)
+
+
+def test_status_shows_a_run_between_segments_beside_its_evaluations_done_so_far(tmp_path):
+    """`rlsweep status` while a run trains in segments: the RL column says where the run stands and that its next
+    segment is pending, the eval column how many of its evaluations are done, with the score of the latest."""
+    base = _chain_base().replace("  sft: {steps: 20, batch_size: 32, checkpoint_every: 10}",
+                                 "  sft: {enabled: false}")
+    sweep = write_sweep(tmp_path / "st.yaml", "st", base=base)
+    [run] = load_sweep(sweep).runs
+    root = tmp_path / "results"
+    first = run_stage("rl", "st", run.run_id, run.stage_config("rl"), results_root=root, until=2, label=run.label)
+    run_stage("eval", "st", run.eval_id, run.stage_config("eval"), results_root=root, checkpoint_from=first, step=2,
+              group="arithmetic", label=run.label)
+    out = run_cli("--results", str(root), "status", str(sweep), env={"COLUMNS": "200"})
+    assert out.returncode == 0, out.stderr
+    assert "step 2/6, next segment pending" in out.stdout and "1/3 jobs" in out.stdout, out.stdout
