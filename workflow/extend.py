@@ -62,10 +62,12 @@ def index_finished(results_root: str | Path) -> int:
     store, which a marker file records (a run that finished since indexed itself, but not the runs before it).
     Returns how many it indexed."""
     root = store_dir(results_root) / TRAJECTORIES
-    if (root / INDEXED).is_file() or not (store_dir(results_root) / "rl").is_dir():
+    if (root / INDEXED).is_file():
         return 0
-    found = 0
+    found = 0  # (a new store: none, and the marker made now, before any run finishes, so a rerun writes nothing)
     for done in sorted((store_dir(results_root) / "rl").glob(f"*/{DONE}")):
+        if any(root.glob(f"*/{done.parent.name}.json")):  # finished since the index existed: indexed itself
+            continue
         try:
             config = json.loads((done.parent / "config.json").read_text())
         except (OSError, ValueError):  # a damaged run (rlsweep doctor reports it): no donor
