@@ -26,17 +26,19 @@ def test_without_a_gpu_it_says_so_and_exits_with_its_own_code():
 
 @pytest.mark.slow
 def test_every_stage_and_method_runs_and_is_reported(tmp_path: Path):
-    """The local part on the CPU: SFT, GRPO, SFPO, GXPO, GRPO+LoRA+KL, the five mixed-policy methods, FAST-GRPO and
-    an evaluation each run as a stage job, and the table, JSON and Markdown say so."""
-    out = run_cli("gpu-check", "--engine", "local", "--allow-cpu", "--sft-steps", "4", "--steps", "1",
+    """The local part on the CPU: SFT, GRPO, SFPO, GXPO, GRPO+LoRA+KL, the five mixed-policy methods, FAST-GRPO,
+    GXPO again as two segment jobs and an evaluation each run as a stage job, and the table, JSON and Markdown say
+    so."""
+    out = run_cli("gpu-check", "--engine", "local", "--allow-cpu", "--sft-steps", "4", "--steps", "2",
                   "--keep", str(tmp_path / "jobs"), "--json", str(tmp_path / "out.json"),
                   "--markdown", str(tmp_path / "out.md"))
     assert out.returncode == 0, out.stdout + out.stderr
     rows = json.loads((tmp_path / "out.json").read_text())["checks"]
-    names = ["sft", "grpo", "sfpo", "gxpo", "grpo+lora+kl", *gc.MIXED_METHODS, "fast_grpo", "eval"]
+    names = ["sft", "grpo", "sfpo", "gxpo", "grpo+lora+kl", *gc.MIXED_METHODS, "fast_grpo", "segments", "eval"]
     assert [r["name"] for r in rows] == names and all(r["passed"] for r in rows)
     by = {r["name"]: r for r in rows}
-    assert by["sft"]["steps"] == 4 and by["grpo"]["steps"] == 1 and by["grpo"]["s_per_step"] > 0
+    assert by["sft"]["steps"] == 4 and by["grpo"]["steps"] == 2 and by["grpo"]["s_per_step"] > 0
+    assert by["segments"]["steps"] == 2 and by["segments"]["note"].startswith("2 segment jobs (steps 1-1, 2-2) ==")
     assert by["sfpo"]["passes"] == 4 and by["gxpo"]["passes"] == 3 and by["relift"]["passes"] == 2
     assert by["eval"]["note"].startswith("arithmetic avg@4")
     assert all(r["peak_bytes"] is None for r in rows)  # no GPU: no GPU memory to report
@@ -88,3 +90,22 @@ def test_the_verl_part_says_what_is_missing(monkeypatch, tmp_path: Path):
     assert "skipped" in said[0] and "vllm" in said[0]
     [o] = gv.run_verl(tmp_path, False, 2, None, None, say=said.append, required=True)
     assert o.passed is False and "vllm" in o.error
+
+
+@pytest.mark.parametrize("repeat_differs", [False, True])
+def test_a_chain_that_differs_fails_unless_the_one_job_itself_differs_run_to_run(tmp_path, monkeypatch,
+                                                                                repeat_differs):
+    """The segments check's verdict: a chain unlike its one job is a resume that lost state (failed) when the one
+    job run twice is identical, and this device's run-to-run noise (passed, both differences in the note) when it is
+    not. The real comparison runs in the slow test above; here it is made to disagree."""
+    checks = gc.select(gc.local_checks(rl_steps=2, sft_steps=4), ["segments"])
+    verdicts = iter([(False, "train_steps differ from step 2 (loss: 0.5 vs 0.25)"),
+                     (not repeat_differs, "final weights differ (max |dw| 1.00e-07)" if repeat_differs else "")])
+    monkeypatch.setattr(gc, "same_training", lambda *a: next(verdicts))
+    [*_, chain] = gc.run_local(checks, tmp_path, cuda=False, say=lambda _: None)
+    assert (tmp_path / "again").is_dir()  # the one job did run a second time
+    if repeat_differs:
+        assert chain.passed and "the one job run twice differs too (final weights differ" in chain.note
+        assert "the chain: train_steps differ from step 2" in chain.note
+    else:
+        assert chain.passed is False and chain.error.startswith("the chain lost state: train_steps differ from step 2")

@@ -12,6 +12,9 @@ The local engine's part (in this process, one check after another, each a real s
     luffy ... prefix_rft
                    the five mixed-policy methods from the random-init model, as sweeps/mixed_policy.yaml runs them
     fast_grpo      FAST-GRPO's three parts together, from the SFT checkpoint
+    segments       GXPO's run again as a chain of two segment jobs (workflow/segments.py): its weights and
+                   train_steps must be the one job's, bit for bit (when they are not, the one job runs a second time
+                   to tell a resume that lost state from GPU kernels that differ run to run)
     eval           the local backend's sampling and scoring of GRPO's final checkpoint
 
 The verl part (`--engine verl` or `all`, where verl, vLLM and Ray are installed): the same stages as one generated
@@ -50,7 +53,7 @@ class Check:
     """One stage job of the check: its run config (RunConfig fields) and the check whose output it starts from."""
 
     name: str
-    stage: str  # sft | rl | eval
+    stage: str  # sft | rl | eval | chain (the `after` check's RL run again as segment jobs)
     config: dict[str, Any]
     after: str | None = None  # sft: RL from that SFT checkpoint; an RL check: eval of its final checkpoint
     what: str = ""
@@ -98,6 +101,10 @@ def local_checks(rl_steps: int = 4, sft_steps: int = 300, eval_problems: int = 6
                                                           "dynamic_kl": {"enabled": True},
                                                           "slow2fast": {"enabled": True}}},
                         after="sft", what="FAST-GRPO: thinking reward + dynamic KL + Slow2Fast"))
+    if rl_steps >= 2:  # a chain needs a step on each side of its first segment's end
+        gxpo = next(c for c in checks if c.name == "gxpo")
+        checks.append(Check("segments", "chain", gxpo.config, after="gxpo",
+                            what="GXPO as a chain of two segment jobs, compared with the one job"))
     checks.append(Check("eval", "eval", {**base, "rl": {**rl, "update": "grpo"},
                                          "eval": {"k": 4, "max_new_tokens": 32, "bootstrap": 10}},
                         after="grpo", what="evaluation (local backend) of GRPO's final checkpoint"))
@@ -192,6 +199,7 @@ def run_local(checks: list[Check], root: Path, cuda: bool, say: Callable[[str], 
     from workflow.stages import stage_config
     from workflow.sweep.identity import stable_id
     memory = Memory(cuda)
+    by_name = {c.name: c for c in checks}
     done: dict[str, Outcome] = {}
     out: list[Outcome] = []
     for check in checks:
@@ -210,11 +218,13 @@ def run_local(checks: list[Check], root: Path, cuda: bool, say: Callable[[str], 
                     outcome.done = run_stage("sft", "gpu-check", stable_id(scfg), scfg, results_root=root)
                     summarise(outcome, train_rows(root, "sft", stable_id(scfg)))
                 elif check.stage == "rl":
-                    sft_id = json.loads(start.done.read_text())["id"] if start is not None else None
-                    rcfg = stage_config(cfg, "rl", sft_id=sft_id)
+                    rcfg = rl_stage_config(cfg, start)
                     outcome.done = run_stage("rl", "gpu-check", stable_id(rcfg), rcfg, results_root=root,
                                              init=start.done if start is not None else None)
                     summarise(outcome, train_rows(root, "rl", stable_id(rcfg)))
+                elif check.stage == "chain":
+                    init = done.get(by_name[check.after].after) if by_name[check.after].after else None
+                    run_chain(outcome, rl_stage_config(cfg, init), init, start, root)
                 else:
                     run_id = json.loads(start.done.read_text())["id"]
                     ecfg = stage_config(cfg, "eval", run_id=run_id)
@@ -229,6 +239,70 @@ def run_local(checks: list[Check], root: Path, cuda: bool, say: Callable[[str], 
         out.append(outcome)
         say(f"gpu-check: {check.name}: " + ("passed" if outcome.passed else outcome.error or "failed"))
     return out
+
+
+def rl_stage_config(cfg, start: Outcome | None) -> dict:
+    """An RL check's stage config: from the SFT check `start` when it has one."""
+    from workflow.stages import stage_config
+    return stage_config(cfg, "rl", sft_id=json.loads(start.done.read_text())["id"] if start is not None else None)
+
+
+TIMING = ("wall_s", "gen_s", "update_s")  # train_steps columns that differ run to run however exact the training
+
+
+def same_training(root_a: Path, root_b: Path, run_id: str) -> tuple[bool, str]:
+    """Whether two roots' RL run `run_id` trained the same: final weights bit for bit and train_steps rows equal
+    (timing aside, each step once); else where they first differ."""
+    import torch
+    from safetensors.torch import load_file
+    from workflow.layout import done_path
+
+    def weights(root: Path) -> dict:
+        d = json.loads(done_path(root, "rl", run_id).read_text())
+        return load_file(done_path(root, "rl", run_id).parent / d["checkpoint"] / "model.safetensors")
+
+    def rows(root: Path) -> list[dict]:
+        return [{k: None if isinstance(v, float) and math.isnan(v) else v for k, v in r.items() if k not in TIMING}
+                for r in train_rows(root, "rl", run_id)]
+
+    a, b = rows(root_a), rows(root_b)
+    if [r["step"] for r in b] != [r["step"] for r in a]:
+        return False, f"steps {[r['step'] for r in b]} where one job trained {[r['step'] for r in a]}"
+    for ra, rb in zip(a, b):
+        if ra != rb:
+            col = next(k for k in ra if ra[k] != rb.get(k))
+            return False, f"train_steps differ from step {ra['step']} ({col}: {rb.get(col)!r} vs {ra[col]!r})"
+    wa, wb = weights(root_a), weights(root_b)
+    if wa.keys() != wb.keys():
+        return False, "the final checkpoints hold different tensors"
+    diff = max(float((wa[k].double() - wb[k].double()).abs().max()) for k in wa)
+    return diff == 0.0, "" if diff == 0.0 else f"final weights differ (max |dw| {diff:.2e})"
+
+
+def run_chain(outcome: Outcome, rcfg: dict, init: Outcome | None, twin: Outcome, root: Path) -> None:
+    """`twin`'s RL run trained again under root/chain as two segment jobs (the first ends half way, the second
+    resumes from its checkpoint: optimizer, scheduler, gate and RNG state): it must train what the one job did. When
+    it does not, the one job runs again under root/again: if that differs too, this GPU's kernels are not run-to-run
+    deterministic and the chain cannot be held to bits here (reported, passed); if it does not, the resume lost state
+    (failed)."""
+    from workflow.launch import run_stage
+    from workflow.sweep.identity import stable_id
+    steps, run_id = rcfg["rl"]["steps"], stable_id(rcfg)
+    kw = {"results_root": root / "chain", "init": init.done if init is not None else None}
+    first = run_stage("rl", "gpu-check", run_id, rcfg, until=steps // 2, **kw)
+    outcome.done = run_stage("rl", "gpu-check", run_id, rcfg, after=first, **kw)
+    summarise(outcome, train_rows(root / "chain", "rl", run_id))
+    same, why = same_training(root, root / "chain", run_id)
+    if same:
+        outcome.note = f"2 segment jobs (steps 1-{steps // 2}, {steps // 2 + 1}-{steps}) == one job, bit for bit"
+        return
+    run_stage("rl", "gpu-check", run_id, rcfg, results_root=root / "again", init=kw["init"])
+    repeat_same, repeat_why = same_training(root, root / "again", run_id)
+    if repeat_same:
+        outcome.passed, outcome.error = False, f"the chain lost state: {why} (the one job run twice is identical)"
+    else:
+        outcome.note = (f"not bit for bit on this device: the one job run twice differs too ({repeat_why}); "
+                        f"the chain: {why}")
 
 
 def eval_note(root: Path, run_id: str) -> str:
