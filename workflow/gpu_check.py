@@ -91,6 +91,7 @@ def local_checks(rl_steps: int = 4, sft_steps: int = 300, eval_problems: int = 6
                            ("gxpo", {"gxpo": {"K": 5, "alpha": 0.5}})):
         checks.append(Check(rule, "rl", {**base, "rl": {**rl, "update": rule, **settings}}, after="sft",
                             what=f"RL, update rule {rule}, from the SFT checkpoint"))
+    stateful = checks[-1]  # the last rule, GXPO: the most state a resume must carry (its gate's window)
     checks.append(Check("grpo+lora+kl", "rl", {**scratch, "model": {**MODEL, "lora": {"rank": 4}},
                                                "rl": {**rl, "kl_coef": 0.01}},
                         what="GRPO on LoRA adapters with a KL term (reference model), no SFT"))
@@ -102,9 +103,8 @@ def local_checks(rl_steps: int = 4, sft_steps: int = 300, eval_problems: int = 6
                                                           "slow2fast": {"enabled": True}}},
                         after="sft", what="FAST-GRPO: thinking reward + dynamic KL + Slow2Fast"))
     if rl_steps >= 2:  # a chain needs a step on each side of its first segment's end
-        gxpo = next(c for c in checks if c.name == "gxpo")
-        checks.append(Check("segments", "chain", gxpo.config, after="gxpo",
-                            what="GXPO as a chain of two segment jobs, compared with the one job"))
+        checks.append(Check("segments", "chain", stateful.config, after=stateful.name,
+                            what=f"{stateful.name} as a chain of two segment jobs, compared with the one job"))
     checks.append(Check("eval", "eval", {**base, "rl": {**rl, "update": "grpo"},
                                          "eval": {"k": 4, "max_new_tokens": 32, "bootstrap": 10}},
                         after="grpo", what="evaluation (local backend) of GRPO's final checkpoint"))
