@@ -116,15 +116,32 @@ def test_a_runaway_query_stops_at_its_time_bound_and_at_ctrl_c(tmp_path):
                   "--memory", "50MB", timeout=120)
     assert res.returncode == 2 and "Out of Memory" in res.stderr and "--memory SIZE" in res.stderr, res.stderr
     assert len(res.stderr.splitlines()) == 1  # one line, no traceback, no DuckDB tuning advice
-    query = subprocess.Popen([sys.executable, "-m", "workflow.cli", "--results", str(root), "query", RUNAWAY],
+    # the CLI under faulthandler: when a loaded CI run's Ctrl-C goes unanswered (three fresh-clone runs, never alone),
+    # SIGUSR1 dumps every thread's stack into the failure, to show where it waits
+    query = subprocess.Popen([sys.executable, "-c", DUMPS_ON_SIGUSR1, "--results", str(root), "query", RUNAWAY],
                              cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(8)  # well into the query (its start takes 2-3 s on an idle machine, several more under load)
     assert query.poll() is None
     query.send_signal(signal.SIGINT)
     sent = time.monotonic()
-    _, err = query.communicate(timeout=60)
+    try:
+        _, err = query.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        query.send_signal(signal.SIGUSR1)
+        time.sleep(2)
+        query.kill()
+        _, err = query.communicate()
+        pytest.fail(f"Ctrl-C unanswered after 60 s; the query's threads then:\n{err[-6000:]}")
     assert query.returncode == 130 and err.strip() == "interrupted", err
     assert time.monotonic() - sent < 10
+
+
+DUMPS_ON_SIGUSR1 = """
+import faulthandler, runpy, signal, sys
+faulthandler.register(signal.SIGUSR1, all_threads=True)
+sys.argv[0] = "rlsweep"
+runpy.run_module("workflow.cli", run_name="__main__")
+"""
 
 
 CTRL_C_AS_THE_WORKER_STARTS = """
