@@ -20,7 +20,7 @@ from workflow.layout import done_path, report_dir, rescore_path, segment_done, s
 from workflow.results.membership import record as record_members
 from workflow.results.migrate import legacy_sweeps, migrate_if_needed
 from workflow.segments import record_finished, unrecorded_finished
-from workflow.extend import extend, extensions, index_finished
+from workflow.extend import evaluations_to_copy, extend, extensions, index_finished
 from workflow.sweep.expand import load_sweep
 from workflow.sweep.spec import SweepError
 from workflow.stages import STAGES
@@ -60,17 +60,23 @@ if dry_run():
               "trains or evaluates again; workflow/segments.py)", file=sys.stderr)
     if extending := extensions(RESULTS, SWEEP.runs)[0]:
         print(f"{len(extending)} RL run(s) extend a finished shorter run: this dry run shows their first segments "
-              "as jobs to run, but a run without -n takes them from the finished run and trains only the steps after "
-              "(`rlsweep plan` lists them; workflow/extend.py)", file=sys.stderr)
+              "(and the evaluations of those steps) as jobs to run, but a run without -n takes them from the finished "
+              "run and trains only the steps after (`rlsweep plan` lists them; workflow/extend.py)", file=sys.stderr)
 else:
     migrate_if_needed(RESULTS)
     record_finished(RESULTS, SWEEP.runs)  # RL runs finished in one job before segments: their segment files
     index_finished(RESULTS)  # once per store: the RL runs finished before the index of donors existed
     for _ext in extensions(RESULTS, SWEEP.runs)[0]:  # a longer run of a finished run's settings: only the new steps
         extend(RESULTS, SWEEP.name, _ext)
+        _copies = evaluations_to_copy(RESULTS, _ext)
+        if _copies:
+            from workflow.launch import run_stage  # (only here: planning never imports the stage machinery)
+        for _step, _group, _source in _copies:  # its evaluations of the taken steps: the donor's, copied
+            run_stage("eval", SWEEP.name, _ext.run.eval_id, _ext.run.stage_config("eval"), results_root=RESULTS,
+                      copy_from=_source, step=_step, group=_group, label=_ext.run.label)
         print(f"rl {_ext.run.run_id} ({_ext.run.label}, seed {_ext.run.config.seed}): steps 1-{_ext.last} taken "
-              f"from the finished run {_ext.donor}; it trains {_ext.last + 1}-{_ext.run.config.rl.steps}",
-              file=sys.stderr)
+              f"from the finished run {_ext.donor}" + (f" with {len(_copies)} evaluation(s)" if _copies else "")
+              + f"; it trains {_ext.last + 1}-{_ext.run.config.rl.steps}", file=sys.stderr)
     record_members(RESULTS, SWEEP.name, SWEEP.members())
 EVAL_OF = {r.eval_id: r for r in SWEEP.runs}
 RULE_FROM_DECLARATION = [s for s in STAGES.values() if s.rule_from_declaration]  # rules/stages.smk

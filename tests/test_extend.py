@@ -105,7 +105,7 @@ def test_a_run_whose_steps_read_rl_steps_trains_from_step_0_and_says_why(tmp_pat
     assert trains_from_step_0(RunConfig.model_validate({"rl": {"mix": "prefix_rft"}})) == \
         "Prefix-RFT's prefix schedule decays over rl.steps"
     verl = RunConfig.model_validate({"engine": {"name": "verl", "verl": {"model_path": "rlsweep:tiny"}}})
-    assert trains_from_step_0(verl) == "the verl engine trains each run in one job"
+    assert trains_from_step_0(verl) == "extending a run is not built for the verl engine"
     assert trains_from_step_0(RunConfig.model_validate({"rl": {"update": "gxpo"}})) is None
 
     out = run_cli("--results", str(root), "plan", str(_sweep_runs(tmp_path, "long", rl.replace("steps: 4,",
@@ -151,8 +151,8 @@ def test_a_methods_first_steps_depend_on_rl_steps_exactly_when_its_card_says_so(
 @pytest.mark.slow
 def test_extending_a_finished_run_trains_only_the_new_steps_into_what_one_run_trains(tmp_path):
     """A 4-step run finished through Snakemake; the sweep taken to 8 steps: a dry run says it extends, a run takes
-    steps 1-4 (checkpoints, train_steps rows) from it and trains 5-8 only (the job log resumes at step 4), and the
-    weights and rows are those of an 8-step run trained from scratch."""
+    steps 1-4 (checkpoints, train_steps rows, the evaluations of steps 2 and 4) from it and trains 5-8 only (the job
+    log resumes at step 4), and the weights and rows are those of an 8-step run trained from scratch."""
     rl = "{steps: 4, prompts_per_step: 4, group_size: 4, max_new_tokens: 16, checkpoint_every: 2}"
     short = _sweep_runs(tmp_path, "ext", rl)
     first = snakemake(tmp_path, short)
@@ -166,13 +166,24 @@ def test_extending_a_finished_run_trains_only_the_new_steps_into_what_one_run_tr
     again = snakemake(tmp_path, long_)
     assert again.returncode == 0, again.stderr[-3000:]
     log = again.stdout + again.stderr
-    assert f"steps 1-4 taken from the finished run {short_run.run_id}; it trains 5-8" in log
+    assert f"steps 1-4 taken from the finished run {short_run.run_id} with 2 evaluation(s); it trains 5-8" in log
     assert planned_jobs(log)["rl"] == 2  # the segments that end at 6 and 8; those that end at 2 and 4 were taken
     assert "resuming from checkpoint at step 4/8" in log and "resuming from checkpoint at step 6/8" in log
     results = tmp_path / "results"
     assert json.loads(segment_done(results, "rl", run.run_id, 4).read_text())["extended_from"] == short_run.run_id
-    runs = query(f"SELECT status, wall_s FROM runs WHERE run_id = '{run.run_id}'", results).to_pylist()
+    runs = query(f"SELECT status, wall_s FROM runs WHERE run_id = '{run.run_id}' AND stage = 'rl'",
+                 results).to_pylist()
     assert [r["status"] for r in runs] == ["completed"]
+    # the evaluations of the taken steps (2, 4) are the finished run's, copied; 6 and 8 sampled
+    evals = query(f"SELECT eval_step, backend FROM runs WHERE stage = 'eval' AND parent_id = '{run.run_id}'",
+                  results).to_pylist()
+    assert {r["eval_step"]: r["backend"] for r in evals if r["eval_step"] > 0} == \
+        {2: "copy", 4: "copy", 6: "local", 8: "local"}
+
+    def scores(run_id):
+        return query(f"SELECT step, benchmark, k, avg_at_k, pass_at_k FROM eval_scores WHERE run_id = '{run_id}' "
+                     "AND step IN (2, 4) ORDER BY ALL", results).to_pylist()
+    assert scores(run.run_id) and scores(run.run_id) == scores(short_run.run_id)
 
     scratch = tmp_path / "scratch"
     rcfg = run.stage_config("rl")

@@ -9,8 +9,8 @@ under the run's id, and the segment files are written (`DONE_<end>.json`, with `
 those segments done and the next segment resumes from the last of them. Only the new steps train.
 
 A run cannot take a donor's steps when a step of it reads the training progress `step / rl.steps` (a method whose
-card says so: Prefix-RFT's prefix schedule, Slow2Fast's phases) or when its engine trains each run in one job
-(verl): `trains_from_step_0` says why, and `rlsweep plan` prints it beside a run that has a donor it cannot use.
+card says so: Prefix-RFT's prefix schedule, Slow2Fast's phases) or on an engine whose traits do not extend runs
+(verl: its segments resume from verl's own checkpoints, which extend does not link): `trains_from_step_0` says why, and `rlsweep plan` prints it beside a run that has a donor it cannot use.
 
 The donors are found through an index in the store, `_store/trajectories/<key>/<run id>.json`, written when an RL
 run finishes (and, for runs finished before the index existed, once by `index_finished`); `key` hashes the run's RL
@@ -42,8 +42,8 @@ def trajectory_key(rl_config: dict) -> str:
 
 def trains_from_step_0(cfg) -> str | None:
     """Why a run cannot take its first steps from a finished shorter run (None: it can)."""
-    if not traits(cfg.engine.name).trains_in_segments:
-        return f"the {cfg.engine.name} engine trains each run in one job"
+    if not traits(cfg.engine.name).extends_finished_runs:
+        return f"extending a run is not built for the {cfg.engine.name} engine"
     return next((m.reads_total_steps for m in cfg.rl.selected if m.reads_total_steps), None)
 
 
@@ -72,7 +72,7 @@ def index_finished(results_root: str | Path) -> int:
             config = json.loads((done.parent / "config.json").read_text())
         except (OSError, ValueError):  # a damaged run (rlsweep doctor reports it): no donor
             continue
-        if traits(config.get("engine", {}).get("name", "local")).trains_in_segments:
+        if traits(config.get("engine", {}).get("name", "local")).extends_finished_runs:
             record_trajectory(results_root, config, done.parent.name)
             found += 1
     write_json(root / INDEXED, {"indexed": found})
@@ -169,6 +169,23 @@ def extend(results_root: str | Path, sweep: str, ext: Extension) -> None:
         write_json(segment_done(results_root, "rl", run_id, end),
                    {"stage": "rl", "id": run_id, "step": end,
                     "checkpoint": os.path.relpath(step_dir(dst / CHECKPOINTS, end), dst), "extended_from": ext.donor})
+
+
+def evaluations_to_copy(results_root: str | Path, ext: Extension) -> list[tuple[int, str, Path]]:
+    """(step, benchmark group, the donor's eval DONE.json) of each evaluation of a step the run took that the donor
+    ran with the same eval settings and the run has not: the same weights (linked) and settings score the same, so
+    its rows are copied (launch.run_stage with copy_from, as rule eval_copy does for a shared start) instead of
+    sampled again, which at scale is most of an evaluation's GPU time."""
+    mine = ext.run.stage_config("eval")
+    theirs = stable_id({**mine, "run_id": ext.donor})  # the donor's eval id had it been evaluated with these settings
+    out = []
+    for step, group in ext.run.eval_jobs:
+        if not 0 < step <= ext.last or done_path(results_root, "eval", ext.run.eval_id, ext.run.run_id, step,
+                                                 group).exists():
+            continue
+        if (source := done_path(results_root, "eval", theirs, ext.donor, step, group)).is_file():
+            out.append((step, group, source))
+    return out
 
 
 def _link_or_copy(src: str, dst: str) -> None:
