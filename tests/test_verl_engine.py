@@ -5,6 +5,8 @@ Each world size runs tests/verl_engine_worker.py once per rank; the tests read w
 
 from __future__ import annotations
 
+import json
+
 import os
 import socket
 import subprocess
@@ -209,6 +211,16 @@ def test_verl_rl_stage_runs_up_to_run_ppo_and_exports_what_verl_saved(ranks, ver
     assert trainer["v1"]["rlsweep"]["log"] == {"results_root": str(tmp_path), "sweep": "v", "run_id": "000000000abc"}
     assert seen["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]["VERL_USE_EXTERNAL_MODULES"] == \
         "workflow.engines.verl.compat.vllm_compat,workflow.engines.verl.inside.worker"
+
+    def first_segment(config):  # verl's loop ends (and saves) at trainer.total_training_steps
+        seen.update(OmegaConf.to_container(config, resolve=False))
+        shutil.copytree(verl_root / "world1" / "verl" / "global_step_1",
+                        Path(config.trainer.default_local_dir) / f"global_step_{config.trainer.total_training_steps}")
+    seg = tmp_path / "rl" / "000000000seg"
+    first = VerlEngine(launch=first_segment).rl(stage, None, seg, TrainLog(tmp_path, "v", "rl", "000000000seg"),
+                                                until=2)
+    assert first == seg / "checkpoints" / "step_000002" and seen["trainer"]["total_training_steps"] == 2
+    assert json.loads((first / "meta.json").read_text())["total_steps"] == 4  # a segment of the 4-step run
 
     def no_final(config):
         pass

@@ -524,6 +524,52 @@ def test_the_relift_buffer_is_saved_with_verls_checkpoint_and_restored_on_resume
     assert after.replay_buffer.poll_interval == RlsweepTrainer.REPLAY_POLL_S
 
 
+
+def test_the_update_rules_gate_is_saved_with_verls_checkpoint_and_goes_on_after_a_resume(tmp_path, monkeypatch):
+    """SFPO's entropy gate lives on verl's driver: a requeued job, or the next segment of a run, resumes from verl's
+    checkpoint with the gate's window, count and trip as they were at that step, not a fresh gate (which would
+    re-enable fast steps a tripped gate had stopped)."""
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+    from workflow.engines.verl.inside.worker import RlsweepTrainer
+    monkeypatch.setattr(PPOTrainerSync, "_save_checkpoint",
+                        lambda t: (tmp_path / f"global_step_{t.global_steps}").mkdir())
+    monkeypatch.setattr(PPOTrainerSync, "on_init_end", lambda t: setattr(t, "global_steps", 4))
+    rl = {"update": "sfpo", "sfpo": {"K": 2, "window": 3, "tau": 0.5}}
+
+    def trainer():
+        t = RlsweepTrainer.__new__(RlsweepTrainer)  # no Ray: only the checkpoint hooks
+        t.config = OmegaConf.create({"trainer": {"default_local_dir": str(tmp_path), "v1": {"rlsweep": {"rl": rl}}}})
+        t.replay_buffer = SimpleNamespace(poll_interval=2.0)
+        return t
+    before = trainer()
+    before.global_steps = 4
+    for entropy in (1.0, 1.1, 0.9, 5.0):  # a window of 3, then an outlier: the gate trips
+        spec = before._gates().before_update(entropy=entropy)
+    assert spec["enabled"] is False and before._gates().state_dict()["gate"]["tripped_at"] is not None
+    before._save_checkpoint()
+    after = trainer()
+    after.on_init_end()
+    assert after._gates().state_dict() == before._gates().state_dict()
+    assert after._gates().before_update(entropy=1.0)["enabled"] is False  # still tripped: plain GRPO goes on
+    fresh = trainer()  # what a resume gave before the gate was saved
+    assert fresh._gates().before_update(entropy=1.0)["enabled"] is True
+
+
+def test_a_segment_job_schedules_the_learning_rate_over_the_whole_run(monkeypatch):
+    """A segment job's trainer.total_training_steps is its end step (verl's loop stops there), from which verl set the
+    optimizer's horizon; our trainer puts the run's back before the workers are built with it."""
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+    from workflow.engines.verl.inside.worker import RlsweepTrainer
+    monkeypatch.setattr(PPOTrainerSync, "_init_resource_pool_mgr", lambda t: None)
+    t = RlsweepTrainer.__new__(RlsweepTrainer)
+    t.config = OmegaConf.create({"trainer": {"total_training_steps": 20, "v1": {"rlsweep": {"rl": {"steps": 60}}}},
+                                 "actor_rollout_ref": {"actor": {"optim": {"total_training_steps": 20}}}})
+    t.parameter_sync_step, t.role_worker_mapping = 1, {}
+    t._init_resource_pool_mgr()
+    assert t.config.actor_rollout_ref.actor.optim.total_training_steps == 60
+
 # ------------------------------------------------------------------------------ FAST-GRPO's driver hooks on verl
 class FakeQueue:
     """verl's TransferQueue as the driver uses it: rows by key, fields read and written by name."""

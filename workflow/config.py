@@ -270,7 +270,8 @@ class RLBase(Strict):
         "evaluation of a step runs while the next segment trains and each job fits a cluster's time limit "
         "(resources.rl.time is per segment); a segment also ends at every evaluated step. null: eval.every (one job "
         "when there is none); 0: one job for the whole run. Never part of the run's id: the chain trains what one job "
-        "would (workflow/segments.py). The verl engine trains each run as one job."))
+        "would (workflow/segments.py). On the verl engine null means one job (each job starts Ray and vLLM); a number "
+        "splits the run, each segment resuming from verl's own checkpoint."))
 
     @field_validator("update", "mix")
     @classmethod

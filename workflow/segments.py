@@ -7,6 +7,9 @@ step N waits only for the segment that ends at N, so it runs while the next segm
 A segment ends at every `segment_steps` steps, at every evaluated step and at the last step. Its job writes
 `DONE_<end>.json` beside the run's checkpoints (workflow/layout.py `segment_done`); the last also writes the run's
 `DONE.json`. A run shorter than one segment, or on an engine that does not train in segments, is one job, as before.
+The verl engine splits a run only where rl.segment_steps asks (its traits: each job starts Ray and vLLM); its chain
+resumes from verl's own checkpoints, as a requeued job does, and its rollouts differ from one job's (vLLM is seeded
+anew in each job).
 """
 
 from __future__ import annotations
@@ -23,9 +26,11 @@ from workflow.layout import CHECKPOINTS, DONE, done_path, segment_done, step_dir
 
 def segment_ends(cfg) -> list[int]:
     """The steps at which the run's RL segment jobs end, in order; the last is rl.steps."""
-    total = cfg.rl.steps
-    size = cfg.rl.segment_steps if cfg.rl.segment_steps is not None else (cfg.eval.every or total)
-    if size == 0 or not traits(cfg.engine.name).trains_in_segments:
+    total, engine = cfg.rl.steps, traits(cfg.engine.name)
+    size = cfg.rl.segment_steps
+    if size is None:  # the default: the evaluation interval, where the engine splits runs unasked
+        size = (cfg.eval.every or total) if engine.segments_by_default else 0
+    if size == 0 or not engine.trains_in_segments:
         return [total]
     return sorted({*range(size, total, size), *(s for s in eval_steps(cfg) if 0 < s < total), total})
 

@@ -22,9 +22,15 @@ class EngineTraits:
     trainer: ClassVar[str]  # "module:Class" of the engine's Engine (workflow/engines/base.py)
     settings: ClassVar[str | None] = None  # the engine's own section of the run config (engine.<settings>), if any
     reports_intermediate_evals: ClassVar[bool] = False  # an RL stage can report evals as it trains (Optuna pruning)
-    # an RL run can be trained as a chain of segment jobs, each stopping at a step and the next resuming there
-    # exactly (workflow/segments.py); False: one job per run
+    # an RL run can be trained as a chain of segment jobs, each stopping at a step and the next resuming there from
+    # its checkpoint (workflow/segments.py); False: one job per run
     trains_in_segments: ClassVar[bool] = False
+    # without rl.segment_steps a run splits at its evaluated steps; False: only when rl.segment_steps asks (an engine
+    # whose every job start is costly)
+    segments_by_default: ClassVar[bool] = True
+    # a run may take its first segments from a finished shorter run of the same settings (workflow/extend.py): the
+    # engine resumes from the checkpoints extend links, and its chain trains what one job would
+    extends_finished_runs: ClassVar[bool] = False
 
     def check(self, cfg) -> None:
         """Raise ConfigProblem(key, reason) for a run this engine cannot run (a RunConfig validator: every sweep
@@ -67,6 +73,7 @@ class LocalTraits(EngineTraits):
     trainer = "workflow.engines.local:LocalEngine"
     reports_intermediate_evals = True
     trains_in_segments = True  # its resume replays the steps bit for bit (workflow/engines/local.py)
+    extends_finished_runs = True  # it resumes from the checkpoints under checkpoints/, which extend links
 
     def check(self, cfg) -> None:
         real = [b for b in cfg.eval.benchmarks if BENCHMARKS[b].group != "arithmetic"]

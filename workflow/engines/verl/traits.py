@@ -23,6 +23,12 @@ STAGE_FIELDS = {
 class VerlTraits(EngineTraits):
     trainer = "workflow.engines.verl.driver.engine:VerlEngine"
     settings = "verl"
+    # a segment job resumes from verl's own checkpoint (optimizer, dataloader position, the method's state), as a
+    # requeued job does; its rollouts are not the one job's (vLLM is seeded anew in each job). Each job starts Ray,
+    # vLLM and the model (minutes on a CPU): a run splits only where rl.segment_steps asks
+    trains_in_segments = True
+    segments_by_default = False
+    # extend links our exported checkpoints, but verl resumes from its own (global_step_N under verl/): not built
 
     def check(self, cfg) -> None:
         v = cfg.engine.verl

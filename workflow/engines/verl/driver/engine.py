@@ -231,7 +231,12 @@ class VerlEngine:
                             verl_log=out_dir / "verl_sft.log")
 
     def rl(self, stage: RLStage, init_ckpt: Path | None, out_dir: Path, log: TrainLog,
-           on_checkpoint: Callable[[int], None] | None = None, data: Path | None = None) -> Path:
+           on_checkpoint: Callable[[int], None] | None = None, data: Path | None = None,
+           until: int | None = None) -> Path:
+        """`until`: a segment job (workflow/segments.py). verl's loop ends at trainer.total_training_steps, saving a
+        checkpoint there, so a segment sets it to its end step; verl resumes from its newest checkpoint by itself
+        (resume_mode auto: the segment before's, with the optimizer, the dataloader's position and, in its folder,
+        the method's state), and our trainer keeps the optimizer's horizon at rl.steps (worker.py)."""
         if on_checkpoint is not None:  # the sweep check rejects pruning with verl first
             raise NotImplementedError("pruning Optuna trials is not supported on the verl engine yet")
         from omegaconf import OmegaConf, open_dict
@@ -240,6 +245,8 @@ class VerlEngine:
         train, val = write_rl_data(stage, out_dir / "data", data)
         config = compose(translate(stage, model_path=model, train_files=str(train), val_files=str(val),
                                    out_dir=str(out_dir / "verl")), set(stage.engine.verl.overrides))
+        end = stage.rl.steps if until is None else until
+        config.trainer.total_training_steps = end
         with open_dict(config.trainer.v1.rlsweep):
             config.trainer.v1.rlsweep.log = {"results_root": str(log.results_root), "sweep": log.sweep,
                                              "run_id": log.run_id}
@@ -264,19 +271,21 @@ class VerlEngine:
             for p in ray.values():
                 p.terminate()
         return self._export(out_dir, log, stage.rl.steps, "rl", model_dir="actor", base_model=model,
-                            verl_log=out_dir / "verl_ppo.log")
+                            verl_log=out_dir / "verl_ppo.log", end=end)
 
     @staticmethod
     def _export(out_dir: Path, log: TrainLog, steps: int, stage: str, model_dir: str, base_model: str,
-                verl_log: Path) -> Path:
-        """verl's checkpoints -> ours; the one at the last step is the stage's result. `base_model` is what the stage
-        started from (a LoRA stage's adapter is folded into it). verl's merger prints to `verl_log`."""
+                verl_log: Path, end: int | None = None) -> Path:
+        """verl's checkpoints -> ours; the one at step `end` (default: the last, `steps`) is the job's result.
+        `base_model` is what the stage started from (a LoRA stage's adapter is folded into it). verl's merger prints
+        to `verl_log`."""
+        end = steps if end is None else end
         with output_to(verl_log, "export of verl's checkpoints (verl's model merger)"):
             exported = export_all(out_dir / "verl", out_dir / CHECKPOINTS,
                                   {"run_id": log.run_id, "stage": stage, "total_steps": steps}, model_dir, base_model)
-        final = [p for p in exported if p.name == f"step_{steps:06d}"]
+        final = [p for p in exported if p.name == f"step_{end:06d}"]
         if not final:
-            raise RuntimeError(f"verl ended without a checkpoint at step {steps} (found: "
+            raise RuntimeError(f"verl ended without a checkpoint at step {end} (found: "
                                f"{[p.name for p in exported]}); see the job log")
         return final[0]
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import ray
 import transfer_queue as tq
+from omegaconf import open_dict
 from verl.trainer.ppo.v1 import register_trainer
 from verl.trainer.ppo.utils import need_reference_policy
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
@@ -40,6 +41,7 @@ from workflow.methods.registry import rule_from_settings, rule_settings
 from workflow.results.train_log import TrainLog
 
 MIX_STATE = "rlsweep_mix.json"  # in verl's global_step_N folder: the driver's method state at that checkpoint
+GATE_STATE = "rlsweep_gate.json"  # beside it: the driver's gate (SFPO/GXPO's window, seen, tripped) at that checkpoint
 
 
 class RuleTrainingWorker(TrainingWorker):
@@ -116,9 +118,18 @@ class RlsweepTrainer(PPOTrainerSync):
         path = self._step_folder() / MIX_STATE
         if self.global_steps > 0 and path.exists() and self._driver_mix() is not None:
             self._driver_mix().mix.load_state_dict(json.loads(path.read_text()))
+        gate = self._step_folder() / GATE_STATE  # (a requeued job or the next segment: the gate goes on, not anew)
+        if self.global_steps > 0 and gate.exists():
+            self._gates().load_state_dict(json.loads(gate.read_text()))
 
     def _init_resource_pool_mgr(self):
         super()._init_resource_pool_mgr()
+        # verl set the optimizer's schedule horizon from trainer.total_training_steps, which a segment job sets to its
+        # end step (engine.py): the horizon is the run's, so a chain schedules the learning rate as one job does
+        # (here, after verl's dataloader set-up and before the workers are built with the actor's config)
+        with open_dict(self.config):
+            self.config.actor_rollout_ref.actor.optim.total_training_steps = \
+                run_rl(self.config.trainer.v1.rlsweep).steps * self.parameter_sync_step
         ours = ray.remote(RuleActorRolloutRefWorker)
         for role, cls in list(self.role_worker_mapping.items()):
             if getattr(cls, "__ray_actor_class__", None) is ActorRolloutRefWorker:
@@ -159,9 +170,7 @@ class RlsweepTrainer(PPOTrainerSync):
             metrics.update({f"actor/{METRIC_PREFIX}backward_passes": 0, f"actor/{METRIC_PREFIX}optimizer_steps": 0,
                             "actor/lr": float(self.config.actor_rollout_ref.actor.optim.lr)})
             return batch
-        gates = self.__dict__.get("_rlsweep_gates")
-        if gates is None:
-            gates = self._rlsweep_gates = DriverGates(rule_settings(run_rl(self.config.trainer.v1.rlsweep)))
+        gates = self._gates()
         spec = gates.before_update(entropy=metrics.get("actor/entropy"))
         batch.extra_info[UPDATE_KEY] = spec
         batch = super()._update_actor(batch, metrics)
@@ -173,6 +182,12 @@ class RlsweepTrainer(PPOTrainerSync):
         if mix is not None:
             self._interleaved_sft(mix, batch, metrics)
         return batch
+
+    def _gates(self) -> DriverGates:
+        """The run's update-rule gate on the driver, built on first use."""
+        if "_rlsweep_gates" not in self.__dict__:
+            self._rlsweep_gates = DriverGates(rule_settings(run_rl(self.config.trainer.v1.rlsweep)))
+        return self._rlsweep_gates
 
     def _interleaved_sft(self, mix, batch, metrics: dict) -> None:
         """The method's SFT step after the RL update when it asks for one (ReLIFT): a second update of the actor on
@@ -200,11 +215,14 @@ class RlsweepTrainer(PPOTrainerSync):
         self._rlsweep_save_due = True
 
     def _save_now(self) -> None:
-        """verl's checkpoint of the step, and in its folder the driver's method state (ReLIFT's buffer)."""
+        """verl's checkpoint of the step, and in its folder the driver's method state (ReLIFT's buffer) and gate."""
         super()._save_checkpoint()
         mix = self.__dict__.get("_rlsweep_mix")
         if mix is not None:
             (self._step_folder() / MIX_STATE).write_text(json.dumps(mix.mix.state_dict()))
+        gates = self.__dict__.get("_rlsweep_gates")
+        if gates is not None:
+            (self._step_folder() / GATE_STATE).write_text(json.dumps(gates.state_dict()))
 
     def _step_folder(self) -> Path:
         return Path(self.config.trainer.default_local_dir).absolute() / f"global_step_{self.global_steps}"
