@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.util
+import inspect
 import re
 import subprocess
 import sys
@@ -173,3 +174,20 @@ def test_moved_names_a_target_that_is_gone():
 def test_importing_the_seam_does_not_import_verl():
     code = "import sys, workflow.engines.verl.seam as s; assert s.SEAM; assert 'verl' not in sys.modules, 'verl'"
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
+
+
+def test_a_verl_class_made_a_ray_actor_in_this_process_has_not_moved():
+    """Ray writes `_ray_trace_ctx` into the signature of every method of a class it makes an actor, on verl's own
+    function (a subclass is enough): the seam must not call that a verl change (CI failed on it when a test that
+    starts verl's trainer in-process ran first in the same worker)."""
+    import ray
+    worker = resolve("verl.workers.engine_workers:ActorRolloutRefWorker")
+    init = vars(worker)["__init__"]
+    had = "__signature__" in vars(init)
+    try:
+        ray.remote(type("Sub", (worker,), {}))
+        assert seam.RAY_TRACE_PARAMETER in str(inspect.signature(init))  # Ray did mark verl's function
+        assert not moved()
+    finally:
+        if not had:
+            vars(init).pop("__signature__", None)
