@@ -136,6 +136,35 @@ def test_a_runaway_query_stops_at_its_time_bound_and_at_ctrl_c(tmp_path):
     assert time.monotonic() - sent < 10
 
 
+CTRL_C_WATCHED = """
+import os, signal, threading, time
+from workflow.results.ctrl_c import CtrlC
+done = threading.Event()
+with CtrlC() as ctrl_c:
+    threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+    start = time.monotonic()
+    while not ctrl_c.wait(5, done):
+        pass
+    print("pressed after", round(time.monotonic() - start, 1))
+with CtrlC() as again:  # a second watch: the worker's wake-up as it ends
+    threading.Timer(0.3, lambda: (done.set(), again.wake())).start()
+    start = time.monotonic()
+    print("pressed" if again.wait(5, done) else "woken", "after", round(time.monotonic() - start, 1))
+print(signal.getsignal(signal.SIGINT) is signal.default_int_handler, signal.set_wakeup_fd(-1))
+"""
+
+
+def test_ctrl_c_is_seen_through_the_wakeup_fd_and_python_s_handler_comes_back(tmp_path):
+    """The query's wait (workflow/results/ctrl_c.py) sees a Ctrl-C at once without raising it (the caller stops the
+    query's thread first), wakes when the worker says it ended, and leaves Python's SIGINT handling as it was."""
+    res = subprocess.run([sys.executable, "-c", CTRL_C_WATCHED], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    pressed, woken, restored = res.stdout.splitlines()[:3]
+    assert pressed.startswith("pressed after ") and float(pressed.split()[-1]) < 3, res.stdout  # not the 5 s bound
+    assert woken.startswith("woken after ") and float(woken.split()[-1]) < 3, res.stdout
+    assert restored == "True -1", res.stdout
+
+
 DUMPS_ON_SIGUSR1 = """
 import faulthandler, runpy, signal, sys
 faulthandler.register(signal.SIGUSR1, all_threads=True)
