@@ -1,13 +1,13 @@
 """Ctrl-C while a worker thread runs native code (a DuckDB query), seen by the main thread without fail.
 
-Python runs its SIGINT handler in the main thread only when that thread's "eval breaker" is set; the C-level handler
-sets it, but in CPython 3.11 any other thread that takes the GIL recomputes the breaker as that thread sees it (no
-signals for a non-main thread) and can clear it again. DuckDB's query thread takes the GIL many times a second to
-check for signals, so on a loaded machine the main thread, waiting in short slices, never saw the Ctrl-C: the query
-ran on (three loaded CI runs; its stacks showed the main thread waiting and the query running). The C-level handler
-also writes the signal number to Python's wakeup fd, whichever thread it runs in: `CtrlC` waits on that fd, so a
-Ctrl-C is seen at once. While it watches, Python's own SIGINT handler only notes the press (raising
-KeyboardInterrupt is left to the caller, at a point where it can stop its worker first).
+Three loaded CI runs sent `rlsweep query` a Ctrl-C that went unanswered for 60 s: their thread dumps showed the main
+thread in its wait loop (0.2 s slices of Python bytecode, where Python runs its SIGINT handler) and DuckDB's query
+running. The likely cause, not reproduced here in isolation: Python runs that handler in the main thread only when
+the thread's "eval breaker" is set; the C-level handler sets it, but in CPython 3.11 another thread taking the GIL
+(DuckDB's, which checks for signals many times a second) recomputes the breaker as that thread sees it and can clear
+it. The C-level handler also writes the signal number to Python's wakeup fd, in whichever thread it runs: `CtrlC`
+waits on that fd, which does not depend on that delivery. While it watches, Python's own SIGINT handler only notes
+the press (raising KeyboardInterrupt is left to the caller, at a point where it can stop its worker first).
 """
 
 from __future__ import annotations
