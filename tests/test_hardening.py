@@ -119,7 +119,8 @@ def test_a_runaway_query_stops_at_its_time_bound_and_at_ctrl_c(tmp_path):
     # the CLI under faulthandler: when a loaded CI run's Ctrl-C goes unanswered (three fresh-clone runs, never alone),
     # SIGUSR1 dumps every thread's stack into the failure, to show where it waits
     query = subprocess.Popen([sys.executable, "-c", DUMPS_ON_SIGUSR1, "--results", str(root), "query", RUNAWAY],
-                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=as_in_a_terminal)
     time.sleep(8)  # well into the query (its start takes 2-3 s on an idle machine, several more under load)
     assert query.poll() is None
     query.send_signal(signal.SIGINT)
@@ -136,33 +137,12 @@ def test_a_runaway_query_stops_at_its_time_bound_and_at_ctrl_c(tmp_path):
     assert time.monotonic() - sent < 10
 
 
-CTRL_C_WATCHED = """
-import os, signal, threading, time
-from workflow.results.ctrl_c import CtrlC
-done = threading.Event()
-with CtrlC() as ctrl_c:
-    threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
-    start = time.monotonic()
-    while not ctrl_c.wait(5, done):
-        pass
-    print("pressed after", round(time.monotonic() - start, 1))
-with CtrlC() as again:  # a second watch: the worker's wake-up as it ends
-    threading.Timer(0.3, lambda: (done.set(), again.wake())).start()
-    start = time.monotonic()
-    print("pressed" if again.wait(5, done) else "woken", "after", round(time.monotonic() - start, 1))
-print(signal.getsignal(signal.SIGINT) is signal.default_int_handler, signal.set_wakeup_fd(-1))
-"""
-
-
-def test_ctrl_c_is_seen_through_the_wakeup_fd_and_python_s_handler_comes_back(tmp_path):
-    """The query's wait (workflow/results/ctrl_c.py) sees a Ctrl-C at once without raising it (the caller stops the
-    query's thread first), wakes when the worker says it ended, and leaves Python's SIGINT handling as it was."""
-    res = subprocess.run([sys.executable, "-c", CTRL_C_WATCHED], cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert res.returncode == 0, res.stderr
-    pressed, woken, restored = res.stdout.splitlines()[:3]
-    assert pressed.startswith("pressed after ") and float(pressed.split()[-1]) < 3, res.stdout  # not the 5 s bound
-    assert woken.startswith("woken after ") and float(woken.split()[-1]) < 3, res.stdout
-    assert restored == "True -1", res.stdout
+def as_in_a_terminal() -> None:
+    """Ctrl-C as a terminal's foreground job has it: a shell starts a background job (`.ci/run &`, nohup) with
+    SIGINT ignored, every process below inherits that, and Python then installs no KeyboardInterrupt handler: the
+    query ran on, and this test failed in every fresh-clone run started in the background (the cause of the
+    "Ctrl-C unanswered" failures of issue 47's sessions; CI's own runs passed)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 DUMPS_ON_SIGUSR1 = """
@@ -196,6 +176,7 @@ def test_a_ctrl_c_as_the_querys_worker_starts_stops_the_worker(tmp_path):
     root = tmp_path / "results"
     write_rows(root, "runs", "rl_0000000000a1", runs_rows(1))
     res = subprocess.run([sys.executable, "-c", CTRL_C_AS_THE_WORKER_STARTS, str(root), RUNAWAY], cwd=REPO,
+                         preexec_fn=as_in_a_terminal,
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 0 and res.stdout.strip() == "interrupted", res.stderr[-2000:]
 

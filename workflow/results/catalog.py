@@ -28,6 +28,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import resource
+import signal
 import threading
 import time
 from dataclasses import dataclass
@@ -41,7 +42,6 @@ from fsspec import AbstractFileSystem
 from workflow.errors import UserError
 from workflow.layout import (SWEEP_NAME, SWEEP_NAME_RULE, TABLE_FILE_RULE, TableFile, is_pack, parse_table_file,
                              table_dir, table_file_key)
-from workflow.results.ctrl_c import CtrlC
 from workflow.results.files import PositionalReader, open_regular
 from workflow.results.membership import MEMBERS, damage, member_files, members, recorded_sweeps
 from workflow.results.packs import SOURCE, TableLayout, read_pack, resolve
@@ -401,9 +401,8 @@ class Catalog:
 
 def _bounded(con: duckdb.DuckDBPyConnection, statements: list, limits: QueryLimits) -> pa.Table:
     """Run the statements in a worker thread, so that this one can stop them: past the time bound, or on Ctrl-C
-    (a KeyboardInterrupt reaches Python only between bytecodes, never inside DuckDB's call). Ctrl-C is watched
-    through the signal wakeup fd (ctrl_c.py: Python's own delivery to this thread can be delayed for as long as
-    DuckDB's thread runs), from before the worker starts, so one that lands as it starts is not lost either."""
+    (a KeyboardInterrupt reaches Python only between bytecodes, never inside DuckDB's call). The wait is on an
+    Event, not Thread.join: a KeyboardInterrupt inside join leaves the thread looking finished while it runs."""
     out: dict[str, object] = {}
     done = threading.Event()
     cursor = con.cursor()  # the worker's own handle on the database: this thread may interrupt it meanwhile
@@ -418,7 +417,6 @@ def _bounded(con: duckdb.DuckDBPyConnection, statements: list, limits: QueryLimi
             out["error"] = e
         finally:
             done.set()
-            ctrl_c.wake()
 
     def stop() -> None:
         # an interrupt that arrives before the worker's statement has started is lost (DuckDB interrupts what
@@ -428,24 +426,38 @@ def _bounded(con: duckdb.DuckDBPyConnection, statements: list, limits: QueryLimi
             if done.wait(0.1) or not worker.is_alive():
                 return
 
+    # A Ctrl-C while the worker starts is noted, not raised: a KeyboardInterrupt inside Thread.start() could leave a
+    # query running that nothing stops, and closing the connection then waits for it (hours). Blocking SIGINT in
+    # this thread is not enough: the kernel then hands it to one of DuckDB's threads, and Python raises it here at
+    # the next bytecode anyway (under a loaded CI the query's start and the test's Ctrl-C met so, and the process
+    # never exited). Once the worker runs, a Ctrl-C noted meanwhile is raised where the except below stops it.
     worker = threading.Thread(target=work, name="rlsweep-query", daemon=True)
-    with CtrlC() as ctrl_c:
+    noted: list[int] = []
+    own = threading.current_thread() is threading.main_thread()  # (only the main thread may set handlers)
+    try:
+        previous = signal.signal(signal.SIGINT, lambda *_: noted.append(1)) if own else None
         try:
             worker.start()
-            deadline = time.monotonic() + limits.timeout_s
-            while not done.is_set():
-                if ctrl_c.wait(min(0.2, deadline - time.monotonic()), done):
-                    raise KeyboardInterrupt
-                if time.monotonic() >= deadline and not done.is_set():
-                    stop()
-                    raise QueryError(f"stopped after {limits.timeout_s:g} s, the query's time bound (`rlsweep query "
-                                     "--timeout SECONDS` raises it)")
-        except KeyboardInterrupt:
-            stop()
-            raise
         finally:
-            if done.is_set() or not worker.is_alive():
-                cursor.close()
+            if own:
+                signal.signal(signal.SIGINT, previous)
+        if noted:
+            raise KeyboardInterrupt
+        # waited in short slices: a Ctrl-C that the kernel hands to another thread (one of DuckDB's) only sets
+        # Python's flag, which the main thread acts on when it next runs bytecode: a single wait of the whole time
+        # bound left Ctrl-C unanswered for minutes on a loaded machine
+        deadline = time.monotonic() + limits.timeout_s
+        while not done.wait(min(0.2, max(0.0, deadline - time.monotonic()))):
+            if time.monotonic() >= deadline:
+                stop()
+                raise QueryError(f"stopped after {limits.timeout_s:g} s, the query's time bound (`rlsweep query "
+                                 "--timeout SECONDS` raises it)")
+    except KeyboardInterrupt:
+        stop()
+        raise
+    finally:
+        if done.is_set() or not worker.is_alive():
+            cursor.close()
     if "error" in out:
         raise out["error"]  # type: ignore[misc]
     return out["result"]  # type: ignore[return-value]
