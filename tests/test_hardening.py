@@ -116,8 +116,8 @@ def test_a_runaway_query_stops_at_its_time_bound_and_at_ctrl_c(tmp_path):
                   "--memory", "50MB", timeout=120)
     assert res.returncode == 2 and "Out of Memory" in res.stderr and "--memory SIZE" in res.stderr, res.stderr
     assert len(res.stderr.splitlines()) == 1  # one line, no traceback, no DuckDB tuning advice
-    # the CLI under faulthandler: when a loaded CI run's Ctrl-C goes unanswered (three fresh-clone runs, never alone),
-    # SIGUSR1 dumps every thread's stack into the failure, to show where it waits
+    # the CLI under faulthandler: when the Ctrl-C goes unanswered, SIGUSR1 dumps every thread's stack into the failure
+    # (what showed the main thread waiting with no KeyboardInterrupt handler: see as_in_a_terminal)
     query = subprocess.Popen([sys.executable, "-c", DUMPS_ON_SIGUSR1, "--results", str(root), "query", RUNAWAY],
                              cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              preexec_fn=as_in_a_terminal)

