@@ -67,7 +67,9 @@ else:
     record_finished(RESULTS, SWEEP.runs)  # RL runs finished in one job before segments: their segment files
     index_finished(RESULTS)  # once per store: the RL runs finished before the index of donors existed
     for _ext in extensions(RESULTS, SWEEP.runs)[0]:  # a longer run of a finished run's settings: only the new steps
-        extend(RESULTS, SWEEP.name, _ext)
+        if (_refused := extend(RESULTS, SWEEP.name, _ext)) is not None:  # its rows of the taken steps are not whole
+            print(f"rl {_ext.run.run_id} ({_ext.run.label}, seed {_ext.run.config.seed}): {_refused}", file=sys.stderr)
+            continue
         _copies = evaluations_to_copy(RESULTS, _ext)
         if _copies:
             from workflow.launch import run_stage  # (only here: planning never imports the stage machinery)

@@ -21,9 +21,10 @@ from workflow.results import compaction
 from workflow.results.catalog import Catalog, query
 from workflow.results.compaction import CompactionBusy, compact
 from workflow.results.doctor import examine
-from workflow.results.packs import read_rows_of
+from workflow.results.rows import rows_written_as, stage_rows
 from workflow.results.membership import Member, record
 from workflow.results.writer import write_rows
+from workflow.runlock import LOCK_NAME
 
 SWEEP = "s"
 GROUP = REGISTRY["math500"].group
@@ -95,6 +96,25 @@ def test_compaction_packs_finished_stages_and_every_query_gives_the_same_rows(sw
     assert sum(c.packed for c in again) == 0 and counts(sweep) == before
 
 
+def test_compaction_leaves_a_training_stages_files_alone(sweep):
+    """What lets TrainLog.discard_after and a resuming segment list a training stage's small files by name: a stage
+    still training is never packed. Here a run between its segments (DONE_2.json, no DONE.json) and a finished run
+    whose stage job still holds its RUNNING.lock (a requeued job, a forced rerun) keep every file as it is."""
+    write_run(sweep, 5, finished=False, status="paused")
+    (stage_dir(sweep, "rl", f"{0xd5:012x}") / "DONE_2.json").write_text("{}")
+    write_run(sweep, 6)
+    (stage_dir(sweep, "rl", f"{0xd6:012x}") / LOCK_NAME).write_text("")
+    own = {table: [p for p in files(sweep, table) if f"{0xd5:012x}" in p.name or f"{0xd6:012x}" in p.name]
+           for table in ("runs", "train_steps")}
+    assert len(own["train_steps"]) == 4
+    compact(sweep)
+    for table, paths in own.items():
+        assert all(p.is_file() for p in paths), table
+        packed = [stem for p in files(sweep, table) if is_pack(p.stem)
+                  for stem in pq.read_table(p).column("packed_from").to_pylist()]
+        assert not [stem for stem in packed if f"{0xd5:012x}" in stem or f"{0xd6:012x}" in stem], table
+
+
 @pytest.mark.parametrize("deletes_before_crash", [0, 1, 4])
 def test_a_crash_at_any_point_of_compaction_loses_and_duplicates_nothing(sweep, monkeypatch, deletes_before_crash):
     before = counts(sweep)
@@ -135,10 +155,10 @@ def test_a_stage_that_runs_again_after_compaction_replaces_its_packed_rows(sweep
     write_run(sweep, 1, finished=False, status="running", steps=(1,))
     after = counts(sweep)
     assert after["steps"] == 4 * 4 - 2 and after["statuses"] == "completed,running,completed,running"
-    assert read_rows_of(table_dir(sweep, "runs"), "runs", runs_file("rl", "0000000000d1")).to_pylist()[0][
-        "status"] == "running"
-    assert read_rows_of(table_dir(sweep, "train_steps"), "train_steps",
-                        train_steps_file("rl", "0000000000d1", 3, 4)) is None  # superseded: the retrained stage has no step 3
+    assert rows_written_as(sweep, "runs", runs_file("rl", "0000000000d1")).to_pylist()[0]["status"] == "running"
+    assert rows_written_as(sweep, "train_steps",
+                           train_steps_file("rl", "0000000000d1", 3, 4)) is None  # superseded: the retrained stage has no step 3
+    assert stage_rows(sweep, "train_steps", "rl", "0000000000d1").column("step").to_pylist() == [1, 2]
     # it finishes; the next compaction packs its new rows, and the older pack's rows of it stay hidden
     write_run(sweep, 1, status="completed")
     expected = counts(sweep)

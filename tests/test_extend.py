@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 
 import pytest
@@ -16,11 +17,14 @@ from safetensors.torch import load_file
 from helpers import planned_jobs, run_cli, snakemake, write_sweep
 from workflow.atomic import write_json
 from workflow.config import RunConfig
-from workflow.extend import extensions, index_finished, record_trajectory, trajectory_key, trains_from_step_0
+from workflow.extend import (extend, extensions, index_finished, record_trajectory, trajectory_key,
+                             trains_from_step_0)
 from workflow.launch import run_stage
-from workflow.layout import CHECKPOINTS, done_path, segment_done, stage_dir, step_dir
+from workflow.layout import CHECKPOINTS, done_path, segment_done, stage_dir, step_dir, train_steps_file
 from workflow.methods.registry import in_order
 from workflow.results.catalog import query
+from workflow.results.compaction import compact
+from workflow.results.writer import write_rows
 from workflow.stages import stage_config
 from workflow.sweep.expand import load_sweep
 from workflow.sweep.identity import stable_id
@@ -80,6 +84,58 @@ def test_a_run_of_a_finished_runs_settings_but_rl_steps_takes_its_segments_where
     # the donor removed since (rlsweep gc): its index entry is skipped
     done_path(root, "rl", short.run_id).unlink()
     assert extensions(root, [long_]) == ([], [])
+
+
+def _donor_with_rows(tmp_path, steps_written):
+    """A finished 4-step donor (checkpoints at 2 and 4) whose train_steps files hold `steps_written` (lists of steps,
+    one file each, as the engine flushes them per checkpoint interval), and the 8-step run that extends it."""
+    root = tmp_path / "results"
+    rl = "{steps: 4, prompts_per_step: 4, group_size: 4, max_new_tokens: 16, checkpoint_every: 2}"
+    [short] = load_sweep(_sweep_runs(tmp_path, "short", rl)).runs
+    [long_] = load_sweep(_sweep_runs(tmp_path, "long", rl.replace("steps: 4,", "steps: 8,"))).runs
+    _fake_finished(root, short, [2, 4])
+    for steps in steps_written:
+        write_rows(root, "train_steps", train_steps_file("rl", short.run_id, steps[0], steps[-1]),
+                   [{"run_id": short.run_id, "sweep": "short", "stage": "rl", "step": s, "loss": s / 10,
+                     "reward": s / 100} for s in steps])
+    [ext], _ = extensions(root, [long_])
+    return root, short, long_, ext
+
+
+def _steps(root, run_id):
+    return query(f"SELECT step, loss, reward FROM train_steps WHERE run_id = '{run_id}' ORDER BY step",
+                 root).to_pylist()
+
+
+@pytest.mark.parametrize("compacted", [False, True], ids=["own-files", "packed"])
+def test_an_extension_copies_every_step_of_its_donor_wherever_compaction_left_the_rows(tmp_path, compacted):
+    """Issue 57: after `rlsweep compact` the donor's train_steps sit in a pack; the extended run still gets steps
+    1-4, each once and equal to the donor's, and its segments ending at 2 and 4 are marked done."""
+    root, short, long_, ext = _donor_with_rows(tmp_path, [[1, 2], [3, 4]])
+    if compacted:
+        compact(root)
+        assert not list((root / "_store" / "tables" / "train_steps").glob(f"rl_{short.run_id}_*"))  # packed
+    assert extend(root, "long", ext) is None
+    assert _steps(root, long_.run_id) == _steps(root, short.run_id) == \
+        [{"step": s, "loss": s / 10, "reward": s / 100} for s in (1, 2, 3, 4)]
+    assert all(segment_done(root, "rl", long_.run_id, end).is_file() for end in (2, 4))
+    assert query(f"SELECT DISTINCT sweep FROM train_steps WHERE run_id = '{long_.run_id}'", root).to_pylist() == \
+        [{"sweep": "long"}]
+
+
+@pytest.mark.parametrize("written,why", [([[1, 2]], "lacks step(s) 3-4"), ([[1], [3, 4]], "lacks step(s) 2"),
+                                         ([[1, 2], [2, 3, 4]], "holds step(s) 2 more than once")])
+def test_a_donor_whose_steps_are_not_each_there_once_is_refused_and_nothing_is_taken(tmp_path, written, why):
+    """The run then trains from step 0: no checkpoint linked (it would resume there without the earlier rows), no
+    rows copied, no segment marked done."""
+    root, short, long_, ext = _donor_with_rows(tmp_path, written)
+    compact(root)  # (packed or not: the same check)
+    refused = extend(root, "long", ext)
+    assert refused == (f"the finished run {short.run_id}'s train_steps {why} of 1-4, so its steps cannot be taken "
+                       "(`rlsweep doctor` examines it); this run trains from step 0")
+    run_dir = stage_dir(root, "rl", long_.run_id)
+    assert not (run_dir / CHECKPOINTS).exists() and not list(run_dir.glob("DONE*.json"))
+    assert _steps(root, long_.run_id) == []
 
 
 def test_runs_finished_before_the_index_existed_are_indexed_once(tmp_path):
@@ -148,28 +204,72 @@ def test_a_methods_first_steps_depend_on_rl_steps_exactly_when_its_card_says_so(
     assert same is not bool(card.reads_total_steps), card.reads_total_steps or "its card says no step reads rl.steps"
 
 
+# every command that reads rows, as a user runs it: (argv after the sweep file or SQL, what of its output to compare)
+READERS = {
+    "query": lambda sweep: ["query", "SELECT * EXCLUDE (computed_by) FROM runs ORDER BY ALL", "--format", "csv"],
+    "query train_steps": lambda sweep: ["query", "SELECT * FROM train_steps ORDER BY ALL", "--format", "csv"],
+    "query eval": lambda sweep: ["query", "SELECT * FROM eval_scores ORDER BY ALL", "--format", "csv"],
+    "status": lambda sweep: ["status", str(sweep)],
+    "gain": lambda sweep: ["gain", str(sweep)],
+    "plan": lambda sweep: ["plan", str(sweep)],
+    "doctor": lambda sweep: ["doctor", str(sweep)],
+    "report": lambda sweep: ["report", str(sweep)],
+    "rescore": lambda sweep: ["rescore", str(sweep), "--graders", "dapo"],
+}
+
+
+def _answers(workdir, sweep) -> dict[str, tuple]:
+    """Each reading command's exit code and output in `workdir` (results under workdir/results, named relatively,
+    so two copies answer alike), the report's Markdown less its time stamp, and the rows rescoring wrote."""
+    out = {}
+    for name, argv in READERS.items():
+        done = run_cli("--results", "results", *argv(sweep), cwd=workdir)
+        # (doctor counts the files it read: packs are fewer; the rows behind them are what must not change)
+        text = [re.sub(r"\d+ table files", "N table files", line) for line in (done.stdout + done.stderr).splitlines()]
+        if name == "rescore":  # its table and summary (not Snakemake's log of the jobs, with their times)
+            text = [line for line in text if "│" in line or line.startswith("rescore:")]
+        out[name] = (done.returncode, text)
+    report = (workdir / "results" / "ext" / "report" / "report.md").read_text()
+    out["report.md"] = [line for line in report.splitlines() if "UTC" not in line]
+    out["eval_grades"] = query("SELECT * EXCLUDE (sweep) FROM eval_grades ORDER BY ALL", workdir / "results").to_pylist()
+    return out
+
+
 @pytest.mark.slow
-def test_extending_a_finished_run_trains_only_the_new_steps_into_what_one_run_trains(tmp_path):
-    """A 4-step run finished through Snakemake; the sweep taken to 8 steps: a dry run says it extends, a run takes
-    steps 1-4 (checkpoints, train_steps rows, the evaluations of steps 2 and 4) from it and trains 5-8 only (the job
-    log resumes at step 4), and the weights and rows are those of an 8-step run trained from scratch."""
+def test_a_finished_run_reads_the_same_after_compaction_and_extends_from_its_packed_rows(tmp_path):
+    """Issue 57. A 4-step run finished through Snakemake; every command that reads rows answers the same on a copy
+    whose tables `rlsweep compact` packed; then, on the compacted copy, the sweep taken to 8 steps: a dry run says it
+    extends, a run takes steps 1-4 (checkpoints, train_steps rows from the pack, the evaluations of steps 2 and 4)
+    and trains 5-8 only (the job log resumes at step 4), and the weights and rows are those of an 8-step run
+    trained from scratch."""
     rl = "{steps: 4, prompts_per_step: 4, group_size: 4, max_new_tokens: 16, checkpoint_every: 2}"
     short = _sweep_runs(tmp_path, "ext", rl)
-    first = snakemake(tmp_path, short)
+    plain, packed = tmp_path / "plain", tmp_path / "packed"
+    first = snakemake(plain, short)
     assert first.returncode == 0, first.stderr[-3000:]
+    shutil.copytree(plain / "results", packed / "results")
+    out = run_cli("--results", "results", "compact", cwd=packed)
+    assert out.returncode == 0 and "train_steps" in out.stdout, out.stderr
+    tables = packed / "results" / "_store" / "tables"
+    assert not list((tables / "train_steps").glob("rl_*")) and list((tables / "train_steps").glob("packed-*"))
+    before, after = _answers(plain, short), _answers(packed, short)
+    for name in before:
+        assert after[name] == before[name], name
+    assert before["eval_grades"], before["rescore"]
+    assert "ext: healthy" in " ".join(before["doctor"][1])
+
     [short_run] = load_sweep(short).runs
     long_ = _sweep_runs(tmp_path, "ext", rl.replace("steps: 4,", "steps: 8,"))
     [run] = load_sweep(long_).runs
-
-    dry = snakemake(tmp_path, long_, "-n")
+    dry = snakemake(packed, long_, "-n")
     assert "1 RL run(s) extend a finished shorter run" in dry.stderr
-    again = snakemake(tmp_path, long_)
+    again = snakemake(packed, long_)
     assert again.returncode == 0, again.stderr[-3000:]
     log = again.stdout + again.stderr
     assert f"steps 1-4 taken from the finished run {short_run.run_id} with 2 evaluation(s); it trains 5-8" in log
     assert planned_jobs(log)["rl"] == 2  # the segments that end at 6 and 8; those that end at 2 and 4 were taken
     assert "resuming from checkpoint at step 4/8" in log and "resuming from checkpoint at step 6/8" in log
-    results = tmp_path / "results"
+    results = packed / "results"
     assert json.loads(segment_done(results, "rl", run.run_id, 4).read_text())["extended_from"] == short_run.run_id
     runs = query(f"SELECT status, wall_s FROM runs WHERE run_id = '{run.run_id}' AND stage = 'rl'",
                  results).to_pylist()

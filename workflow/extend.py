@@ -22,13 +22,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 from workflow.atomic import write_json
 from workflow.engines.registry import traits
 from workflow.layout import (CHECKPOINTS, DONE, done_path, list_checkpoints, segment_done, stage_dir, step_dir,
-                             store_dir, train_steps_file, train_steps_files)
+                             store_dir, train_steps_file)
 from workflow.sweep.identity import stable_id
 
 TRAJECTORIES = "trajectories"
@@ -142,13 +143,46 @@ def extensions(results_root: str | Path, runs) -> tuple[list[Extension], list[tu
     return can, cannot
 
 
-def extend(results_root: str | Path, sweep: str, ext: Extension) -> None:
-    """Give the run its donor's first segments: checkpoints linked (copied across file systems), train_steps rows
-    copied under the run's id, segment files last (what Snakemake sees: written only when the rest is in place)."""
-    import pyarrow.parquet as pq
+def donor_steps(results_root: str | Path, ext: Extension) -> tuple[list[dict], str | None]:
+    """The donor's train_steps rows of steps 1..ext.last, read wherever they are (its own files or a pack:
+    results/rows.py), and None; or ([], why they cannot be taken): a step missing or held twice."""
+    from workflow.results.rows import stage_rows  # (here: planning, which imports this module, needs no pyarrow)
+    found = stage_rows(results_root, "train_steps", "rl", ext.donor)
+    rows = [] if found is None else [r for r in found.to_pylist() if r["step"] <= ext.last]
+    held = Counter(r["step"] for r in rows)
+    missing = [s for s in range(1, ext.last + 1) if held[s] == 0]
+    twice = sorted(s for s, n in held.items() if n > 1)
+    if not missing and not twice:
+        return sorted(rows, key=lambda r: r["step"]), None
+    problems = ([f"lacks step(s) {step_ranges(missing)}"] if missing else []) + \
+        ([f"holds step(s) {step_ranges(twice)} more than once"] if twice else [])
+    return [], (f"the finished run {ext.donor}'s train_steps {' and '.join(problems)} of 1-{ext.last}, so its steps "
+                f"cannot be taken (`rlsweep doctor` examines it); this run trains from step 0")
 
+
+def step_ranges(steps: list[int]) -> str:
+    """[1, 2, 3, 7, 9, 10] -> '1-3, 7, 9-10'."""
+    out: list[list[int]] = []
+    for s in steps:
+        if out and s == out[-1][1] + 1:
+            out[-1][1] = s
+        else:
+            out.append([s, s])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in out)
+
+
+def extend(results_root: str | Path, sweep: str, ext: Extension) -> str | None:
+    """Give the run its donor's first segments: checkpoints linked (copied across file systems), train_steps rows
+    copied under the run's id, segment files last (what Snakemake sees: written only when the rest is in place).
+    Returns None, or why the donor was refused: its rows of the taken steps are not each there once. Then nothing
+    is written, so the run trains from step 0 (a linked checkpoint alone would make it resume there without the
+    rows of the steps before: a run marked done with gaps)."""
+    from workflow.results.schemas import schema as table_schema
     from workflow.results.writer import write_rows
 
+    rows, refused = donor_steps(results_root, ext)
+    if refused is not None:
+        return refused
     run_id, src = ext.run.run_id, stage_dir(results_root, "rl", ext.donor)
     dst = stage_dir(results_root, "rl", run_id)
     for end in ext.ends:
@@ -159,16 +193,14 @@ def extend(results_root: str | Path, sweep: str, ext: Extension) -> None:
         shutil.rmtree(partial, ignore_errors=True)
         shutil.copytree(step_dir(src / CHECKPOINTS, end), partial, copy_function=_link_or_copy)
         partial.rename(target)  # a complete checkpoint or none, as the engines write theirs
-    rows = [dict(r, run_id=run_id, sweep=sweep) for f in train_steps_files(results_root, "rl", ext.donor)
-            for r in pq.read_table(f).to_pylist() if r["step"] <= ext.last]
-    if rows:
-        rows.sort(key=lambda r: r["step"])
-        write_rows(results_root, "train_steps", train_steps_file("rl", run_id, rows[0]["step"], rows[-1]["step"]),
-                   rows)
+    columns = table_schema("train_steps").names  # (a pack's rows carry every column the pack holds)
+    write_rows(results_root, "train_steps", train_steps_file("rl", run_id, 1, ext.last),
+               [{**{k: r.get(k) for k in columns}, "run_id": run_id, "sweep": sweep} for r in rows])
     for end in ext.ends:
         write_json(segment_done(results_root, "rl", run_id, end),
                    {"stage": "rl", "id": run_id, "step": end,
                     "checkpoint": os.path.relpath(step_dir(dst / CHECKPOINTS, end), dst), "extended_from": ext.donor})
+    return None
 
 
 def evaluations_to_copy(results_root: str | Path, ext: Extension) -> list[tuple[int, str, Path]]:

@@ -165,12 +165,9 @@ def first_line(e: BaseException) -> str:
 
 
 def train_rows(root: Path, stage: str, stage_id: str) -> list[dict[str, Any]]:
-    import pyarrow.parquet as pq
-    from workflow.layout import train_steps_files
-    rows: list[dict[str, Any]] = []
-    for path in train_steps_files(root, stage, stage_id):
-        rows += pq.read_table(path).to_pylist()
-    return sorted(rows, key=lambda r: r["step"])
+    from workflow.results.rows import stage_rows
+    found = stage_rows(root, "train_steps", stage, stage_id)
+    return [] if found is None else sorted(found.to_pylist(), key=lambda r: r["step"])
 
 
 def summarise(outcome: Outcome, rows: list[dict[str, Any]]) -> None:
@@ -306,10 +303,8 @@ def run_chain(outcome: Outcome, rcfg: dict, init: Outcome | None, twin: Outcome,
 
 
 def eval_note(root: Path, run_id: str) -> str:
-    import pyarrow.parquet as pq
-    from workflow.layout import table_dir
-    rows = [r for p in sorted(table_dir(root, "eval_scores").glob(f"*{run_id}*.parquet"))
-            for r in pq.read_table(p).to_pylist()]
+    from workflow.results.catalog import query, sql_str
+    rows = query(f"SELECT benchmark, k, avg_at_k FROM eval_scores WHERE run_id = {sql_str(run_id)}", root).to_pylist()
     best: dict[str, dict] = {}  # per benchmark its row of the largest k (eval_scores holds k = 1, 2, 4, ...)
     for r in rows:
         if r["k"] >= best.get(r["benchmark"], {"k": -1})["k"]:

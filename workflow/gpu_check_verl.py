@@ -103,9 +103,8 @@ class MemorySampler:
 
 
 def runs_rows(root: Path) -> list[dict[str, Any]]:
-    import pyarrow.parquet as pq
-    from workflow.layout import table_dir
-    return [r for p in sorted(table_dir(root, "runs").glob("*.parquet")) for r in pq.read_table(p).to_pylist()]
+    from workflow.results.catalog import query
+    return query("SELECT * FROM runs", root).to_pylist()
 
 
 def run_verl(root: Path, cuda: bool, steps: int, model: str | None, only: list[str] | None,

@@ -40,8 +40,7 @@ from workflow.eval.harness import copy_evaluation, evaluate
 from workflow.extend import record_trajectory
 from workflow.errors import out_of_space
 from workflow.eval.plan import eval_groups
-from workflow.layout import (CHECKPOINTS, DONE, eval_job_at, runs_file, segment_done, stage_dir, step_dir, summary_path,
-                             table_dir)
+from workflow.layout import CHECKPOINTS, DONE, eval_job_at, runs_file, segment_done, stage_dir, step_dir, summary_path
 from workflow.preemption import EXIT_PREEMPTED, Preempted
 from workflow.provenance import provenance, slurm_usage
 from workflow.registry import load_object
@@ -116,13 +115,9 @@ class _RunsRow:
                     **job}
 
     def _recorded(self) -> dict[str, Any] | None:
-        import pyarrow.parquet as pq
-        path = table_dir(self.where[0], "runs") / f"{self.where[2]}.parquet"
-        try:
-            rows = pq.read_table(path, columns=["status", "started_at", "wall_s"]).to_pylist()
-        except (OSError, ValueError):  # none yet, or damaged (rlsweep doctor says so): the row starts afresh
-            return None
-        return rows[0] if rows else None
+        from workflow.results.rows import rows_written_as
+        found = rows_written_as(*self.where)  # (a damaged file is none: rlsweep doctor says so; the row starts afresh)
+        return found.select(["status", "started_at", "wall_s"]).to_pylist()[0] if found is not None else None
 
     def write(self, status: str, error: str | None = None) -> None:
         now = dt.datetime.now(dt.timezone.utc)

@@ -84,8 +84,13 @@ def segment_done(results_root: str | Path, stage: str, stage_id: str, end: int |
     return stage_dir(results_root, stage, stage_id) / f"DONE_{end}.json"
 
 
+def tables_dir(results_root: str | Path) -> Path:
+    """_store/tables/: one folder per table. Only results/ lists them (results/rows.py reads a stage job's rows)."""
+    return store_dir(results_root) / "tables"
+
+
 def table_dir(results_root: str | Path, table: str) -> Path:
-    return store_dir(results_root) / "tables" / table
+    return tables_dir(results_root) / table
 
 
 def members_dir(results_root: str | Path, sweep: str) -> Path:

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from workflow.cli.common import results_root
-from workflow.layout import store_dir
+from workflow.layout import tables_dir
 from workflow.results.compaction import compact, compaction_line
 from workflow.results.migrate import migrate_if_needed
 
@@ -16,11 +16,11 @@ from workflow.results.migrate import migrate_if_needed
 def cmd_compact(a) -> int:
     root = results_root(a)
     migrate_if_needed(root)
-    if not (store_dir(root) / "tables").is_dir():
+    if not tables_dir(root).is_dir():
         print(f"error: no result tables under {root}", file=sys.stderr)
         return 2
     done = compact(root)
-    table = Table(title=f"{store_dir(root)}/tables: compacted", title_justify="left")
+    table = Table(title=f"{tables_dir(root)}: compacted", title_justify="left")
     for column in ("table", "files", "packed", "merged packs", "new rows", "left", "s"):
         table.add_column(column, justify="left" if column == "table" else "right")
     for c in done:

@@ -19,9 +19,9 @@ from workflow.benchmarks.graders import Grader
 from workflow.benchmarks.metrics import benchmark_scores
 from workflow.benchmarks.prompts import render
 from workflow.benchmarks.scoring import format_mc, option_permutation
-from workflow.layout import eval_file, table_dir
+from workflow.layout import eval_file
 from workflow.progress import say
-from workflow.results.packs import read_rows_of
+from workflow.results.rows import rows_written_as
 from workflow.results.writer import write_rows
 
 if TYPE_CHECKING:  # the backends import torch: a rescore (load_items) never needs them
@@ -104,9 +104,9 @@ def copy_evaluation(source_run: str, source_eval: str, step: int, names: list[st
     for name in names:
         for table in ("eval_samples", "eval_scores"):
             source = eval_file(source_run, source_eval, step, name)
-            found = read_rows_of(table_dir(results_root, table), table, source)  # its own file, or a pack
+            found = rows_written_as(results_root, table, source)  # its own file, or a pack
             if found is None:
-                raise FileNotFoundError(f"{table_dir(results_root, table) / source}.parquet: the {table} of run "
+                raise FileNotFoundError(f"{source}: the {table} of run "
                                         f"{source_run}'s step-{step} evaluation on {name} that this job copies is "
                                         "missing (rlsweep doctor checks the tables)")
             rows = [{**r, "run_id": run_id, "eval_id": eval_id, "sweep": sweep} for r in found.to_pylist()]

@@ -19,9 +19,9 @@ from workflow.benchmarks import catalog, graders
 from workflow.eval.harness import load_items
 from workflow.eval.plan import eval_groups
 from workflow.benchmarks.scoring import LETTERS, option_permutation
-from workflow.layout import DONE, eval_file, grades_file, rescore_path, stage_dir, table_dir
+from workflow.layout import DONE, eval_file, grades_file, rescore_path, stage_dir
 from workflow.progress import say
-from workflow.results.packs import read_rows_of
+from workflow.results.rows import rows_written_as
 from workflow.results.writer import write_rows
 from workflow.stages import parse_stage
 from workflow.sweep.identity import stable_id
@@ -38,9 +38,9 @@ def rescore(stage, eval_id: str, step: int, group: str, grader_name: str, *, res
     with graders.make(grader_name, timeout_s=stage.eval.verify_timeout_s) as grader:
         for name in names:
             source = eval_file(stage.run_id, eval_id, step, name)
-            found = read_rows_of(table_dir(results_root, "eval_samples"), "eval_samples", source)
+            found = rows_written_as(results_root, "eval_samples", source)  # its own file, or a pack
             if found is None:
-                raise FileNotFoundError(f"{table_dir(results_root, 'eval_samples') / source}.parquet: the "
+                raise FileNotFoundError(f"{source}: the eval_samples "
                                         f"responses of run {stage.run_id}'s step-{step} evaluation on {name} are "
                                         "missing (rlsweep doctor checks the tables)")
             items = {it.id: it for it in load_items(name, stage.eval, stage.task)}

@@ -42,7 +42,8 @@ from pathlib import Path
 from workflow.atomic import parse_temporary, write_bytes
 from workflow.benchmarks.catalog import REGISTRY
 from workflow.layout import (CHECKPOINTS, DONE, StageJob, TableFile, default_journal, is_pack, parse_table_file,
-                             quarantine_dir, stage_jobs, store_dir, sweep_dir, train_steps_files)
+                             quarantine_dir, stage_jobs, store_dir, sweep_dir, tables_dir,
+                             train_steps_files)
 from workflow.results.catalog import Catalog, Damaged, QueryError, sql_str
 from workflow.runlock import LOCK_NAME
 from workflow.results.journal import inspect as inspect_journal
@@ -191,6 +192,8 @@ def rerun(root: Path, job: StageJob, kind: str, subject: Path, what: str, files:
     move = [*files, *[p for p in (jdir / DONE,) if p.is_file()]]
     after = "; then a plain `snakemake` reruns the stages after it (their input is newer)"
     if retrain:
+        # its small files by name are right: once it trains again, its first new file hides every row of it that
+        # a pack holds (packs.owner_key), so the packed rows need not move
         own = train_steps_files(root, job.stage, job.stage_id)
         move += [p for p in (*own, jdir / CHECKPOINTS) if p.exists() and p not in move]
         how = (f"{job} trains again from scratch (with its checkpoints in place it would resume from the last one "
@@ -222,7 +225,7 @@ def own_temporaries(root: Path, job_dir: Path) -> list[Path]:
     dead whatever its pid says (a pid may belong to another node)."""
     out = [p for p in job_dir.rglob(".*.tmp-*") if parse_temporary(p) and not any(
         parse_temporary(d) for d in p.parents if job_dir in d.parents)]  # a temporary directory's contents go with it
-    for path in (store_dir(root) / "tables").glob("*/.*.tmp-*"):
+    for path in tables_dir(root).glob("*/.*.tmp-*"):
         parsed = parse_temporary(path)
         owner = parse_table_file(path.parent.name, Path(parsed[0]).stem) if parsed else None
         job = owning_job(root, owner) if owner else None

@@ -147,13 +147,3 @@ def table_layout(directory: Path, table: str) -> TableLayout:
         pack = read_pack(path, schema)
         (packs if pack else files).append(pack or path)
     return resolve(table, files, packs)
-
-
-def read_rows_of(directory: Path, table: str, stem: str) -> pa.Table | None:
-    """The rows one stage job wrote under the name `stem`, from its small file or from the pack holding them (less
-    the pack's `packed_from` column); None when there are none, or a newer writing of the stage job supersedes them."""
-    layout = table_layout(directory, table)
-    path = layout.holder(stem)
-    if path is None or path in layout.files:
-        return None if path is None else pq.read_table(path)
-    return pq.read_table(path, filters=[(SOURCE, "=", stem)]).drop_columns([SOURCE])

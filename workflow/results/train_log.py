@@ -28,7 +28,9 @@ class TrainLog:
         """On resume from the checkpoint at `step`: delete this run's files that start after it. An earlier
         attempt may have flushed steps and died before saving the checkpoint that follows them; the resumed run
         recomputes those steps and may flush them under another range (a preemption checkpoints off the
-        interval), so without this they would appear twice."""
+        interval), so without this they would appear twice. Its small files by name are all there is: a stage that
+        is still training is never packed (compaction takes only stages with DONE.json and no RUNNING.lock; a
+        segmented run between segments has DONE_<end>.json only), tests/test_compaction.py."""
         for f in train_steps_files(self.results_root, self.stage, self.run_id):
             name = parse_table_file("train_steps", f.stem)
             if name is not None and name.first > step:

@@ -38,9 +38,9 @@ from rich.console import Console
 
 from workflow.atomic import write_json
 from workflow.errors import UserError
-from workflow.layout import done_path, runs_file, stage_dir, summary_path, table_dir, trial_log
+from workflow.layout import done_path, runs_file, stage_dir, summary_path, trial_log
 from workflow.results.summary import write_summary
-from workflow.results.packs import read_rows_of
+from workflow.results.rows import rows_written_as
 from workflow.results.writer import write_rows
 from workflow.study import pruning
 from workflow.study.factory import make_pruner, make_sampler, make_storage, storage_location, study_name
@@ -194,7 +194,7 @@ class Driver:
         (the first value) and, for a multi-objective study, `objectives` (all of them, JSON)."""
         for run_id in r.run_ids:
             stem = runs_file("rl", run_id)
-            found = read_rows_of(table_dir(self.results, "runs"), "runs", stem)  # file or pack
+            found = rows_written_as(self.results, "runs", stem)  # file or pack
             if found is not None:
                 rows = found.to_pylist()
                 if any(row.get("trial") is not None and row.get("trial_state") == "complete" for row in rows):
