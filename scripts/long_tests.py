@@ -4,13 +4,20 @@ one's last pass in the "Long tests" table of docs/tests.md: date, commit, time. 
 previous pass and gets the outcome in its last column, so the table shows what has not passed since.
 
     python scripts/long_tests.py [PYTEST ARGS ...]     # e.g. -k two_node; as root (the SLURM tests start a cluster)
+    python scripts/long_tests.py --stale               # the long tests whose covered paths changed since their pass
 
-The tests are those marked `long` (tests/conftest.py); they run one at a time (-n 0): most start clusters.
+The tests are those marked `long` (tests/conftest.py); they run one at a time (-n 0): most start clusters. Each
+declares the paths of the code it covers, `@pytest.mark.long(covers=[...])` (on the test, or on the module's
+`pytestmark`); the test's own file always counts. `--stale` lists each long test whose paths changed (committed or
+not) since the commit of its last recorded pass, or that has none; `.ci/run` prints that list at its end. A change
+to those paths reruns the test before landing (docs/tests.md).
 """
 
 from __future__ import annotations
 
+import ast
 import datetime as dt
+import hashlib
 import os
 import re
 import subprocess
@@ -22,7 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 TESTS_DOC = REPO / "docs" / "tests.md"  # the long tests and their last passes
 BEGIN, END = "<!-- long-tests: scripts/long_tests.py rewrites this table -->", "<!-- /long-tests -->"
-HEADER = ["test", "last pass (UTC)", "commit", "time", "last run"]
+HEADER = ["test", "last pass (UTC)", "commit", "time", "last run", "covered code"]
 
 
 def commit() -> str:
@@ -36,7 +43,7 @@ def read_table(text: str) -> dict[str, list[str]]:
     """The table's rows by test id."""
     block = text[text.index(BEGIN) + len(BEGIN):text.index(END)]
     rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in block.strip().splitlines()[2:]]
-    return {r[0].strip("`"): r for r in rows if r and r[0]}
+    return {r[0].strip("`"): r + [""] * (len(HEADER) - len(r)) for r in rows if r and r[0]}
 
 
 def write_table(text: str, rows: dict[str, list[str]]) -> str:
@@ -57,7 +64,123 @@ def outcomes(junit: Path) -> dict[str, tuple[str, float]]:
     return out
 
 
+def _paths(node: ast.expr, names: dict[str, ast.expr]) -> list[str]:
+    """A list of path strings as written: literals, a module-level name bound to such a list, `*NAME` inside one."""
+    if isinstance(node, ast.Name):
+        return _paths(names[node.id], names)
+    if isinstance(node, ast.Starred):
+        return _paths(node.value, names)
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [p for e in node.elts for p in (_paths(e, names) if not isinstance(e, ast.Constant) else [e.value])]
+    raise ValueError(f"covers=: a list of path strings, not {ast.unparse(node)}")
+
+
+def _long_covers(marks: list[ast.expr], names: dict[str, ast.expr]) -> list[str] | None:
+    """The `covers` of a `pytest.mark.long(covers=[...])` among decorators / pytestmark entries; [] for a bare
+    `pytest.mark.long`; None when none of them is `long`."""
+    for mark in marks:
+        call = mark if isinstance(mark, ast.Call) else None
+        target = call.func if call else mark
+        if isinstance(target, ast.Attribute) and target.attr == "long":
+            covers = next((k.value for k in (call.keywords if call else []) if k.arg == "covers"), None)
+            return [] if covers is None else _paths(covers, names)
+    return None
+
+
+def declared_covers(tests_dir: Path, repo: Path) -> dict[str, list[str]]:
+    """test id (path::name, without parameters) -> the paths it covers, for every long test under `tests_dir`:
+    read from the source, so listing them starts no pytest."""
+    out = {}
+    for path in sorted(tests_dir.rglob("test_*.py")):
+        tree = ast.parse(path.read_text())
+        names = {t.id: node.value for node in tree.body if isinstance(node, ast.Assign)
+                 for t in node.targets if isinstance(t, ast.Name)}
+        module = None
+        if "pytestmark" in names:
+            marks = names["pytestmark"]
+            module = _long_covers(marks.elts if isinstance(marks, (ast.List, ast.Tuple)) else [marks], names)
+        rel = path.relative_to(repo).as_posix()
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test_"):
+                own = _long_covers(node.decorator_list, names)
+                if own is not None or module is not None:
+                    out[f"{rel}::{node.name}"] = sorted({rel, *(module or []), *(own or [])})
+    return out
+
+
+def _covered(path: str, paths: list[str]) -> bool:
+    return any(path == p or (p.endswith("/") and path.startswith(p)) for p in paths)
+
+
+def changed_since(repo: Path, sha: str, paths: list[str]) -> list[str] | None:
+    """The files under `paths` changed between commit `sha` and the working tree (a file moved unchanged is not a
+    change: tests moved into folders keep their passes); None: no such commit here."""
+    known = subprocess.run(["git", "cat-file", "-e", f"{sha}^{{commit}}"], cwd=repo, capture_output=True)
+    if known.returncode != 0:
+        return None
+    diff = subprocess.run(["git", "diff", "--name-status", "-M", sha], cwd=repo, capture_output=True, text=True,
+                          check=True).stdout.splitlines()
+    changed = set()
+    for line in diff:
+        status, *names = line.split("\t")
+        if status == "R100":  # moved, not changed
+            continue
+        changed.update(names)  # (a rename with edits counts under both names)
+    new = subprocess.run(["git", "ls-files", "--others", "--exclude-standard"], cwd=repo, capture_output=True,
+                         text=True, check=True).stdout.split()
+    return sorted(f for f in {*changed, *new} if _covered(f, paths))
+
+
+def digest(repo: Path, test: str, paths: list[str]) -> str:
+    """What a long test's pass was of: a hash of the files under its covered paths as they are in the working tree
+    (committed or not; git's ignored files left out), each named by its path except the test's own file, so moving a
+    test unchanged keeps its pass. Recorded with each pass; --stale compares it with today's."""
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "--", *paths], cwd=repo,
+                            capture_output=True, text=True, check=True).stdout.split()
+    h = hashlib.sha256()
+    own = test.split("::")[0]
+    for name in sorted(set(listed)):
+        f = repo / name
+        if not f.is_file():  # (deleted, not yet committed)
+            continue
+        h.update(b"" if name == own else name.encode())
+        h.update(hashlib.sha256(f.read_bytes()).digest())
+    return h.hexdigest()[:12]
+
+
+def stale(repo: Path = REPO, doc: Path = TESTS_DOC) -> list[tuple[str, str]]:
+    """(test id, why) of every long test to run again: its covered paths changed since its recorded pass, or it has
+    none recorded. Parametrized tests count as one (their cases share the paths): the oldest case's pass decides."""
+    rows = read_table(doc.read_text())
+    out = []
+    for test, paths in sorted(declared_covers(repo / "tests", repo).items()):
+        passes = [r for name, r in rows.items() if name.split("[")[0] == test and r[1] != "never"]
+        if not passes:
+            out.append((test, "no recorded pass"))
+            continue
+        oldest = min(passes, key=lambda r: r[1])
+        if oldest[5]:  # the pass recorded what it covered: any difference in it is a change
+            if oldest[5] != digest(repo, test, paths):
+                out.append((test, f"passed at {oldest[2]}; its covered code changed since (covers: {', '.join(paths)})"))
+            continue
+        sha = oldest[2].removesuffix("+changes")  # a pass recorded before digests: what git says changed since
+        changed = changed_since(repo, sha, paths)
+        if changed is None:
+            out.append((test, f"its pass at {oldest[2]} is of a commit not in this history"))
+        elif changed:
+            shown = ", ".join(changed[:4]) + (f" and {len(changed) - 4} more" if len(changed) > 4 else "")
+            out.append((test, f"passed at {oldest[2]}; changed since: {shown}"))
+    return out
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--stale"]:
+        found = stale()
+        for test, why in found:
+            print(f"stale: {test} ({why})")
+        print(f"long_tests: {len(found)} long test(s) to run again before landing"
+              + (" (python scripts/long_tests.py -k NAME)" if found else ""))
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         junit = Path(tmp) / "long.xml"
         cmd = [sys.executable, "-m", "pytest", "-m", "long", "-n", "0", "-p", "no:cacheprovider",
@@ -70,14 +193,15 @@ def main(argv: list[str]) -> int:
         results = outcomes(junit)
     text = TESTS_DOC.read_text()
     rows = read_table(text)
+    covers = declared_covers(REPO / "tests", REPO)
     now, sha = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M"), commit()
     for test, (state, seconds) in results.items():
         minutes = f"{seconds / 60:.1f} min"
         if state == "passed":
-            rows[test] = [test, now, sha, minutes, f"passed {now}"]
+            rows[test] = [test, now, sha, minutes, f"passed {now}", digest(REPO, test, covers.get(test.split("[")[0], [test.split("::")[0]]))]
         else:
-            old = rows.get(test, [test, "never", "", "", ""])
-            rows[test] = [*old[:4], f"{state} {now} at {sha}"]
+            old = rows.get(test, [test, "never", "", "", "", ""])
+            rows[test] = [*old[:4], f"{state} {now} at {sha}", old[5]]
     TESTS_DOC.write_text(write_table(text, rows))
     for test, (state, seconds) in sorted(results.items()):
         print(f"{state:8s} {seconds / 60:5.1f} min  {test}")

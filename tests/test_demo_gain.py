@@ -21,7 +21,11 @@ from workflow.report.gain import gains
 from workflow.results.catalog import query
 from workflow.sweep.expand import load_sweep
 
-pytestmark = [pytest.mark.long, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.long(covers=["sweeps/demo.yaml", "workflow/engines/local.py", "workflow/engines/rl_batch.py",
+                                       "workflow/engines/tiny_lm.py", "workflow/algos/", "workflow/methods/grpo/",
+                                       "workflow/methods/sfpo/", "workflow/methods/gxpo/", "workflow/eval/",
+                                       "workflow/benchmarks/arithmetic.py", "workflow/report/gain.py"]),
+              pytest.mark.timeout(1800)]
 
 
 def one_grpo_run(tmp_path):

@@ -32,7 +32,9 @@ if _missing:
         raise RuntimeError(f"RLSWEEP_REQUIRE_VLLM is set but {_missing} are not installed: run ./scripts/setup.sh")
     pytest.skip(f"needs {_missing} (./scripts/setup.sh installs them)", allow_module_level=True)
 
-pytestmark = [pytest.mark.timeout(2400), pytest.mark.serial("verl"), pytest.mark.long]
+pytestmark = [pytest.mark.timeout(2400), pytest.mark.serial("verl"),
+              pytest.mark.long(covers=["workflow/models.py", "workflow/engines/verl/", "workflow/engines/lora.py",
+                                       "workflow/eval/", "workflow/benchmarks/"])]
 FIXTURES = REPO / "tests" / "fixtures" / "benchmarks"
 BENCHMARKS = {"math500": "math500", "aime24": "aime24", "aime25": "aime25", "amc23": "amc", "minerva": "minerva",
               "olympiadbench": "olympiadbench", "arc_c": "arc_c", "gpqa_diamond": "gpqa_diamond",

@@ -30,6 +30,13 @@ from workflow.layout import stage_dir
 from workflow.slurm import cluster
 from workflow.sweep.expand import load_sweep
 
+# CI runs one sweep through the profile, a run in segments, a preemption and requeue, a job failing for good and
+# plain shell rules; the rest are long tests since issue 58 (CI under 35 minutes), their logic tested in CI without a
+# cluster: the step-0 copy in test_workflow_e2e.py, Optuna studies in test_study.py, the SLURM commands' retries and
+# give-up in test_slurm_units.py. What the long tests here cover (scripts/long_tests.py --stale):
+SLURM_CODE = ["workflow/slurm/", "snakemake_executor_plugin_rlsweep_slurm/", "profiles/slurm/", "scripts/local_slurm.sh",
+              "workflow/preemption.py", "workflow/launch.py"]
+
 pytestmark = [pytest.mark.slurm, pytest.mark.serial("slurm"), pytest.mark.slow]
 
 
@@ -155,6 +162,7 @@ def test_a_run_in_segments_evaluates_each_step_while_the_next_segment_trains(slu
     assert len(rows) == 1 and rows[0]["status"] == "completed"  # one row for the run, across its segments
 
 
+@pytest.mark.long(covers=SLURM_CODE)
 def test_shared_step0_evaluations_copy_on_the_submitting_machine(slurm, tmp_path):
     """eval.at_start with two seeds through the SLURM profile: the start is evaluated by one SLURM job, the other
     run's step-0 job is the local rule eval_copy (no SLURM job, no GPU asked for a copy) with the same scores."""
@@ -273,6 +281,7 @@ def test_a_job_that_fails_for_good_is_reported_with_its_log_and_the_rest_goes_on
     assert not (tmp_path / "results" / "bad" / "summary.md").exists()
 
 
+@pytest.mark.long(covers=SLURM_CODE)
 def test_an_optuna_studys_trials_run_as_slurm_jobs(slurm, tmp_path):
     """The study driver runs where snakemake runs; each trial's nested snakemake gets the profile, so the trials'
     stages are SLURM jobs (two trials at once, sharing one SFT job)."""
@@ -294,6 +303,7 @@ def test_an_optuna_studys_trials_run_as_slurm_jobs(slurm, tmp_path):
     assert sorted(r["trial"] for r in rows if r["stage"] == "rl") == [0, 1]
 
 
+@pytest.mark.long(covers=SLURM_CODE)
 def test_a_controller_outage_mid_sweep_is_waited_out_not_fatal(slurm, tmp_path):
     """slurmctld goes away for 40 s while jobs are queued and running (a restart, a failover): each SLURM command
     then takes ~9 s to fail, a poll's retries give up after ~30 s; the sweep backs off, carries on when the
@@ -368,7 +378,7 @@ rule work:
 """
 
 
-@pytest.mark.long
+@pytest.mark.long(covers=SLURM_CODE)
 def test_a_job_that_times_out_without_requeues_left_is_retried_with_more_time(slurm, tmp_path):
     """TIMEOUT, for real: a 1-minute job whose payload ignores the checkpoint signal and has no requeue left
     (max-requeues 0) waits for SLURM, which ends it TIMEOUT; the executor resubmits the same Snakemake job with

@@ -26,6 +26,12 @@ import pytest
 from helpers import REPO
 from workflow.engines.verl.driver.process import remove_leaked_segments
 
+# Every test here is a long test since issue 58 took CI under 35 minutes: the two-node cluster's start alone is minutes.
+# CI keeps SLURM through the profile on one node (tests/test_slurm.py: a sweep, a preemption and requeue).
+# What the long tests here cover (scripts/long_tests.py --stale: changed since their last pass, they run again):
+SLURM_CODE = ["workflow/slurm/", "snakemake_executor_plugin_rlsweep_slurm/", "profiles/slurm/", "scripts/local_slurm.sh",
+              "workflow/preemption.py", "workflow/launch.py"]
+
 pytestmark = [pytest.mark.slurm, pytest.mark.serial("slurm"), pytest.mark.slow]
 SCRIPT = str(REPO / "scripts" / "local_slurm.sh")
 
@@ -109,6 +115,7 @@ def run(*cmd: str, cwd: Path | None = None) -> str:
     return out.stdout
 
 
+@pytest.mark.long(covers=SLURM_CODE)
 def test_two_nodes_are_idle_each_with_its_own_address_and_nothing_listens_on_the_machine(two_nodes):
     nodes = run("scontrol", "show", "nodes", "-o").splitlines()
     assert len(nodes) == 2
@@ -121,6 +128,7 @@ def test_two_nodes_are_idle_each_with_its_own_address_and_nothing_listens_on_the
     assert again.returncode == 0 and "starting" not in again.stdout, again.stdout
 
 
+@pytest.mark.long(covers=SLURM_CODE)
 def test_a_two_node_job_runs_a_task_on_each_node_and_they_reach_each_other(two_nodes, tmp_path):
     (tmp_path / "task.py").write_text(TASK)
     out = tmp_path / "job.out"
@@ -134,7 +142,7 @@ def test_a_two_node_job_runs_a_task_on_each_node_and_they_reach_each_other(two_n
     assert run("sacct", "-X", "-n", "-P", "-j", job, "-o", "State,NNodes").strip() == "COMPLETED|2"
 
 
-@pytest.mark.long
+@pytest.mark.long(covers=SLURM_CODE)
 def test_the_ray_cluster_of_a_two_node_job_spans_both_nodes(two_nodes, tmp_path):
     pytest.importorskip("ray")
     (tmp_path / "ray_job.py").write_text(RAY_JOB)
@@ -163,7 +171,7 @@ rule work:
 """
 
 
-@pytest.mark.long
+@pytest.mark.long(covers=SLURM_CODE)
 def test_a_job_whose_node_dies_is_retried_on_another_node(two_nodes, tmp_path):
     """NODE_FAIL, for real: the node running the job loses every process (slurmd, the job's steps) at once; after
     SlurmdTimeout the controller declares it down and the job NODE_FAIL; the executor resubmits it with that node
@@ -209,7 +217,7 @@ rule work:
 """
 
 
-@pytest.mark.long
+@pytest.mark.long(covers=SLURM_CODE)
 def test_a_job_out_of_memory_is_retried_with_more_memory(two_nodes, tmp_path):
     """OUT_OF_MEMORY, for real where the machine has the cgroup v1 memory controller (the cluster then runs
     task/cgroup): 600 MB in a 300 MB job is killed by the cgroup's OOM handler in its step, SLURM records the job
@@ -238,7 +246,7 @@ def _node_of(pid: int, namespaces: dict[int, str]) -> str | None:
         return None
 
 
-@pytest.mark.long
+@pytest.mark.long(covers=[*SLURM_CODE, "workflow/engines/verl/"])
 @pytest.mark.timeout(1800)  # its own loop allows 1,500 s; it took 10.0 and 10.3 min, at the suite's 600-s limit
 def test_a_verl_run_over_two_nodes_places_work_on_both_and_resumes_after_losing_one(two_nodes, tmp_path):
     """sweeps/verl_cpu_two_nodes.yaml through the SLURM profile: one RL job of two nodes, Ray's head on the first,

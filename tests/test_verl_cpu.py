@@ -167,7 +167,8 @@ resources: {rl: {threads: 2}}
 """
 
 
-@pytest.mark.long
+@pytest.mark.long(covers=["workflow/engines/verl/", "workflow/segments.py", "workflow/launch.py",
+                         "workflow/preemption.py", "workflow/runlock.py"])
 @pytest.mark.timeout(3600)
 def test_a_killed_verl_segment_resumes_once_and_the_next_segment_goes_on_from_it(tmp_path):
     """Issue 47's kill of a chain on verl (CI ran it inside the chain above until that passed 40 minutes; here without
