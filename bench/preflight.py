@@ -7,7 +7,7 @@ a percent or less, so no one is tempted to switch it off.
     python bench/preflight.py [--sweep sweeps/mixed_policy.yaml] [--steps 5] [--threads 1]
 
 (The verl engine's probe runs verl's SFT trainer in a 2-rank torchrun child: its cost is dominated by starting
-that child, ~12 s on 2 CPU cores per SFT job, measured by tests/test_verl_preflight.py's durations.)
+that child, ~12 s on 2 CPU cores per SFT job, measured by tests/verl/test_verl_preflight.py's durations.)
 """
 
 from __future__ import annotations

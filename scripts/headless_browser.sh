@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Print the path of a Chromium that can run headless (tests/test_report.py renders the HTML report with it),
+# Print the path of a Chromium that can run headless (tests/unit/report/test_report.py renders the HTML report with it),
 # installing Debian's `chromium` package when there is none and this runs as root with apt-get (as CI does).
 # Exit 1, with the reason on stderr, when there is none and it cannot install one.
 set -euo pipefail

@@ -1,14 +1,17 @@
-"""Fixtures, and how the suite is tiered and grouped (README "Tests"). What tests import is in helpers.py."""
+"""Fixtures, and how the suite is tiered and grouped (README "Tests"). What tests import is in support/helpers.py."""
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from helpers import SFT_FOR_RL
+sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))  # helpers, workers, toys
+
+from helpers import SFT_FOR_RL  # noqa: E402
 from workflow.layout import stage_dir
 
 torch.set_num_threads(1)

@@ -3,7 +3,7 @@
 A dry run must write nothing (no membership record, no migration: the Snakefile does both before planning), but
 Snakemake learns that it is one only after reading the Snakefile (its executor plugin is chosen afterwards), and
 its `onstart` hook, which does run only for real, runs after planning and not at all when there is nothing to do.
-So the Snakefile reads Snakemake's own command line, as Snakemake's parser would (tests/test_dry_run.py checks the
+So the Snakefile reads Snakemake's own command line, as Snakemake's parser would (tests/unit/core/test_dry_run.py checks the
 two agree): building that parser costs ~0.5 s, paid by every snakemake call of a sweep; this costs microseconds.
 """
 

@@ -2,7 +2,7 @@
 (ATEN_CPU_CAPABILITY forces one) and MKL takes different code paths on Intel and AMD processors (MKL_CBWR forces
 one); rounding differs between them, and a long training run carries the difference into its results. Each choice is
 the environment that forces it, set before torch is imported (a stage job's environment: Snakemake passes it on).
-Used by bench/demo_kernels.py and tests/test_demo_gain.py to check that the demo's result holds on every machine."""
+Used by bench/demo_kernels.py and tests/long/test_demo_gain.py to check that the demo's result holds on every machine."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Docs from the code: the configuration reference (docs/configuration.md) and the JSON Schema of sweep files
 (docs/sweep.schema.json), generated from the pydantic models that validate a sweep, so neither can drift from what
 rlsweep accepts. Every field carries its help as `Field(description=...)`, beside its type, default and bounds
-(the model TRL's GRPOConfig follows); tests/test_reference.py fails when a field has none or a file is stale.
+(the model TRL's GRPOConfig follows); tests/unit/eval/test_reference.py fails when a field has none or a file is stale.
 
     python scripts/docs.py          # rewrite both files
     python scripts/docs.py --check  # exit 1 if either is stale (what the test does)
@@ -174,7 +174,7 @@ def reference_markdown() -> str:
     from workflow.sweep.spec import SweepSpec
     lines = ["# Configuration reference", "",
              "Generated from the models that validate a sweep file (`python scripts/docs.py`; "
-             "`tests/test_reference.py` fails when this file is stale). A run's settings go under `base:` (and "
+             "`tests/unit/eval/test_reference.py` fails when this file is stale). A run's settings go under `base:` (and "
              "vary under `grid:`, `zip:` or `optuna.space:` by their dotted keys, e.g. `rl.sfpo.K`); the other "
              "top-level keys describe the sweep. Editors check and complete sweep files with "
              "[sweep.schema.json](sweep.schema.json) (README, \"Editor support\").", ""]

@@ -12,7 +12,7 @@ DeepSeek-Math), which simpleRL and the mixed-policy papers report with; our own 
 
 Why not verl's copy (verl.utils.reward_score.prime_math.grader.math_equal): in verl 0.9.1 its symbolic step uses
 `timeout_limit`, a decorator, as a context manager; the error is swallowed, so the symbolic comparison never runs
-and "1/2" vs "0.5" scores wrong (tests/test_graders.py pins the difference). It runs in the grader worker process
+and "1/2" vs "0.5" scores wrong (tests/unit/eval/test_graders.py pins the difference). It runs in the grader worker process
 (verify_worker.py), which bounds its time.
 """
 

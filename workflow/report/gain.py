@@ -3,7 +3,7 @@ seeds share), each seed's final avg@k, and the paired final − start pooled ove
 bootstrap interval (the report's `paired` query, versus 'start': the same numbers as the report's gain table).
 
 Read by `bench/demo_kernels.py` (the demo under several CPU float-kernel choices) and by the demo's gain test
-(tests/test_demo_gain.py): a gain "holds" when every seed ends above the start and the interval excludes 0."""
+(tests/long/test_demo_gain.py): a gain "holds" when every seed ends above the start and the interval excludes 0."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 `rlsweep query` and every view read the tables through the catalog (catalog.py). Code that needs one stage job's
 rows as data (an extension copying its donor's train_steps, a copied evaluation, an Optuna trial annotating its runs
 row, gpu-check reading what its jobs wrote) comes here instead, and takes them from where packs.resolve says they
-live, exactly as a query would. No module outside results/ lists a table's folder by name (tests/test_structure.py):
+live, exactly as a query would. No module outside results/ lists a table's folder by name (tests/unit/core/test_structure.py):
 a listing by name cannot see rows that compaction moved into a pack, and misses them silently.
 
 Only the files that can hold the asked-for rows are opened: small files are chosen by name before any is read (at

@@ -30,7 +30,7 @@ class TrainLog:
         recomputes those steps and may flush them under another range (a preemption checkpoints off the
         interval), so without this they would appear twice. Its small files by name are all there is: a stage that
         is still training is never packed (compaction takes only stages with DONE.json and no RUNNING.lock; a
-        segmented run between segments has DONE_<end>.json only), tests/test_compaction.py."""
+        segmented run between segments has DONE_<end>.json only), tests/unit/results/test_compaction.py."""
         for f in train_steps_files(self.results_root, self.stage, self.run_id):
             name = parse_table_file("train_steps", f.stem)
             if name is not None and name.first > step:

@@ -26,7 +26,7 @@ ATTEMPTS_ENV = "RLSWEEP_SLURM_ATTEMPTS"
 @dataclass(frozen=True)
 class RetryPolicy:
     """A decoded `rlsweep_retry` resource. No resource means the defaults, which are RetrySettings' (the rules leave
-    the resource out when a stage keeps them: one resource less per job to plan; tests/test_slurm_units.py holds
+    the resource out when a stage keeps them: one resource less per job to plan; tests/slurm/test_slurm_units.py holds
     the two equal)."""
 
     timeout: int = 0  # retries after TIMEOUT

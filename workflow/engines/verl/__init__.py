@@ -4,7 +4,7 @@ rollouts) running our update rules. Split by where the code runs:
     traits.py   what the rest of rlsweep asks of verl without importing it (workflow/engines/traits.py)
     contract.py what the sides below share, with no verl import: our section of verl's config and its reader, the
                 modules verl loads by name, the mixed-loss batch fields, the preflight's request, vLLM's CPU env.
-                The sides import it and never one another (tests/test_structure.py)
+                The sides import it and never one another (tests/unit/core/test_structure.py)
     driver/     the stage job: VerlEngine (engine.py), run config -> verl's keys (translate.py, no verl import) and
                 verl's composed config (compose.py), the task as verl's parquet (data.py), verl's trainers as
                 supervised children (process.py, sft_launch.py), checkpoint export (export.py), rlsweep:tiny
@@ -17,7 +17,7 @@ rollouts) running our update rules. Split by where the code runs:
     compat/     what verl expects of its environment that ours differs in: vLLM builds (vllm_compat.py), the CPU
                 platform with vLLM's CPU build (cpu.py, engine.verl.device cpu)
     seam.py     every verl symbol the modules above rely on (imports, subclasses, overridden private methods, swaps,
-                patches) with its signature in verl 0.9.1: tests/test_verl_seam.py fails an upgrade with the list of
+                patches) with its signature in verl 0.9.1: tests/verl/test_verl_seam.py fails an upgrade with the list of
                 what moved
 
 The pure batch arithmetic of a mixed-policy step (which rows a method trains, with which weights) is

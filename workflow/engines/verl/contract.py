@@ -8,7 +8,7 @@
     compat/   the patches verl and vLLM need here (the CPU platform, vLLM's CPU build);
     and the eval backends (workflow/eval/backends.py), which run vLLM.
 
-Each side depends on this module and not on another side (tests/test_structure.py checks it), so the shape of what
+Each side depends on this module and not on another side (tests/unit/core/test_structure.py checks it), so the shape of what
 crosses a process boundary (our section of verl's config, the batch fields of the mixed loss, the preflight's
 request, the modules verl loads by name, the environment vLLM's CPU build reads) is written down once, here.
 """
@@ -34,7 +34,7 @@ def run_rl(section: Any):
 
 # ------------------------------------------------------------------ what verl loads by name, in its own processes
 # the reward function (reward.custom_reward_function), our worker and trainer module (VERL_USE_EXTERNAL_MODULES,
-# imported by every Ray process), the SFT trainer torchrun runs, the preflight's child. tests/test_structure.py
+# imported by every Ray process), the SFT trainer torchrun runs, the preflight's child. tests/unit/core/test_structure.py
 # imports each.
 REWARD_FN = ("pkg://workflow.engines.verl.inside.reward", "compute_score")
 WORKER_MODULE = "workflow.engines.verl.inside.worker"

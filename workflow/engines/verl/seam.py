@@ -15,12 +15,12 @@ rlsweep's verl engine (workflow/engines/verl/) reaches into verl in five ways, e
 
 Why it is listed: nothing in verl's own release notes tells us which of these a new verl breaks, and most of them
 fail only deep inside a Ray job (a private method that is no longer called is not even an error). With the list,
-an upgrade fails at once, in tests/test_verl_seam.py, with every symbol that moved: `moved()` resolves each target
+an upgrade fails at once, in tests/verl/test_verl_seam.py, with every symbol that moved: `moved()` resolves each target
 in the installed verl and compares its signature with the one recorded from VERL_VERSION. The same test walks
 workflow/ and fails when code reaches a verl name that is not listed here.
 
 After a verl upgrade:
-1. run `python -m pytest tests/test_verl_seam.py -q`; each line of the failure is one Use that moved;
+1. run `python -m pytest tests/verl/test_verl_seam.py -q`; each line of the failure is one Use that moved;
 2. for each, read verl's new code and adapt ours (the `where` field names the module(s) that rely on it); an
    override of a private method whose *signature* is unchanged can still have changed meaning: read its body too;
 3. re-record the signatures from the new verl (for each Use, `signature_of(resolve(use.target))`), update SEAM and
@@ -49,7 +49,7 @@ class Use:
     where: str  # our module(s) relying on it, ", "-separated paths from the repository root
     signature: str | None  # str(inspect.signature(...)) as of VERL_VERSION (see signature_of); None: none to check
     # for a private name (an override, swap or patch of verl's `_x`): what it does for us and why no public hook of
-    # VERL_VERSION serves (tests/test_verl_seam.py requires it, so a new one is argued for, and an upgrade that adds
+    # VERL_VERSION serves (tests/verl/test_verl_seam.py requires it, so a new one is argued for, and an upgrade that adds
     # a public hook shows which to retire)
     why: str = ""
 

@@ -104,7 +104,7 @@ def lora_keys(prefix: str, lora, rollout: bool = False) -> dict[str, Any]:
     base restored from a backup after it, so the base stays exact), not as a vLLM LoRA adapter (verl's default). The
     adapter sync of a model with tied embeddings (SmolLM2, Qwen2.5 below 7B) failed at its first sync, in vLLM's
     tied-weight check, under the embedding name vLLM's LoRA wrapping gives (`embed_tokens.base_layer`); the merged
-    sync is what runs the real model end to end (tests/test_real_model.py). Its cost: verl sends the merged weights
+    sync is what runs the real model end to end (tests/long/test_real_model.py). Its cost: verl sends the merged weights
     in bf16 (its merged path casts), so rollouts sample from a bf16-rounded policy (the log-probs the loss uses are
     the fp32 actor's)."""
     if lora is None:
@@ -197,7 +197,7 @@ def translate_sft(cfg, *, model_path: str | None = None, train_files: str = PLAC
                   out_dir: str = PLACEHOLDER) -> dict[str, Any]:
     """Dotted keys of verl's `sft_trainer_engine.yaml` for one SFT stage (raw sft_overrides last). The loss is
     verl's sft_loss: the global token mean over every assistant token of the batch, across micro-batches and
-    ranks (tested micro-batch invariant in tests/test_verl_engine.py)."""
+    ranks (tested micro-batch invariant in tests/verl/test_verl_engine.py)."""
     sft, v = cfg.sft, cfg.engine.verl
     n_gpus = v.n_gpus_per_node * v.nnodes
     out = {

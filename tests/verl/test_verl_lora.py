@@ -1,7 +1,7 @@
 """model.lora on the verl engine, up to verl's processes: the translation into verl's FSDP LoRA keys (RL and SFT),
 verl's own checks passing without importing vLLM, what verl cannot do refused by name, the vLLM alias verl's adapter
 loader needs (a raw `lora.merge: false`), and the export folding a LoRA run's adapter into its start model (verl's merger alone writes the
-base weights, which evaluation would score as the trained policy). End to end on CPU: tests/test_real_model.py."""
+base weights, which evaluation would score as the trained policy). End to end on CPU: tests/long/test_real_model.py."""
 
 from __future__ import annotations
 

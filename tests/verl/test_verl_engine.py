@@ -1,7 +1,7 @@
 """Our update rules on verl 0.9's own engine (FSDPEngineWithLMHead, FSDP2, tiny random Qwen2, CPU, 1 and 2 gloo
-ranks; the CPU shims are tests/verl_cpu.py): GRPOStep is verl's own training step, SFPO with alpha = 0 is GRPO, an
+ranks; the CPU shims are tests/support/verl_cpu.py): GRPOStep is verl's own training step, SFPO with alpha = 0 is GRPO, an
 active GXPO step takes exactly 3 backward passes, and verl's SFT loss is micro-batch invariant.
-Each world size runs tests/verl_engine_worker.py once per rank; the tests read what the ranks saved."""
+Each world size runs tests/support/verl_engine_worker.py once per rank; the tests read what the ranks saved."""
 
 from __future__ import annotations
 
@@ -14,13 +14,15 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from helpers import SUPPORT
 import torch
 
 pytestmark = [pytest.mark.serial("verl"), pytest.mark.slow]  # README "Tests": one at a time with the other verl modules
 
 pytest.importorskip("verl")
 
-HERE = Path(__file__).resolve().parent
+HERE = SUPPORT  # the worker scripts and bug plug-ins
 
 
 def _free_port() -> int:
@@ -103,7 +105,7 @@ def test_an_active_gxpo_step_takes_exactly_three_backward_passes(ranks, world):
 
 @pytest.mark.parametrize("world", WORLDS)
 def test_a_rule_added_as_one_registered_class_runs_in_verls_rule_step_and_worker(ranks, world, tmp_path):
-    """tests/toy_rule.py (two plain steps per batch), built by name as the verl worker builds rules: equal to verl's
+    """tests/support/toy_rule.py (two plain steps per batch), built by name as the verl worker builds rules: equal to verl's
     own train_batch called twice per step, 2 backward passes per step, in the engine step and in the worker; the
     number the rule declares comes out of the worker and lands in the run's train_steps row (the driver's side)."""
     r = ranks[world][0]

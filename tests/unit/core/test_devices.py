@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from helpers import REPO
 
 # the code that meets the model's tensors (DESIGN.md, "Devices")
 CHECKED = ["workflow/algos", "workflow/methods", "workflow/engines", "workflow/preflight.py",

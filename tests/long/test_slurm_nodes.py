@@ -27,7 +27,7 @@ from helpers import REPO
 from workflow.engines.verl.driver.process import remove_leaked_segments
 
 # Every test here is a long test since issue 58 took CI under 35 minutes: the two-node cluster's start alone is minutes.
-# CI keeps SLURM through the profile on one node (tests/test_slurm.py: a sweep, a preemption and requeue).
+# CI keeps SLURM through the profile on one node (tests/slurm/test_slurm.py: a sweep, a preemption and requeue).
 # What the long tests here cover (scripts/long_tests.py --stale: changed since their last pass, they run again):
 SLURM_CODE = ["workflow/slurm/", "snakemake_executor_plugin_rlsweep_slurm/", "profiles/slurm/", "scripts/local_slurm.sh",
               "workflow/preemption.py", "workflow/launch.py"]

@@ -148,7 +148,7 @@ def test_srft_trains_the_trace_with_both_terms_and_signed_rollout_weights():
 
 # ---------------------------------------------------------------------------------------------- the workers' loss
 def mix_batch_td(seed: int = 0, n: int = 8):
-    """verl's no-padding GRPO batch (tests/verl_cpu.py) with the driver's fields: rows 0 and 5 are expert traces."""
+    """verl's no-padding GRPO batch (tests/support/verl_cpu.py) with the driver's fields: rows 0 and 5 are expert traces."""
     import verl_cpu
     from verl.utils import tensordict_utils as tu
     td = verl_cpu.grpo_batch(seed=seed, rows=slice(0, n), micro=2, global_rows=n)

@@ -91,7 +91,7 @@ main([*(f"{sys.argv[2]}/_store/toy/{i}/DONE.json" for i in sorted(sweep.jobs("to
 
 
 def test_a_stage_added_by_declaration_gets_ids_jobs_and_a_rule(tmp_path, monkeypatch):
-    """tests/toy_stage.py, declared in STAGES and nowhere else: every run with it gets its id (the hash of its
+    """tests/support/toy_stage.py, declared in STAGES and nowhere else: every run with it gets its id (the hash of its
     config), the sweep one job per distinct id, and Snakemake a rule whose job waits for the declared upstream jobs
     and gets arguments its parser takes."""
     import os
@@ -101,7 +101,7 @@ def test_a_stage_added_by_declaration_gets_ids_jobs_and_a_rule(tmp_path, monkeyp
     from workflow.sweep.expand import load_sweep
     out = subprocess.run([sys.executable, "-c", TOY_STAGE, "sweeps/sft_then_rl.yaml", str(tmp_path)], cwd=REPO,
                          capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), str(REPO)])})
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests" / "support"), str(REPO)])})
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     lines = out.stdout.splitlines()
     toy_ids = next(line for line in lines if line.startswith("TOY ")).split()[1:]

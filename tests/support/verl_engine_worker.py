@@ -1,4 +1,4 @@
-"""One rank of tests/test_verl_engine.py: scenarios on verl's own FSDPEngineWithLMHead (FSDP2, gloo, CPU).
+"""One rank of tests/verl/test_verl_engine.py: scenarios on verl's own FSDPEngineWithLMHead (FSDP2, gloo, CPU).
 
     python verl_engine_worker.py RANK WORLD MODEL_DIR OUT_DIR PORT
 
@@ -169,5 +169,5 @@ results = {
     "sft_micro": {m: sft_grads(m) for m in (1, 2, 8 // WORLD)},
 }
 torch.save(results, Path(out_dir) / f"rank{rank}.pt")
-dist.barrier()  # both ranks done before either tears gloo down (see tests/fsdp_worker.py)
+dist.barrier()  # both ranks done before either tears gloo down (see tests/support/fsdp_worker.py)
 dist.destroy_process_group()

@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from helpers import SUPPORT
 import torch
 
 from fsdp_worker import make_rule
@@ -17,7 +19,7 @@ from test_update_rules import mlp_closure, mlp_problem
 
 pytestmark = [pytest.mark.serial("verl"), pytest.mark.slow]  # README "Tests": one at a time with the other verl modules
 
-HERE = Path(__file__).resolve().parent
+HERE = SUPPORT  # the worker scripts and bug plug-ins
 STEPS = 6
 SPIKES = [1.0, 1.01, 0.99, 1.0, 30.0, 1.0]
 

@@ -107,7 +107,7 @@ def test_intermediate_evals_every_n_steps_then_other_graders_judge_them_without_
     assert json.loads(runs.stdout) == [{"eval_step": 2, "eval_group": "arithmetic", "status": "completed"},
                                        {"eval_step": 4, "eval_group": "arithmetic", "status": "completed"}]
 
-    # rlsweep rescore: other graders judge the stored responses (tests/test_graders.py pins their verdicts)
+    # rlsweep rescore: other graders judge the stored responses (tests/unit/eval/test_graders.py pins their verdicts)
     evaluated = {k: v for k, v in mtimes(results).items() if k.startswith("ev/eval/") or "eval_samples" in k}
     bad = run_cli("--results", str(results), "rescore", str(sweep), "--graders", "nope")
     assert bad.returncode == 2 and "unknown grader(s) nope; known: dapo, exact, math_equal, math_verify" in bad.stderr

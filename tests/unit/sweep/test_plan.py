@@ -1,6 +1,6 @@
 """`rlsweep plan`: each job's state from what is on disk and in the runs table, and the GPU-hours left: measured
 from finished jobs of the same stage, engine and model where there are some, else the time limits (upper bound).
-(Before and after a real run: tests/test_workflow_e2e.py.)"""
+(Before and after a real run: tests/e2e/test_workflow_e2e.py.)"""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Graders: each one's verdict on a hand-labelled corpus of answers where graders are known to differ is pinned, and
-listing graders changes no id. (`rlsweep rescore` end to end: tests/test_workflow_e2e.py, on the sweep that test
+listing graders changes no id. (`rlsweep rescore` end to end: tests/e2e/test_workflow_e2e.py, on the sweep that test
 runs anyway.)"""
 
 from __future__ import annotations
@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from helpers import REPO
+
 from workflow.benchmarks import graders
 
-CORPUS = yaml.safe_load((Path(__file__).parent / "fixtures" / "graders" / "corpus.yaml").read_text())
+CORPUS = yaml.safe_load((REPO / "tests" / "fixtures" / "graders" / "corpus.yaml").read_text())
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """A toy stage, declared the way a new stage is: one `Stage` in workflow/stages.py STAGES and nothing else (no rule,
 no parser, no id code). It reads the SFT job and the prepared data, exists only in runs with SFT, and its config
-names both ids and the seed. tests/test_stages.py checks what follows from the declaration."""
+names both ids and the seed. tests/unit/core/test_stages.py checks what follows from the declaration."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The SFT-then-RL paper's two silent bugs, planted into verl's own engine for tests/test_verl_preflight.py. The
+"""The SFT-then-RL paper's two silent bugs, planted into verl's own engine for tests/verl/test_verl_preflight.py. The
 preflight runs verl in torchrun children, so the test names these ("verl_preflight_bugs:mean_of_micro_batch_means")
 and the children import them (the test puts this folder on PYTHONPATH)."""
 

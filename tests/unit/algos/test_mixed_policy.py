@@ -219,7 +219,7 @@ def test_eval_at_start_evaluates_the_model_rl_starts_from(sft_stage):
 def test_the_mixed_policy_sweep_validates_and_its_smoke_plans_every_method(tmp_path):
     """The shipped sweep's shape, and its smoke version's DAG. Every method's stage job runs in
     test_every_method_trains_on_the_local_engine_and_logs_its_mechanism (and, with this sweep's settings, in
-    tests/test_gpu_check.py); a smoke sweep through Snakemake runs end to end in tests/test_smoke.py."""
+    tests/unit/core/test_gpu_check.py); a smoke sweep through Snakemake runs end to end in tests/e2e/test_smoke.py."""
     sweep = load_sweep(REPO / "sweeps" / "mixed_policy.yaml")
     by_method = {}
     for r in sweep.runs:

@@ -24,7 +24,7 @@ def test_the_dry_run_test_reads_the_command_line_as_snakemake_does():
 
 @pytest.mark.slow  # a Snakemake plan
 def test_a_dry_run_writes_nothing_under_the_results(tmp_path):
-    """Before: `snakemake -n` wrote results/<sweep>/members/<digest>.parquet (a run records it: tests/test_store.py)."""
+    """Before: `snakemake -n` wrote results/<sweep>/members/<digest>.parquet (a run records it: tests/e2e/test_store.py)."""
     sweep = write_sweep(tmp_path / "s.yaml", "s", "grid:\n  rl.lr: [1.0e-4]\nseeds: [0]\n")
     plan = snakemake(tmp_path, sweep, "-n")
     assert plan.returncode == 0 and "Job stats:" in plan.stdout, plan.stderr[-2000:]

@@ -14,7 +14,8 @@ import pytest
 
 from workflow.layout import stage_dir
 
-REPO = Path(__file__).resolve().parent.parent
+SUPPORT = Path(__file__).resolve().parent  # tests/support/: this module, the worker scripts, the toy plug-ins
+REPO = SUPPORT.parent.parent
 
 
 def need_verl_and_vllm() -> None:
@@ -101,7 +102,7 @@ def kill_and_resume_rl(sweep: str, run_id: str, rcfg: dict, sft_done: Path, root
     return stage_dir(root, "rl", run_id) / (f"DONE_{until}.json" if until and until < total_steps else "DONE.json")
 
 
-# the SFT stage the RL resume tests start from (tests/test_engine.py, tests/test_lora.py); SFT reads no `rl` section, so
+# the SFT stage the RL resume tests start from (tests/unit/engines/test_engine.py, tests/unit/engines/test_lora.py); SFT reads no `rl` section, so
 # each module adds its own RL settings to this config and they all share one SFT job
 SFT_FOR_RL = {"model": {"n_layers": 2, "hidden": 64, "n_heads": 4},
               "sft": {"steps": 300, "batch_size": 64, "checkpoint_every": 300},

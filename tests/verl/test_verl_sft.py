@@ -27,8 +27,8 @@ from workflow.sweep.identity import stable_id  # noqa: E402
 pytestmark = [pytest.mark.serial("verl"), pytest.mark.slow]
 # Long tests (on demand, their last pass in docs/tests.md) since issue 58 took CI under 35 minutes: two verl SFT
 # starts (1 and 2 ranks, ~3.5 min of a loaded worker). In CI without them: verl SFT through torchrun as the first stage
-# of the verl chain (tests/test_verl_cpu.py: checkpoints where RL finds them, train_steps), and the global token-mean
-# loss of verl's SFT step by the integrity preflight on verl's own actor (tests/test_verl_preflight.py)
+# of the verl chain (tests/verl/test_verl_cpu.py: checkpoints where RL finds them, train_steps), and the global token-mean
+# loss of verl's SFT step by the integrity preflight on verl's own actor (tests/verl/test_verl_preflight.py)
 SFT_CODE = ["workflow/engines/verl/", "workflow/preflight.py", "workflow/algos/losses.py", "workflow/launch.py"]  # README "Tests": one at a time with the other verl modules
 
 STEPS, EVERY, BATCH, LR = 4, 2, 8, 1e-2

@@ -1,6 +1,6 @@
 """The integrity preflight on the verl engine (workflow/engines/verl/inside/preflight.py), on CPU with verl's own SFT
 trainer and FSDP2 engine in a 2-rank gloo torchrun child: a correct configuration passes, the paper's two bugs
-planted into verl (tests/verl_preflight_bugs.py: a loss that is a mean of per-micro-batch means; an optimizer step
+planted into verl (tests/support/verl_preflight_bugs.py: a loss that is a mean of per-micro-batch means; an optimizer step
 that sees only the first micro-batch) are caught and named, and a verl SFT job that fails it never trains."""
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ import os
 from pathlib import Path
 
 import pytest
+
+from helpers import SUPPORT
 
 pytest.importorskip("verl")
 
@@ -21,7 +23,7 @@ from workflow.stages import parse_stage, stage_config  # noqa: E402
 
 pytestmark = [pytest.mark.serial("verl"), pytest.mark.slow]  # README "Tests": one at a time with the other verl modules
 
-HERE = Path(__file__).resolve().parent
+HERE = SUPPORT  # the worker scripts and bug plug-ins
 MEAN_OF_MEANS = "verl_preflight_bugs:mean_of_micro_batch_means"
 FIRST_ONLY = "verl_preflight_bugs:first_micro_batch_only"
 
