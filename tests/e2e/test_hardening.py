@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -40,7 +41,7 @@ def test_queries_never_fail_while_stages_replace_their_table_files(tmp_path):
         write_rows(root, "runs", f"rl_{0xa0 + i:012x}", runs_rows(i))
     writer = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import itertools, sys
-        sys.path[:0] = [{str(REPO)!r}, {str(REPO / "tests" / "support")!r}]
+        sys.path[:0] = [{str(REPO)!r}, {str(Path(__file__).resolve().parent)!r}, {str(REPO / "tests" / "support")!r}]
         from test_hardening import runs_rows
         from workflow.results.writer import write_rows
         for n in itertools.count(1):
@@ -55,6 +56,7 @@ def test_queries_never_fail_while_stages_replace_their_table_files(tmp_path):
                 answers += 1
             except QueryError as e:
                 failures.append(str(e))
+        assert writer.poll() is None, "the writer died: nothing was rewritten while the queries ran"
     finally:
         writer.kill()
         writer.wait()

@@ -13,7 +13,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
-from test_update_rules import mlp_closure, mlp_problem
+from rule_problems import mlp_closure, mlp_problem
 from workflow.methods.gxpo.algorithm import GXPO
 from workflow.methods.sfpo.algorithm import SFPO
 

@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 
+from rule_problems import mlp_closure, mlp_problem, reference_gxpo_point
 from workflow.algos.gates import ZGate
 from workflow.methods.grpo.algorithm import GRPOStep
 from workflow.methods.gxpo.algorithm import GXPO, geometric_scale
@@ -86,22 +87,6 @@ def test_gxpo_default_clamp_and_inactive_coordinates_keep_observed_displacement(
 
 
 # ------------------------------------------------------------------------------------------------- SFPO
-def mlp_problem(seed=0, dtype=torch.float64):
-    torch.manual_seed(seed)
-    model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3)).to(dtype)
-    x, y = torch.randn(32, 6, dtype=dtype), torch.randn(32, 3, dtype=dtype)
-    return model, x, y
-
-
-def mlp_closure(model, opt, x, y, scale=lambda: 1.0):
-    def closure():
-        opt.zero_grad(set_to_none=True)
-        loss = ((model(x) - y) ** 2).mean() * scale()
-        loss.backward()
-        return loss
-    return closure
-
-
 def run_rule(rule, steps=3, opt_cls=torch.optim.AdamW, seed=0, **opt_kw):
     model, x, y = mlp_problem(seed)
     opt = opt_cls(model.parameters(), lr=1e-2, **opt_kw)
@@ -215,17 +200,6 @@ def test_gxpo_gate_on_corrective_gradient_norm_trips_once_then_one_pass():
 
 
 # -------------------------------------------------------------------------------- AdamW + clipping reference
-def reference_gxpo_point(theta0, g0, theta1, g1, theta2, K, alpha, eps):
-    """The paper's reposition, written naively on full tensors."""
-    out = []
-    for t0, a, b, t2 in zip(theta0, g0, g1, theta2):
-        act = a.abs() > eps
-        r = torch.where(act, b / torch.where(act, a, torch.ones_like(a)), torch.zeros_like(a))
-        s = torch.where(act, ((1 - r ** K) / (1 - r ** 2)).clamp(0, K), torch.ones_like(a))
-        out.append(t0 + alpha * s * (t2 - t0))
-    return out
-
-
 def test_gxpo_with_adamw_and_binding_clip_uses_unclipped_gradients():
     model, x, y = mlp_problem()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01)

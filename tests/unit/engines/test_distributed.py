@@ -15,7 +15,7 @@ from helpers import SUPPORT
 import torch
 
 from fsdp_worker import make_rule
-from test_update_rules import mlp_closure, mlp_problem
+from rule_problems import mlp_closure, mlp_problem
 
 pytestmark = [pytest.mark.serial("verl"), pytest.mark.slow]  # README "Tests": one at a time with the other verl modules
 

@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from helpers import SFT_FOR_RL, kill_and_resume_rl
-from test_update_rules import reference_gxpo_point
+from rule_problems import reference_gxpo_point
 from workflow.config import LoRAConfig, ModelConfig, RunConfig
 from workflow.engines import lora
 from workflow.engines.local import demonstrations, sft_accumulate
