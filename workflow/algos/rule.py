@@ -72,6 +72,7 @@ class UpdateRule:
         self._enabled = True  # the driver's decision when the gate is not here
         self._pending = NO_GATE  # the rollout-phase gate's result for the coming step
         self._buffers: dict[str, list[Tensor]] = {}
+        self._flat: dict[str, Tensor] = {}  # snapshot(flat=True): the contiguous buffer its copies are views of
 
     @classmethod
     def build(cls, settings: Any, max_grad_norm: float | None, gate_here: bool = True) -> "UpdateRule":
@@ -98,6 +99,7 @@ class UpdateRule:
     def release_buffers(self) -> None:
         """Free the parameter-sized copies kept from step to step (the rule is single-pass from now on)."""
         self._buffers.clear()
+        self._flat.clear()
 
     def set_enabled(self, enabled: bool) -> None:
         """The driver's gate decision for the coming step (gate_here=False only)."""
@@ -127,15 +129,28 @@ class UpdateRule:
         norm, _ = clip_and_step(params, optimizer, self.max_grad_norm, process_group(params))
         return StepStats(loss=float(loss.detach()), grad_norm=norm, backward_passes=1, optimizer_steps=1)
 
-    def snapshot(self, name: str, tensors: list[Tensor]) -> list[Tensor]:
+    def snapshot(self, name: str, tensors: list[Tensor], flat: bool = False) -> list[Tensor]:
         """A copy of `tensors` in buffers kept from step to step: the memory is the same as fresh clones, but
-        allocating (and on CPU page-faulting) a parameter-sized copy every step costs more than the copy itself."""
+        allocating (and on CPU page-faulting) a parameter-sized copy every step costs more than the copy itself.
+        `flat`: the copies are views of one contiguous buffer, in order (`flat_buffer(name)`), when the tensors share
+        a dtype and device (else separate, as without it): elementwise work can then run across tensor boundaries."""
         bufs = self._buffers.get(name)
         if bufs is None or [(b.shape, b.dtype, b.device) for b in bufs] != [(t.shape, t.dtype, t.device)
                                                                              for t in tensors]:
-            bufs = self._buffers[name] = [torch.empty_like(t) for t in tensors]
+            self._flat.pop(name, None)
+            if flat and tensors and len({(t.dtype, t.device) for t in tensors}) == 1:
+                whole = torch.empty(sum(t.numel() for t in tensors), dtype=tensors[0].dtype, device=tensors[0].device)
+                self._flat[name] = whole
+                bufs = [v.view(t.shape) for v, t in zip(whole.split([t.numel() for t in tensors]), tensors)]
+            else:
+                bufs = [torch.empty_like(t) for t in tensors]
+            self._buffers[name] = bufs
         torch._foreach_copy_(bufs, tensors)
         return bufs
+
+    def flat_buffer(self, name: str) -> Tensor | None:
+        """The one buffer a `snapshot(name, ..., flat=True)` lies in (None: its copies are separate)."""
+        return self._flat.get(name)
 
 
 class MultiPassRule(UpdateRule):

@@ -277,3 +277,52 @@ def test_gxpo_gate_ignores_batches_without_learning_signal():
     for _ in range(3):
         rule.step([p], opt, closure)
     assert rule.gate.seen == 0 and torch.equal(p.detach(), torch.ones(4, dtype=torch.float64))
+
+
+# ------------------------------------------------------------------------------------ GXPO's chunks (issue 64)
+def _many_tensors(seed: int) -> list[torch.nn.Parameter]:
+    """Tensors of a model's mix of sizes: big ones of several chunks with tails, and many small ones (norms,
+    biases) that the chunk plan packs together; one without a gradient (untouched)."""
+    g = torch.Generator().manual_seed(seed)
+    sizes = [700, 3, 64, 5, 1, 300, 2, 2, 129, 256, 7, 1000, 17]
+    return [torch.nn.Parameter(torch.randn(n, generator=g)) for n in sizes]
+
+
+def _gxpo_step(params, K, ratio_source, clamp):
+    """One GXPO step with a non-linear loss (so the ratios vary), SGD with momentum and a binding clip."""
+    rule = GXPO(K=K, alpha=0.7, ratio_source=ratio_source, clamp=clamp, max_grad_norm=0.5)
+    opt = torch.optim.SGD(params[:-1], lr=0.1, momentum=0.9)
+    weights = [torch.linspace(0.5, 2.0, p.numel()) for p in params]
+
+    def closure():
+        opt.zero_grad(set_to_none=True)
+        loss = sum((w * torch.sin(p) ** 2 + 0.1 * p ** 4).sum() for w, p in zip(weights[:-1], params[:-1]))
+        loss.backward()
+        return loss
+    stats = rule.step(params, opt, closure)
+    return [p.detach().clone() for p in params], stats.diagnostics
+
+
+@pytest.mark.parametrize("K,ratio_source,clamp", [(3, "grad", "s"), (5, "displacement", "r"), (4, "grad", "none")])
+def test_gxpo_packing_small_tensors_into_chunks_changes_no_weight_and_no_diagnostic(K, ratio_source, clamp,
+                                                                                   monkeypatch):
+    """The chunk plan works small tensors and big tensors' tails together (one op per chunk, not per tensor); every
+    coordinate's arithmetic is the same, so the weights are equal bit for bit to working each tensor alone (today's
+    plan before packing), and the diagnostics to rounding: the sampled ratios are the same coordinates, the sums
+    float64, and cos(g0, g_corr) a float32 dot per chunk (chunks of other bounds round it otherwise)."""
+    import workflow.algos.sharded as sharded
+    import workflow.methods.gxpo.algorithm as gxpo
+    monkeypatch.setattr(sharded, "CHUNK", 128)  # big tensors of several chunks, tails, small ones packed
+    monkeypatch.setattr(gxpo, "chunk_size", lambda device: 128)
+    plan = gxpo.chunk_plan([700, 3, 64, 5], 128, packed=True, device=torch.device("cpu"))
+    assert [c.pieces for c in plan] == [((0, 0, 128),), ((0, 128, 256),), ((0, 256, 384),), ((0, 384, 512),),
+                                        ((0, 512, 640),), ((0, 640, 700), (1, 0, 3), (2, 0, 64)), ((3, 0, 5),)]
+    packed, diag = _gxpo_step(_many_tensors(0), K, ratio_source, clamp)
+    monkeypatch.setattr(GXPO, "flat_buffer", lambda self, name: None)  # no flat snapshots: each tensor alone
+    alone, diag_alone = _gxpo_step(_many_tensors(0), K, ratio_source, clamp)
+    assert all(torch.equal(a, b) for a, b in zip(packed, alone))
+    assert torch.equal(packed[-1], _many_tensors(0)[-1])  # no gradient: untouched
+    assert diag.keys() == diag_alone.keys()
+    for k in diag:
+        tolerance = 1e-6 if k == "gxpo_cos_g0_gcorr" else 1e-12
+        assert diag[k] == pytest.approx(diag_alone[k], rel=tolerance, abs=tolerance, nan_ok=True), k

@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""How many ATen ops one GXPO step's own arithmetic dispatches (snapshots, extrapolation, the corrective dot;
+not the backward passes, the gradient clipping or the optimizer, which GRPO's step has too), at a real model's
+tensor list. On a GPU each op is at least one kernel
+launch, and a step there is launch-bound (docs/gpu-check.md: GXPO 1.29-1.39x GRPO per pass on an H200): this count is
+what issue 64's bucketing of small tensors cuts, measured without a GPU.
+
+    python bench/gxpo_ops.py [--shape qwen2-0.5b] [--chunk gpu|cpu] [--dtype bfloat16]
+    PYTHONPATH=<another checkout> python bench/gxpo_ops.py     # the same count for that checkout's GXPO
+
+The tensors have the shape's parameter sizes (bf16 by default, to halve the memory: the op count does not depend
+on the dtype) and live on the CPU; `--chunk gpu` plans chunks as on a GPU (workflow/algos/sharded.GPU_CHUNK).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+sys.path.insert(1, str(Path(__file__).resolve().parent))  # (after PYTHONPATH: the checkout measured)
+from update_rules import SHAPES  # noqa: E402
+
+import workflow.algos.sharded as sharded  # noqa: E402
+from workflow.methods.gxpo.algorithm import GXPO  # noqa: E402
+
+# what the rule itself does not launch: the closure (our stand-in for backward) and the optimizer's step
+SKIP = ("closure", "optimizer")
+
+
+class CountOps(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops: collections.Counter = collections.Counter()  # ops that compute (a kernel each on a GPU)
+        self.views: collections.Counter = collections.Counter()  # views, slices: metadata, no kernel
+        self.paused = False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not self.paused:
+            (self.views if func.is_view else self.ops)[str(func.overloadpacket)] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def shape_sizes(shape: str) -> list[tuple[int, ...]]:
+    """The parameter shapes of a Qwen2 of this config (built on the meta device: no memory)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    with torch.device("meta"):
+        model = Qwen2ForCausalLM(Qwen2Config(**SHAPES[shape]))
+    return [tuple(p.shape) for p in model.parameters()]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="qwen2-0.5b")
+    ap.add_argument("--chunk", choices=("gpu", "cpu"), default="gpu")
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--time", type=int, default=0, metavar="N",
+                    help="also the median wall time of N whole steps, not counting (compare two checkouts in one "
+                         "sitting, alternating)")
+    a = ap.parse_args()
+    chunk = sharded.GPU_CHUNK if a.chunk == "gpu" else sharded.CHUNK
+    sharded.chunk_size = lambda device: chunk  # the plan a GPU would make, on this CPU
+    import workflow.methods.gxpo.algorithm as gxpo
+    gxpo.chunk_size = sharded.chunk_size
+    dtype = getattr(torch, a.dtype)
+    shapes = shape_sizes(a.shape)
+    g = torch.Generator().manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(s, generator=g, dtype=torch.float32).to(dtype)) for s in shapes]
+    opt = torch.optim.SGD(params, lr=1e-3)
+    counter = CountOps()
+
+    def closure() -> torch.Tensor:
+        counter.paused = True
+        with torch.no_grad():
+            for p in params:
+                p.grad = p * 1e-2
+            loss = torch.zeros(())
+        counter.paused = False
+        return loss
+
+    step = opt.step
+
+    def quiet_step(*args, **kwargs):
+        counter.paused = True
+        try:
+            return step(*args, **kwargs)
+        finally:
+            counter.paused = False
+    opt.step = quiet_step
+    clip = gxpo.clip_and_step  # the global norm and the clip: every rule's, once per pass
+
+    def quiet_clip(*args, **kwargs):
+        counter.paused = True
+        try:
+            return clip(*args, **kwargs)
+        finally:
+            counter.paused = False
+    gxpo.clip_and_step = quiet_clip
+    rule = GXPO(K=5, alpha=0.5, max_grad_norm=None)
+    rule.step(params, opt, closure)  # warm-up: buffers, plan
+    t0 = time.perf_counter()
+    with counter:
+        rule.step(params, opt, closure)
+    seconds = time.perf_counter() - t0
+    steps = []
+    for _ in range(a.time):  # (the counter is not active: the dispatch mode's own cost is not in these)
+        t0 = time.perf_counter()
+        rule.step(params, opt, closure)
+        steps.append(time.perf_counter() - t0)
+    total, views = sum(counter.ops.values()), sum(counter.views.values())
+    top = ", ".join(f"{k} {v}" for k, v in counter.ops.most_common(6))
+    print(f"{a.shape}: {len(shapes)} tensors, {sum(p.numel() for p in params) / 1e6:.0f}M parameters, chunks of "
+          f"{chunk:,} ({a.chunk}); GXPO's own ops per step: {total:,} that compute ({top}), {views:,} views; "
+          f"{seconds:.1f} s on this CPU while counting"
+          + (f"; a whole step (closure, clipping, SGD included) {statistics.median(steps):.2f} s, median of {a.time}"
+             if steps else ""))
+
+
+if __name__ == "__main__":
+    main()
