@@ -90,6 +90,7 @@ main([*(f"{sys.argv[2]}/_store/toy/{i}/DONE.json" for i in sorted(sweep.jobs("to
 """
 
 
+@pytest.mark.slow  # seconds of work (Snakemake runs, every shipped sweep): the fast tier stays under 2 min
 def test_a_stage_added_by_declaration_gets_ids_jobs_and_a_rule(tmp_path, monkeypatch):
     """tests/support/toy_stage.py, declared in STAGES and nowhere else: every run with it gets its id (the hash of its
     config), the sweep one job per distinct id, and Snakemake a rule whose job waits for the declared upstream jobs
@@ -121,6 +122,7 @@ def test_a_stage_added_by_declaration_gets_ids_jobs_and_a_rule(tmp_path, monkeyp
         assert a.knob is None and a.threads == sweep.spec.resources.sft.threads == 16  # its declared `resources`
 
 
+@pytest.mark.slow  # seconds of work (Snakemake runs, every shipped sweep): the fast tier stays under 2 min
 def test_every_job_a_dry_run_plans_parses_with_its_stages_declared_options(tmp_path):
     """The rules' jobs as Snakemake would start them (`snakemake -n -p`, a datasets sweep: data, overlap, SFT, RL
     and eval jobs): each command line is one the job's parser takes."""

@@ -160,6 +160,7 @@ FOREIGN = {  # readable Parquet files under a table's folder that no stage job w
 }
 
 
+@pytest.mark.slow  # seconds of work (Snakemake runs, every shipped sweep): the fast tier stays under 2 min
 @pytest.mark.parametrize("name", FOREIGN.values(), ids=FOREIGN.keys())
 def test_a_readable_file_no_stage_job_wrote_is_reported_in_every_view_and_moved_aside_by_fix(two_sweeps, name):
     """Before: such a file was read into every all-sweeps query as if a stage had written it (its rows counted),

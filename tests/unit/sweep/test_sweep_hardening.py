@@ -266,6 +266,7 @@ def test_snakemake_refuses_a_bad_sweep_before_any_job_without_a_traceback(tmp_pa
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.slow  # seconds of work (Snakemake runs, every shipped sweep): the fast tier stays under 2 min
 def test_the_shipped_sweeps_pass_every_check():
     for path in sorted((REPO / "sweeps").glob("*.yaml")):
         load_sweep(path)
