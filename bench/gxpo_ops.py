@@ -30,16 +30,22 @@ from update_rules import SHAPES  # noqa: E402
 import workflow.algos.sharded as sharded  # noqa: E402
 from workflow.methods.gxpo.algorithm import GXPO  # noqa: E402
 
-# what the rule itself does not launch: the closure (our stand-in for backward) and the optimizer's step
-SKIP = ("closure", "optimizer")
-
-
 class CountOps(TorchDispatchMode):
     def __init__(self):
         super().__init__()
         self.ops: collections.Counter = collections.Counter()  # ops that compute (a kernel each on a GPU)
         self.views: collections.Counter = collections.Counter()  # views, slices: metadata, no kernel
         self.paused = False
+
+    def uncounted(self, fn):
+        """`fn` with the count paused while it runs."""
+        def run(*args, **kwargs):
+            self.paused = True
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.paused = False
+        return run
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if not self.paused:
@@ -75,33 +81,16 @@ def main() -> None:
     opt = torch.optim.SGD(params, lr=1e-3)
     counter = CountOps()
 
-    def closure() -> torch.Tensor:
-        counter.paused = True
+    def closure() -> torch.Tensor:  # our stand-in for backward: fresh gradients
         with torch.no_grad():
             for p in params:
                 p.grad = p * 1e-2
-            loss = torch.zeros(())
-        counter.paused = False
-        return loss
+            return torch.zeros(())
 
-    step = opt.step
-
-    def quiet_step(*args, **kwargs):
-        counter.paused = True
-        try:
-            return step(*args, **kwargs)
-        finally:
-            counter.paused = False
-    opt.step = quiet_step
-    clip = gxpo.clip_and_step  # the global norm and the clip: every rule's, once per pass
-
-    def quiet_clip(*args, **kwargs):
-        counter.paused = True
-        try:
-            return clip(*args, **kwargs)
-        finally:
-            counter.paused = False
-    gxpo.clip_and_step = quiet_clip
+    # the closure, the optimizer and the clipping (the global norm: every rule's, once per pass) are not counted
+    closure = counter.uncounted(closure)
+    opt.step = counter.uncounted(opt.step)
+    gxpo.clip_and_step = counter.uncounted(gxpo.clip_and_step)
     rule = GXPO(K=5, alpha=0.5, max_grad_norm=None)
     rule.step(params, opt, closure)  # warm-up: buffers, plan
     t0 = time.perf_counter()

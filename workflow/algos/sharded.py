@@ -75,16 +75,6 @@ def clip_and_step(params: list[Tensor], optimizer: Optimizer, max_grad_norm: flo
     return float(norm), coef
 
 
-def chunked_dot(a: Tensor, b: Tensor) -> Tensor:
-    """<a, b> accumulated in float64 over cache-sized chunks (no full-size float64 copies)."""
-    a, b = a.reshape(-1), b.reshape(-1)
-    total = torch.zeros((), dtype=torch.float64, device=a.device)
-    chunk = chunk_size(a.device)
-    for start in range(0, a.numel(), chunk):
-        total += torch.dot(a[start:start + chunk], b[start:start + chunk]).double()
-    return total
-
-
 def with_grad(params: list[Tensor]) -> list[Tensor]:
     """The parameters the last backward pass reached (the ones an update rule takes part in)."""
     return [p for p in params if p.grad is not None]

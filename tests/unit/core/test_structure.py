@@ -170,17 +170,14 @@ def test_only_the_engines_know_engines_by_name():
 # what lists a table's folder or names its files one by one: right only inside results/ (which knows packs) and
 # layout.py (which defines the names); a reader elsewhere goes through the catalog or results/rows.py (issue 57)
 TABLE_LISTERS = {"table_dir", "train_steps_files", "table_files", "table_layout", "layout_of", "read_layout"}
-TABLE_FOLDER = re.compile(r"""["'/]tables["'/]""")  # a path into _store/tables/ spelled out
-
-
 def table_listings(name: str, source: str) -> list[str]:
     """Every use of a table-listing helper, and every spelled-out path into the tables' folder, in one source."""
-    bad = [f"{name}:{node.lineno}: {node.id if isinstance(node, ast.Name) else node.attr}"
-           for node in ast.walk(ast.parse(source))
+    nodes = list(ast.walk(ast.parse(source)))
+    bad = [f"{name}:{node.lineno}: {node.id if isinstance(node, ast.Name) else node.attr}" for node in nodes
            if (isinstance(node, ast.Name) and node.id in TABLE_LISTERS)
            or (isinstance(node, ast.Attribute) and node.attr in TABLE_LISTERS)]
-    bad += [f"{name}:{node.lineno}: {node.value!r}" for node in ast.walk(ast.parse(source))
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and TABLE_FOLDER.search(f"/{node.value}/")
+    bad += [f"{name}:{node.lineno}: {node.value!r}" for node in nodes  # a path into _store/tables/ spelled out
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
             and node.value.strip("/").split("/")[0] == "tables"]
     bad += [f"{name}: from {target} import {n}" for target, names in imports_of(name, source)
             for n in names if n in TABLE_LISTERS]

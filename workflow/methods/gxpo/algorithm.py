@@ -58,6 +58,10 @@ class Chunk:
     sample_slice: tuple[int, int] | None  # one piece: its sampled coordinates are [first::stride] of the chunk
     sample: Tensor | None  # several pieces: the chunk positions of their sampled coordinates (on the device)
 
+    def slices(self, flat: list[Tensor]) -> list[Tensor]:
+        """The chunk's pieces of tensors given as their flat views, in order."""
+        return [flat[i][lo:hi] for i, lo, hi in self.pieces]
+
 
 def chunk_plan(sizes: list[int], chunk: int, packed: bool, device: torch.device) -> tuple[Chunk, ...]:
     """Chunks of at most `chunk` elements over tensors of `sizes`: a tensor of a chunk or more is worked in chunks
@@ -84,29 +88,29 @@ def chunk_plan(sizes: list[int], chunk: int, packed: bool, device: torch.device)
                                                                              device=device)))
         offset += size
 
+    held = 0  # elements in `pending`
+
     def flush() -> None:
+        nonlocal held
         if pending:
             emit(list(pending))
             pending.clear()
+        held = 0
 
-    held = 0
     for i, n in enumerate(sizes):
         lo = 0
         if n >= chunk:  # its whole chunks: views of it
             flush()
-            held = 0
             while n - lo >= chunk:
                 emit([(i, lo, lo + chunk)])
                 lo += chunk
         if lo < n:  # a small tensor, or a big one's tail
             if held + n - lo > chunk or not packed:
                 flush()
-                held = 0
             pending.append((i, lo, n))
             held += n - lo
             if not packed:
                 flush()
-                held = 0
     flush()
     return tuple(out)
 
@@ -204,12 +208,12 @@ class GXPO(MultiPassRule):
         return self._chunks
 
     def _work(self, like: Tensor, n: int) -> list[Tensor]:
-        """Six chunk-sized workspaces of `like`'s dtype and device (kept between steps), and a 0-dim one."""
+        """Six workspaces of `n` elements (the plan's largest chunk) of `like`'s dtype and device, kept between
+        steps, and a 0-dim one."""
         key = (like.dtype, like.device)
         work = self._workspaces.get(key)
         if work is None or work[0].numel() < n:
-            size = max(n, min(chunk_size(like.device), like.numel()))
-            work = [torch.empty(size, dtype=like.dtype, device=like.device) for _ in range(6)]
+            work = [torch.empty(n, dtype=like.dtype, device=like.device) for _ in range(6)]
             work.append(torch.ones((), dtype=like.dtype, device=like.device))
             self._workspaces[key] = work
         return work
@@ -223,14 +227,14 @@ class GXPO(MultiPassRule):
         total = torch.zeros((), dtype=torch.float64, device=grads[0].device if grads else "cpu")
         flat = self.flat_buffer("g0")
         plan = self._plan(grads)
+        largest = max((c.size for c in plan), default=0)
         grads, g0 = [t.view(-1) for t in grads], [t.view(-1) for t in g0]
         for c in plan:
             if len(c.pieces) == 1:
                 i, lo, hi = c.pieces[0]
                 total += torch.dot(g0[i][lo:hi], grads[i][lo:hi]).double()
             else:
-                gathered = torch.cat([grads[i][lo:hi] for i, lo, hi in c.pieces],
-                                     out=self._work(grads[c.pieces[0][0]], c.size)[0][:c.size])
+                gathered = torch.cat(c.slices(grads), out=self._work(grads[c.pieces[0][0]], largest)[0][:c.size])
                 total += torch.dot(flat[c.offset:c.offset + c.size], gathered).double()
         return total
 
@@ -257,17 +261,18 @@ class GXPO(MultiPassRule):
         # each tensor's flat view once (a chunk takes a slice of it)
         theta, g1, g0, theta0 = ([t.view(-1) for t in ts] for ts in (theta, g1, g0, theta0))
         d0 = [t.view(-1) for t in d0] if d0 is not None else None
-        for c in self._plan(theta):
+        plan = self._plan(theta)
+        largest = max((c.size for c in plan), default=0)
+        for c in plan:
             n = c.size
-            *work, one = self._work(theta[c.pieces[0][0]], n)
+            *work, one = self._work(theta[c.pieces[0][0]], largest)
             act, r, q, s, th_ws, b_ws = (w[:n] for w in work)
             if len(c.pieces) == 1:  # inside one tensor: views
                 i, lo, hi = c.pieces[0]
                 th, b, a, t0 = theta[i][lo:hi], g1[i][lo:hi], g0[i][lo:hi], theta0[i][lo:hi]
                 dd = d0[i][lo:hi] if d0 is not None else None
             else:  # several tensors: gathered (g0, theta0 and d0 are contiguous in their flat snapshots)
-                th = torch.cat([theta[i][lo:hi] for i, lo, hi in c.pieces], out=th_ws)
-                b = torch.cat([g1[i][lo:hi] for i, lo, hi in c.pieces], out=b_ws)
+                th, b = torch.cat(c.slices(theta), out=th_ws), torch.cat(c.slices(g1), out=b_ws)
                 a, t0 = flat_g0[c.offset:c.offset + n], flat_t0[c.offset:c.offset + n]
                 dd = flat_d0[c.offset:c.offset + n] if d0 is not None else None
             if dd is None:  # r = g1 / g0 on |g0| > eps; g1 unclipped = clipped g1 / clip coefficient
@@ -302,7 +307,7 @@ class GXPO(MultiPassRule):
             # theta <- theta0 + alpha * s * (theta2 - theta0) = lerp(theta0, theta2, alpha * s), while s is in cache
             torch.lerp(t0, th, s.mul_(self.alpha), out=th)
             if len(c.pieces) > 1:  # back into the tensors: one kernel for all of them
-                torch._foreach_copy_([theta[i][lo:hi] for i, lo, hi in c.pieces],
+                torch._foreach_copy_(c.slices(theta),
                                      list(th.split([hi - lo for _, lo, hi in c.pieces])))
         sums = all_reduce_sum(torch.stack([s_sum, active_count,
                                            torch.tensor(float(total), dtype=torch.float64, device=dev)]), group)
