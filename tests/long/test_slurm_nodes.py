@@ -108,6 +108,23 @@ def two_nodes(tmp_path_factory):
     cluster("stop", "--nodes", "2")
 
 
+def both_nodes_idle(timeout: float = 90) -> None:
+    """A node that died comes back DOWN ("Not responding") until the controller hears its new slurmd, and then only if
+    ReturnToService allows: resume it by hand and wait until both nodes take jobs, so a test after the node-death
+    test does not queue forever behind ReqNodeNotAvail."""
+    deadline = time.monotonic() + timeout
+    while True:
+        states = dict(line.split() for line in run("sinfo", "-h", "-N", "-o", "%N %t").splitlines())
+        if all(state == "idle" for state in states.values()) and len(states) == 2:
+            return
+        for node, state in states.items():
+            if state.rstrip("*~#") in ("down", "drain", "drng", "fail"):
+                subprocess.run([SCRIPT, "run", "--nodes", "2", "--", "scontrol", "update", f"nodename={node}",
+                                "state=resume"], capture_output=True, timeout=60)
+        assert time.monotonic() < deadline, f"the nodes did not come back idle: {states}"
+        time.sleep(2)
+
+
 def run(*cmd: str, cwd: Path | None = None) -> str:
     out = subprocess.run([SCRIPT, "run", "--nodes", "2", "--", *cmd], capture_output=True, text=True, timeout=120,
                          cwd=cwd)
@@ -196,7 +213,8 @@ def test_a_job_whose_node_dies_is_retried_on_another_node(two_nodes, tmp_path):
     finally:
         if proc.poll() is None:  # the script's child (snakemake) too: left running, it holds both nodes
             os.killpg(proc.pid, signal.SIGKILL)
-        cluster("start", "--nodes", "2")  # the node comes back (ReturnToService=2)
+        cluster("start", "--nodes", "2")  # the node's slurmd comes back
+        both_nodes_idle()
     assert proc.returncode == 0, out[-3000:]
     other = {"rlsw1": "rlsw2", "rlsw2": "rlsw1"}[node]
     assert re.search(rf"SLURM job {job} \(rlsweep-work\) ended NODE_FAIL on {node}: retry 1 of 1 as SLURM job "
@@ -255,6 +273,7 @@ def test_a_verl_run_over_two_nodes_places_work_on_both_and_resumes_after_losing_
     every worker). After the step-10 checkpoint node 2's Ray worker is killed: the job stops within seconds naming
     the node, requeues itself, resumes from its newest checkpoint, and every step is recorded exactly once."""
     psutil = pytest.importorskip("psutil")
+    both_nodes_idle()  # whatever ran before: the job needs both nodes
     sweep = tmp_path / "two.yaml"
     sweep.write_text((REPO / "sweeps" / "verl_cpu_two_nodes.yaml").read_text()
                      .replace("sweeps/data/", f"{REPO}/sweeps/data/").replace("tests/fixtures/", f"{REPO}/tests/fixtures/"))
