@@ -96,6 +96,19 @@ def test_a_wrong_verl_key_or_value_fails_before_any_job_naming_it(tmp_path, body
     assert f"{sweep}: grid point {{" in str(e.value) and message in str(e.value), str(e.value)
 
 
+def test_vllms_own_engine_arguments_pass_through_rollout_engine_kwargs_and_other_new_keys_stay_refused(tmp_path):
+    """rollout.engine_kwargs.vllm is a plain dict in verl (what it hands vLLM as it is): any key vLLM takes belongs
+    there (verl's docs add them with Hydra's `+`), so it is not refused as a typo; a new key anywhere else is."""
+    body = ("  engine.verl.overrides: [{actor_rollout_ref.rollout.engine_kwargs.vllm.distributed_executor_backend: "
+            "uni, actor_rollout_ref.rollout.engine_kwargs.vllm.enforce_eager: true}]\n")
+    run, = load_sweep(write_sweep(tmp_path / "v.yaml", "v", "grid:\n" + body, base=VERL_BASE)).runs
+    config = compose(translate(run.config), set(run.config.engine.verl.overrides))
+    assert dict(config.actor_rollout_ref.rollout.engine_kwargs.vllm) == {"distributed_executor_backend": "uni",
+                                                                        "enforce_eager": True}
+    with pytest.raises(Exception, match="verl's config has no key 'actor_rollout_ref.rollout.distributed_exec"):
+        compose({"actor_rollout_ref.rollout.distributed_executor_backend": "uni"})
+
+
 @pytest.mark.slow
 def test_snakemake_stops_on_a_bad_verl_key_before_any_job(tmp_path):
     sweep = write_sweep(tmp_path / "v.yaml", "v", "grid:\n  engine.verl.overrides: [{trainer.nosuch: 1}]\n",

@@ -90,7 +90,7 @@ def compose(overrides: dict[str, Any], raw: set[str] = frozenset(), name: str = 
         parent, _, leaf = key.rpartition(".")
         node = OmegaConf.select(config, parent, default=None) if parent else config
         declared = _declared_fields(node)
-        if hasattr(node, "keys") and leaf not in node.keys() and leaf in declared:
+        if hasattr(node, "keys") and leaf not in node.keys() and (leaf in declared or _free_form(config, parent)):
             with open_dict(node):
                 node[leaf] = None
         if not hasattr(node, "keys") or leaf not in node.keys():  # keys(): a mandatory ??? value counts too
@@ -128,6 +128,25 @@ def _target_class(node):
 def _declared_fields(node) -> set[str]:
     cls = _target_class(node)
     return {f.name for f in dataclasses.fields(cls)} if cls is not None else set()
+
+
+def _free_form(config, path: str) -> bool:
+    """Whether the section at `path` lies inside a field verl's dataclass declares as a plain dict (rollout.
+    engine_kwargs: the keyword arguments verl hands vLLM or SGLang as they are, so any key of theirs belongs there;
+    verl's docs add them with Hydra's `+`)."""
+    from omegaconf import OmegaConf
+    parts = path.split(".") if path else []
+    for i in range(len(parts) - 1, -1, -1):  # the nearest section above with a dataclass, and its field below it
+        above = OmegaConf.select(config, ".".join(parts[:i]), default=None) if i else config
+        cls = _target_class(above)
+        if cls is None:
+            continue
+        try:
+            hint = typing.get_type_hints(cls).get(parts[i])
+        except Exception:  # noqa: BLE001 - unknown: not free-form, the key stays refused
+            return False
+        return hint is dict or typing.get_origin(hint) is dict
+    return False
 
 
 def _field_type(node, leaf: str) -> type | None:
