@@ -1,8 +1,8 @@
 # Eval: one job per (RL checkpoint step, benchmark group) of each run; each starts when the RL segment that ends at its
 # step is done (workflow/segments.py), while the next segment trains. Step 0
-# (eval.at_start) evaluates the model the run starts from (its SFT checkpoint, or verl's model_path without SFT), so
-# it waits for the SFT stage only (or for nothing), and runs that start from the same model with the same eval
-# settings share it: the first run of the sweep evaluates it (rule eval_start), the others' step-0 jobs copy its rows
+# (eval.at_start) evaluates the model the run starts from (its SFT checkpoint, else its pretrained base, or verl's
+# model_path), so it waits for that stage only (or for nothing), and runs that start from the same model with the same
+# eval settings share it: the first run of the sweep evaluates it (rule eval_start), the others' step-0 jobs copy its rows
 # (rule eval_copy, on the machine running snakemake: no GPU for a copy).
 # The steps after 0 are most of a big sweep's jobs: their input is a plain pattern of their own wildcards (no input
 # function to call per job), which keeps planning 10,000 runs near bare Snakemake's time (bench/plan_dag.py).
@@ -49,9 +49,10 @@ rule eval:  # the segment that ends at the evaluated step (workflow/segments.py)
 
 
 @job_function
-def _start_input(wc):  # the SFT checkpoint, or nothing to wait for when verl starts from its model_path
+def _start_input(wc):  # the SFT checkpoint, else the pretrained base, or nothing when verl starts from its model_path
     run = RUNS[wc.run_id]
-    return done_of("sft", run.sft_id) if run.sft_id else []
+    return (done_of("sft", run.sft_id) if run.sft_id else done_of("pretrain", run.pretrain_id) if run.pretrain_id
+            else [])
 
 
 rule eval_start:

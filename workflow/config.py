@@ -224,6 +224,46 @@ class SFTConfig(Strict):
         "Save a checkpoint (and flush train_steps rows) every this many steps; the last step always saves."))
 
 
+class PretrainConfig(Strict):
+    """A capable base at demo scale: a plain language-model objective on arithmetic text before anything else
+    trains, as a math-pretrained base has seen mathematics and questions answered, but rarely the answer format the
+    task rewards (\\boxed{}): it answers the task's questions, mostly in the wrong format (docs/demo.md, "Two
+    regimes"). Local engine only: verl starts from its model_path. Part of the ids only when on."""
+
+    enabled: bool = Field(False, description=(
+        "Pretrain the model on plain arithmetic text first; SFT (or RL without SFT) then starts from that base "
+        "instead of a random initialisation. false (the default): the random-init model."))
+    corpus: Literal["arithmetic"] = Field("arithmetic", description=(
+        "The text: arithmetic: the task's training problems as short plain-text documents, each solved (the "
+        "held-out problems never appear): an equation `37+48=85`, or the shares below of two other styles."))
+    qa_fraction: float = Field(0.3, ge=0.0, le=1.0, description=(
+        "The share of documents written as the task's question and its plain answer, `Q:37+48=?A:85`: no "
+        "\\boxed{}, so the base answers in the wrong format. (Without any, this character-level model has never "
+        "seen the question's template and answers it with noise.)"))
+    boxed_fraction: float = Field(0.05, ge=0.0, le=1.0, description=(
+        "The share of documents whose answer is in LaTeX's box, `37+48=\\boxed{85}`, as math text sometimes "
+        "writes it: the base has seen the format, rarely, and never after the task's question."))
+    seed: Seed = Field(0, description="The pretraining seed: the model's initialisation and the text's order.")
+    steps: PositiveInt = Field(1500, description="Optimizer steps.")
+    batch_size: PositiveInt = Field(64, description="Documents per optimizer step.")
+    lr: PositiveFloat = Field(3e-3, description="Peak learning rate (AdamW, warm-up then cosine decay).")
+    warmup_ratio: float = Field(0.1, ge=0.0, lt=1.0, description=(
+        "Share of the steps with a linear learning-rate warm-up."))
+    min_lr_ratio: float = Field(0.1, ge=0.0, le=1.0, description="Where the cosine schedule ends, as a fraction of lr.")
+    weight_decay: NonNegativeFloat = Field(0.01, description="AdamW's decoupled weight decay.")
+    max_grad_norm: PositiveFloat | None = Field(1.0, description=(
+        "Clip the gradient's global norm to this; null: no clipping."))
+    checkpoint_every: PositiveInt = Field(500, description=(
+        "Save a checkpoint (and flush train_steps rows) every this many steps; the last step always saves."))
+
+    @model_validator(mode="after")
+    def _shares_fit(self) -> "PretrainConfig":
+        if self.qa_fraction + self.boxed_fraction > 1:
+            raise ConfigProblem("qa_fraction", f"{self.qa_fraction} + boxed_fraction "
+                                f"{self.boxed_fraction} is more than every document")
+        return self
+
+
 class RLBase(Strict):
     """GRPO and its common variants (DAPO clip-higher, Dr.GRPO no-std / token-sum), on-policy, with the policy
     update done by an update rule (rl.update), optionally a mixed-policy method (rl.mix) and FAST-GRPO's parts. The
@@ -420,6 +460,8 @@ class RunConfig(Strict):
     model: ModelConfig = Field(ModelConfig(), description=(
         "The local engine's model (a tiny random-init transformer), and LoRA for either engine."))
     task: TaskConfig = Field(TaskConfig(), description="What the run trains on.")
+    pretrain: PretrainConfig = Field(PretrainConfig(), description=(
+        "A capable base: plain-text pretraining of the local model before SFT and RL (off by default)."))
     sft: SFTConfig = Field(SFTConfig(), description="Supervised fine-tuning before RL.")
     rl: RLConfig = Field(RLConfig(), description=(
         "Reinforcement learning: GRPO and its variants, the update rule, a mixed-policy method, FAST-GRPO's parts."))
@@ -432,6 +474,16 @@ class RunConfig(Strict):
     def _the_engine_can_run_it(self) -> "RunConfig":
         traits(self.engine.name).check(self)  # each engine's own limits (workflow/engines/traits.py)
         return self
+
+    @model_validator(mode="after")
+    def _pretraining_builds_a_local_base(self) -> "RunConfig":
+        if not self.pretrain.enabled:
+            return self
+        if not traits(self.engine.name).pretrains:
+            raise ConfigProblem("pretrain.enabled", f"engine {self.engine.name} starts from the model it is given "
+                                "(engine.verl.model_path: a pretrained model already); pretraining builds a base for "
+                                "the local engine's tiny models only")
+        return self  # (its text is the arithmetic task's: the one task the local engine trains on)
 
     @model_validator(mode="after")
     def _datasets_with_sft_need_demonstrations(self) -> "RunConfig":

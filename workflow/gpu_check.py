@@ -10,7 +10,7 @@ The local engine's part (in this process, one check after another, each a real s
     grpo/sfpo/gxpo each update rule from that SFT checkpoint (their extra passes and GXPO's extrapolation)
     grpo+lora+kl   GRPO on LoRA adapters with a KL term, from the random-init model (the reference-model path)
     luffy ... prefix_rft
-                   the five mixed-policy methods from the random-init model, as sweeps/mixed_policy.yaml runs them
+                   the five mixed-policy methods from the random-init model, as sweeps/mixed_policy.yaml's weak regime runs them
     fast_grpo      FAST-GRPO's three parts together, from the SFT checkpoint
     segments       GXPO's run again as a chain of two segment jobs (workflow/segments.py): its weights and
                    train_steps must be the one job's, bit for bit (when they are not, the one job runs a second time
@@ -44,7 +44,8 @@ MODEL = {"n_layers": 2, "hidden": 64, "n_heads": 4}
 SFT = {"batch_size": 64, "micro_batch_size": 16, "lr": 3.0e-3, "schedule": "cosine"}
 RL = {"prompts_per_step": 8, "group_size": 4, "max_new_tokens": 32, "lr": 3.0e-5, "micro_batch_size": 16,
       "clip_high": 0.28}
-MIXED = {"lr": 1.0e-3, "std_norm": False, "relift": {"buffer_size": 2}}  # sweeps/mixed_policy.yaml's settings
+# (lr 1e-3: a random-init model's weights move within these few steps; sweeps/mixed_policy.yaml trains at 3e-4)
+MIXED = {"lr": 1.0e-3, "std_norm": False, "relift": {"buffer_size": 2}}
 MIXED_METHODS = ("luffy", "srft", "hpt", "relift", "prefix_rft")
 
 

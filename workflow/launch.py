@@ -77,6 +77,7 @@ class Inputs:
     copy_from: Path | None = None  # an eval job's DONE.json whose rows a step-0 eval job copies (Sweep.start_sources)
     start_model: str | None = None  # the model a step-0 eval job evaluates when RL starts without SFT (model_path)
     after: Path | None = None  # the segment job before this one (workflow/segments.py): its DONE_<step>.json
+    base: Path | None = None  # the pretrain stage's DONE.json an SFT stage (or an RL stage without SFT) starts from
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -98,7 +99,9 @@ class _RunsRow:
 
     def __init__(self, results_root: Path, sweep: str, stage: str, stage_id: str, cfg: dict, method: str,
                  label: str | None, job: dict[str, Any] | None = None, continues: bool = False):
-        parent = cfg.get("sft_id") if stage == "rl" else cfg.get("run_id", cfg.get("data_id"))
+        # what it was made from: an RL run's SFT job (else its pretrained base), an SFT job's data (else its base)
+        parent = (cfg.get("sft_id") or cfg.get("pretrain_id") if stage == "rl" else
+                  cfg.get("run_id", cfg.get("data_id") or cfg.get("pretrain_id")))
         job = job or {}  # what tells apart the jobs of one stage id (an eval's step and benchmark group)
         self.where = (results_root, "runs",
                       runs_file(stage, stage_id, job.get("eval_step"), job.get("eval_group")))
@@ -134,7 +137,7 @@ def run_stage(stage: str, sweep: str, stage_id: str, cfg: dict, *, results_root:
               group: str | None = None, data: Path | None = None, overlap: tuple[Path, ...] = (),
               max_train_overlap: float | None = None, copy_from: Path | None = None,
               start_model: str | None = None, until: int | None = None, after: Path | None = None,
-              wait_for_twin: bool = False) -> Path:
+              base: Path | None = None, wait_for_twin: bool = False) -> Path:
     """Run one stage to completion; returns its DONE.json. The keywords besides `results_root` and `wait_for_twin`
     are the stages' declared options (workflow/stages.py). An eval job evaluates the RL checkpoint at `step` on
     the benchmarks of `group` (default: the final checkpoint, every benchmark). An RL job with `until` below
@@ -142,7 +145,7 @@ def run_stage(stage: str, sweep: str, stage_id: str, cfg: dict, *, results_root:
     `wait_for_twin`: when another process holds the stage (another driver on the same results), wait for it and
     return its DONE.json instead of refusing (the Snakefile's jobs do: a refused job would make Snakemake delete the
     twin's DONE.json)."""
-    inputs = Inputs(init, checkpoint_from, data, tuple(overlap), max_train_overlap, copy_from, start_model, after)
+    inputs = Inputs(init, checkpoint_from, data, tuple(overlap), max_train_overlap, copy_from, start_model, after, base)
     if stable_id(cfg) != stage_id:  # the id IS the hash of the config: a mismatch means a stale or hand-made call
         raise ValueError(f"{stage} id {stage_id} does not match its config (hash {stable_id(cfg)})")
     typed = parse_stage(stage, cfg)  # what the engine and the harness read
@@ -258,14 +261,15 @@ def run_overlap(job: Job) -> dict[str, Any]:
 
 
 def run_training(job: Job) -> dict[str, Any]:
-    """An SFT or RL stage on its engine, to its final checkpoint."""
+    """A pretrain, SFT or RL stage on its engine, to its final checkpoint."""
     ckpt = _train(job.stage, job.sweep, job.stage_id, job.typed, job.out_dir, job.results_root, job.inputs,
                   job.runs_row, job.until)
     done = {"step": json.loads((Path(ckpt) / "meta.json").read_text())["step"],
             "checkpoint": os.path.relpath(ckpt, job.out_dir)}
     if job.stage == "rl":  # what it started from: an eval at step 0 (eval.at_start) evaluates that
-        if job.inputs.init:
-            done["init"] = os.path.relpath(read_done(job.inputs.init)["checkpoint_path"], job.out_dir)
+        if job.inputs.init or job.inputs.base:  # its SFT checkpoint, else its pretrained base
+            start = read_done(job.inputs.init or job.inputs.base)["checkpoint_path"]
+            done["init"] = os.path.relpath(start, job.out_dir)
         elif (start := traits(job.typed.engine.name).start_model(job.typed)) is not None:
             done["init_model"] = start
     return done
@@ -299,11 +303,12 @@ def run_evaluation(job: Job) -> dict[str, Any]:
 
 
 def _checkpoint_at(rl_done: Path, step: int) -> Path | str:
-    """The RL run's checkpoint at `step`; step 0 is the model it started from (its SFT checkpoint, or verl's
-    model_path), read from the RL stage's DONE.json or, when the job was handed the SFT stage's, from that."""
+    """The RL run's checkpoint at `step`; step 0 is the model it started from (its SFT checkpoint, its pretrained
+    base, or verl's model_path), read from the RL stage's DONE.json or, when the job was handed the DONE.json of the
+    stage it starts from (SFT or pretrain), from that."""
     if step == 0:
         done = read_done(rl_done)
-        if done.get("stage") == "sft":
+        if done.get("stage") in ("sft", "pretrain"):
             return done["checkpoint_path"]
         start = done.get("init_path") or done.get("init_model")
         if start is None:
@@ -317,17 +322,22 @@ def _checkpoint_at(rl_done: Path, step: int) -> Path | str:
 
 def _train(stage: str, sweep: str, stage_id: str, typed, out_dir: Path, results_root: Path, inputs: Inputs,
            runs_row: dict, until: int | None = None) -> Path:
-    """An SFT or RL stage on its engine; returns the final checkpoint. Refuses training data that holds more of an
-    evaluated benchmark than the sweep allows, and an SFT or mixed-policy job that fails the integrity preflight."""
+    """A pretrain, SFT or RL stage on its engine; returns the final checkpoint. Refuses training data that holds more
+    of an evaluated benchmark than the sweep allows, and an SFT or mixed-policy job that fails the integrity
+    preflight."""
     enforce_overlap([read_done(p)["output_path"] for p in inputs.overlaps], inputs.max_train_overlap)
     engine = get_engine(typed.engine.name)
     data = read_done(inputs.data)["output_path"] if inputs.data else None
     log = TrainLog(results_root, sweep, stage, stage_id)
-    init_ckpt = read_done(inputs.init)["checkpoint_path"] if inputs.init and stage == "rl" else None
-    if stage == "sft" or typed.rl.mix != "none":
-        _preflight(engine, typed, init_ckpt, data, runs_row, f"{stage} {stage_id}")
-    if stage == "sft":
-        return engine.sft(typed, out_dir, log, data=data)
+    if stage == "pretrain":
+        return engine.pretrain(typed, out_dir, log)
+    base = read_done(inputs.base)["checkpoint_path"] if inputs.base else None
+    # RL starts from its SFT checkpoint, else from the pretrained base (else the engine's own start)
+    init_ckpt = (read_done(inputs.init)["checkpoint_path"] if inputs.init else base) if stage == "rl" else None
+    if stage == "sft" or typed.rl.mix != "none":  # (an SFT job's probe starts from its base, as the job does)
+        _preflight(engine, typed, init_ckpt if stage == "rl" else base, data, runs_row, f"{stage} {stage_id}")
+    if stage == "sft":  # (`base` only when there is one: an engine that never pretrains takes no such keyword)
+        return engine.sft(typed, out_dir, log, data=data, **({"base": base} if base is not None else {}))
     # an Optuna trial's run reports intermediate evals, which it runs here as ordinary eval jobs
     run_eval = functools.partial(_run_eval, results_root=results_root, sweep=sweep, rl_dir=out_dir)
     report = pruning.reporter_for(results_root, sweep, stage_id, out_dir, run_eval)

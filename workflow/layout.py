@@ -51,7 +51,7 @@ def sweep_dir(results_root: str | Path, sweep: str) -> Path:
 
 
 STORE = "_store"
-STAGES = ("data", "overlap", "sft", "rl", "eval")  # the stages with outputs in the store, upstream first
+STAGES = ("data", "overlap", "pretrain", "sft", "rl", "eval")  # the stages with outputs in the store, upstream first
 
 
 def store_dir(results_root: str | Path) -> Path:
@@ -141,7 +141,7 @@ class StageJob:
 def stage_jobs(results_root: str | Path, root: Path | None = None) -> list[StageJob]:
     """Every stage job that has a directory in the store (or under `root`, laid out as the store is)."""
     root = store_dir(results_root) if root is None else root
-    found = [StageJob(stage, p.name) for stage in ("data", "overlap", "sft", "rl")
+    found = [StageJob(stage, p.name) for stage in STAGES if stage != "eval"
              for p in sorted((root / stage).glob("*")) if p.is_dir()]
     for p in sorted((root / "eval").glob("*/*/step_*/*")):
         job = eval_job_at(p)

@@ -5,8 +5,8 @@ wiring errors surface the way they would on the cluster; the numbers mean nothin
 
 What changes (on the raw sweep file, so the smoke sweep reads like the original): name -> <name>-smoke; engine.verl:
 model rlsweep:tiny, device cpu, one GPU, one node, its raw overrides dropped (GPU-specific; they were checked
-against verl's config when the original loaded); sft 4 steps of 8; rl 2 steps of 4 prompts x 4, 32 new tokens;
-eval k 2 on 4 problems per benchmark, 32 new tokens, no intermediate evals (vLLM on the CPU for verl runs); a
+against verl's config when the original loaded); pretrain and sft 4 steps of 8; rl 2 steps of 4 prompts x 4, 32 new
+tokens; eval k 2 on 4 problems per benchmark, 32 new tokens, no intermediate evals (vLLM on the CPU for verl runs); a
 datasets task at most 64 rows; seeds: the first; optuna: 2 trials, one at a time, no pruner. Grid axes are kept:
 a grid over rl.steps still decides rl.steps.
 """
@@ -28,6 +28,8 @@ def smoke_sweep(raw: dict[str, Any], steps: int = 2) -> dict[str, Any]:
     engine = base.setdefault("engine", {})
     sft = base.setdefault("sft", {})
     sft.update(steps=4, batch_size=8, micro_batch_size=None, checkpoint_every=4)
+    if "pretrain" in base:  # (off unless a run turns it on: in the base or a grid axis)
+        base["pretrain"].update(steps=4, batch_size=8, checkpoint_every=4)
     rl = base.setdefault("rl", {})
     rl.update(steps=steps, prompts_per_step=4, group_size=4, max_new_tokens=32, micro_batch_size=None,
               checkpoint_every=steps)

@@ -2,8 +2,10 @@
 
     data     the training-set settings of a `datasets` task    (one prepared copy for every run that shares them)
     overlap  data_id + the evaluated benchmarks                (the training data vs each benchmark, a report)
-    sft      engine + model + task + sft [+ data_id]           (shared by every RL run with the same SFT settings)
-    rl       engine + model + task + rl + seed + sft_id [+ data_id]   (only the selected rule's rl.<rule> section)
+    pretrain engine + model + task + pretrain                  (a capable base: plain-text pretraining, when on)
+    sft      engine + model + task + sft [+ data_id] [+ pretrain_id]   (shared by every RL run with its settings)
+    rl       engine + model + task + rl + seed + sft_id [+ data_id] [+ pretrain_id]   (only the selected rule's
+             rl.<rule> section)
     eval     engine + task + eval + run_id                     (changing eval settings never retrains anything)
 
 `task` is only the selected task kind's fields (TaskConfig.read_fields); the arithmetic task has no data stage.
@@ -31,7 +33,8 @@ from typing import Any, Callable
 from pydantic import model_validator
 
 from workflow.benchmarks.catalog import REGISTRY as BENCHMARKS
-from workflow.config import EngineConfig, EvalConfig, ModelConfig, RLConfig, RunConfig, SFTConfig, TaskConfig
+from workflow.config import (EngineConfig, EvalConfig, ModelConfig, PretrainConfig, RLConfig, RunConfig, SFTConfig,
+                             TaskConfig)
 from workflow.engines.registry import traits
 from workflow.segments import segment_ends
 from workflow.strict import Seed, Strict
@@ -47,14 +50,16 @@ class Ids:
     `Stage.id_field` of an earlier stage."""
     data_id: str | None = None
     overlap_id: str | None = None
+    pretrain_id: str | None = None
     sft_id: str | None = None
     run_id: str | None = None
 
 
 def stage_config(cfg: RunConfig, stage: str, *, sft_id: str | None = None, run_id: str | None = None,
-                 data_id: str | None = None) -> dict:
+                 data_id: str | None = None, pretrain_id: str | None = None) -> dict:
     """The part of a run's config that decides a stage's result; a stage's id is the hash of exactly this."""
-    return stage_of(stage).config(cfg, cfg.model_dump(mode="json"), Ids(data_id=data_id, sft_id=sft_id, run_id=run_id))
+    return stage_of(stage).config(cfg, cfg.model_dump(mode="json"),
+                                  Ids(data_id=data_id, sft_id=sft_id, run_id=run_id, pretrain_id=pretrain_id))
 
 
 def _data_config(cfg: RunConfig, d: dict, ids: Ids) -> dict:
@@ -86,8 +91,17 @@ def _data_ref(ids: Ids) -> dict:
     return {"data_id": ids.data_id} if ids.data_id is not None else {}  # only runs that train on prepared data
 
 
+def _base_ref(ids: Ids) -> dict:
+    # only runs from a pretrained base name one: the others keep the ids they had before the pretrain stage existed
+    return {"pretrain_id": ids.pretrain_id} if ids.pretrain_id is not None else {}
+
+
+def _pretrain_config(cfg: RunConfig, d: dict, ids: Ids) -> dict:
+    return {**_common(cfg, d, "pretrain"), "model": _model(d), "pretrain": d["pretrain"]}
+
+
 def _sft_config(cfg: RunConfig, d: dict, ids: Ids) -> dict:
-    return {**_common(cfg, d, "sft"), "model": _model(d), "sft": d["sft"], **_data_ref(ids)}
+    return {**_common(cfg, d, "sft"), "model": _model(d), "sft": d["sft"], **_data_ref(ids), **_base_ref(ids)}
 
 
 def _rl_config(cfg: RunConfig, d: dict, ids: Ids) -> dict:
@@ -106,7 +120,7 @@ def _rl_config(cfg: RunConfig, d: dict, ids: Ids) -> dict:
         if not rl[part]["enabled"]:
             del rl[part]
     return {**_common(cfg, d, "rl"), "model": _model(d), "rl": rl, "seed": d["seed"], "sft_id": ids.sft_id,
-            **_data_ref(ids)}
+            **_data_ref(ids), **_base_ref(ids)}
 
 
 def _eval_config(cfg: RunConfig, d: dict, ids: Ids) -> dict:
@@ -131,12 +145,20 @@ class OverlapStage(Strict):
     revisions: dict[str, str]
 
 
+class PretrainStage(Strict):
+    engine: EngineConfig
+    model: ModelConfig
+    task: TaskConfig
+    pretrain: PretrainConfig
+
+
 class SFTStage(Strict):
     engine: EngineConfig
     model: ModelConfig
     task: TaskConfig
     sft: SFTConfig
     data_id: str | None = None
+    pretrain_id: str | None = None
 
 
 class RLStage(Strict):
@@ -147,6 +169,7 @@ class RLStage(Strict):
     seed: Seed
     sft_id: str | None
     data_id: str | None = None
+    pretrain_id: str | None = None
 
 
 class EvalStage(Strict):
@@ -179,6 +202,7 @@ TRAINING_DATA = (
     Option("max_train_overlap", "refuse to train above this benchmark overlap (checks.max_train_overlap)", float),
 )
 LABEL = Option("label", "the run's label in its sweep: its grid point without the seed")
+BASE = Option("base", "DONE.json of the pretrain stage: the capable base it starts from", Path, upstream="pretrain")
 
 
 def _always(cfg: RunConfig) -> bool:
@@ -195,6 +219,10 @@ def _has_overlap(cfg: RunConfig) -> bool:
 
 def _has_sft(cfg: RunConfig) -> bool:
     return cfg.sft.enabled
+
+
+def _has_pretrain(cfg: RunConfig) -> bool:
+    return cfg.pretrain.enabled
 
 
 @dataclass(frozen=True)
@@ -253,12 +281,14 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
     Stage("overlap", "overlap_id", _overlap_config, OverlapStage, "workflow.launch:run_overlap",
           options=TRAINING_DATA[:1], present=_has_overlap, resources="data",
           help="check the prepared rows against the evaluated benchmarks"),
-    Stage("sft", "sft_id", _sft_config, SFTStage, "workflow.launch:run_training", options=TRAINING_DATA,
+    Stage("pretrain", "pretrain_id", _pretrain_config, PretrainStage, "workflow.launch:run_training",
+          present=_has_pretrain, resources="sft", help="pretrain a capable base on plain text (config.pretrain)"),
+    Stage("sft", "sft_id", _sft_config, SFTStage, "workflow.launch:run_training", options=(*TRAINING_DATA, BASE),
           present=_has_sft, help="supervised fine-tuning to its final checkpoint"),
     Stage("rl", "run_id", _rl_config, RLStage, "workflow.launch:run_training", help="RL from the SFT checkpoint (or "
           "the engine's start model) to its final checkpoint, or one segment of it", segments=segment_ends, options=(
               Option("init", "DONE.json of the SFT stage it starts from", Path, upstream="sft"),
-              *TRAINING_DATA, LABEL,
+              BASE, *TRAINING_DATA, LABEL,
               Option("until", "a segment: train up to this step, checkpoint and stop (default: rl.steps)", int),
               Option("after", "a segment after the first: the DONE_<step>.json of the one before", Path))),
     Stage("eval", "eval_id", _eval_config, EvalStage, "workflow.launch:run_evaluation", rule_from_declaration=False,
@@ -281,6 +311,7 @@ def stage_of(name: str) -> Stage:
         raise ValueError(f"unknown stage {name!r}; known: {', '.join(STAGES)}") from None
 
 
-def parse_stage(stage: str, cfg: dict[str, Any]) -> DataStage | OverlapStage | SFTStage | RLStage | EvalStage:
+def parse_stage(stage: str, cfg: dict[str, Any]) -> (DataStage | OverlapStage | PretrainStage | SFTStage | RLStage
+                                                     | EvalStage):
     """A stage job's config (stage_config's dict, from its command line) as the typed model it reads."""
     return stage_of(stage).model.model_validate(cfg)

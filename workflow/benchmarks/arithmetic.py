@@ -94,6 +94,24 @@ def sample_train(cfg: TaskConfig, rng: np.random.Generator, n: int) -> list[Prob
     return out
 
 
+STYLES = ("equation", "qa", "boxed")
+
+
+def document(p: Problem, style: str) -> str:
+    """A problem as pretraining text, in one of the ways math text writes it:
+      equation  `37+48=85`, `(13+4)*5=85`
+      qa        `Q:37+48=?A:85`: the task's question and its answer, plainly (no \\boxed{}, no worked steps)
+      boxed     `37+48=\\boxed{85}`: the answer in LaTeX's box, never after the task's question."""
+    question = p.prompt.removeprefix("Q:").removesuffix("=?A:")
+    if style == "equation":
+        return f"{question}={p.answer}"
+    if style == "qa":
+        return f"Q:{question}=?A:{p.answer}"
+    if style == "boxed":
+        return f"{question}=\\boxed{{{p.answer}}}"
+    raise ValueError(f"unknown document style {style!r}; known: {', '.join(STYLES)}")
+
+
 def reward(response: str, answer: str) -> float:
     """The RL reward: 1.0 if the last \\boxed{} in the response equals the answer exactly, else 0.0 (the
     `arithmetic` benchmark scores with the same rule)."""

@@ -112,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     rp.set_defaults(fn="report:cmd_report")
     gn = sub.add_parser("gain", parents=[common], help="RL's gain over its start, per setting, with its interval")
     gn.add_argument("sweep_file")
+    gn.add_argument("--setting", action="append", default=[], metavar="TEXT",
+                    help="only the settings whose label contains TEXT (repeat: every TEXT), e.g. "
+                         "--setting pretrain.enabled=True --setting sft.enabled=False")
     gn.set_defaults(fn="gain:cmd_gain")
     rs = sub.add_parser("rescore", parents=[common], help="judge stored responses again with other graders")
     rs.add_argument("sweep_file")

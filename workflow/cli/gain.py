@@ -1,7 +1,8 @@
 """`rlsweep gain SWEEP.yaml`: did RL improve the model it started from? Per setting and benchmark the start's avg@k,
 each seed's final, and the paired final − start pooled over seeds and problems with its 95% bootstrap interval
 (workflow/report/gain.py: the report's gain table). Exit 1 when a seed ends at or below the start or an interval
-holds 0: the demo's claim, checked where it runs (.ci/run, bench/demo_kernels.py)."""
+holds 0: the demo's claim, checked where it runs (.ci/run, bench/demo_kernels.py). `--setting TEXT` (repeatable)
+keeps the settings whose label contains every TEXT: one regime of a sweep, its methods without SFT."""
 
 from __future__ import annotations
 
@@ -20,6 +21,12 @@ def cmd_gain(a) -> int:
     if not found:
         raise UserError(f"{sweep.name}: no evaluations yet; run the sweep first (`snakemake --config "
                         f"sweep={a.sweep_file}`)")
+    if a.setting:
+        labels = sorted({g.label for g in found})
+        found = [g for g in found if all(text in g.label for text in a.setting)]
+        if not found:
+            raise UserError(f"--setting {' '.join(a.setting)}: no setting of {sweep.name} has it in its label; its "
+                            f"settings: {'; '.join(labels)}")
     table = Table("setting", "benchmark", "start", "final per seed", "final − start [95% interval]", "holds",
                   title=f"{sweep.name}: RL's gain over its start (avg@k)")
     short = []

@@ -70,14 +70,17 @@ def cmd_status(a) -> int:
     except QueryError:  # nothing has run yet
         recorded, scores, reused = {}, {}, {}
     t = Table(title=f"{sweep.name}: {len(sweep.runs)} runs, {len(sweep.jobs('sft'))} SFT jobs ({sweep.path})")
-    with_data = bool(sweep.jobs("data"))
-    for col in ("run_id", "method", "setting", "seed", *(["data"] if with_data else []), "sft", "rl", "eval",
-                "avg@k"):
+    with_data, with_base = bool(sweep.jobs("data")), bool(sweep.jobs("pretrain"))
+    for col in ("run_id", "method", "setting", "seed", *(["data"] if with_data else []),
+                *(["base"] if with_base else []), "sft", "rl", "eval", "avg@k"):
         t.add_column(col)
     n_evaluated = 0
     for r in sweep.runs:
         cfg = r.config
         data = [data_state(root, sweep.name, r, recorded)] if with_data else []
+        base = ([stage_state(stage_dir(root, "pretrain", r.pretrain_id), cfg.pretrain.steps, recorded, r.pretrain_id,
+                             reused.get(("pretrain", r.pretrain_id))) if r.pretrain_id else "[dim]random[/]"]
+                if with_base else [])
         sft = (stage_state(stage_dir(root, "sft", r.sft_id), cfg.sft.steps, recorded, r.sft_id,
                            reused.get(("sft", r.sft_id))) if r.sft_id else "[dim]off[/]")
         rl = stage_state(stage_dir(root, "rl", r.run_id), cfg.rl.steps, recorded, r.run_id,
@@ -89,7 +92,7 @@ def cmd_status(a) -> int:
               else "[dim]pending[/]")
         n_evaluated += n_done == len(jobs)
         avg = scores.get((r.run_id, r.eval_id))
-        t.add_row(r.run_id, r.method, r.label, str(cfg.seed), *data, sft, rl, ev,
+        t.add_row(r.run_id, r.method, r.label, str(cfg.seed), *data, *base, sft, rl, ev,
                   "" if avg is None else f"{avg:.3f}")
     Console(highlight=False).print(t)
     err.print(f"[dim]{n_evaluated}/{len(sweep.runs)} runs evaluated; results under {root}[/]")

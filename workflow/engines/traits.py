@@ -31,6 +31,9 @@ class EngineTraits:
     # a run may take its first segments from a finished shorter run of the same settings (workflow/extend.py): the
     # engine resumes from the checkpoints extend links, and its chain trains what one job would
     extends_finished_runs: ClassVar[bool] = False
+    # it can build a capable base by pretraining its own model on plain text (the pretrain stage, config.pretrain);
+    # False: its runs start from a model it is given (verl's model_path)
+    pretrains: ClassVar[bool] = False
 
     def check(self, cfg) -> None:
         """Raise ConfigProblem(key, reason) for a run this engine cannot run (a RunConfig validator: every sweep
@@ -74,6 +77,7 @@ class LocalTraits(EngineTraits):
     reports_intermediate_evals = True
     trains_in_segments = True  # its resume replays the steps bit for bit (workflow/engines/local.py)
     extends_finished_runs = True  # it resumes from the checkpoints under checkpoints/, which extend links
+    pretrains = True  # its tiny models know nothing until trained: the pretrain stage makes a capable base
 
     def check(self, cfg) -> None:
         real = [b for b in cfg.eval.benchmarks if BENCHMARKS[b].group != "arithmetic"]
@@ -85,9 +89,9 @@ class LocalTraits(EngineTraits):
             raise ConfigProblem("task.name", "datasets: the local engine's tiny character-level models only know "
                                 "the arithmetic task; real training sets need a model with a real tokenizer (engine "
                                 "verl)")
-        if cfg.eval.at_start and not cfg.sft.enabled:
+        if cfg.eval.at_start and not cfg.sft.enabled and not cfg.pretrain.enabled:
             raise ConfigProblem("eval.at_start", "the local engine without SFT starts RL from a random initialisation, "
-                                "which has no checkpoint to evaluate; enable sft or drop eval.at_start")
+                                "which has no checkpoint to evaluate; enable sft or pretrain, or drop eval.at_start")
 
 
 LOCAL = LocalTraits()

@@ -78,6 +78,7 @@ def write_report(sweep, results_root: str | Path) -> Path:
     for r in planned:
         seeds_of[r.label] = seeds_of.get(r.label, 0) + 1
     figs = [f for f in [figures.train_curves(data["train_curves"], out / "figures"),
+                        figures.method_curves(data["method_curves"], out / "figures"),
                         *figures.eval_curves(data["eval_curves"], out / "figures")] if f is not None]
     curve_notes = _gaps(data, baseline, study=sweep.spec.optuna is not None)
     study_table, study_notes = None, []
@@ -102,7 +103,8 @@ def write_report(sweep, results_root: str | Path) -> Path:
                "generated": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                "accuracy": tables.accuracy(data["accuracy"], seeds_of), "runs": tables.runs(data["runs"]),
                "efficiency": tables.efficiency(data["efficiency"], baseline) if data["efficiency"] else None,
-               "gain": tables.gain(gain, BOOTSTRAP) if gain else None,
+               "gain": (tables.gain(gain, data["accuracy"], data["training_compute"],
+                                    {r.label: r.start_from for r in planned}, BOOTSTRAP) if gain else None),
                "paired": tables.paired(versus_baseline, baseline, BOOTSTRAP) if versus_baseline else None,
                "baseline": baseline, "figures": figs, "study": study_table, "study_notes": study_notes,
                "curve_notes": curve_notes, "missing": missing, "sections": sections}

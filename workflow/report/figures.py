@@ -82,6 +82,32 @@ def train_curves(rows: list[dict], out_dir: Path) -> Figure | None:
     return save(fig, out_dir, "train_curves", "Training curves (mean over seeds; band: lowest to highest seed)")
 
 
+def method_curves(rows: list[dict], out_dir: Path, per_row: int = 4) -> Figure | None:
+    """The per-step numbers the methods' cards declare (the method_curves query), one panel per number, one line
+    per setting that logged it (mean over seeds; band: lowest to highest seed): the mechanism at work, e.g. how much
+    of a mixed-policy step was off-policy or SFT, and how that changed as the policy learned."""
+    metrics = sorted({r["metric"] for r in rows})
+    if not metrics:
+        return None
+    n_rows = -(-len(metrics) // per_row)
+    cols = min(per_row, len(metrics))
+    fig, axes = plt.subplots(n_rows, cols, figsize=(4.2 * cols, 3.2 * n_rows), squeeze=False)
+    labels = sorted({r["label"] for r in rows})
+    colors = dict(zip(labels, plt.rcParams["axes.prop_cycle"].by_key()["color"] * 10))
+    for ax, metric in zip(axes.flat, metrics):
+        for label, series in _series([r for r in rows if r["metric"] == metric], "label").items():
+            _band(ax, [r["step"] for r in series], series, label, colors[label])
+        ax.set_xlabel("RL step")
+        ax.set_title(metric, fontsize=10)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(metrics):]:
+        ax.set_visible(False)
+    shown = {name: handle for ax in axes.flat for handle, name in zip(*ax.get_legend_handles_labels())}
+    _legend(fig, list(shown.values()), list(shown))
+    return save(fig, out_dir, "method_curves", "The methods' own per-step numbers (their cards' columns of "
+                                                "train_steps; mean over seeds, band: lowest to highest seed)")
+
+
 def eval_curves(rows: list[dict], out_dir: Path) -> list[Figure]:
     """Per benchmark, avg@k against RL step, backward passes and FLOPs (one line per setting, band: the seeds'
     range). None for a benchmark evaluated at one step only: there is no curve to draw."""

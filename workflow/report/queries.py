@@ -12,6 +12,7 @@ from string import Template
 import pyarrow as pa
 
 from workflow.benchmarks.catalog import MATH_SET, OOD_SET, REGISTRY
+from workflow.methods.registry import step_numbers
 from workflow.results.catalog import Catalog
 
 SQL = Path(__file__).with_name("queries.sql")
@@ -80,7 +81,8 @@ def fill(runs: list[PlannedRun], baseline: str | None = None, text: str | None =
     sets = {"bootstrap": BOOTSTRAP, "baseline": "NULL" if baseline is None else _literal(baseline),
             "baseline_name": baseline or "none",
             "math_set": ", ".join(_literal(b) for b in MATH_SET), "n_math": len(MATH_SET),
-            "ood_set": ", ".join(_literal(b) for b in OOD_SET), "n_ood": len(OOD_SET)}
+            "ood_set": ", ".join(_literal(b) for b in OOD_SET), "n_ood": len(OOD_SET),
+            "method_numbers": ", ".join(_literal(n.name) for n, _ in step_numbers())}
     return Template(text or SQL.read_text()).substitute(planned=planned_sql(runs), t95=t_quantiles(), spent=SPENT,
                                                         own_grader=own_grader_sql(), **sets)
 

@@ -91,6 +91,22 @@ GROUP BY ALL
 ORDER BY p.label, u.metric, t.step
 ;
 
+-- name: method_curves
+-- Per setting, RL step and per-step number a method card declares (workflow/methods/*: a mixed-policy method's
+-- off-policy and SFT shares, HPT's prompts switched to SFT, Prefix-RFT's prefix length, ReLIFT's interleaved SFT
+-- rows, an update rule's diagnostics): mean, min and max over seeds, where the setting's runs logged it (UNPIVOT
+-- leaves out NULLs: a number of a method the run does not use).
+WITH planned AS ($planned)
+SELECT p.label, u.step, u.metric, avg(u.value) AS mean, min(u.value) AS low, max(u.value) AS high,
+       count(u.value) AS seeds
+FROM (UNPIVOT (SELECT run_id, step, COLUMNS(lambda c: c IN ($method_numbers))::DOUBLE
+               FROM train_steps WHERE stage = 'rl')
+      ON COLUMNS(* EXCLUDE (run_id, step)) INTO NAME metric VALUE value) u
+JOIN planned p USING (run_id)
+GROUP BY ALL
+ORDER BY p.label, u.metric, u.step
+;
+
 -- name: eval_curves
 -- Per setting, benchmark and evaluated step: avg@k (mean, min and max over seeds) and the compute spent to get
 -- there, each run's running totals of backward passes, rollouts, FLOPs and wall-clock seconds (mean over seeds).
@@ -217,6 +233,23 @@ SELECT z.versus, z.label, z.benchmark, z.n_seeds, z.n_problems, z.mean_diff,
 FROM sizes z JOIN stats s USING (versus, label, benchmark)
 GROUP BY ALL
 ORDER BY z.versus DESC, z.benchmark, z.label
+;
+
+-- name: training_compute
+-- Per setting: what training each run that trained all its steps cost, mean over those runs: the FLOPs of its RL
+-- steps and of its SFT job's steps (an SFT job its seeds share counts in full for each run: it is part of what each
+-- cost to make). A pretrained base's steps (config.pretrain) are not counted, as a paper does not count its base
+-- model's pretraining.
+WITH planned AS ($planned),
+rl AS (SELECT run_id, sum(flops) AS flops, max(step) AS last FROM train_steps WHERE stage = 'rl' GROUP BY run_id),
+parents AS (SELECT run_id, any_value(parent_id) AS parent_id FROM runs WHERE stage = 'rl' GROUP BY run_id),
+sft AS (SELECT run_id AS parent_id, sum(flops) AS flops FROM train_steps WHERE stage = 'sft' GROUP BY run_id)
+SELECT p.label, count(*) AS runs, avg(coalesce(sft.flops, 0)) AS sft_flops, avg(rl.flops) AS rl_flops,
+       avg(coalesce(sft.flops, 0) + rl.flops) AS flops
+FROM planned p JOIN rl USING (run_id) LEFT JOIN parents USING (run_id) LEFT JOIN sft USING (parent_id)
+WHERE rl.last = p.steps
+GROUP BY p.label
+ORDER BY p.label
 ;
 
 -- name: graders

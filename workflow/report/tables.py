@@ -201,14 +201,35 @@ def _differences(rows: list[dict], column: str, resamples: int) -> Table:
     return table
 
 
-def gain(rows: list[dict], resamples: int) -> Table:
-    """Per benchmark and setting: final minus start (the run's own step-0 evaluation), paired by seed and problem,
-    with its 95% bootstrap interval and p-value: whether RL improved the model it started from."""
-    table = _differences(rows, "final − start [95% interval]", resamples)
-    table.notes.append(f"Per problem the accuracy over its samples at the final evaluation minus at step 0 "
-                       f"(eval.at_start: the model RL started from, one evaluation its seeds share), paired by seed "
-                       f"and problem; the interval and two-sided p-value from {resamples} bootstrap resamples of "
-                       "the seeds and of the problems. Bold: the interval excludes 0.")
+def gain(rows: list[dict], accuracy_rows: list[dict], compute: list[dict], start_of: dict[str, str | None],
+         resamples: int) -> Table:
+    """Per benchmark and setting, in the shape of a paper's comparison table: the start (the step-0 evaluation of
+    the model RL started from), the final mean ± std over seeds, final minus start paired by seed and problem with
+    its 95% bootstrap interval and p-value (did training improve the model it started from?), and the training
+    FLOPs (SFT + RL, mean per run: the training_compute query)."""
+    starts = {(r["start_from"], r["benchmark"]): r["mean"] for r in accuracy_rows if r["start"]}
+    finals = {(r["label"], r["benchmark"]): r for r in accuracy_rows if not r["start"]}
+    flops = {r["label"]: r["flops"] for r in compute}
+    table = Table(["benchmark", "setting", "seeds", "start", "final ± std", "final − start [95% interval]", "p",
+                   "training FLOPs"])
+    for r in rows:
+        final = finals.get((r["label"], r["benchmark"]))
+        p = r["p_value"]
+        table.rows.append([
+            Cell(r["benchmark"]), Cell(r["label"]), Cell(str(r["n_seeds"])),
+            Cell(fmt(starts.get((start_of.get(r["label"]), r["benchmark"])))),
+            Cell("—" if final is None else fmt(final["mean"]) + (f" ± {fmt(final['std'])}" if final["seeds"] > 1
+                                                                 else "")),
+            Cell(f"{r['mean_diff']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]",
+                 mark="best" if r["ci_low"] > 0 or r["ci_high"] < 0 else ""),
+            Cell(f"< {1 / resamples:g}" if p == 0 else f"{p:.3f}"),
+            Cell(_count(flops.get(r["label"])))])
+    table.notes.append(f"Start: the step-0 evaluation (eval.at_start) of the model RL started from, one evaluation "
+                       f"its seeds share. Final − start: per problem the accuracy over its samples at the final "
+                       f"evaluation minus at step 0, paired by seed and problem; the interval and two-sided p-value "
+                       f"from {resamples} bootstrap resamples of the seeds and of the problems. Bold: the interval "
+                       "excludes 0. Training FLOPs: SFT + RL per run (mean over seeds; a pretrained base's own "
+                       "steps not counted).")
     return table
 
 

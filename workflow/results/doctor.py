@@ -49,7 +49,9 @@ from workflow.runlock import LOCK_NAME
 from workflow.results.journal import inspect as inspect_journal
 
 # which id of a sweep's run names the stage's id
-_RUN_KEY = {"data": "data_id", "overlap": "overlap_id", "sft": "sft_id", "rl": "run_id", "eval": "eval_id"}
+_RUN_KEY = {"data": "data_id", "overlap": "overlap_id", "pretrain": "pretrain_id", "sft": "sft_id", "rl": "run_id",
+            "eval": "eval_id"}
+_TRAINING = ("pretrain", "sft", "rl")  # the stages that write train_steps, a row per step
 
 
 @dataclass
@@ -198,7 +200,7 @@ def rerun(root: Path, job: StageJob, kind: str, subject: Path, what: str, files:
         move += [p for p in (*own, jdir / CHECKPOINTS) if p.exists() and p not in move]
         how = (f"{job} trains again from scratch (with its checkpoints in place it would resume from the last one "
                f"and never log the earlier steps again){after}")
-    elif job.stage in ("sft", "rl"):
+    elif job.stage in _TRAINING:
         how = f"{job} resumes at its final checkpoint (no training) and writes its runs row again{after}"
     else:
         how = f"{job} runs again" + ("" if job.stage == "eval" else after)
@@ -309,7 +311,7 @@ def missing_rows(job: StageJob, done: Path, runs: dict, steps: dict, evals: set)
     row = runs.get(job)
     reasons = (["runs has no row for it"] if row is None else
                [f"its runs row says {row.get('status')}"] if row.get("status") != "completed" else [])
-    if job.stage in ("sft", "rl") and final is not None and steps.get((job.stage, job.stage_id), 0) < final:
+    if job.stage in _TRAINING and final is not None and steps.get((job.stage, job.stage_id), 0) < final:
         reasons.append(f"train_steps holds {steps.get((job.stage, job.stage_id), 0)} of its {final} steps")
         return reasons, True
     if job.stage == "eval":

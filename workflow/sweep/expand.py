@@ -65,6 +65,11 @@ class Run:
         return self.ids["sft_id"]
 
     @property
+    def pretrain_id(self) -> str | None:
+        """The pretrain stage of a run from a capable base (config.pretrain)."""
+        return self.ids["pretrain_id"]
+
+    @property
     def data_id(self) -> str | None:
         """The data stage of a `datasets` task."""
         return self.ids["data_id"]
@@ -114,10 +119,12 @@ class Run:
     @property
     def start(self) -> str | None:
         """The model this run's RL starts from, as step-0 evaluations (eval.at_start) and the report name it:
-        `SFT <sft_id>`, or verl's model_path when there is no SFT stage; None for the local engine without SFT
-        (a random initialisation per seed, nothing to evaluate)."""
+        `SFT <sft_id>`, else `base <pretrain_id>` (a pretrained base), else verl's model_path; None for the local
+        engine without either (a random initialisation per seed, nothing to evaluate)."""
         if self.sft_id is not None:
             return f"SFT {self.sft_id}"
+        if self.pretrain_id is not None:
+            return f"base {self.pretrain_id}"
         return traits(self.config.engine.name).start_model(self.config)
 
     @property

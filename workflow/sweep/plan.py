@@ -24,9 +24,11 @@ from pathlib import Path
 from workflow.engines.registry import traits
 from workflow.layout import CHECKPOINTS, done_path, latest_checkpoint, stage_dir
 from workflow.results.catalog import Catalog, QueryError
+from workflow.stages import stage_of
 
 STATES = ("done", "partial", "failed", "running", "new")
-STAGES = ("data", "sft", "rl", "eval")
+STAGES = ("data", "pretrain", "sft", "rl", "eval")
+_TRAINING = ("pretrain", "sft", "rl")  # jobs that train a number of steps (their cost is per step)
 
 
 @dataclass
@@ -74,7 +76,7 @@ def _recorded(catalog: Catalog) -> tuple[dict[tuple[str, str], str], dict[str, f
         if r["status"] == "completed" and r["wall_s"] is not None:
             wall[(r["stage"], job)] = r["wall_s"]
         if r["status"] == "completed" and r.get("gpu_hours") is not None:
-            n = steps.get(r["run_id"]) if r["stage"] in ("sft", "rl") else 1
+            n = steps.get(r["run_id"]) if r["stage"] in _TRAINING else 1
             if n:
                 gpu[(r["stage"], job)] = r["gpu_hours"] / n
     return states, {r["run_id"]: r["s"] for r in per_step if r["s"] is not None}, wall, gpu, computed_by
@@ -103,14 +105,14 @@ def sweep_jobs(sweep, root: Path, states: dict) -> list[Job]:
     jobs: list[Job] = []
 
     def gpus(stage: str) -> int:
-        r = getattr(res, stage)
+        r = getattr(res, stage_of(stage).resources_key)
         return r.gpus_per_node * r.nodes
 
     for stage in ("data", "overlap"):
         for data_id, cfg in sweep.configs(stage).items():
             state = _state(done_path(root, stage, data_id), None, states.get((stage, data_id)))
             jobs.append(Job("data", data_id, state, None, ("data", _model_key(cfg), gpus("data"))))
-    for stage in ("sft", "rl"):
+    for stage in _TRAINING:
         for stage_id, cfg in sweep.configs(stage).items():
             out = stage_dir(root, stage, stage_id)
             state = _state(out / "DONE.json", out / CHECKPOINTS, states.get((stage, stage_id)))
@@ -142,7 +144,7 @@ def plan(sweep, root: Path) -> list[StagePlan]:
     for job in jobs:
         if job.state != "done":
             continue
-        seconds = per_step.get(job.stage_id) if job.stage in ("sft", "rl") else wall.get((job.stage, job.stage_id))
+        seconds = per_step.get(job.stage_id) if job.stage in _TRAINING else wall.get((job.stage, job.stage_id))
         if seconds is not None:
             samples.setdefault(job.cost_key, []).append(seconds)
         if (job.stage, job.stage_id) in accounted:
@@ -156,7 +158,7 @@ def plan(sweep, root: Path) -> list[StagePlan]:
             p.reused[by] = p.reused.get(by, 0) + 1
         if job.state == "done" or job.copy:
             continue
-        res = getattr(sweep.spec.resources, job.stage)
+        res = getattr(sweep.spec.resources, stage_of(job.stage).resources_key)
         measured, billed = samples.get(job.cost_key), gpu_samples.get(job.cost_key)
         units = job.steps_left if job.steps_left is not None else 1
         if measured:
@@ -168,7 +170,7 @@ def plan(sweep, root: Path) -> list[StagePlan]:
         p.hours += hours
         p.gpu_hours += sum(billed) / len(billed) * units if measured and billed else hours * job.cost_key[2]
     for stage, p in out.items():
-        r = getattr(sweep.spec.resources, stage)
+        r = getattr(sweep.spec.resources, stage_of(stage).resources_key)
         p.asks = (f"{r.nodes} node x {r.gpus_per_node} GPU, {r.cpus_per_task or r.threads} CPUs, {r.time}"
                   + (f", {r.mem}" if r.mem else "") + (f", {r.partition}" if r.partition else ""))
     return [p for p in out.values() if sum(p.counts.values())]

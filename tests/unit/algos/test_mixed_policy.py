@@ -216,29 +216,40 @@ def test_eval_at_start_evaluates_the_model_rl_starts_from(sft_stage):
         "eval.at_start: the local engine without SFT starts RL from a random initialisation")
 
 
-def test_the_mixed_policy_sweep_validates_and_its_smoke_plans_every_method(tmp_path):
-    """The shipped sweep's shape, and its smoke version's DAG. Every method's stage job runs in
-    test_every_method_trains_on_the_local_engine_and_logs_its_mechanism (and, with this sweep's settings, in
-    tests/unit/core/test_gpu_check.py); a smoke sweep through Snakemake runs end to end in tests/e2e/test_smoke.py."""
+def test_the_mixed_policy_sweep_validates_and_its_smoke_plans_every_method_in_both_regimes(tmp_path):
+    """The shipped sweep's shape: every method from a capable (pretrained) base and from the random-init model, 3
+    seeds each, the same settings in both; and its smoke version's DAG. Every method's stage job runs in
+    test_every_method_trains_on_the_local_engine_and_logs_its_mechanism (and in tests/unit/core/test_gpu_check.py);
+    a smoke sweep through Snakemake runs end to end in tests/e2e/test_smoke.py; the pretrain stage in
+    tests/unit/engines/test_pretrain.py."""
     sweep = load_sweep(REPO / "sweeps" / "mixed_policy.yaml")
-    by_method = {}
+    by_setting = {}
     for r in sweep.runs:
-        by_method.setdefault(r.method, []).append(r)
-    assert {m: len(rs) for m, rs in by_method.items()} == {m: 3 for m in ("grpo", "luffy", "srft", "hpt", "relift",
-                                                                          "prefix_rft")}
-    assert all(r.config.sft.enabled == (m == "grpo") and r.config.eval.at_start == (m == "grpo")
-               for m, rs in by_method.items() for r in rs)
-    assert len(sweep.jobs("sft")) == 1  # one SFT job for the three SFT -> RL seeds
-    # its smoke version, with the methods' longer runs shortened too (smoke keeps grid axes as they are)
+        by_setting.setdefault((r.method, r.config.pretrain.enabled), []).append(r)
+    assert {k: len(rs) for k, rs in by_setting.items()} == {(m, base): 3 for base in (True, False)
+                                                            for m in ("grpo", "luffy", "srft", "hpt", "relift",
+                                                                      "prefix_rft")}
+    for (method, capable), runs in by_setting.items():
+        for r in runs:
+            assert r.config.sft.enabled == (method == "grpo")
+            assert r.config.eval.at_start == (method == "grpo" or capable)  # a random init has no step 0 to evaluate
+            assert (r.pretrain_id is not None) == capable
+    settings = {k: {r.config.rl.model_dump_json(exclude={"mix"}) for r in rs} for k, rs in by_setting.items()}
+    for method, _ in by_setting:  # the regimes differ in their base only
+        assert settings[(method, True)] == settings[(method, False)]
+    assert len(sweep.jobs("pretrain")) == 1  # one base for every run of the capable regime
+    assert len(sweep.jobs("sft")) == 2  # one SFT job per base for the three SFT -> RL seeds
+    # its smoke version, with the methods' longer runs and the pretraining shortened too (smoke keeps grid axes)
     raw = yaml.safe_load((REPO / "sweeps" / "mixed_policy.yaml").read_text())
     raw["grid"]["rl.steps"]["values"], raw["grid"]["eval.every"]["values"] = [10], [10]
     short = tmp_path / "mixed_policy.yaml"
     short.write_text(yaml.safe_dump(raw, sort_keys=False))
     res = run_cli("smoke", str(short), "--results", str(tmp_path), "--dry-run", timeout=300)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
-    # one SFT (the SFT -> RL run's), one RL run per method (one seed), each evaluated once, and the SFT start once
-    assert planned_jobs(res.stdout) == {"sft": 1, "rl": 6, "eval": 6, "eval_start": 1, "aggregate": 1, "report": 1,
-                                        "all": 1}
+    # per base: one SFT (the SFT -> RL run's), one RL run per method (one seed), each evaluated once; the starts:
+    # the SFT checkpoint of each base and the capable base itself, which its other four runs copy
+    assert planned_jobs(res.stdout) == {"pretrain": 1, "sft": 2, "rl": 12, "eval": 12, "eval_start": 3,
+                                        "eval_copy": 4, "aggregate": 1, "report": 1, "all": 1}
 
 
 def test_an_expert_trace_is_off_policy_to_its_last_token_and_rollouts_stay_on_policy():

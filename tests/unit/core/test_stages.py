@@ -52,7 +52,7 @@ def test_every_declared_option_goes_from_the_rules_arguments_to_the_jobs_parser(
 
 def test_an_option_a_stage_does_not_declare_is_refused_on_both_sides(capsys):
     with pytest.raises(ValueError, match=r"stage sft has no option 'step'; its options: data, overlap, "
-                                         r"max_train_overlap \(workflow/stages.py STAGES\)"):
+                                         r"max_train_overlap, base \(workflow/stages.py STAGES\)"):
         job_args("sft", "0123456789ab", sweep="s", results="r", step=3)
     with pytest.raises(SystemExit):
         parse("sft", "--sweep s --id 0123456789ab --config {} --step 3")

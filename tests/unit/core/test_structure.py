@@ -333,7 +333,7 @@ def test_every_stage_of_the_table_names_a_runner_that_exists():
     by string is a function of the launcher."""
     from workflow.stages import STAGES
     from workflow.strict import Strict
-    assert list(STAGES) == ["data", "overlap", "sft", "rl", "eval"]
+    assert list(STAGES) == ["data", "overlap", "pretrain", "sft", "rl", "eval"]
     for stage in STAGES.values():
         module, _, fn = stage.runner.partition(":")
         assert callable(getattr(importlib.import_module(module), fn)) and issubclass(stage.model, Strict)

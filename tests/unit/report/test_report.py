@@ -50,7 +50,8 @@ def sweep_results(tmp_path):
         write_rows(results, "train_steps", train_steps_file("rl", run.run_id, 1, steps), [dict(
             run_id=run.run_id, sweep="rep", stage="rl", step=s, reward=0.1 * s, entropy=1.0 - 0.1 * s,
             backward_passes=PASSES[method], rollouts=16, flops=100.0 * PASSES[method],
-            wall_s=1.0 + (method == "sfpo"), gate_tripped=method == "sfpo" and s == 2) for s in range(1, steps + 1)])
+            wall_s=1.0 + (method == "sfpo"), gate_tripped=method == "sfpo" and s == 2,
+            off_policy_frac=0.1 * s if method == "sfpo" else None) for s in range(1, steps + 1)])
         if failed:
             continue
         scores = {0: 0.1, **{step: acc[seed] for step, acc in ACC[method].items()}}
@@ -107,21 +108,25 @@ def test_the_report_shows_accuracy_efficiency_curves_and_the_failed_run(sweep_re
     assert 0 <= low < 0.25 < high <= 0.5 and 0.02 < p < 0.4
 
     # final minus start: grpo's per-problem gains 0, .5, 0, .5 (a resample of only the 0s: 1 in 16), sfpo's .5 on
-    # every problem (no resample can hold 0)
+    # every problem (no resample can hold 0); beside them the start, the final mean ± std and the training FLOPs
+    # (4 steps x 100 x backward passes; sfpo's failed seed, which trained 1 of its 4 steps, not counted)
     gain = cells(md, "Did RL")
-    assert gain["rl.update=grpo"][2:4] == ["3", "4"] and gain["rl.update=grpo"][4].startswith("+0.250 [+0.000, ")
-    assert 0.05 < float(gain["rl.update=grpo"][5]) < 0.25
-    assert gain["rl.update=sfpo"][2:] == ["2", "4", "**+0.500 [+0.500, +0.500]**", "< 0.001"]
+    assert gain["rl.update=grpo"][2:5] == ["3", "0.100", "0.500 ± 0.100"]
+    assert gain["rl.update=grpo"][5].startswith("+0.250 [+0.000, ") and gain["rl.update=grpo"][7] == "400"
+    assert 0.05 < float(gain["rl.update=grpo"][6]) < 0.25
+    assert gain["rl.update=sfpo"][2:] == ["2", "0.100", f"0.650 ± {sd:.3f}", "**+0.500 [+0.500, +0.500]**",
+                                          "< 0.001", "1600"]
 
     runs = cells(md, "Runs")
     failed = [r for r in runs.values() if r[3] == "**FAILED**"]
     assert len(failed) == 1 and failed[0][:2] == ["rl.update=sfpo", "2"] and failed[0][4] == "1/4"
     assert "1 run(s) failed: rl.update=sfpo seed 2" in md
 
-    for name in ("train_curves", "accuracy_arithmetic"):
+    # the methods' own numbers: sfpo's runs logged off_policy_frac (a card's column), grpo's none
+    for name in ("train_curves", "method_curves", "accuracy_arithmetic"):
         assert (out / "figures" / f"{name}.png").stat().st_size > 5000 and (out / "figures" / f"{name}.svg").is_file()
     html = index.read_text()
-    assert html.count('src="data:image/png;base64,') == 2 and not re.search(r'(src|href)="(https?:)?//', html)
+    assert html.count('src="data:image/png;base64,') == 3 and not re.search(r'(src|href)="(https?:)?//', html)
     assert '<table id="accuracy">' in html and '<td class="failed"' in html and "RuntimeError: boom" in html
 
 
@@ -290,7 +295,7 @@ def test_the_html_report_renders_in_a_real_browser_from_a_file_url(sweep_results
     dom = subprocess.run([chromium, *flags, "--virtual-time-budget=5000", "--dump-dom", probe.as_uri()],
                          capture_output=True, text=True, timeout=120).stdout
     seen = json.loads(html.unescape(re.search(r'data-check="([^"]*)"', dom)[1]))
-    assert len(seen["images"]) == 2 and all(width > 300 for width in seen["images"])  # both figures decoded
+    assert len(seen["images"]) == 3 and all(width > 300 for width in seen["images"])  # every figure decoded
     assert seen["tables"] == {"accuracy": 4, "efficiency": 3, "gain": 3, "paired": 2, "runs": 7,  # header + rows
                               "seeds-1": 2, "seeds-2": 2}
     shot = tmp_path / "report.png"
@@ -422,6 +427,13 @@ def test_rlsweep_gain_says_which_settings_improved_on_their_start(sweep_results)
     short = [line for line in res.stderr.splitlines() if line.startswith("does not hold")]
     assert short == ["does not hold: rl.update=grpo on arithmetic: the paired interval [+0.000, "
                      f"{found['rl.update=grpo'].ci_high:+.3f}] does not exclude 0"]
+    # --setting: only the settings whose label says so (one regime of a sweep): sfpo alone holds, exit 0
+    only = run_cli("--results", str(results), "gain", str(results.parent / "rep.yaml"), "--setting", "update=sfpo",
+                   env={"COLUMNS": "200"})
+    assert only.returncode == 0 and "rl.update=sfpo" in only.stdout and "grpo" not in only.stdout, only.stdout
+    none = run_cli("--results", str(results), "gain", str(results.parent / "rep.yaml"), "--setting", "update=sfpo",
+                   "--setting", "lr=9", env={"COLUMNS": "200"})
+    assert none.returncode != 0 and "no setting of rep has it in its label" in none.stderr, none.stderr
 
 
 def test_a_gain_holds_only_when_every_seed_ends_above_the_start_and_the_interval_excludes_0():

@@ -2,7 +2,7 @@
 moves means a refactor changed what a stage computes (or how it is named), and every finished result of every
 user's sweep would be recomputed. The recorded ids (tests/fixtures/ids/sweeps.json) were written by
 `python tests/unit/sweep/test_run_ids.py --write` before the renovation of issue 29; rewrite them only for a change that is
-meant to move ids, and say so in the commit."""
+meant to move ids (`--write NAME.yaml` rewrites that sweep's alone), and say so in the commit."""
 
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ def ids_of(path: Path) -> list[dict]:
     from workflow.sweep.expand import load_sweep
     from workflow.sweep.spec import read_spec
     runs = load_sweep(path).runs or [r for p in TRIALS.get(path.name, []) for r in trial_runs(read_spec(path), p)]
-    return [{"label": r.label, "data": r.data_id, "overlap": r.overlap_id, "sft": r.sft_id, "rl": r.run_id,
+    return [{"label": r.label, "data": r.data_id, "overlap": r.overlap_id, "pretrain": r.pretrain_id, "sft": r.sft_id,
+             "rl": r.run_id,
              "eval": r.eval_id, "start": r.start_key, "eval_jobs": [list(j) for j in r.eval_jobs]} for r in runs]
 
 
@@ -60,7 +61,10 @@ def test_a_check_sweep_is_a_slice_of_the_sweep_it_checks(check):
     assert part and all(r in full for r in part), part
 
 
-if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
+if __name__ == "__main__" and sys.argv[1:2] == ["--write"]:
+    # --write: every sweep's ids; --write NAME.yaml ...: only those sweeps' (a change meant to move one sweep's ids)
     sys.path.insert(0, str(REPO))
-    RECORDED.write_text(json.dumps(current(), indent=1) + "\n")
-    print(f"wrote {RECORDED}")
+    names = sys.argv[2:]
+    records = {**RECORDS, **{n: ids_of(REPO / "sweeps" / n) for n in names}} if names else current()
+    RECORDED.write_text(json.dumps(records, indent=1) + "\n")
+    print(f"wrote {RECORDED}" + (f" ({', '.join(names)})" if names else ""))
