@@ -1,9 +1,9 @@
 """Issue 59's real-model check: a mixed-policy method (LUFFY) against GRPO from the same start on the real model,
-sweeps/smollm2_mixed_cpu.yaml through Snakemake: SmolLM2-135M-Instruct with LoRA, no SFT, verl RL with vLLM's CPU
-build, 20 steps each, evaluated with vLLM at the start (one evaluation both share) and at the end. Each must end
-above its start with a paired interval that excludes 0 (`rlsweep gain`), and LUFFY's steps must show its mechanism:
-one expert trace in every group of 8, off-policy, its reward 1. ~50 min on 2 idle cores: a long test (on demand,
-RLSWEEP_LONG_TESTS=1; its last pass in docs/tests.md)."""
+sweeps/smollm2_mixed_cpu.yaml through Snakemake: SmolLM2-135M-Instruct with LoRA, both from one LoRA SFT checkpoint
+(sweeps/smollm2_cpu.yaml's), verl RL with vLLM's CPU build, 20 steps each, evaluated with vLLM at the start (one
+evaluation both share), step 10 and step 20. Each must end above its start with a paired interval that excludes 0
+(`rlsweep gain`), and LUFFY's steps must show its mechanism: one expert trace in every group of 8, off-policy. ~45 min
+on 2 idle cores: a long test (on demand, RLSWEEP_LONG_TESTS=1; its last run in docs/tests.md)."""
 
 from __future__ import annotations
 

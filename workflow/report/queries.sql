@@ -15,7 +15,9 @@ SELECT p.label, p.method, p.seed, p.run_id, p.steps,
        coalesce(r.status, 'not started') AS status, r.error,
        CASE WHEN r.computed_by <> r.sweep THEN r.computed_by END AS from_sweep,
        (SELECT any_value(s.computed_by) FROM runs s WHERE s.stage = 'sft' AND s.run_id = r.parent_id
-        AND s.computed_by <> s.sweep) AS sft_from, r.parent_id AS sft_id,
+        AND s.computed_by <> s.sweep) AS sft_from,
+       CASE WHEN EXISTS (SELECT 1 FROM runs s WHERE s.stage = 'sft' AND s.run_id = r.parent_id) THEN r.parent_id
+       END AS sft_id,  -- (an RL run without SFT names its pretrained base as its parent, if it has one)
        r.gpu_hours AS rl_gpu_hours,
        (SELECT sum(e.gpu_hours) FROM runs e WHERE e.stage = 'eval' AND e.parent_id = p.run_id
         AND e.run_id = p.eval_id) AS eval_gpu_hours,

@@ -208,28 +208,34 @@ def gain(rows: list[dict], accuracy_rows: list[dict], compute: list[dict], start
     its 95% bootstrap interval and p-value (did training improve the model it started from?), and the training
     FLOPs (SFT + RL, mean per run: the training_compute query)."""
     starts = {(r["start_from"], r["benchmark"]): r["mean"] for r in accuracy_rows if r["start"]}
-    finals = {(r["label"], r["benchmark"]): r for r in accuracy_rows if not r["start"]}
+    paired = {(r["label"], r["benchmark"]): r for r in rows}
+    benchmarks = {b for _, b in paired}
+    # every setting evaluated on those benchmarks: one without a start (a random init) shows its final alone
+    finals = {(r["label"], r["benchmark"]): r for r in accuracy_rows
+              if not r["start"] and r["benchmark"] in benchmarks}
     flops = {r["label"]: r["flops"] for r in compute}
     table = Table(["benchmark", "setting", "seeds", "start", "final ± std", "final − start [95% interval]", "p",
                    "training FLOPs"])
-    for r in rows:
-        final = finals.get((r["label"], r["benchmark"]))
-        p = r["p_value"]
-        table.rows.append([
-            Cell(r["benchmark"]), Cell(r["label"]), Cell(str(r["n_seeds"])),
-            Cell(fmt(starts.get((start_of.get(r["label"]), r["benchmark"])))),
-            Cell("—" if final is None else fmt(final["mean"]) + (f" ± {fmt(final['std'])}" if final["seeds"] > 1
-                                                                 else "")),
+    for label, benchmark in sorted(set(paired) | set(finals), key=lambda k: (k[1], k[0])):
+        r, final = paired.get((label, benchmark)), finals.get((label, benchmark))
+        seeds = r["n_seeds"] if r is not None else final["seeds"]
+        diff, p = (Cell("—", note="no step-0 evaluation"), Cell("—")) if r is None else (
             Cell(f"{r['mean_diff']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]",
                  mark="best" if r["ci_low"] > 0 or r["ci_high"] < 0 else ""),
-            Cell(f"< {1 / resamples:g}" if p == 0 else f"{p:.3f}"),
-            Cell(_count(flops.get(r["label"])))])
+            Cell(f"< {1 / resamples:g}" if r["p_value"] == 0 else f"{r['p_value']:.3f}"))
+        table.rows.append([
+            Cell(benchmark), Cell(label), Cell(str(seeds)),
+            Cell(fmt(starts.get((start_of.get(label), benchmark)))),
+            Cell("—" if final is None else fmt(final["mean"]) + (f" ± {fmt(final['std'])}" if final["seeds"] > 1
+                                                                 else "")),
+            diff, p, Cell(_count(flops.get(label)))])
     table.notes.append(f"Start: the step-0 evaluation (eval.at_start) of the model RL started from, one evaluation "
                        f"its seeds share. Final − start: per problem the accuracy over its samples at the final "
                        f"evaluation minus at step 0, paired by seed and problem; the interval and two-sided p-value "
                        f"from {resamples} bootstrap resamples of the seeds and of the problems. Bold: the interval "
-                       "excludes 0. Training FLOPs: SFT + RL per run (mean over seeds; a pretrained base's own "
-                       "steps not counted).")
+                       "excludes 0; —: the setting has no step-0 evaluation (a random-init start has no checkpoint "
+                       "to evaluate). Training FLOPs: SFT + RL per run that trained every step (mean over seeds; a "
+                       "pretrained base's own steps not counted).")
     return table
 
 
