@@ -61,6 +61,15 @@ def test_a_check_sweep_is_a_slice_of_the_sweep_it_checks(check):
     assert part and all(r in full for r in part), part
 
 
+def test_the_real_model_mixed_check_shares_its_grpo_run_with_the_real_model_check():
+    """sweeps/smollm2_mixed_cpu.yaml's GRPO run is smollm2_cpu_check's (same SFT, RL and evaluation ids): one store
+    serves both, and the check's GRPO number is the mixed check's baseline."""
+    check = {r["rl"]: r for r in ids_of(REPO / "sweeps" / "smollm2_cpu_check.yaml")}
+    grpo, = [r for r in ids_of(REPO / "sweeps" / "smollm2_mixed_cpu.yaml") if r["label"] == "rl.mix=none"]
+    assert grpo["rl"] in check and {k: v for k, v in grpo.items() if k != "label"} == {
+        k: v for k, v in check[grpo["rl"]].items() if k != "label"}
+
+
 if __name__ == "__main__" and sys.argv[1:2] == ["--write"]:
     # --write: every sweep's ids; --write NAME.yaml ...: only those sweeps' (a change meant to move one sweep's ids)
     sys.path.insert(0, str(REPO))
