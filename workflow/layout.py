@@ -7,6 +7,7 @@ baseline RL run) reuses it. A sweep's own directory keeps what is the sweep's al
 
     results/_store/                     shared by all sweeps (`_`: no sweep's name starts so)
       data/<data_id>/  overlap/<id>/    a datasets task's prepared rows and their overlap checks
+      pretrain/<pretrain_id>/           a pretrained base (config.pretrain): the same files as an SFT stage's
       sft/<sft_id>/                     one SFT stage: DONE.json, RUNNING.lock, config.json, checkpoints/step_N/
       rl/<run_id>/                      one RL stage (the same files; PRUNED.json when an Optuna pruner stopped it)
       eval/<run_id>/<eval_id>/step_<N>/<group>/DONE.json   one eval job: an RL checkpoint x a benchmark group
