@@ -144,6 +144,7 @@ def test_the_shipped_queries_give_the_reports_numbers_again(sweep_results):
     assert rows[("rl.update=sfpo", False)]["seeds"] == 2 and rows[("start", True)]["mean"] == pytest.approx(0.1)
 
 
+@pytest.mark.slow  # (the CLI as subprocesses: seconds each; the fast tier keeps under 2 min)
 def test_the_cli_writes_the_report_and_a_baseline_must_be_a_setting(sweep_results, tmp_path):
     from helpers import refusal
     sweep, results = sweep_results
@@ -411,6 +412,7 @@ def test_an_optuna_sweeps_report_shows_its_best_trials_history_and_importances(t
     assert "optuna_history.png" in md and "optuna_importances.png" in md
 
 
+@pytest.mark.slow  # (the CLI as subprocesses: seconds each; the fast tier keeps under 2 min)
 def test_rlsweep_gain_says_which_settings_improved_on_their_start(sweep_results):
     """`rlsweep gain`: per setting the start, each seed's final and the report's paired final − start; exit 1 naming
     each setting whose gain does not hold (here grpo: a resample of its unchanged problems gives 0; sfpo holds)."""
