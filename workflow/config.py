@@ -200,7 +200,19 @@ class TaskConfig(Strict):
         return self
 
 
-class SFTConfig(Strict):
+class SupervisedOptimizer(Strict):
+    """The AdamW settings the supervised stages share (SFT and pretraining): warm-up, decay floor, weight decay,
+    clipping."""
+
+    warmup_ratio: float = Field(0.1, ge=0.0, lt=1.0, description=(
+        "Share of the steps with a linear learning-rate warm-up."))
+    min_lr_ratio: float = Field(0.1, ge=0.0, le=1.0, description="Where the cosine schedule ends, as a fraction of lr.")
+    weight_decay: NonNegativeFloat = Field(0.01, description="AdamW's decoupled weight decay.")
+    max_grad_norm: PositiveFloat | None = Field(1.0, description=(
+        "Clip the gradient's global norm to this; null: no clipping."))
+
+
+class SFTConfig(SupervisedOptimizer):
     """Supervised fine-tuning on worked solutions, loss on answer tokens only, global token-mean."""
 
     enabled: bool = Field(True, description=(
@@ -214,17 +226,11 @@ class SFTConfig(Strict):
     lr: PositiveFloat = Field(3e-3, description="Peak learning rate (AdamW).")
     schedule: Literal["cosine", "constant"] = Field("cosine", description=(
         "Learning-rate schedule after warm-up: cosine decay to min_lr_ratio x lr, or constant."))
-    warmup_ratio: float = Field(0.1, ge=0.0, lt=1.0, description=(
-        "Share of the steps with a linear learning-rate warm-up."))
-    min_lr_ratio: float = Field(0.1, ge=0.0, le=1.0, description="Where the cosine schedule ends, as a fraction of lr.")
-    weight_decay: NonNegativeFloat = Field(0.01, description="AdamW's decoupled weight decay.")
-    max_grad_norm: PositiveFloat | None = Field(1.0, description=(
-        "Clip the gradient's global norm to this; null: no clipping."))
     checkpoint_every: PositiveInt = Field(100, description=(
         "Save a checkpoint (and flush train_steps rows) every this many steps; the last step always saves."))
 
 
-class PretrainConfig(Strict):
+class PretrainConfig(SupervisedOptimizer):
     """A capable base at demo scale: a plain language-model objective on arithmetic text before anything else
     trains, as a math-pretrained base has seen mathematics and questions answered, but rarely the answer format the
     task rewards (\\boxed{}): it answers the task's questions, mostly in the wrong format (docs/demo.md, "Two
@@ -247,12 +253,6 @@ class PretrainConfig(Strict):
     steps: PositiveInt = Field(1500, description="Optimizer steps.")
     batch_size: PositiveInt = Field(64, description="Documents per optimizer step.")
     lr: PositiveFloat = Field(3e-3, description="Peak learning rate (AdamW, warm-up then cosine decay).")
-    warmup_ratio: float = Field(0.1, ge=0.0, lt=1.0, description=(
-        "Share of the steps with a linear learning-rate warm-up."))
-    min_lr_ratio: float = Field(0.1, ge=0.0, le=1.0, description="Where the cosine schedule ends, as a fraction of lr.")
-    weight_decay: NonNegativeFloat = Field(0.01, description="AdamW's decoupled weight decay.")
-    max_grad_norm: PositiveFloat | None = Field(1.0, description=(
-        "Clip the gradient's global norm to this; null: no clipping."))
     checkpoint_every: PositiveInt = Field(500, description=(
         "Save a checkpoint (and flush train_steps rows) every this many steps; the last step always saves."))
 
