@@ -124,18 +124,21 @@ def test_a_stage_added_by_declaration_gets_ids_jobs_and_a_rule(tmp_path, monkeyp
 
 @pytest.mark.slow  # seconds of work (Snakemake runs, every shipped sweep): the fast tier stays under 2 min
 def test_every_job_a_dry_run_plans_parses_with_its_stages_declared_options(tmp_path):
-    """The rules' jobs as Snakemake would start them (`snakemake -n -p`, a datasets sweep: data, overlap, SFT, RL
-    and eval jobs): each command line is one the job's parser takes."""
+    """The rules' jobs as Snakemake would start them (`snakemake -n -p`): a datasets sweep on verl (data, overlap,
+    SFT, RL and eval jobs) and the two-regime local sweep (its pretraining jobs); each command line is one the job's
+    parser takes, and together they cover every stage."""
     import subprocess
     import sys
-    out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", "--cores", "1", "--config",
-                          "sweep=sweeps/sft_then_rl.yaml", f"results={tmp_path}"], cwd=REPO, capture_output=True,
-                         text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
     parsed: dict[str, int] = {}
-    for line in out.stdout.splitlines():
-        argv = shlex.split(line.strip()) if "scripts/stage.py" in line else []
-        rest = argv[next((i for i, a in enumerate(argv) if a.endswith("scripts/stage.py")), len(argv)) + 1:]
-        if rest and rest[0] != "rescore":  # (a rescore job has its own parser: workflow/eval/rescore.py)
-            parsed[parse(rest[0], shlex.join(rest[1:])).stage] = parsed.get(rest[0], 0) + 1
+    for sweep in ("sweeps/sft_then_rl.yaml", "sweeps/mixed_policy.yaml"):
+        out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", "--cores", "1", "--config",
+                              f"sweep={sweep}", f"results={tmp_path / Path(sweep).stem}"], cwd=REPO,
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        for line in out.stdout.splitlines():
+            argv = shlex.split(line.strip()) if "scripts/stage.py" in line else []
+            rest = argv[next((i for i, a in enumerate(argv) if a.endswith("scripts/stage.py")), len(argv)) + 1:]
+            if rest and rest[0] != "rescore":  # (a rescore job has its own parser: workflow/eval/rescore.py)
+                stage = parse(rest[0], shlex.join(rest[1:])).stage
+                parsed[stage] = parsed.get(stage, 0) + 1
     assert set(parsed) == {*STAGES, "aggregate"}, parsed
