@@ -37,3 +37,35 @@ def output_to(log: Path, what: str) -> Iterator[None]:
     finally:
         os.close(saved[0])
         os.close(saved[1])
+
+
+JOB_LOG_ENV = "RLSWEEP_JOB_LOG"  # the job's log file, for what the job starts (verl's processes) and its live file
+
+
+def keep_log(log: Path) -> Path | None:
+    """A local stage job's stderr, also appended to `log` for the rest of the process's life (and of the processes
+    it starts, which inherit it): what `rlsweep watch` points at when the job fails. A SLURM job's stderr is already
+    a file of its own (submitit's log): that file is the log, and nothing is added. (A local job's stderr may be a
+    file too, Snakemake's output redirected, but one that every job shares.) A `tee` process does the copying,
+    not a thread of this one: it reads until the last writer is gone, so a traceback printed as the process dies
+    still lands, and a SIGKILL loses nothing written before it. Returns the log in use (None: none)."""
+    import shutil
+    import stat
+    import subprocess
+    if os.environ.get("SLURM_JOB_ID") and stat.S_ISREG(os.fstat(2).st_mode):
+        found = os.readlink("/proc/self/fd/2")
+        os.environ[JOB_LOG_ENV] = found
+        return Path(found)
+    tee = shutil.which("tee")
+    if tee is None:
+        return None
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as f:
+        f.write(f"==== {time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()}\n".encode())
+    sys.stderr.flush()
+    # its own session: Ctrl-C at the terminal stops the job, and tee still takes down what the job prints as it stops
+    proc = subprocess.Popen([tee, "-a", str(log)], stdin=subprocess.PIPE, stdout=os.dup(2), start_new_session=True)
+    os.dup2(proc.stdin.fileno(), 2)
+    proc.stdin.close()  # fd 2 is now the only write end this process holds
+    os.environ[JOB_LOG_ENV] = str(log)
+    return log

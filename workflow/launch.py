@@ -30,6 +30,7 @@ import torch
 
 from workflow import preemption
 from workflow.atomic import discard, write_json
+from workflow.capture import keep_log
 from workflow.data.overlap import TrainOverlap, check as check_overlap, enforce as enforce_overlap
 from workflow.data.prepare import prepare
 from workflow.engines.registry import get_engine, traits
@@ -40,7 +41,8 @@ from workflow.eval.harness import copy_evaluation, evaluate
 from workflow.extend import record_trajectory
 from workflow.errors import out_of_space
 from workflow.eval.plan import eval_groups
-from workflow.layout import CHECKPOINTS, DONE, eval_job_at, runs_file, segment_done, stage_dir, step_dir, summary_path
+from workflow.layout import (CHECKPOINTS, DONE, JOB_LOG, eval_job_at, runs_file, segment_done, stage_dir, step_dir,
+                             summary_path)
 from workflow.preemption import EXIT_PREEMPTED, Preempted
 from workflow.provenance import provenance, slurm_usage
 from workflow.registry import load_object
@@ -295,11 +297,14 @@ def run_evaluation(job: Job) -> dict[str, Any]:
     model = resolve_model(ckpt, job.out_dir) if isinstance(ckpt, str) else ckpt
     backend = make_backend(ev.backend, model, tensor_parallel_size=ev.tensor_parallel_size, seed=ev.seed,
                            device=device, log=job.out_dir / "vllm.log", label=f"eval {typed.run_id} step {step}")
-    evaluate(backend, typed.task, ev, step, results_root=job.results_root, sweep=job.sweep, run_id=typed.run_id,
-             eval_id=job.stage_id, names=job.names)
+    results = evaluate(backend, typed.task, ev, step, results_root=job.results_root, sweep=job.sweep,
+                       run_id=typed.run_id, eval_id=job.stage_id, names=job.names)
+    # each benchmark's avg@k beside the job's outcome: what `rlsweep watch` shows without a query (a view: the
+    # eval_scores rows stay the record)
+    scores = {"scores": {name: by_k[1]["avg_at_k"] for name, by_k in results.items()}}
     if isinstance(ckpt, Path):
-        return {"step": step, "checkpoint": os.path.relpath(ckpt, job.out_dir)}
-    return {"step": step, "model": ckpt}  # a Hugging Face id: verl's model_path, evaluated at step 0
+        return {"step": step, "checkpoint": os.path.relpath(ckpt, job.out_dir), **scores}
+    return {"step": step, "model": ckpt, **scores}  # a Hugging Face id: verl's model_path, evaluated at step 0
 
 
 def _checkpoint_at(rl_done: Path, step: int) -> Path | str:
@@ -328,7 +333,7 @@ def _train(stage: str, sweep: str, stage_id: str, typed, out_dir: Path, results_
     enforce_overlap([read_done(p)["output_path"] for p in inputs.overlaps], inputs.max_train_overlap)
     engine = get_engine(typed.engine.name)
     data = read_done(inputs.data)["output_path"] if inputs.data else None
-    log = TrainLog(results_root, sweep, stage, stage_id)
+    log = TrainLog(results_root, sweep, stage, stage_id, total=getattr(typed, stage).steps, until=until)
     if stage == "pretrain":
         return engine.pretrain(typed, out_dir, log)
     base = read_done(inputs.base)["checkpoint_path"] if inputs.base else None
@@ -426,10 +431,15 @@ def main(argv: list[str] | None = None) -> int:
         write_summary(a.results, a.sweep, a.out or summary_path(a.results, a.sweep))
         auto_compact(a.results)
         return 0
+    cfg = json.loads(a.config)
+    step = getattr(a, "step", None)  # (an eval job's: Snakemake's name theirs; one without leaves the log out)
+    if a.stage != "eval" or step is not None:
+        group = (getattr(a, "group", None) or "all") if a.stage == "eval" else None
+        keep_log(stage_dir(a.results, a.stage, a.id, cfg.get("run_id"), step, group) / JOB_LOG)
     preemption.install()  # checkpoint and stop at the next step boundary on SLURM's warning signal
     signal.signal(signal.SIGTERM, _terminated)  # scancel / hard requeue: record "interrupted", then go
     try:
-        run_stage(a.stage, a.sweep, a.id, json.loads(a.config), results_root=a.results, wait_for_twin=a.wait_for_twin,
+        run_stage(a.stage, a.sweep, a.id, cfg, results_root=a.results, wait_for_twin=a.wait_for_twin,
                   **{o.name: getattr(a, o.name) for o in stage_of(a.stage).options})
     except (DatasetUnavailable, RunLocked, TrainOverlap) as e:  # a problem with a clear fix: the message, no traceback
         print(f"error: {e}", file=sys.stderr)

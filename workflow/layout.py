@@ -8,7 +8,9 @@ baseline RL run) reuses it. A sweep's own directory keeps what is the sweep's al
     results/_store/                     shared by all sweeps (`_`: no sweep's name starts so)
       data/<data_id>/  overlap/<id>/    a datasets task's prepared rows and their overlap checks
       pretrain/<pretrain_id>/           a pretrained base (config.pretrain): the same files as an SFT stage's
-      sft/<sft_id>/                     one SFT stage: DONE.json, RUNNING.lock, config.json, checkpoints/step_N/
+      sft/<sft_id>/                     one SFT stage: DONE.json, RUNNING.lock, config.json, checkpoints/step_N/,
+                                        LIVE.json (its step between checkpoints), SLURM.json (its SLURM job),
+                                        job.log (a local job's stderr; a SLURM job's is submitit's log)
       rl/<run_id>/                      one RL stage (the same files; PRUNED.json when an Optuna pruner stopped it)
       eval/<run_id>/<eval_id>/step_<N>/<group>/DONE.json   one eval job: an RL checkpoint x a benchmark group
       tables/<table>/*.parquet          runs, train_steps, eval_samples, eval_scores (file names: below); one row
@@ -36,6 +38,9 @@ from pathlib import Path
 # table files, and a name without one is no stage job's (_TABLE_FILE below)
 ID_LENGTH = 12
 DONE = "DONE.json"  # a stage's last write; the file Snakemake waits for
+LIVE = "LIVE.json"  # a training job's step and last metrics between checkpoints (workflow/live.py), for `watch`
+JOB_LOG = "job.log"  # a local stage job's stderr, appended by each of its attempts (workflow/capture.py keep_log)
+SLURM_RECORD = "SLURM.json"  # the SLURM job the executor last submitted for a stage job (workflow/slurm/executor.py)
 CHECKPOINTS = "checkpoints"
 _STEP_DIR = re.compile(r"^step_(\d{6,})$")
 # a sweep's name names its directory results/<name>/: one plain path component, never "..", never absolute

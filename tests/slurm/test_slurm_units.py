@@ -434,3 +434,50 @@ def test_a_stage_that_keeps_the_default_retry_policy_sends_no_retry_resource_and
     assert RetryPolicy.decode(None).retries("NODE_FAIL") == 1
     changed = StageResources(retry={"node_fail": 0}).snakemake_resources()
     assert RetryPolicy.decode(changed[RETRY_RESOURCE]).retries("NODE_FAIL") == 0
+
+
+def test_the_executor_leaves_each_stage_job_its_slurm_job_and_final_state_for_watch(tmp_path):
+    """What `rlsweep watch` reads to tell a queued job from a pending one and why a SLURM job failed: SLURM.json beside
+    the job's DONE file, naming the job last submitted for it (a retry replaces it) and its log, and after the
+    executor gave up its final state; the watch's view of the job follows it."""
+    import logging
+    from types import SimpleNamespace
+    from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
+    from workflow.slurm.executor import Executor
+    from workflow.watch.jobs import Files, stage_job
+
+    out_dir = tmp_path / "_store" / "rl" / "0123456789ab"
+    resources = StageResources(time="01:00:00", retry={"timeout": 1}).snakemake_resources()
+    job = SimpleNamespace(name="rl", wildcards={}, resources=resources, is_group=lambda: False,
+                          output=[str(out_dir / "DONE_4.json")])
+    errors = []
+
+    class Submitter:  # what _retry and _report_failure need of the executor
+        logger = logging.getLogger("test")
+
+        def _params(self, job):
+            return sbatch_parameters(job.resources, job_name="rl", threads=1)
+
+        def _sbatch(self, jobs, params):
+            return [SimpleNamespace(job_id="202", paths=SimpleNamespace(stdout=str(tmp_path / "202.log"),
+                                                                        result_pickle="/r/202"))]
+
+        def report_job_error(self, j, msg, aux_logs):
+            errors.append(msg)
+
+    j, ex = SubmittedJobInfo(job, external_jobid="201", aux={"log": tmp_path / "201.log"}), Submitter()
+
+    def view(queue):
+        return stage_job(out_dir, out_dir / "DONE.json", out_dir / "none.parquet", lambda: queue, Files(), 0.0)
+
+    assert Executor._retry(ex, j, cluster.JobState("TIMEOUT", node="n1"))  # resubmitted as 202
+    assert json.loads((out_dir / "SLURM.json").read_text())["job_id"] == "202"
+    queued = view({"202": cluster.JobState("PENDING", reason="Resources")})
+    assert (queued.state, queued.detail, queued.log) == ("queued", "job 202: Resources", str(tmp_path / "202.log"))
+    assert view({"202": cluster.JobState("RUNNING", node="gpu3")}).detail == "gpu3"
+    assert view({}).state == "pending"  # left the queue, no word yet: the executor decides next poll
+    j.aux["log"] = tmp_path / "202.log"
+    Executor._report_failure(ex, j, cluster.JobState("TIMEOUT", node="n2"))  # the policy's one retry is spent
+    failed = view({})
+    assert (failed.state, failed.detail, failed.log) == ("failed", "TIMEOUT", str(tmp_path / "202.log"))
+    assert errors and "SLURM job 202 hit its time limit" in errors[0]

@@ -3,6 +3,12 @@
     rlsweep validate SWEEP.yaml          expand + validate a sweep, list its runs (nothing runs)
     rlsweep status SWEEP.yaml            each run's stage states (pending / step n/N / running / failed / done);
                                          for an Optuna sweep also its study: trials by state, best value, params
+    rlsweep watch SWEEP.yaml [--every 5] [--once] [--sort COL]
+                                         the sweep while it runs, redrawn every few seconds: per run its stage,
+                                         state (pending / queued: job, reason / running: node / failed: why, log /
+                                         done), step, s/step, ETA, reward, entropy, its method's headline number,
+                                         latest evaluation; jobs by state and GPU-hours; newest failures. --once
+                                         (or no terminal): one plain snapshot, exit 1 when a job failed
     rlsweep query "SQL" [--sweep NAME] [--format table|records|csv|json] [--timeout S] [--memory SIZE]
                                          read-only DuckDB over the views runs, train_steps, eval_samples, eval_scores,
                                          eval_grades
@@ -86,6 +92,16 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("status", parents=[common], help="show each run's stage states")
     s.add_argument("sweep_file")
     s.set_defaults(fn="status:cmd_status")
+    w = sub.add_parser("watch", parents=[common], help="watch a sweep while it runs (live; --once: one snapshot)")
+    w.add_argument("sweep_file")
+    w.add_argument("--every", type=float, default=5.0, metavar="S", help="seconds between refreshes (default 5)")
+    w.add_argument("--once", action="store_true",
+                   help="print one plain snapshot and exit: 0, or 1 when a job failed (also without a terminal)")
+    w.add_argument("--sort", metavar="COLUMN", help="order the lines by a column (state, step, eta, eval, reward, ...)")
+    w.add_argument("--lines", type=int, metavar="N",
+                   help="fold each setting's seeds into one line above N runs (default: the terminal's height)")
+    w.add_argument("--svg", metavar="FILE", help="with --once: also save the view as an SVG picture")
+    w.set_defaults(fn="watch:cmd_watch")
     d = sub.add_parser("doctor", parents=[common], help="find damaged or inconsistent results; say how to recompute")
     d.add_argument("sweep_file", nargs="?", help="the sweep file (or --sweep NAME)")
     d.add_argument("--sweep", type=sweep_name, help="the sweep's name, when its file is not at hand")

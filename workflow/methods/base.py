@@ -100,6 +100,9 @@ class Method:
     reads_total_steps: why a step of it depends on rl.steps (it reads the training progress, step / rl.steps), in
                 one sentence a user reads ("Slow2Fast's phases depend on rl.steps"); "" when no step does. A run of
                 such a method cannot extend a finished shorter run: its steps would differ (workflow/extend.py).
+    headline:   the one per-step number that tells how the method is doing, which `rlsweep watch` shows beside
+                reward and entropy while a run of it trains: a column of `train_steps` (its own numbers or the
+                table's, e.g. SFPO's `alpha`); "" for none.
     """
 
     role: Role
@@ -110,6 +113,7 @@ class Method:
     verl_modules: tuple[str, ...] = ()
     numbers: tuple[StepNumber, ...] = ()
     reads_total_steps: str = ""
+    headline: str = ""
     name: str = ""  # set by the registry
 
     def __post_init__(self) -> None:
@@ -133,7 +137,7 @@ class Method:
         def where(x: Any) -> Any:
             return f"{x.__module__}:{x.__qualname__}" if isinstance(x, type) else x
         return (self.role, where(self.algorithm), where(self.settings), self.verl_keys is None, self.uses_reference,
-                self.verl_modules, self.numbers, self.reads_total_steps)
+                self.verl_modules, self.numbers, self.reads_total_steps, self.headline)
 
     def load(self) -> Any:
         """The algorithm (imported on first call), checked against the role's base class."""

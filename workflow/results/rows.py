@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from workflow.layout import is_pack, table_dir, table_file_key
+from workflow.layout import is_pack, runs_file, table_dir, table_file_key
 from workflow.results.files import PositionalReader
 from workflow.results.packs import SOURCE, TableLayout, read_pack, resolve
 
@@ -104,3 +104,10 @@ def stage_rows(results_root: str | Path, table: str, stage: str, stage_id: str) 
     """Every row one stage job holds in `table` (train_steps: all its checkpoint intervals; runs and the eval tables:
     every file it wrote), wherever they are. None: it has none."""
     return _rows(results_root, table, (stage, stage_id))
+
+
+def runs_row_file(results_root: str | Path, stage: str, stage_id: str, step: int | None = None,
+                  group: str | None = None) -> Path:
+    """The small file holding a stage job's runs row (it may not exist): read it directly while the job is not done
+    (a stage job's files are packed only once it is); `rlsweep watch` reads it so, without listing the table."""
+    return table_dir(results_root, "runs") / f"{runs_file(stage, stage_id, step, group)}.parquet"

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from workflow.layout import parse_table_file, train_steps_file, train_steps_files
+from workflow.layout import parse_table_file, stage_dir, train_steps_file, train_steps_files
+from workflow.live import LiveFile
 from workflow.results.writer import write_rows
 
 
@@ -15,14 +16,22 @@ class TrainLog:
     Engines call `flush()` right BEFORE saving a checkpoint: if the process dies between the two, the restarted
     stage recomputes the same steps and rewrites the same file name with the same rows, so `train_steps` holds
     every step exactly once either way.
+
+    Given the stage's `total` steps (and a segment's last, `until`), every recorded step also updates the stage's
+    live file (workflow/live.py): what `rlsweep watch` shows between checkpoints.
     """
 
-    def __init__(self, results_root: str | Path, sweep: str, stage: str, run_id: str):
+    def __init__(self, results_root: str | Path, sweep: str, stage: str, run_id: str, total: int | None = None,
+                 until: int | None = None):
         self.results_root, self.sweep, self.stage, self.run_id = results_root, sweep, stage, run_id
         self.pending: list[dict[str, Any]] = []
+        self.live = (LiveFile(stage_dir(results_root, stage, run_id), stage, run_id, total, until)
+                     if total else None)
 
     def record(self, **row: Any) -> None:
         self.pending.append({"run_id": self.run_id, "sweep": self.sweep, "stage": self.stage, **row})
+        if self.live is not None:
+            self.live.update(row["step"], row)
 
     def discard_after(self, step: int) -> None:
         """On resume from the checkpoint at `step`: delete this run's files that start after it. An earlier

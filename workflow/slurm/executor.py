@@ -32,6 +32,8 @@ from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor
 from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 from snakemake_interface_executor_plugins.settings import CommonSettings, ExecutorSettingsBase
 
+from workflow.atomic import write_json
+from workflow.layout import SLURM_RECORD
 from workflow.slurm import cluster
 from workflow.slurm.command import direct_command, runs_directly
 from workflow.slurm.job import SnakemakeJob
@@ -95,6 +97,22 @@ def _job_aux(submitted) -> dict:
     """What status checks need of a submitted job: its log, submitit's result file, when it was submitted."""
     return {"log": Path(str(submitted.paths.stdout)), "result": Path(str(submitted.paths.result_pickle)),
             "submitted_at": time.time()}
+
+
+def _record(job: JobExecutorInterface, **fields) -> None:
+    """What `rlsweep watch` reads to tell a queued stage job from a pending one (one squeue call for all of them):
+    SLURM.json beside the job's DONE file, naming the SLURM job last submitted for it and its log, and, once it
+    failed for good, its final state. A job without a stage directory (the aggregate) gets none. Never fails the
+    submission: it is a view."""
+    if getattr(job, "is_group", lambda: False)():  # (a group's outputs are several jobs': none of them alone)
+        return
+    outputs = [Path(str(o)) for o in getattr(job, "output", ()) if Path(str(o)).name.startswith("DONE")]
+    if not outputs:
+        return
+    try:
+        write_json(outputs[0].parent / SLURM_RECORD, {"rule": job.name, "time": time.time(), **fields})
+    except OSError:
+        pass
 
 
 def _job_label(job: JobExecutorInterface) -> str:
@@ -191,6 +209,7 @@ class Executor(RemoteExecutor):
             self.logger.info(f"Job {job.jobid} ({_job_label(job)}) submitted as SLURM job {sj.job_id}; log: "
                              f"{sj.paths.stdout}")
             self.report_job_submission(SubmittedJobInfo(job, external_jobid=sj.job_id, aux=_job_aux(sj)))
+            _record(job, job_id=str(sj.job_id), log=str(sj.paths.stdout))
 
     # ------------------------------------------------------------------------------------------------ status
     async def check_active_jobs(self, active_jobs: List[SubmittedJobInfo]) -> Generator[SubmittedJobInfo, None, None]:
@@ -249,6 +268,7 @@ class Executor(RemoteExecutor):
                             f"as SLURM job {submitted.job_id}, {what}; log: {submitted.paths.stdout}")
         j.external_jobid = submitted.job_id
         j.aux.update(_job_aux(submitted), params=params)
+        _record(j.job, job_id=str(submitted.job_id), log=str(submitted.paths.stdout), attempts=attempts)
         return True
 
     def _state_from_result(self, j: SubmittedJobInfo) -> cluster.JobState | None:
@@ -270,6 +290,8 @@ class Executor(RemoteExecutor):
                "BOOT_FAIL": "could not boot its node", "DEADLINE": "missed its deadline"}.get(state.state, "failed")
         detail = f" (exit {state.exit_code})" if state.exit_code and state.exit_code != "0:0" else ""
         log = j.aux["log"]
+        _record(j.job, job_id=str(j.external_jobid), log=str(log), state=state.state, exit_code=state.exit_code,
+                reason=state.reason, attempts=j.aux.get("attempts", []))
         self.report_job_error(j, msg=f"SLURM job {j.external_jobid} {why}: state {state.state}{detail}"
                                      f"{'; ' + state.reason if state.reason else ''}. Log: {log}\n",
                               aux_logs=[str(log)])

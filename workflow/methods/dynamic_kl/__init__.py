@@ -30,5 +30,6 @@ class DynamicKLConfig(PartSettings):
 
 
 METHOD = Method("part", algorithm="workflow.methods.dynamic_kl.algorithm:DynamicKL", settings=DynamicKLConfig,
+                headline="kl_coef_mean",
                 uses_reference=True,  # the KL penalty is against the reference policy
                 numbers=numbers(("kl_coef_mean", "float", "mean of the groups' KL coefficients")))

@@ -43,7 +43,8 @@ class GXPOConfig(MethodSettings):
         return self
 
 
-METHOD = Method("update", algorithm="workflow.methods.gxpo.algorithm:GXPO", settings=GXPOConfig, numbers=numbers(
+METHOD = Method("update", algorithm="workflow.methods.gxpo.algorithm:GXPO", settings=GXPOConfig,
+                headline="gxpo_scale_mean", numbers=numbers(
     ("gxpo_ratio_p10", "float", "10th percentile of the estimated per-coordinate geometric ratio r"),
     ("gxpo_ratio_p50", "float", "median of the estimated ratio r"),
     ("gxpo_ratio_p90", "float", "90th percentile of the estimated ratio r"),

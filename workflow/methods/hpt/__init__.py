@@ -17,6 +17,6 @@ class HPTConfig(MethodSettings):
     sft_coef: PositiveFloat = Field(1.0, description="Weight of the SFT loss.")
 
 
-METHOD = Method("mix", algorithm="workflow.methods.hpt.algorithm:HPT", settings=HPTConfig,
+METHOD = Method("mix", algorithm="workflow.methods.hpt.algorithm:HPT", settings=HPTConfig, headline="sft_prompt_frac",
                 numbers=MIX_NUMBERS + numbers(
                     ("sft_prompt_frac", "float", "share of the step's prompts switched to SFT")))

@@ -24,5 +24,6 @@ class LUFFYConfig(MethodSettings):
 
 
 METHOD = Method("mix", algorithm="workflow.methods.luffy.algorithm:LUFFY", settings=LUFFYConfig,
+                headline="off_policy_frac",
                 numbers=MIX_NUMBERS + numbers(
                     ("trace_reward", "float", "mean reward of the expert traces (a wrong trace shows here)")))

@@ -43,6 +43,7 @@ class PrefixRFTConfig(MethodSettings):
 
 
 METHOD = Method("mix", algorithm="workflow.methods.prefix_rft.algorithm:PrefixRFT", settings=PrefixRFTConfig,
+                headline="prefix_len",
                 # every training rollout through rlsweep's agent loop (it reads the run's RL config)
                 verl_keys=lambda cfg: {"actor_rollout_ref.rollout.agent.default_agent_loop": VERL_AGENT_LOOP},
                 verl_modules=("workflow.methods.prefix_rft.verl",),  # registers the loop in each verl process

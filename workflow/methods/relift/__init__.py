@@ -21,6 +21,7 @@ class ReLIFTConfig(MethodSettings):
 
 
 METHOD = Method("mix", algorithm="workflow.methods.relift.algorithm:ReLIFT", settings=ReLIFTConfig,
+                headline="buffer_size",
                 numbers=MIX_NUMBERS + numbers(
     ("buffer_size", "int", "hard prompts' demonstrations waiting in the buffer after the step"),
     ("interleaved_sft_rows", "int", "demonstrations the step's interleaved SFT update trained on (null: none)"),

@@ -23,4 +23,4 @@ class SFPOConfig(MethodSettings):
         "plain GRPO."))
 
 
-METHOD = Method("update", algorithm="workflow.methods.sfpo.algorithm:SFPO", settings=SFPOConfig)
+METHOD = Method("update", algorithm="workflow.methods.sfpo.algorithm:SFPO", settings=SFPOConfig, headline="alpha")

@@ -50,6 +50,7 @@ def _verl_keys(cfg: Slow2FastConfig) -> dict:
 
 
 METHOD = Method("part", algorithm="workflow.methods.slow2fast.algorithm:Slow2Fast", settings=Slow2FastConfig,
+                headline="kept_groups",
                 verl_keys=_verl_keys, reads_total_steps="Slow2Fast's phases depend on rl.steps", numbers=numbers(
                     ("kept_groups", "int", "groups the step trained on"),
                     ("dropped_groups", "int", "groups left out (accuracy outside the phase's band)"),

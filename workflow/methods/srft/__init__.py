@@ -20,6 +20,6 @@ class SRFTConfig(MethodSettings):
         "Policy shaping of the demonstration as an off-policy trace in its group: f(pi) = pi / (pi + lam)."))
 
 
-METHOD = Method("mix", algorithm="workflow.methods.srft.algorithm:SRFT", settings=SRFTConfig,
+METHOD = Method("mix", algorithm="workflow.methods.srft.algorithm:SRFT", settings=SRFTConfig, headline="sft_loss_share",
                 numbers=MIX_NUMBERS + numbers(
                     ("rl_weight", "float", "mean RL weight of the correct rollouts (null: no correct rollout)")))

@@ -45,7 +45,7 @@ class ThinkingRewardConfig(PartSettings):
 
 
 METHOD = Method("part", algorithm="workflow.methods.thinking_reward.algorithm:ThinkingReward",
-                settings=ThinkingRewardConfig, numbers=numbers(
+                settings=ThinkingRewardConfig, headline="thinking_bonus", numbers=numbers(
                     ("thinking_bonus", "float", "mean thinking bonus added to the responses' rewards"),
                     ("easy_frac", "float", "share of the step's prompts judged easy"),
                     ("hard_frac", "float", "share of the step's prompts judged hard")))

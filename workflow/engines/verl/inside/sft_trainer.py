@@ -34,7 +34,8 @@ class RlsweepSFTTrainer(SFTTrainer):
         super().__init__(config)
         self.step = self.resume_global_step
         logs = self.engine.is_mp_src_rank_with_outputs() and self.engine.get_data_parallel_rank() == 0
-        self.log = TrainLog(log["results_root"], log["sweep"], "sft", log["run_id"]) if logs else None
+        self.log = (TrainLog(log["results_root"], log["sweep"], "sft", log["run_id"],
+                             total=getattr(self, "total_training_steps", None)) if logs else None)
         n_params = param_count(config.model.path) if logs else None  # for train_steps.flops
         if self.log is not None and self.step:
             self.log.discard_after(self.step)  # rows an earlier attempt flushed past its last checkpoint

@@ -238,7 +238,9 @@ class RlsweepTrainer(PPOTrainerSync):
         out = super()._compute_metrics(batch, metrics, timing_raw, global_steps=global_steps, epoch=epoch)
         log, where = self.__dict__.get("_rlsweep_log"), self._log_where()
         if log is None and where:
-            log = self._rlsweep_log = TrainLog(where["results_root"], where["sweep"], "rl", where["run_id"])
+            log = self._rlsweep_log = TrainLog(where["results_root"], where["sweep"], "rl", where["run_id"],
+                                               total=run_rl(self.config.trainer.v1.rlsweep).steps,
+                                               until=getattr(self, "total_training_steps", None))  # a segment's end
             # a run verl resumed from its checkpoint at global_steps - 1: rows an earlier attempt flushed after
             # that checkpoint are recomputed now (the local engine does the same, see TrainLog.discard_after)
             log.discard_after(global_steps - 1)

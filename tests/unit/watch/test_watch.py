@@ -1,0 +1,169 @@
+"""`rlsweep watch` over a store as a running sweep leaves it (workflow/watch/): each run's state, stage, step, rate
+and metrics, its latest evaluation, SLURM's view of its jobs from one squeue call, the reason a job failed and its
+log, the header's counts, folding and sorting; and that watching writes nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from helpers import REPO, write_sweep
+from workflow.atomic import write_json
+from workflow.cli import main
+from workflow.layout import DONE, SLURM_RECORD, done_path, runs_file, stage_dir
+from workflow.live import LiveFile
+from workflow.results.writer import write_rows
+from workflow.runlock import LOCK_NAME
+from workflow.slurm.cluster import JobState
+from workflow.sweep.expand import load_sweep
+from workflow.watch.snapshot import Watcher
+from workflow.watch.view import plain
+
+OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB"
+
+
+def _row(root: Path, stage: str, stage_id: str, status: str, error: str | None = None, **job) -> None:
+    write_rows(root, "runs", runs_file(stage, stage_id, job.get("eval_step"), job.get("eval_group")),
+               [{"run_id": stage_id, "sweep": "w", "stage": stage, "status": status, "error": error, **job}])
+
+
+@pytest.fixture
+def store(tmp_path):
+    """Five runs of one sweep, one in each state: rl running here (heartbeat, live file), queued on SLURM, running
+    on SLURM, failed on SLURM (CUDA out of memory, its log), and one finished and evaluated."""
+    sweep = load_sweep(write_sweep(tmp_path / "w.yaml", "w", """
+        grid: {rl.update: [grpo, sfpo]}
+        seeds: [0, 1, 2]
+        """))
+    root = tmp_path / "results"
+    runs = {(r.config.rl.update, r.config.seed): r for r in sweep.runs}
+    sft = runs["grpo", 0].sft_id
+    write_json(done_path(root, "sft", sft), {"stage": "sft", "id": sft})
+    # grpo seed 0: training here, step 3 of 4, its lock renewed just now
+    here = runs["grpo", 0]
+    rl_dir = stage_dir(root, "rl", here.run_id)
+    rl_dir.mkdir(parents=True)
+    (rl_dir / LOCK_NAME).write_text(json.dumps({"host": "node-a", "pid": os.getpid()}))
+    _row(root, "rl", here.run_id, "running")
+    live = LiveFile(rl_dir, "rl", here.run_id, total=4, every_s=0.0)
+    for step in (1, 2, 3):
+        live.update(step, {"reward": 0.25 * step, "entropy": 1.0, "loss": 0.1})
+    # grpo seed 1: queued on SLURM; sfpo seed 0: running there; sfpo seed 1: failed there for good
+    for key, job in ((("grpo", 1), "101"), (("sfpo", 0), "102_3"), (("sfpo", 1), "103")):
+        write_json(stage_dir(root, "rl", runs[key].run_id) / SLURM_RECORD,
+                   {"rule": "rl", "job_id": job, "log": str(tmp_path / f"{job}.log")})
+    failed = runs["sfpo", 1].run_id
+    (tmp_path / "103.log").write_text(f"step 1\nTraceback (most recent call last):\n  ...\n{OOM}\n")
+    _row(root, "rl", failed, "failed", "RuntimeError: the job ended")
+    # grpo seed 2: finished, evaluated at steps 2 and 4 (the last on two benchmark groups)
+    done = runs["grpo", 2]
+    finished = LiveFile(stage_dir(root, "rl", done.run_id), "rl", done.run_id, total=4, every_s=0.0)
+    for step in (1, 2, 3, 4):
+        finished.update(step, {"reward": 0.9, "entropy": 0.4})
+    write_json(done_path(root, "rl", done.run_id), {"stage": "rl", "id": done.run_id})
+    for step, group in done.eval_jobs:
+        write_json(done_path(root, "eval", done.eval_id, done.run_id, step, group),
+                   {"stage": "eval", "step": step, "scores": {"arithmetic": 0.5 if step < 4 else 0.75}})
+    return sweep, root, runs
+
+
+def squeue():
+    return {"101": JobState("PENDING", reason="Priority"), "102_3": JobState("RUNNING", node="gpu7")}
+
+
+def test_each_run_shows_its_state_step_rate_metrics_and_evaluation(store):
+    sweep, root, runs = store
+    calls = []
+    snap = Watcher(sweep, root, squeue=lambda: calls.append(1) or squeue()).snapshot()
+    assert len(calls) == 1  # one squeue call for the three SLURM jobs
+    by = {(ln.method, ln.seed): ln for ln in snap.lines}
+    here = by["grpo", 0]
+    assert (here.state, here.stage, here.detail, here.step, here.total) == ("running", "rl", "node-a", 3, 4)
+    assert here.metrics == {"reward": 0.75, "entropy": 1.0} and here.s_per_step is not None
+    assert (by["grpo", 1].state, by["grpo", 1].detail) == ("queued", "job 101: Priority")
+    assert (by["sfpo", 0].state, by["sfpo", 0].detail) == ("running", "gpu7")
+    oom = by["sfpo", 1]
+    assert (oom.state, oom.detail) == ("failed", "CUDA out of memory") and oom.log.endswith("103.log")
+    done = by["grpo", 2]
+    assert (done.state, done.eval, done.eval_step, done.metrics["reward"]) == ("done", 0.75, 4, 0.9)
+    assert by["sfpo", 2].state == "pending"
+    assert "alpha" not in here.metrics  # SFPO's headline number: a column only where an SFPO run logged it
+    assert snap.jobs["failed"] == 1 and snap.jobs["running"] == 2 and snap.jobs["queued"] == 1
+    assert [p.reason for p in snap.problems] == ["CUDA out of memory"]
+
+
+def test_a_job_killed_without_a_word_shows_failed_once_its_heartbeat_stops(store):
+    sweep, root, runs = store
+    lock = stage_dir(root, "rl", runs["grpo", 0].run_id) / LOCK_NAME
+    os.utime(lock, (1, 1))  # the owner stopped renewing its lock long ago: kill -9
+    line = next(ln for ln in Watcher(sweep, root, squeue=squeue).snapshot().lines if ln.run_id ==
+                runs["grpo", 0].run_id)
+    assert line.state == "failed" and "heartbeat" in line.detail
+
+
+def test_squeue_failing_is_a_note_not_an_error(store):
+    from workflow.slurm.cluster import SlurmError
+    sweep, root, _ = store
+
+    def down():
+        raise SlurmError(["squeue"], "slurm_load_jobs error: Unable to contact slurm controller", transient=True)
+    snap = Watcher(sweep, root, squeue=down).snapshot()
+    assert any("squeue did not answer" in n for n in snap.notes)
+    assert sum(ln.state == "failed" for ln in snap.lines) == 1  # the failed job is still known from its runs row
+
+
+def test_folding_seeds_into_settings_and_sorting(store):
+    sweep, root, _ = store
+    snap = Watcher(sweep, root, squeue=squeue).snapshot()
+    folded = plain(snap, max_lines=2).splitlines()
+    rows = [ln for ln in folded[2:] if ln.startswith("rl.update")]
+    assert len(rows) == 2 and all(" x3 " in r for r in rows)
+    assert "failed" in next(r for r in rows if "sfpo" in r)  # a setting shows its seeds' most urgent state
+    by_reward = [ln.split()[0] for ln in plain(snap, sort="reward").splitlines()[2:7]]
+    assert by_reward[:2] == ["rl.update=grpo"] * 2  # 0.75 then 0.9 first; runs without a reward last
+    with pytest.raises(ValueError, match="--sort 'nope'"):
+        plain(snap, sort="nope")
+
+
+def _tree(root: Path) -> dict[str, tuple[int, int]]:
+    return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*")}
+
+
+def test_the_command_prints_one_snapshot_exits_1_on_a_failure_and_writes_nothing(store, tmp_path, capsys,
+                                                                                 monkeypatch):
+    sweep, root, runs = store
+    bin_dir, calls = tmp_path / "bin", tmp_path / "squeue-calls"
+    bin_dir.mkdir()
+    fake = bin_dir / "squeue"  # SLURM's squeue as the executor's parser reads it: id|state|node|reason
+    fake.write_text(textwrap.dedent(f"""\
+        #!/bin/sh
+        echo "$@" >> {calls}
+        echo "101|PENDING||Priority"
+        echo "102_3|RUNNING|gpu7|None"
+        """))
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    before = _tree(tmp_path)
+    svg = tmp_path / "view.svg"
+    rc = main(["watch", str(sweep.path), "--results", str(root), "--once", "--svg", str(svg)])
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert out.splitlines()[0].startswith("w: 6 runs | jobs ")
+    assert "job 101: Priority" in out and "gpu7" in out and "3/4" in out
+    assert f"failed: rl.update=sfpo seed 1, rl: CUDA out of memory (log: {tmp_path / '103.log'})" in out
+    assert len(calls.read_text().splitlines()) == 1
+    after = _tree(tmp_path)
+    assert {k: v for k, v in after.items() if k not in (str(svg), str(calls))} == before  # nothing else written
+    assert svg.read_text().startswith("<svg")
+
+
+def test_a_sweep_without_slurm_jobs_never_calls_squeue(tmp_path):
+    sweep = load_sweep(write_sweep(tmp_path / "w.yaml", "w"))
+    snap = Watcher(sweep, tmp_path / "results", squeue=lambda: pytest.fail("squeue called")).snapshot()
+    assert [ln.state for ln in snap.lines] == ["pending"] and not snap.failed

@@ -1,0 +1,149 @@
+"""One stage job's state as `rlsweep watch` shows it, from the files the job and the SLURM executor leave in its
+directory and from squeue's line for it (the caller's one squeue call per refresh):
+
+    done      its DONE file (or PRUNED.json: an Optuna pruner stopped it)
+    queued    SLURM lists the job it was last submitted as (SLURM.json) as pending: job id and squeue's reason
+    running   SLURM runs it (node), or its RUNNING.lock's heartbeat is fresh (host)
+    failed    its runs row says failed / interrupted, SLURM gave up on it (SLURM.json's final state), or it says
+              running with neither a heartbeat nor a SLURM job: killed
+    pending   none of those: its turn has not come
+
+Reads only; every file read goes through a `Files` cache keyed by (size, mtime), so a refresh rereads what changed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import pyarrow.parquet as pq
+
+from workflow.layout import JOB_LOG, LIVE, SLURM_RECORD
+from workflow.live import read_live
+from workflow.runlock import LOCK_NAME, STALE_S
+from workflow.slurm.cluster import JobState
+from workflow.study.pruning import MARKER as PRUNED
+from workflow.watch.reasons import classify, log_tail
+
+STATES = ("pending", "queued", "running", "failed", "done")
+RUNNING = ("RUNNING", "COMPLETING", "CONFIGURING", "STAGE_OUT")  # squeue states in which the job holds its nodes
+
+
+@dataclass(frozen=True)
+class JobView:
+    state: str  # one of STATES
+    detail: str = ""  # queued: "job 123: Priority"; running: its node; failed: the reason class; pending: why waiting
+    log: str | None = None  # the job's log file, when known (a SLURM job's)
+    live: dict[str, Any] | None = None  # its live file (workflow/live.py), when it has one
+    when: float | None = None  # a failure's time (epoch s): the footer lists the newest first
+    error: str | None = None  # a failure's recorded error (the runs row's), for the log-less
+
+
+class Files:
+    """Parsed files by path, reread only when their size or modification time changes (a watch refreshes every few
+    seconds over thousands of jobs, most of which changed nothing)."""
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple[str, Path], tuple[tuple[int, int], Any]] = {}
+
+    def read(self, path: Path, parse: Callable[[Path], Any], kind: str = "") -> Any:
+        try:
+            st = os.stat(path)
+        except OSError:
+            self._cache.pop((kind, path), None)
+            return None
+        key, stamp = (kind, path), (st.st_size, st.st_mtime_ns)
+        hit = self._cache.get(key)
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+        value = parse(path)
+        self._cache[key] = (stamp, value)
+        return value
+
+    def json(self, path: Path) -> dict[str, Any] | None:
+        return self.read(path, _json, "json")
+
+    def live(self, directory: Path) -> dict[str, Any] | None:
+        return self.read(directory / LIVE, lambda p: read_live(p.parent), "live")
+
+    def runs_row(self, path: Path) -> dict[str, Any] | None:
+        return self.read(path, _runs_row, "runs")
+
+
+def _json(path: Path) -> dict[str, Any] | None:
+    try:
+        found = json.loads(path.read_text())
+    except (OSError, ValueError):  # being replaced, or foreign: absent for this refresh
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def _runs_row(path: Path) -> dict[str, Any] | None:
+    """A stage job's runs row from its own (small) file: a job that is not done was never packed."""
+    try:
+        rows = pq.read_table(path, columns=["status", "error", "finished_at", "gpu_hours"]).to_pylist()
+    except Exception:  # noqa: BLE001 - damaged or half-replaced: `rlsweep doctor` names it; absent here
+        return None
+    if not rows:
+        return None
+    row = rows[-1]
+    if row.get("finished_at") is not None:
+        row["finished_at"] = row["finished_at"].timestamp()
+    return row
+
+
+def _existing(path: Path) -> str | None:
+    return str(path) if path.is_file() else None
+
+
+def _heartbeat(directory: Path, now: float) -> bool:
+    """Whether the job's RUNNING.lock was renewed within STALE_S (its owner renews it every HEARTBEAT_S)."""
+    try:
+        return now - os.stat(directory / LOCK_NAME).st_mtime < STALE_S
+    except OSError:
+        return False
+
+
+def stage_job(directory: Path, done: Path, runs_row: Path, squeue: Callable[[], dict[str, JobState] | None],
+              files: Files, now: float) -> JobView:
+    """The state of the stage job whose outputs are in `directory`, finished when `done` exists, whose runs row
+    file is `runs_row`. `squeue()`: this user's jobs by id (None: the scheduler did not answer); called only for a
+    job the SLURM executor submitted."""
+    live = files.live(directory)
+    if done.is_file():
+        return JobView("done", live=live)
+    if (directory / PRUNED).is_file():
+        return JobView("done", "pruned", live=live)
+    record = files.json(directory / SLURM_RECORD)
+    log = (record or {}).get("log") or (live or {}).get("log") or _existing(directory / JOB_LOG)
+    queue = squeue() if record is not None else None
+    if queue is not None:
+        listed = queue.get(str(record.get("job_id")))
+        if listed is not None and listed.active:
+            if listed.state in RUNNING:
+                return JobView("running", listed.node or "", log, live)
+            return JobView("queued", f"job {record.get('job_id')}: {listed.reason or listed.state}", log, live)
+    row = files.runs_row(runs_row)
+    status, error = (row or {}).get("status"), (row or {}).get("error")
+    if _heartbeat(directory, now):
+        owner = files.json(directory / LOCK_NAME) or {}
+        return JobView("running", str(owner.get("host") or ""), log, live)
+    if record is not None and record.get("state"):  # the executor gave up on it
+        return JobView("failed", classify(record["state"], error, log_tail(log)), log, live,
+                       when=record.get("time"), error=error)
+    if status in ("failed", "interrupted"):
+        reason = "interrupted" if status == "interrupted" else classify(None, error, log_tail(log))
+        return JobView("failed", reason, log, live, when=(row or {}).get("finished_at"), error=error)
+    if status == "running":  # started, and now neither renews its lock nor is a SLURM job in the queue
+        if record is not None and queue is None:
+            return JobView("running", "(squeue did not answer)", log, live)
+        return JobView("failed", "killed (its heartbeat stopped)", log, live,
+                       when=(live or {}).get("updated_at"), error=error)
+    if status == "preempted":
+        return JobView("pending", "preempted: to be requeued", log, live)
+    if status == "paused":
+        return JobView("pending", "next segment", log, live)
+    return JobView("pending", "", log, live)

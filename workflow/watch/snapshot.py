@@ -1,0 +1,236 @@
+"""Every run of a sweep at one moment, as `rlsweep watch` shows it: the stage its chain is at, that stage's step,
+rate and metrics, its latest evaluation, and its state; with the sweep's job counts, GPU-hours and newest problems.
+
+A `Watcher` takes one snapshot per refresh. It reads the stage directories of the store (DONE files, RUNNING.lock's
+heartbeat, LIVE.json, SLURM.json), the small runs-row file of each job that is not done, and the eval jobs' DONE
+files (which hold their scores), each through a cache that rereads only what changed; it makes at most one squeue
+call per snapshot, and none for a sweep no SLURM job was submitted for. It writes nothing and takes no lock. A run
+whose every job is done is kept as it was last seen and not looked at again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from workflow.layout import DONE, done_path, stage_dir
+from workflow.results.rows import runs_row_file
+from workflow.slurm import cluster
+from workflow.watch.jobs import STATES, Files, JobView, stage_job
+
+TRAINING = ("data", "overlap", "pretrain", "sft", "rl")  # a run's stage jobs before its evaluations, in order
+SUPERVISED_HEADLINE = ("loss",)  # what a pretraining or SFT job shows
+RL_HEADLINE = ("reward", "entropy")  # what every RL job shows, then its methods' cards' headline numbers
+
+
+@dataclass
+class RunLine:
+    """One run as a line of the view."""
+
+    run_id: str
+    label: str
+    seed: int
+    method: str
+    state: str  # one of jobs.STATES: the state of the job the run waits on (done: every job is)
+    stage: str = ""  # the stage its chain is at ("" once every job is done)
+    detail: str = ""  # queued: job id and reason; running: node; failed: the reason class
+    step: int | None = None
+    total: int | None = None
+    segment: str = ""  # "2/5": the RL segment the step is in, for a run trained in segments
+    s_per_step: float | None = None
+    metrics: dict[str, float] = field(default_factory=dict)  # headline name -> its latest value
+    eval: float | None = None  # the latest evaluated step's avg@k, over its benchmarks
+    eval_step: int | None = None
+    log: str | None = None
+
+    @property
+    def eta_s(self) -> float | None:
+        if self.s_per_step is None or self.step is None or self.total is None:
+            return None
+        return self.s_per_step * max(self.total - self.step, 0)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A failed job, for the footer."""
+
+    run: str  # the run's label and seed
+    stage: str
+    reason: str
+    log: str | None
+    when: float | None
+    error: str | None = None
+
+
+@dataclass
+class Snapshot:
+    sweep: str
+    lines: list[RunLine]
+    jobs: Counter  # stage jobs by state (a job several runs share counts once)
+    gpu_hours: float  # ended jobs' accounted GPU-hours + running SLURM jobs' so far
+    problems: list[Problem]  # newest first
+    notes: list[str]  # what limited this snapshot (squeue did not answer, ...)
+    taken_at: float
+
+    @property
+    def failed(self) -> bool:
+        return self.jobs.get("failed", 0) > 0
+
+
+def squeue_now() -> dict[str, cluster.JobState]:
+    """This user's jobs by id, array tasks one by one: one squeue call (raises cluster.SlurmError)."""
+    return cluster.parse_squeue(cluster.run(["squeue", "-h", "-r", "--me", "-o", "%i|%T|%N|%r"], retries=0,
+                                            timeout_s=15))
+
+
+class Watcher:
+    """Snapshots of one sweep (`sweep`: workflow.sweep.expand.Sweep) under `results_root`."""
+
+    def __init__(self, sweep, results_root: str | Path, squeue: Callable[[], dict] = squeue_now,
+                 clock: Callable[[], float] = time.time):
+        self.sweep, self.root, self.squeue, self.clock = sweep, Path(results_root), squeue, clock
+        self.files = Files()
+        self.finished: dict[str, tuple[RunLine, dict[tuple, JobView]]] = {}  # runs whose every job is done
+        # every stage job of the sweep, once (an SFT job several runs share is one): the header's pending are
+        # those of them not seen started
+        self.n_jobs = (sum(len(sweep.jobs(stage)) for stage in TRAINING)
+                       + sum(len(r.eval_jobs) for r in sweep.runs))
+        self.headlines = {r.run_id: (*RL_HEADLINE, *(c.headline for c in r.config.rl.selected if c.headline))
+                          for r in sweep.runs}
+
+    # ----------------------------------------------------------------------------------------------------- jobs
+    def _job(self, stage: str, stage_id: str, run_id: str | None = None, step: int | None = None,
+             group: str | None = None) -> JobView:
+        key = (stage, stage_id, run_id, step, group)
+        found = self._seen.get(key)
+        if found is None:
+            directory = stage_dir(self.root, stage, stage_id, run_id, step, group)
+            row = runs_row_file(self.root, stage, stage_id, step, group)
+            found = self._seen[key] = stage_job(directory, directory / DONE, row, self._squeue, self.files,
+                                                self._now)
+        return found
+
+    def _squeue(self) -> dict[str, cluster.JobState] | None:
+        """squeue's answer for this snapshot: asked at most once, and only when a job has a SLURM record."""
+        if self._queue is None:
+            try:
+                self._queue = (self.squeue(),)
+            except cluster.SlurmError as e:
+                self._queue = (None,)
+                self._notes.append(f"squeue did not answer ({str(e).strip()[:160]}): SLURM jobs shown as found")
+        return self._queue[0]
+
+    def _gpu_hours(self, stage: str, stage_id: str, run_id: str | None, step: int | None, group: str | None,
+                   view: JobView) -> float:
+        if view.state == "running" and view.live and view.live.get("gpus"):
+            return view.live["gpus"] * max(self._now - view.live.get("started_at", self._now), 0) / 3600
+        if view.state in ("done", "failed"):
+            row = self.files.runs_row(runs_row_file(self.root, stage, stage_id, step, group))
+            return float((row or {}).get("gpu_hours") or 0.0)
+        return 0.0
+
+    # -------------------------------------------------------------------------------------------------- a run
+    def _evaluation(self, run) -> tuple[float | None, int | None]:
+        """The run's latest evaluated step and its avg@k over the benchmarks evaluated there (from the eval jobs'
+        DONE files; one copied from another run's step-0 evaluation reads that run's)."""
+        by_step: dict[int, list[float]] = {}
+        for step, group in run.eval_jobs:
+            scores = self._scores(done_path(self.root, "eval", run.eval_id, run.run_id, step, group), step, group)
+            if scores:
+                by_step.setdefault(step, []).extend(scores)
+        if not by_step:
+            return None, None
+        last = max(by_step)
+        return sum(by_step[last]) / len(by_step[last]), last
+
+    def _scores(self, done: Path, step: int, group: str) -> list[float]:
+        record = self.files.json(done)
+        if record is None:
+            return []
+        source = record.get("copied_from")
+        if isinstance(source, dict) and not record.get("scores"):
+            record = self.files.json(done_path(self.root, "eval", source.get("eval_id", ""), source.get("run_id"),
+                                               step, group)) or {}
+        scores = record.get("scores")
+        return [float(v) for v in scores.values() if isinstance(v, (int, float))] if isinstance(scores, dict) else []
+
+    def _line(self, run) -> tuple[RunLine, dict[tuple, JobView]]:
+        cfg = run.config
+        line = RunLine(run.run_id, run.label, cfg.seed, run.method, "done")
+        jobs: dict[tuple, JobView] = {}
+        current: tuple[str, JobView] | None = None
+        for stage in TRAINING:
+            stage_id = run.id_of(stage)
+            if stage_id is None:
+                continue
+            view = jobs[(stage, stage_id, None, None, None)] = self._job(stage, stage_id)
+            if view.state != "done":
+                current = current or (stage, view)
+            if current and current[1].state in ("pending", "queued") and stage != "rl":
+                break  # downstream of a job that has not started: nothing there can have started either
+        rl_started = current is None or current[0] == "rl"
+        if rl_started:
+            for step, group in run.eval_jobs:
+                key = ("eval", run.eval_id, run.run_id, step, group)
+                view = jobs[key] = self._job(*key)
+                if current is None and view.state != "done":
+                    current = ("eval", view)
+        training = next((s for s in ("rl", "sft", "pretrain") if run.id_of(s)), None)
+        stage, view = current if current is not None else ("", None)
+        shown = stage if stage in ("pretrain", "sft", "rl") else training
+        live = jobs.get((shown, run.id_of(shown), None, None, None)) if shown else None
+        live = live.live if live is not None else None
+        if view is not None:
+            line.state, line.stage, line.detail, line.log = view.state, stage, view.detail, view.log
+        if stage == "eval":
+            evals = [v for k, v in jobs.items() if k[0] == "eval"]
+            line.state = max((v.state for v in evals if v.state != "done"), key=_urgency, default="done")
+            line.detail = f"{sum(v.state == 'done' for v in evals)}/{len(evals)} eval jobs" + (
+                f"; {view.detail}" if view.detail and line.state == view.state else "")
+        if live is not None:
+            line.step, line.total = live.get("step"), live.get("total")
+            names = self.headlines[run.run_id] if shown == "rl" else SUPERVISED_HEADLINE
+            line.metrics = {n: live["metrics"][n] for n in names if n in (live.get("metrics") or {})}
+            if line.state == "running" and stage == shown:  # a rate only while it trains
+                line.s_per_step = live.get("s_per_step")
+        elif shown is not None:
+            line.total = getattr(cfg, shown).steps
+        if shown == "rl" and len(run.segment_ends) > 1 and line.step is not None:
+            at = next((i for i, end in enumerate(run.segment_ends) if line.step < end), len(run.segment_ends) - 1)
+            line.segment = f"{at + 1}/{len(run.segment_ends)}"
+        line.eval, line.eval_step = self._evaluation(run)
+        return line, jobs
+
+    # --------------------------------------------------------------------------------------------- a snapshot
+    def snapshot(self) -> Snapshot:
+        self._now, self._seen, self._queue, self._notes = self.clock(), {}, None, []
+        lines, counted = [], {}
+        for run in self.sweep.runs:
+            kept = self.finished.get(run.run_id)
+            line, jobs = kept if kept is not None else self._line(run)
+            if kept is None and line.state == "done" and all(v.state == "done" for v in jobs.values()):
+                self.finished[run.run_id] = (line, jobs)
+            lines.append(line)
+            for key, view in jobs.items():
+                counted.setdefault(key, (view, line))
+        jobs_by_state = Counter({s: 0 for s in STATES})
+        gpu_hours, problems = 0.0, []
+        for key, (view, line) in counted.items():
+            jobs_by_state[view.state] += view.state != "pending"
+            gpu_hours += self._gpu_hours(*key, view)
+            if view.state == "failed":
+                problems.append(Problem(f"{line.label} seed {line.seed}", key[0] + (f" step {key[3]}" if key[0] ==
+                                                                                     "eval" else ""),
+                                        view.detail, view.log, view.when, view.error))
+        jobs_by_state["pending"] = max(self.n_jobs - sum(jobs_by_state.values()), 0)
+        problems.sort(key=lambda p: p.when or 0.0, reverse=True)
+        return Snapshot(self.sweep.name, lines, jobs_by_state, gpu_hours, problems, self._notes, self._now)
+
+
+def _urgency(state: str) -> int:
+    """Which of a run's eval jobs' states the run shows: a failure first, then one running, queued, pending."""
+    return {"failed": 4, "running": 3, "queued": 2, "pending": 1}.get(state, 0)
+
