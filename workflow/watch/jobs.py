@@ -72,6 +72,10 @@ class Files:
     def runs_row(self, path: Path) -> dict[str, Any] | None:
         return self.read(path, _runs_row, "runs")
 
+    def tail(self, log: str | None) -> str:
+        """The end of a job's log ("" without one)."""
+        return (self.read(Path(log), log_tail, "tail") or "") if log else ""
+
 
 def _json(path: Path) -> dict[str, Any] | None:
     try:
@@ -95,10 +99,6 @@ def _runs_row(path: Path) -> dict[str, Any] | None:
     return row
 
 
-def _existing(path: Path) -> str | None:
-    return str(path) if path.is_file() else None
-
-
 def _heartbeat(directory: Path, now: float) -> bool:
     """Whether the job's RUNNING.lock was renewed within STALE_S (its owner renews it every HEARTBEAT_S)."""
     try:
@@ -112,13 +112,18 @@ def stage_job(directory: Path, done: Path, runs_row: Path, squeue: Callable[[], 
     """The state of the stage job whose outputs are in `directory`, finished when `done` exists, whose runs row
     file is `runs_row`. `squeue()`: this user's jobs by id (None: the scheduler did not answer); called only for a
     job the SLURM executor submitted."""
-    live = files.live(directory)
-    if done.is_file():
+    try:  # one listing, then only the files that are there: most jobs of a big sweep have few or none
+        names = set(os.listdir(directory))
+    except OSError:
+        return JobView("pending")  # no directory: nothing has started it, nor submitted it
+    live = files.live(directory) if LIVE in names else None
+    if done.name in names:
         return JobView("done", live=live)
-    if (directory / PRUNED).is_file():
+    if PRUNED in names:
         return JobView("done", "pruned", live=live)
-    record = files.json(directory / SLURM_RECORD)
-    log = (record or {}).get("log") or (live or {}).get("log") or _existing(directory / JOB_LOG)
+    record = files.json(directory / SLURM_RECORD) if SLURM_RECORD in names else None
+    log = (record or {}).get("log") or (live or {}).get("log") or (
+        str(directory / JOB_LOG) if JOB_LOG in names else None)
     queue = squeue() if record is not None else None
     if queue is not None:
         listed = queue.get(str(record.get("job_id")))
@@ -128,14 +133,14 @@ def stage_job(directory: Path, done: Path, runs_row: Path, squeue: Callable[[], 
             return JobView("queued", f"job {record.get('job_id')}: {listed.reason or listed.state}", log, live)
     row = files.runs_row(runs_row)
     status, error = (row or {}).get("status"), (row or {}).get("error")
-    if _heartbeat(directory, now):
+    if LOCK_NAME in names and _heartbeat(directory, now):
         owner = files.json(directory / LOCK_NAME) or {}
         return JobView("running", str(owner.get("host") or ""), log, live)
     if record is not None and record.get("state"):  # the executor gave up on it
-        return JobView("failed", classify(record["state"], error, log_tail(log)), log, live,
+        return JobView("failed", classify(record["state"], error, files.tail(log)), log, live,
                        when=record.get("time"), error=error)
     if status in ("failed", "interrupted"):
-        reason = "interrupted" if status == "interrupted" else classify(None, error, log_tail(log))
+        reason = "interrupted" if status == "interrupted" else classify(None, error, files.tail(log))
         return JobView("failed", reason, log, live, when=(row or {}).get("finished_at"), error=error)
     if status == "running":  # started, and now neither renews its lock nor is a SLURM job in the queue
         if record is not None and queue is None:

@@ -93,6 +93,7 @@ class Watcher:
                  clock: Callable[[], float] = time.time):
         self.sweep, self.root, self.squeue, self.clock = sweep, Path(results_root), squeue, clock
         self.files = Files()
+        self._paths: dict[tuple, tuple[Path, Path, Path]] = {}
         self.finished: dict[str, tuple[RunLine, dict[tuple, JobView]]] = {}  # runs whose every job is done
         # every stage job of the sweep, once (an SFT job several runs share is one): the header's pending are
         # those of them not seen started
@@ -107,10 +108,18 @@ class Watcher:
         key = (stage, stage_id, run_id, step, group)
         found = self._seen.get(key)
         if found is None:
+            directory, done, row = self._paths_of(key)
+            found = self._seen[key] = stage_job(directory, done, row, self._squeue, self.files, self._now)
+        return found
+
+    def _paths_of(self, key: tuple) -> tuple[Path, Path, Path]:
+        """A job's directory, DONE file and runs-row file, made once (paths are most of a refresh's cost)."""
+        found = self._paths.get(key)
+        if found is None:
+            stage, stage_id, run_id, step, group = key
             directory = stage_dir(self.root, stage, stage_id, run_id, step, group)
-            row = runs_row_file(self.root, stage, stage_id, step, group)
-            found = self._seen[key] = stage_job(directory, directory / DONE, row, self._squeue, self.files,
-                                                self._now)
+            found = self._paths[key] = (directory, directory / DONE,
+                                        runs_row_file(self.root, stage, stage_id, step, group))
         return found
 
     def _squeue(self) -> dict[str, cluster.JobState] | None:
@@ -128,7 +137,7 @@ class Watcher:
         if view.state == "running" and view.live and view.live.get("gpus"):
             return view.live["gpus"] * max(self._now - view.live.get("started_at", self._now), 0) / 3600
         if view.state in ("done", "failed"):
-            row = self.files.runs_row(runs_row_file(self.root, stage, stage_id, step, group))
+            row = self.files.runs_row(self._paths_of((stage, stage_id, run_id, step, group))[2])
             return float((row or {}).get("gpu_hours") or 0.0)
         return 0.0
 
@@ -138,7 +147,7 @@ class Watcher:
         DONE files; one copied from another run's step-0 evaluation reads that run's)."""
         by_step: dict[int, list[float]] = {}
         for step, group in run.eval_jobs:
-            scores = self._scores(done_path(self.root, "eval", run.eval_id, run.run_id, step, group), step, group)
+            scores = self._scores(self._paths_of(("eval", run.eval_id, run.run_id, step, group))[1], step, group)
             if scores:
                 by_step.setdefault(step, []).extend(scores)
         if not by_step:
