@@ -13,6 +13,7 @@ from rich.table import Table
 from workflow.cli.common import err, results_root
 from workflow.cli.query import warn_damaged
 from workflow.layout import CHECKPOINTS, DONE, done_path, latest_checkpoint, stage_dir
+from workflow.live import read_live
 from workflow.results.catalog import Catalog, QueryError
 from workflow.results.doctor import affected_runs
 from workflow.study.trials import recorded_runs
@@ -27,7 +28,9 @@ def stage_state(out_dir: Path, total_steps: int, status_by_id: dict[str, str], s
     if recorded in ("failed", "interrupted"):
         return f"[red]{recorded}[/]"
     found = latest_checkpoint(out_dir / CHECKPOINTS)
-    progress = f"step {found[0]}/{total_steps}" if found else None
+    live = read_live(out_dir)  # the running job's step between checkpoints (workflow/live.py)
+    step = max(found[0] if found else 0, live["step"] if live and recorded == "running" else 0)
+    progress = f"step {step}/{total_steps}" if step else None
     if recorded == "running":
         return f"[yellow]running{' ' + progress if progress else ''}[/]"
     if recorded == "paused":  # a segment ended; the next has not started (workflow/segments.py)

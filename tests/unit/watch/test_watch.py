@@ -95,6 +95,8 @@ def test_each_run_shows_its_state_step_rate_metrics_and_evaluation(store):
     assert by["sfpo", 2].state == "pending"
     assert "alpha" not in here.metrics  # SFPO's headline number: a column only where an SFPO run logged it
     assert snap.jobs["failed"] == 1 and snap.jobs["running"] == 2 and snap.jobs["queued"] == 1
+    every_job = 1 + len(sweep.runs) + sum(len(r.eval_jobs) for r in sweep.runs)  # one SFT job, RL runs, evaluations
+    assert sum(snap.jobs.values()) == every_job and snap.jobs["pending"] == every_job - 1 - 2 - 1 - snap.jobs["done"]
     assert [p.reason for p in snap.problems] == ["CUDA out of memory"]
 
 
@@ -167,3 +169,11 @@ def test_a_sweep_without_slurm_jobs_never_calls_squeue(tmp_path):
     sweep = load_sweep(write_sweep(tmp_path / "w.yaml", "w"))
     snap = Watcher(sweep, tmp_path / "results", squeue=lambda: pytest.fail("squeue called")).snapshot()
     assert [ln.state for ln in snap.lines] == ["pending"] and not snap.failed
+
+
+def test_status_shows_a_running_stage_at_its_live_step_between_checkpoints(store, capsys, monkeypatch):
+    sweep, root, runs = store
+    monkeypatch.setenv("COLUMNS", "200")  # (rich's table, unsqueezed)
+    assert main(["status", str(sweep.path), "--results", str(root)]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if runs["grpo", 0].run_id in ln)
+    assert "running step 3/4" in line  # no checkpoint yet: the live file's step
