@@ -97,8 +97,9 @@ class Watcher:
         self.finished: dict[str, tuple[RunLine, dict[tuple, JobView]]] = {}  # runs whose every job is done
         # every stage job of the sweep, once (an SFT job several runs share is one): the header's pending are
         # those of them not seen started
+        self.eval_jobs = {r.run_id: r.eval_jobs for r in sweep.runs}  # (a property computed from the config)
         self.n_jobs = (sum(len(sweep.jobs(stage)) for stage in TRAINING)
-                       + sum(len(r.eval_jobs) for r in sweep.runs))
+                       + sum(map(len, self.eval_jobs.values())))
         self.headlines = {r.run_id: (*RL_HEADLINE, *(c.headline for c in r.config.rl.selected if c.headline))
                           for r in sweep.runs}
 
@@ -146,7 +147,7 @@ class Watcher:
         """The run's latest evaluated step and its avg@k over the benchmarks evaluated there (from the eval jobs'
         DONE files; one copied from another run's step-0 evaluation reads that run's)."""
         by_step: dict[int, list[float]] = {}
-        for step, group in run.eval_jobs:
+        for step, group in self.eval_jobs[run.run_id]:
             scores = self._scores(self._paths_of(("eval", run.eval_id, run.run_id, step, group))[1], step, group)
             if scores:
                 by_step.setdefault(step, []).extend(scores)
@@ -182,7 +183,7 @@ class Watcher:
                 break  # downstream of a job that has not started: nothing there can have started either
         rl_started = current is None or current[0] == "rl"
         if rl_started:
-            for step, group in run.eval_jobs:
+            for step, group in self.eval_jobs[run.run_id]:
                 key = ("eval", run.eval_id, run.run_id, step, group)
                 view = jobs[key] = self._job(*key)
                 if current is None and view.state != "done":
