@@ -177,3 +177,33 @@ def test_status_shows_a_running_stage_at_its_live_step_between_checkpoints(store
     assert main(["status", str(sweep.path), "--results", str(root)]) == 0
     line = next(ln for ln in capsys.readouterr().out.splitlines() if runs["grpo", 0].run_id in ln)
     assert "running step 3/4" in line  # no checkpoint yet: the live file's step
+
+
+def test_on_a_terminal_it_redraws_until_ctrl_c_and_leaves_cleanly(store, tmp_path):
+    """The live view needs a terminal: the command runs on a pseudo-terminal, redraws a few times, and Ctrl-C ends it
+    with exit 0 and no traceback."""
+    import pty
+    import signal
+    import subprocess
+    import sys
+    import time
+    sweep, root, _ = store
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "workflow.cli", "watch", str(sweep.path), "--results", str(root),
+                             "--every", "0.2"], cwd=REPO, stdin=follower, stdout=follower, stderr=follower,
+                            env={**os.environ, "COLUMNS": "200", "LINES": "40", "PATH": "/nonexistent"},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # (a shell's bg jobs ignore it)
+    os.close(follower)
+    seen, deadline = b"", time.monotonic() + 60
+    while seen.count(b"w: 6 runs") < 3 and time.monotonic() < deadline:  # three refreshes drawn
+        seen += os.read(leader, 65536)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=30) == 0
+    try:
+        while chunk := os.read(leader, 65536):
+            seen += chunk
+    except OSError:  # the terminal closed with the process
+        pass
+    os.close(leader)
+    assert seen.count(b"w: 6 runs") >= 3 and b"Traceback" not in seen
+    assert b"squeue did not answer" in seen  # (no squeue on PATH: a note, not an error)
