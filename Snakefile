@@ -18,6 +18,7 @@ from workflow.dry_run import dry_run
 from workflow.job_args import job_args
 from workflow.layout import done_path, report_dir, rescore_path, segment_done, summary_path
 from workflow.results.membership import record as record_members
+from workflow.tracking.hook import record_tracking
 from workflow.results.migrate import legacy_sweeps, migrate_if_needed
 from workflow.segments import record_finished, unrecorded_finished
 from workflow.extend import evaluations_to_copy, extend, extensions, index_finished
@@ -64,6 +65,8 @@ if dry_run():
               "run and trains only the steps after (`rlsweep plan` lists them; workflow/extend.py)", file=sys.stderr)
 else:
     migrate_if_needed(RESULTS)
+    # the sweep's trackers, where its jobs find them (never a job's argument: not part of any job's identity)
+    record_tracking(RESULTS, SWEEP.name, SWEEP.spec.tracking.model_dump(mode="json"))
     record_finished(RESULTS, SWEEP.runs)  # RL runs finished in one job before segments: their segment files
     index_finished(RESULTS)  # once per store: the RL runs finished before the index of donors existed
     for _ext in extensions(RESULTS, SWEEP.runs)[0]:  # a longer run of a finished run's settings: only the new steps

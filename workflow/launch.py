@@ -41,19 +41,22 @@ from workflow.eval.harness import copy_evaluation, evaluate
 from workflow.extend import record_trajectory
 from workflow.errors import out_of_space
 from workflow.eval.plan import eval_groups
-from workflow.layout import (CHECKPOINTS, DONE, JOB_LOG, eval_job_at, runs_file, segment_done, stage_dir, step_dir,
-                             summary_path)
+from workflow.layout import (CHECKPOINTS, DONE, JOB_LOG, eval_file, eval_job_at, runs_file, segment_done, stage_dir,
+                             step_dir, summary_path)
 from workflow.preemption import EXIT_PREEMPTED, Preempted
 from workflow.provenance import provenance, slurm_usage
 from workflow.registry import load_object
 from workflow.results.compaction import AUTO_FILES, CompactionBusy, compact, compaction_line
 from workflow.results.doctor import own_temporaries
 from workflow.results.summary import write_summary
+from workflow.results.rows import rows_written_as
 from workflow.results.train_log import TrainLog
 from workflow.results.writer import write_rows
 from workflow.runlock import RunLocked, run_lock, wait_for
 from workflow.stages import STAGES, parse_stage, stage_of
 from workflow.study import pruning
+from workflow.tracking.hook import job_hook, tracking_settings
+from workflow.tracking.runs import eval_points, tracked_run
 from workflow.sweep.identity import canonical_json, stable_id
 
 
@@ -287,8 +290,12 @@ def run_evaluation(job: Job) -> dict[str, Any]:
             raise ValueError(f"{inputs.copy_from} is not the DONE.json of an eval job at step {step} of "
                              f"group {job.group}")
         job.runs_row["backend"] = "copy"
-        copy_evaluation(source.run_id, source.stage_id, step, job.names or typed.eval.benchmarks,
+        names = job.names or typed.eval.benchmarks
+        copy_evaluation(source.run_id, source.stage_id, step, names,
                         results_root=job.results_root, sweep=job.sweep, run_id=typed.run_id, eval_id=job.stage_id)
+        copied = [rows_written_as(job.results_root, "eval_scores", eval_file(typed.run_id, job.stage_id, step, name))
+                  for name in names]
+        _track_evaluation(job, [r for found in copied if found is not None for r in found.to_pylist()])
         return {"step": step, "copied_from": {"run_id": source.run_id, "eval_id": source.stage_id}}
     ckpt = inputs.start_model or _checkpoint_at(Path(inputs.checkpoint_from), step)
     ev, device = typed.eval, traits(typed.engine.name).eval_device(typed.engine)
@@ -299,12 +306,38 @@ def run_evaluation(job: Job) -> dict[str, Any]:
                            device=device, log=job.out_dir / "vllm.log", label=f"eval {typed.run_id} step {step}")
     results = evaluate(backend, typed.task, ev, step, results_root=job.results_root, sweep=job.sweep,
                        run_id=typed.run_id, eval_id=job.stage_id, names=job.names)
+    _track_evaluation(job, [{"benchmark": name, "step": step, "k": k, **v} for name, by_k in results.items()
+                            for k, v in by_k.items()])
     # each benchmark's avg@k beside the job's outcome: what `rlsweep watch` shows without a query (a view: the
     # eval_scores rows stay the record)
     scores = {"scores": {name: by_k[1]["avg_at_k"] for name, by_k in results.items()}}
     if isinstance(ckpt, Path):
         return {"step": step, "checkpoint": os.path.relpath(ckpt, job.out_dir), **scores}
     return {"step": step, "model": ckpt, **scores}  # a Hugging Face id: verl's model_path, evaluated at step 0
+
+
+def _track_sweep(results_root: Path, sweep: str) -> None:
+    """The sweep's last job: its trackers get what they lack (stages reused from other sweeps, what a job's trackers
+    missed); a failure is a warning, never the sweep's (`rlsweep track` retries it)."""
+    settings = tracking_settings(results_root, sweep)
+    if not settings:
+        return
+    from workflow.tracking.backfill import track
+    try:
+        track(results_root, sweep, settings, say=lambda line: print(f"trackers: {line}", file=sys.stderr))
+    except Exception as e:  # noqa: BLE001
+        print(f"warning: trackers of {sweep}: {type(e).__name__}: {e}; `rlsweep track` sends what they lack",
+              file=sys.stderr)
+
+
+def _track_evaluation(job: Job, scores: list[dict[str, Any]]) -> None:
+    """An evaluation's scores into its RL run's tracker run, at the step it evaluated, whenever it finishes (the
+    sweep's trackers; bounded in time, never failing the job: workflow/tracking/hook.py)."""
+    hook = job_hook(job.results_root, job.sweep, tracked_run("rl", job.typed.run_id, {}, label=job.runs_row.get(
+        "label"), seed=job.runs_row.get("seed"), sweep=job.sweep))
+    if hook is not None:
+        hook.points(eval_points(scores))
+        hook.close()
 
 
 def _checkpoint_at(rl_done: Path, step: int) -> Path | str:
@@ -333,7 +366,22 @@ def _train(stage: str, sweep: str, stage_id: str, typed, out_dir: Path, results_
     enforce_overlap([read_done(p)["output_path"] for p in inputs.overlaps], inputs.max_train_overlap)
     engine = get_engine(typed.engine.name)
     data = read_done(inputs.data)["output_path"] if inputs.data else None
-    log = TrainLog(results_root, sweep, stage, stage_id, total=getattr(typed, stage).steps, until=until)
+    tracked = tracked_run(stage, stage_id, json.loads(runs_row["config"]), label=runs_row.get("label"),
+                          seed=runs_row.get("seed"), sweep=sweep, method=runs_row.get("method"))
+    log = TrainLog(results_root, sweep, stage, stage_id, total=getattr(typed, stage).steps, until=until,
+                   tracked=tracked)
+    try:
+        done = _train_on(engine, stage, sweep, stage_id, typed, out_dir, results_root, inputs, runs_row, log, data,
+                         until)
+    except BaseException:
+        log.close()
+        raise
+    log.close(finished=until is None)
+    return done
+
+
+def _train_on(engine, stage: str, sweep: str, stage_id: str, typed, out_dir: Path, results_root: Path,
+              inputs: Inputs, runs_row: dict, log: TrainLog, data, until: int | None) -> Path:
     if stage == "pretrain":
         return engine.pretrain(typed, out_dir, log)
     base = read_done(inputs.base)["checkpoint_path"] if inputs.base else None
@@ -429,6 +477,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     if a.stage == "aggregate":
         write_summary(a.results, a.sweep, a.out or summary_path(a.results, a.sweep))
+        _track_sweep(a.results, a.sweep)
         auto_compact(a.results)
         return 0
     cfg = json.loads(a.config)

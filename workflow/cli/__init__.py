@@ -9,6 +9,10 @@
                                          done), step, s/step, ETA, reward, entropy, its method's headline number,
                                          latest evaluation; jobs by state and GPU-hours; newest failures. --once
                                          (or no terminal): one plain snapshot, exit 1 when a job failed
+    rlsweep track SWEEP.yaml [--to tensorboard|mlflow|wandb ...]
+                                         send the sweep's trackers (its tracking: block) what the store holds that
+                                         they lack: a finished sweep's history, what a job's trackers missed;
+                                         idempotent (exit 1: a tracker failed)
     rlsweep query "SQL" [--sweep NAME] [--format table|records|csv|json] [--timeout S] [--memory SIZE]
                                          read-only DuckDB over the views runs, train_steps, eval_samples, eval_scores,
                                          eval_grades
@@ -102,6 +106,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="fold each setting's seeds into one line above N runs (default: the terminal's height)")
     w.add_argument("--svg", metavar="FILE", help="with --once: also save the view as an SVG picture")
     w.set_defaults(fn="watch:cmd_watch")
+    tr = sub.add_parser("track", parents=[common], help="send the sweep's trackers what the store holds that they lack")
+    tr.add_argument("sweep_file")
+    tr.add_argument("--to", nargs="+", choices=["tensorboard", "mlflow", "wandb"], metavar="BACKEND",
+                    help="these trackers (default: the sweep's tracking block); tensorboard and mlflow need no settings")
+    tr.set_defaults(fn="track:cmd_track")
     d = sub.add_parser("doctor", parents=[common], help="find damaged or inconsistent results; say how to recompute")
     d.add_argument("sweep_file", nargs="?", help="the sweep file (or --sweep NAME)")
     d.add_argument("--sweep", type=sweep_name, help="the sweep's name, when its file is not at hand")

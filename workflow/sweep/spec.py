@@ -34,7 +34,7 @@ from __future__ import annotations
 import re
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import Field, PositiveInt, ValidationError, field_validator, model_validator
@@ -248,6 +248,61 @@ class ReportSpec(Strict):
         "{file, papers, models})."))
 
 
+# what a tracker's URI may not hold: credentials (user:password@host, or a token in the query); they come from the
+# environment or the tool's own login file, so that the project never writes them anywhere
+_CREDENTIALS = re.compile(r"^[a-z][a-z0-9+.-]*://[^/@]*@|[?&](?:token|access_token|password|api_key)=", re.I)
+
+
+class TensorBoardTracking(Strict):
+    """TensorBoard event files, one folder per training run."""
+
+    dir: str | None = Field(None, description=(
+        "Where the event files go: one folder per training run, named by its setting and stage id; null: "
+        "results/<sweep>/tensorboard/ (`tensorboard --logdir` it)."))
+
+
+class MLflowTracking(Strict):
+    """An MLflow tracking server or database: one MLflow run per training run, in one experiment."""
+
+    uri: str | None = Field(None, description=(
+        "The tracking URI (http://host:port, or a database such as sqlite:///path.db); null: a SQLite database "
+        "results/<sweep>/mlflow.db. Never credentials: MLflow reads MLFLOW_TRACKING_USERNAME / _PASSWORD / _TOKEN "
+        "from the environment."))
+    experiment: str | None = Field(None, description="The MLflow experiment; null: the sweep's name.")
+
+    @field_validator("uri")
+    @classmethod
+    def _no_credentials(cls, uri: str | None) -> str | None:
+        if uri is not None and _CREDENTIALS.search(uri):
+            # (a ConfigProblem: the message never repeats the value, which would print the secret)
+            raise ConfigProblem("", "holds credentials; give them in the environment (MLFLOW_TRACKING_USERNAME, "
+                                    "MLFLOW_TRACKING_PASSWORD or MLFLOW_TRACKING_TOKEN), never in the sweep file")
+        return uri
+
+
+class WandbTracking(Strict):
+    """Weights & Biases: one W&B run per training run, in one project."""
+
+    project: str = Field(description="The W&B project.")
+    entity: str | None = Field(None, description="The W&B entity (team or user); null: the login's default.")
+    mode: Literal["online", "offline"] = Field("online", description=(
+        "online: sent as the job trains; offline: written under results/<sweep>/wandb/ for `wandb sync` later (compute "
+        "nodes without internet). The API key comes from WANDB_API_KEY or `wandb login`, never the sweep file."))
+
+
+class Tracking(Strict):
+    """The experiment trackers a sweep's training runs report to, as they train and through `rlsweep track`. Like
+    resources, never part of a run's identity."""
+
+    tensorboard: TensorBoardTracking | None = Field(None, description="TensorBoard event files ({} for the defaults).")
+    mlflow: MLflowTracking | None = Field(None, description="MLflow ({} for a local SQLite database).")
+    wandb: WandbTracking | None = Field(None, description="Weights & Biases ({project: NAME}).")
+
+    @property
+    def backends(self) -> list[str]:
+        return [name for name in ("tensorboard", "mlflow", "wandb") if getattr(self, name) is not None]
+
+
 class SweepSpec(Strict):
     name: str = Field(description="The sweep's name: it names results/<name>/ (1-64 letters, digits, '_', '.', '-').")
     description: str = Field("", description="What the sweep is for (shown in its report).")
@@ -267,6 +322,8 @@ class SweepSpec(Strict):
     resources: Resources = Field(Resources(), description=(
         "Per-stage job resources (threads locally; SLURM options on a cluster). Never part of a run's identity."))
     checks: Checks = Field(Checks(), description="Gates on what runs; never part of a run's identity.")
+    tracking: Tracking = Field(Tracking(), description=(
+        "Experiment trackers (TensorBoard, MLflow, W&B) the training runs report to; never part of a run's identity."))
     report: ReportSpec = Field(ReportSpec(), description=(
         "What `rlsweep report` compares against; never part of a run's identity."))
     optuna: OptunaSpec | None = Field(None, description=(

@@ -1,0 +1,73 @@
+"""MLflow through a real `mlflow server` on a SQLite backend (what a lab runs), read back with MlflowClient: a run
+logged by one process and continued by another is one MLflow run, every step once."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from workflow.tracking.base import make
+from workflow.tracking.runs import TrackedRun, train_points
+
+pytestmark = pytest.mark.slow
+
+RUN = TrackedRun("rl", "0123456789ab", "rl.update=gxpo", 2, {"rl.update": "gxpo"}, ("s",))
+ROWS = [{"step": s, "reward": s / 8} for s in range(1, 9)]
+
+
+@pytest.fixture
+def server(tmp_path):
+    mlflow = shutil.which("mlflow", path=str(Path(sys.executable).parent)) or shutil.which("mlflow")
+    if mlflow is None:
+        pytest.skip("needs mlflow (./scripts/setup.sh installs it)")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([mlflow, "server", "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
+                             "--artifacts-destination", str(tmp_path / "artifacts"), "--host", "127.0.0.1",
+                             "--port", str(port), "--workers", "1"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 120
+    while True:
+        try:
+            if urllib.request.urlopen(f"{url}/health", timeout=2).read() == b"OK":
+                break
+        except OSError:
+            pass
+        assert proc.poll() is None and time.monotonic() < deadline, "mlflow server did not come up"
+        time.sleep(0.5)
+    yield url
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_two_processes_one_run_every_step_once_through_a_real_server(server, tmp_path):
+    settings = {"uri": server, "experiment": "lab"}
+    for part in (ROWS[:5], ROWS[3:]):  # the second process (a resumed job) repeats steps 4 and 5
+        tracker = make("mlflow", settings, "s", tmp_path)
+        tracker.open(RUN)
+        held = tracker.logged()
+        tracker.log([p for p in train_points(part) if (p.key, p.step) not in held])
+        tracker.close(finished=part is not ROWS[:5])
+    from mlflow.tracking import MlflowClient
+    client = MlflowClient(tracking_uri=server)
+    runs = client.search_runs([client.get_experiment_by_name("lab").experiment_id])
+    assert len(runs) == 1 and runs[0].data.tags["rlsweep_id"] == RUN.key and runs[0].info.status == "FINISHED"
+    history = client.get_metric_history(runs[0].info.run_id, "train/reward")
+    assert Counter(m.step for m in history) == Counter(range(1, 9))
+    assert all(m.value == m.step / 8 for m in history)
+    assert not (tmp_path / "s" / "mlflow.db").exists()  # the server's database, not a local one

@@ -1,0 +1,10 @@
+"""Experiment trackers (TensorBoard, MLflow, W&B): outputs of the store, never a second source of truth.
+
+    runs.py      what a tracker run is: one per training stage job (pretrain, SFT, RL), its id from the job's content
+                 id (a resume, a segment, a requeue and an extension continue it), its name, group, tags, config;
+                 and the points a train_steps row or an evaluation becomes
+    base.py      the Tracker interface (open a run, what it holds, log points) and the backends by name
+    tensorboard.py, mlflow.py, wandb.py   the backends (each imports its library only when used)
+    hook.py      the job side: TrainLog's rows sent from a background thread, never failing or slowing the job
+    backfill.py  `rlsweep track`: whatever the store holds that a tracker lacks (idempotent)
+"""
