@@ -28,6 +28,7 @@ from workflow.tracking.base import Tracker, make
 from workflow.tracking.runs import Point, TrackedRun, train_points
 
 CLOSE_S = 30.0  # how long a finishing job waits for its trackers at most
+BATCH = 256  # rows sent in one call at most (a tracker slower than the steps gets them in batches)
 TRACKING_FILE = "tracking.json"
 
 
@@ -98,12 +99,17 @@ class TrackerHook:
                 open_.append((name, tracker, tracker.logged()))
             except Exception as e:  # noqa: BLE001 - a tracker never fails the job
                 self.warn(f"tracker {name} off for {self.run.name}: {type(e).__name__}: {str(e)[:300]}")
-        while True:
-            item = self.queue.get()
-            if item is None:
-                break
-            kind, payload = item
-            points = train_points(payload) if kind == "train" else payload
+        done = False
+        while not done:
+            items = [self.queue.get()]
+            while items[-1] is not None and len(items) < BATCH:  # what queued meanwhile goes in the same calls
+                try:
+                    items.append(self.queue.get_nowait())
+                except queue.Empty:
+                    break
+            done = items[-1] is None
+            points = [p for kind, payload in filter(None, items)
+                      for p in (train_points(payload) if kind == "train" else payload)]
             for entry in list(open_):
                 name, tracker, held = entry
                 fresh = [p for p in points if (p.key, p.step) not in held]
