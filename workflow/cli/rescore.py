@@ -72,4 +72,8 @@ def cmd_rescore(a) -> int:
     Console(highlight=False).print(t)
     from workflow.report.build import write_report  # the report's disagreement section, with the new verdicts
     err.print(f"report: {write_report(sweep, root)}")
+    if sweep.spec.tracking.backends:  # the new verdicts into the sweep's trackers, at the steps they judged
+        from workflow.tracking.backfill import track
+        track(root, sweep.name, {n: sweep.spec.tracking.model_dump(mode="json")[n] for n in
+                                 sweep.spec.tracking.backends}, planned=sweep.members(), say=err.print)
     return 0

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from workflow.results.catalog import Catalog, QueryError
 from workflow.tracking.base import make
-from workflow.tracking.runs import eval_points, tracked_run, train_points
+from workflow.tracking.runs import eval_points, grade_points, tracked_run, train_points
 
 TRAINING = ("pretrain", "sft", "rl")
 
@@ -43,14 +43,18 @@ def track(results_root: str | Path, sweep: str, settings: dict[str, dict[str, An
                              "('pretrain', 'sft', 'rl') ORDER BY stage, label, seed, run_id").to_pylist()
         train = catalog.query("SELECT * FROM train_steps ORDER BY stage, run_id, step").to_pylist()
         scores = catalog.query("SELECT * FROM eval_scores").to_pylist()
+        grades = catalog.query("SELECT run_id, step, benchmark, grader, avg(correct::INT) AS accuracy FROM eval_grades "
+                               "GROUP BY ALL").to_pylist()
     except QueryError:  # nothing has run yet
-        jobs, train, scores = [], [], []
+        jobs, train, scores, grades = [], [], [], []
     rows = defaultdict(list)
     for r in train:
         rows[r["stage"], r["run_id"]].append({k: v for k, v in r.items() if v is not None})
-    evals = defaultdict(list)
+    evals, regraded = defaultdict(list), defaultdict(list)
     for r in scores:
         evals[r["run_id"]].append(r)
+    for r in grades:
+        regraded[r["run_id"]].append(r)
     out = []
     for backend, backend_settings in settings.items():
         sent = Sent(backend)
@@ -59,7 +63,7 @@ def track(results_root: str | Path, sweep: str, settings: dict[str, dict[str, An
                               seed=job["seed"], sweep=sweep, method=job["method"])
             points = train_points(rows[job["stage"], job["run_id"]])
             if job["stage"] == "rl":
-                points += eval_points(evals[job["run_id"]])
+                points += eval_points(evals[job["run_id"]]) + grade_points(regraded[job["run_id"]])
             if not points:
                 continue
             try:

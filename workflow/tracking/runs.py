@@ -7,7 +7,8 @@ that holds the steps it took from its donor: they are its own `train_steps` rows
 
 Points: a `train_steps` row becomes `train/<column>` at its step (every number but the row's keys); an evaluation
 becomes `eval/<benchmark>/avg_at_<k>` (mean accuracy over the k samples) and `eval/<benchmark>/pass_at_<k>` at the RL
-step it evaluated (no `@`: MLflow refuses it in a metric's name).
+step it evaluated (no `@`: MLflow refuses it in a metric's name); another grader's verdicts (`rlsweep rescore`)
+`eval/<benchmark>/<grader>/avg`.
 """
 
 from __future__ import annotations
@@ -100,6 +101,13 @@ def eval_points(rows: Iterable[dict[str, Any]]) -> list[Point]:
         if k == largest[bench, step] and r.get("pass_at_k") is not None:
             out.append(Point(f"eval/{bench}/pass_at_{k}", step, float(r["pass_at_k"])))
     return out
+
+
+def grade_points(rows: Iterable[dict[str, Any]]) -> list[Point]:
+    """`eval/<benchmark>/<grader>/avg` points: another grader's accuracy over a step's stored responses (`rlsweep
+    rescore`; rows of run_id, step, benchmark, grader, accuracy)."""
+    return [Point(f"eval/{r['benchmark']}/{r['grader']}/avg", int(r["step"]), float(r["accuracy"])) for r in rows
+            if r.get("accuracy") is not None]
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
