@@ -19,6 +19,7 @@ import json
 import queue
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -28,7 +29,7 @@ from workflow.tracking.base import Tracker, make
 from workflow.tracking.runs import Point, TrackedRun, train_points
 
 CLOSE_S = 30.0  # how long a finishing job waits for its trackers at most
-BATCH = 256  # rows sent in one call at most (a tracker slower than the steps gets them in batches)
+SEND_EVERY_S = 5.0  # how often the queued rows go out (and once more at the end)
 TRACKING_FILE = "tracking.json"
 
 
@@ -99,17 +100,22 @@ class TrackerHook:
                 open_.append((name, tracker, tracker.logged()))
             except Exception as e:  # noqa: BLE001 - a tracker never fails the job
                 self.warn(f"tracker {name} off for {self.run.name}: {type(e).__name__}: {str(e)[:300]}")
-        done = False
+        done, items, last = False, [], time.monotonic()
         while not done:
-            items = [self.queue.get()]
-            while items[-1] is not None and len(items) < BATCH:  # what queued meanwhile goes in the same calls
-                try:
-                    items.append(self.queue.get_nowait())
-                except queue.Empty:
-                    break
-            done = items[-1] is None
-            points = [p for kind, payload in filter(None, items)
-                      for p in (train_points(payload) if kind == "train" else payload)]
+            # rows are sent every SEND_EVERY_S (and at the end), not each step: a tracker's call (an SQLite commit,
+            # a W&B record, a flushed events file) costs about the same for one row as for a hundred
+            try:
+                item = self.queue.get(timeout=max(0.0, last + SEND_EVERY_S - time.monotonic()))
+            except queue.Empty:
+                item = ()
+            done = item is None
+            if item:
+                items.append(item)
+            if not items or (not done and time.monotonic() - last < SEND_EVERY_S):
+                continue
+            last = time.monotonic()
+            points = [p for kind, payload in items for p in (train_points(payload) if kind == "train" else payload)]
+            items = []
             for entry in list(open_):
                 name, tracker, held = entry
                 fresh = [p for p in points if (p.key, p.step) not in held]
