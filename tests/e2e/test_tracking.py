@@ -56,12 +56,15 @@ def test_one_tracker_run_per_training_run_every_step_once_and_no_secret_written(
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     deadline = time.monotonic() + 240
-    while (live := read_live(rl_dir)) is None or live["step"] < 14:  # in its second segment, past step 12
-        assert proc.poll() is None and time.monotonic() < deadline, "the RL job never reached step 14"
-        time.sleep(0.05)
+    # killed as soon as its second segment's first checkpoint (step 18) is there: the live file is no timer here, it
+    # is written at most every 2 s, when a tiny model runs tens of steps
+    while not (rl_dir / "checkpoints" / "step_000018").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "the RL job never reached step 18"
+        time.sleep(0.01)
     os.kill(json.loads((rl_dir / LOCK_NAME).read_text())["pid"], signal.SIGKILL)
     proc.wait(timeout=120)
-    assert read_live(rl_dir)["step"] < 24, "the RL job finished before it was killed; the test proved nothing"
+    assert not (rl_dir / "DONE.json").exists(), "the RL job finished before it was killed; the test proved nothing"
+    assert read_live(rl_dir)["step"] < 24
     again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     longer = write_sweep(tmp_path / "tt_long.yaml", "tt_long", base=BASE.replace("STEPS", "30"))
