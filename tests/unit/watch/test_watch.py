@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import stat
 import textwrap
 from pathlib import Path
@@ -16,7 +15,7 @@ import pytest
 from helpers import REPO, write_sweep
 from workflow.atomic import write_json
 from workflow.cli import main
-from workflow.layout import DONE, SLURM_RECORD, done_path, runs_file, stage_dir
+from workflow.layout import SLURM_RECORD, done_path, runs_file, stage_dir
 from workflow.live import LiveFile
 from workflow.results.writer import write_rows
 from workflow.runlock import LOCK_NAME
