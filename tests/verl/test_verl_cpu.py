@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from helpers import REPO, need_verl_and_vllm, planned_jobs
+from helpers import REPO, need_verl_and_vllm, planned_jobs, run_cli
 from workflow.layout import stage_dir
 from workflow.results.catalog import query
 from workflow.sweep.expand import load_sweep
@@ -164,17 +164,19 @@ base:
   rl: {update: sfpo, steps: 3, prompts_per_step: 4, group_size: 4, max_new_tokens: 16, lr: 1.0e-4,
        checkpoint_every: 1, micro_batch_size: 16, segment_steps: 2}
 resources: {rl: {threads: 2}}
+tracking: {tensorboard: {}, mlflow: {}}
 """
 
 
 @pytest.mark.long(covers=["workflow/engines/verl/", "workflow/segments.py", "workflow/launch.py",
-                         "workflow/preemption.py", "workflow/runlock.py"])
+                         "workflow/preemption.py", "workflow/runlock.py", "workflow/tracking/"])
 @pytest.mark.timeout(3600)
 def test_a_killed_verl_segment_resumes_once_and_the_next_segment_goes_on_from_it(tmp_path):
     """Issue 47's kill of a chain on verl (CI ran it inside the chain above until that passed 40 minutes; here without
     SFT and eval): the first segment (steps 1-2) is SIGTERMed after verl's step-1 checkpoint, as scancel does; the
     next `snakemake` resumes it from that checkpoint (verl's own resume, the driver's gate state with it), and the
-    second segment (step 3) goes on from its end: every step once, step 1's train_steps rows kept as they were."""
+    second segment (step 3) goes on from its end: every step once, step 1's train_steps rows kept as they were.
+    With TensorBoard and MLflow on, verl's trainer reports the steps live, one tracker run for all three jobs."""
     import os
     import signal
     import time
@@ -215,3 +217,34 @@ def test_a_killed_verl_segment_resumes_once_and_the_next_segment_goes_on_from_it
     assert steps.to_pylist() == [1, 2, 3]  # each step once
     assert json.loads((rl / "DONE_2.json").read_text())["step"] == 2 and (rl / "DONE_3.json").is_file()
     assert leaked_since(shm_before) == []
+
+    # verl's trainer reported live, from its own process: one tracker run for the killed, resumed and segmented run,
+    # no step twice, steps 2-3 (after the kill's checkpoint) sent by the trainers themselves (step 1 too unless the
+    # kill came within the hook's send interval); `rlsweep track` (the sweep's last job) sends what is missing
+    rewards = {r["step"]: r["reward"] for r in
+               query("SELECT step, reward FROM train_steps WHERE stage = 'rl'", results).to_pylist()}
+    for read in (tensorboard_points, mlflow_points):
+        live = read(results, "verl_kill")
+        assert {2, 3} <= {s for s, _ in live} and len(live) == len({s for s, _ in live}), read.__name__
+        assert all(v == pytest.approx(rewards[s]) for s, v in live), read.__name__
+    track = run_cli("--results", str(results), "track", str(path))
+    assert track.returncode == 0, track.stderr[-2000:]
+    for read in (tensorboard_points, mlflow_points):
+        assert sorted(read(results, "verl_kill")) == [(s, pytest.approx(rewards[s])) for s in (1, 2, 3)], read.__name__
+
+
+def tensorboard_points(results: Path, sweep: str) -> list[tuple[int, float]]:
+    """(step, reward) of the sweep's one TensorBoard run, as TensorBoard's reader gives them."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    (folder,) = (results / sweep / "tensorboard").iterdir()
+    acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+    acc.Reload()
+    return [(e.step, e.value) for e in acc.Scalars("train/reward")]
+
+
+def mlflow_points(results: Path, sweep: str) -> list[tuple[int, float]]:
+    """(step, reward) of the sweep's one MLflow run, read back through MlflowClient."""
+    from mlflow.tracking import MlflowClient
+    client = MlflowClient(tracking_uri=f"sqlite:///{results / sweep / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name(sweep).experiment_id])
+    return [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "train/reward")]

@@ -23,6 +23,7 @@ from workflow.layout import stage_dir, table_dir  # noqa: E402
 from workflow.launch import run_stage  # noqa: E402
 from workflow.stages import stage_config  # noqa: E402
 from workflow.sweep.identity import stable_id  # noqa: E402
+from workflow.tracking.hook import record_tracking  # noqa: E402
 
 pytestmark = [pytest.mark.serial("verl"), pytest.mark.slow]
 # Long tests (on demand, their last pass in docs/tests.md) since issue 58 took CI under 35 minutes: two verl SFT
@@ -60,6 +61,7 @@ def trained(tmp_path_factory) -> dict:
     try:
         for ranks in (1, 2):
             cfg = sft_stage(model, ranks)
+            record_tracking(root / f"r{ranks}", "s", {"tensorboard": {}})  # what the Snakefile does for the sweep
             out[ranks] = {"cfg": cfg, "root": root / f"r{ranks}", "done": run(root / f"r{ranks}", cfg)}
         yield out
     finally:
@@ -99,6 +101,21 @@ def test_train_steps_hold_every_step_once_with_the_steps_learning_rate(trained):
     assert rows[-1]["lr"] < rows[0]["lr"]  # cosine
     assert all(r["tokens"] > 0 and r["grad_norm"] > 0 for r in rows)
     assert rows[-1]["loss"] < rows[0]["loss"]
+
+
+@pytest.mark.long(covers=[*SFT_CODE, "workflow/tracking/"])
+def test_verls_sft_trainer_sends_every_step_once_to_the_sweeps_trackers(trained):
+    """verl's trainer records the steps in its own process (rank 0 of 1 or 2): it reports them to the sweep's
+    trackers itself, one tracker run per SFT job, every step once with train_steps' loss."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    for ranks in (1, 2):
+        root = trained[ranks]["root"]
+        (folder,) = (root / "s" / "tensorboard").iterdir()
+        assert folder.name == f"sft_{stable_id(trained[ranks]['cfg'])}"
+        acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+        acc.Reload()
+        sent = [(e.step, e.value) for e in acc.Scalars("train/loss")]
+        assert sent == [(r["step"], pytest.approx(r["loss"], rel=1e-6)) for r in steps_table(root)], ranks
 
 
 @pytest.mark.long(covers=SFT_CODE)

@@ -79,34 +79,53 @@ def test_trainer_update_actor_hands_the_spec_over_and_feeds_the_gate_back():
     assert tripped == [0.0] * 4 + [1.0, 0.0] and handed[0]["K"] == 5 and handed[0]["update"] == "gxpo"
 
 
-def test_verl_step_metrics_land_in_train_steps(tmp_path, monkeypatch):
+def step_metrics(step: int) -> dict:
+    """A verl step's metrics as the trainer's _compute_metrics sees them."""
+    return {"critic/score/mean": 0.25 * step, "actor/entropy": [0.5, 0.7], "actor/pg_clipfrac": 0.1,
+            "actor/lr": 1e-6, "response_length/mean": 100.0, "timing_s/step": 3.0, "perf/total_num_tokens": 4096,
+            "actor/rlsweep/backward_passes": 3.0, "actor/rlsweep/optimizer_steps": 3.0,
+            "actor/rlsweep/loss": -0.1, "actor/rlsweep/grad_norm": 0.4, "actor/rlsweep/alpha": 0.5,
+            "actor/rlsweep/gxpo_gcorr_norm": 0.3, "rlsweep/gate_tripped": 0.0}
+
+
+def metrics_trainer(tmp_path, monkeypatch, steps: int, tracked=None):
+    """Our verl trainer without Ray (verl's own _compute_metrics, which reads the transfer queue, stood in for),
+    told where its tables go as the verl engine tells it (driver/engine.py log_where)."""
     pytest.importorskip("verl")
     pytest.importorskip("transfer_queue")
-    from omegaconf import OmegaConf, open_dict
+    from omegaconf import open_dict
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer
     from workflow.engines.verl.driver.compose import compose
-    from workflow.engines.verl.driver.translate import translate
-    from transformers import AutoModelForCausalLM
+    from workflow.engines.verl.driver.engine import log_where
     from workflow.engines.verl.driver.tiny_model import write_tiny_model
+    from workflow.engines.verl.driver.translate import translate
     from workflow.engines.verl.inside.worker import RlsweepTrainer
-    from workflow.results.catalog import query
-    cfg = verl_run(update="gxpo", steps=3, checkpoint_every=2, prompts_per_step=8, group_size=4)
+    from workflow.results.train_log import TrainLog
+    cfg = verl_run(update="gxpo", steps=steps, checkpoint_every=2, prompts_per_step=8, group_size=4)
     trainer = object.__new__(RlsweepTrainer)
     trainer.config = compose(translate(cfg), set())
     model = write_tiny_model(tmp_path / "model")  # the driver counts its parameters for train_steps.flops
+    out_dir = tmp_path / "rl" / "000000000abc"
+    out_dir.mkdir(parents=True)
     with open_dict(trainer.config):
-        trainer.config.trainer.v1.rlsweep.log = {"results_root": str(tmp_path), "sweep": "v", "run_id": "000000000abc"}
+        trainer.config.trainer.v1.rlsweep.log = log_where(TrainLog(tmp_path, "v", "rl", "000000000abc",
+                                                                   tracked=tracked), out_dir)
         trainer.config.actor_rollout_ref.model.path = str(model)
     monkeypatch.setattr(PPOTrainer, "_compute_metrics", lambda self, *a, **k: None)  # verl's part reads the TQ
+    return trainer, model
+
+
+def test_verl_step_metrics_land_in_train_steps(tmp_path, monkeypatch):
+    from omegaconf import OmegaConf
+    from transformers import AutoModelForCausalLM
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+    from workflow.results.catalog import query
+    trainer, model = metrics_trainer(tmp_path, monkeypatch, steps=3)
     saved = []  # (step, steps whose rows were on disk when verl saved)
     monkeypatch.setattr(PPOTrainer, "_save_checkpoint", lambda self: saved.append(
         (step, query("SELECT step FROM train_steps ORDER BY step", tmp_path).column("step").to_pylist())))
     for step in (1, 2, 3):
-        metrics = {"critic/score/mean": 0.25 * step, "actor/entropy": [0.5, 0.7], "actor/pg_clipfrac": 0.1,
-                   "actor/lr": 1e-6, "response_length/mean": 100.0, "timing_s/step": 3.0, "perf/total_num_tokens": 4096,
-                   "actor/rlsweep/backward_passes": 3.0, "actor/rlsweep/optimizer_steps": 3.0,
-                   "actor/rlsweep/loss": -0.1, "actor/rlsweep/grad_norm": 0.4, "actor/rlsweep/alpha": 0.5,
-                   "actor/rlsweep/gxpo_gcorr_norm": 0.3, "rlsweep/gate_tripped": 0.0}
+        metrics = step_metrics(step)
         if step in (2, 3):  # verl's loop: save at the interval and at the end, then compute the step's metrics
             trainer._save_checkpoint()
             assert not saved or saved[-1][0] < step  # deferred until the step's row is on disk
@@ -124,3 +143,34 @@ def test_verl_step_metrics_land_in_train_steps(tmp_path, monkeypatch):
     assert (r["run_id"], r["stage"], r["alpha"], r["gxpo_gcorr_norm"], r["gate_tripped"]) == ("000000000abc", "rl", 0.5, 0.3,
                                                                                              False)
     assert r["kl"] is None and OmegaConf.select(trainer.config, "trainer.v1.trainer_mode") == "rlsweep"
+
+
+def test_verl_trainer_reports_each_step_to_the_sweeps_trackers_while_it_trains_and_closes_them_at_its_end(
+        tmp_path, monkeypatch):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+    from workflow.tracking.hook import record_tracking
+    from workflow.tracking.runs import tracked_run
+    record_tracking(tmp_path, "v", {"tensorboard": {}})
+    # a setting whose text OmegaConf would take for an interpolation crosses into verl's process intact
+    tracked = tracked_run("rl", "000000000abc", {"rl": {"update": "gxpo"}, "note": "${not.a.key}"}, label="gxpo",
+                          seed=1, sweep="v", method="gxpo")
+    trainer, _ = metrics_trainer(tmp_path, monkeypatch, steps=3, tracked=tracked)
+    monkeypatch.setattr(PPOTrainer, "_save_checkpoint", lambda self: None)
+    seen = {}
+
+    def verls_loop(self, agent_loop_manager):  # three steps; verl's global_steps ends one past the last step
+        for step in (1, 2, 3):
+            self._compute_metrics(None, step_metrics(step), {}, global_steps=step, epoch=0)
+            self.global_steps = step + 1
+            seen[step] = self._rlsweep_log.trackers is not None and self._rlsweep_log.trackers.thread.is_alive()
+    monkeypatch.setattr(PPOTrainerSync, "fit", verls_loop)
+    trainer.fit(None)
+    hook = trainer._rlsweep_log.trackers
+    assert seen == {1: True, 2: True, 3: True}  # opened at the first step, in the trainer's process: live
+    assert not hook.thread.is_alive() and hook.finished  # fit's end sent what was queued: the run is done
+    assert trainer._rlsweep_log.tracked == tracked and trainer._rlsweep_log.tracked.config == tracked.config
+    acc = EventAccumulator(str(tmp_path / "v" / "tensorboard" / tracked.folder), size_guidance={"scalars": 0})
+    acc.Reload()
+    assert [(e.step, e.value) for e in acc.Scalars("train/reward")] == [(1, 0.25), (2, 0.5), (3, 0.75)]

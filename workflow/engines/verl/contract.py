@@ -32,6 +32,23 @@ def run_rl(section: Any):
     return RLConfig.model_validate(rl)
 
 
+# ------------------------------------------------------------------ where a verl trainer writes what it records
+TRACKED_RUN = "tracked_run.json"  # in the stage's directory: the job's tracker run (tracking/runs.py TrackedRun)
+
+
+def train_log(where: Any, stage: str, total: int | None, until: int | None = None):
+    """The stage's TrainLog inside verl's trainer, from what the driver handed it (driver/engine.py log_where: the
+    results root, sweep and run id, and the file of the job's tracker run when it has one): the trainer records the
+    steps, so it writes the tables, the live file and, live, the sweep's trackers."""
+    import json
+    from pathlib import Path
+    from workflow.results.train_log import TrainLog
+    from workflow.tracking.runs import TrackedRun
+    tracked = where.get("tracked")
+    return TrainLog(where["results_root"], where["sweep"], stage, where["run_id"], total=total, until=until,
+                    tracked=TrackedRun.from_dict(json.loads(Path(tracked).read_text())) if tracked else None)
+
+
 # ------------------------------------------------------------------ what verl loads by name, in its own processes
 # the reward function (reward.custom_reward_function), our worker and trainer module (VERL_USE_EXTERNAL_MODULES,
 # imported by every Ray process), the SFT trainer torchrun runs, the preflight's child. tests/unit/core/test_structure.py

@@ -45,7 +45,8 @@ from workflow.engines.verl.driver.process import run_supervised
 from workflow.engines.verl.driver.sft_launch import command as sft_command
 from workflow.engines.verl.driver.translate import FP32, external_modules, CPU_DROPPED_ENV, process_env, translate, \
     translate_sft
-from workflow.engines.verl.contract import CPU_MODULE, FIELDS as MIX_FIELDS, PPO_MODULE, PREFLIGHT_MODULE, WORKER_MODULE
+from workflow.engines.verl.contract import CPU_MODULE, FIELDS as MIX_FIELDS, PPO_MODULE, PREFLIGHT_MODULE, TRACKED_RUN, \
+    WORKER_MODULE
 from workflow.engines.verl.driver.probe import VerlProbe, probe_rows
 from workflow.layout import CHECKPOINTS
 from workflow.models import resolve_model
@@ -122,6 +123,19 @@ def verl_output(log: Path, label: str, total: int, shown: dict[str, str]) -> dic
             values = dict(_METRIC.findall(line[m.end():]))
             progress.update(int(m[1]), **{ours: float(values[k]) for ours, k in shown.items() if k in values})
     return {"log": log, "follow": follow}
+
+
+def log_where(log: TrainLog, out_dir: Path) -> dict:
+    """What verl's trainer needs to write the stage's tables, live file and tracker points itself (it records the
+    steps, in its own process): where the tables go and, when the job has one, the file that holds its tracker run
+    (TrackedRun, read by inside/tracked.py). A file, not a value in verl's config: the run's settings may hold text
+    that OmegaConf would take for an interpolation."""
+    where = {"results_root": str(log.results_root), "sweep": log.sweep, "run_id": log.run_id}
+    if log.tracked is not None:
+        path = Path(out_dir) / TRACKED_RUN
+        path.write_text(json.dumps(log.tracked.as_dict()))
+        where["tracked"] = str(path)
+    return where
 
 
 class VerlEngine:
@@ -217,8 +231,7 @@ class VerlEngine:
                          set(v.sft_overrides), SFT)
         config_path, log_path = out_dir / "verl_sft.yaml", out_dir / "verl_sft_log.json"
         OmegaConf.save(config, config_path, resolve=True)
-        log_path.write_text(json.dumps({"results_root": str(log.results_root), "sweep": log.sweep,
-                                        "run_id": log.run_id}))
+        log_path.write_text(json.dumps(log_where(log, out_dir)))
         nodes = _allocation(v.nnodes, "sft") if v.nnodes > 1 else None
         argv = sft_command(config_path, log_path, n_gpus_per_node=v.n_gpus_per_node, nodes=nodes,
                            port=int(os.environ.get("RLSWEEP_TORCH_PORT", "29500")),
@@ -248,8 +261,7 @@ class VerlEngine:
         end = stage.rl.steps if until is None else until
         config.trainer.total_training_steps = end
         with open_dict(config.trainer.v1.rlsweep):
-            config.trainer.v1.rlsweep.log = {"results_root": str(log.results_root), "sweep": log.sweep,
-                                             "run_id": log.run_id}
+            config.trainer.v1.rlsweep.log = log_where(log, out_dir)
         if v.device == "cpu":  # the shared-memory weight sync sends each tensor in one bucket: the largest must fit
             engine = config.actor_rollout_ref.rollout.checkpoint_engine
             engine.update_weights_bucket_megabytes = max(engine.update_weights_bucket_megabytes,

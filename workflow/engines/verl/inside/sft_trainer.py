@@ -23,7 +23,7 @@ from verl.utils.distributed import destroy_global_process_group, initialize_glob
 
 from workflow.algos.flops import sft_flops
 from workflow.engines.verl.inside.metrics import param_count, scalar
-from workflow.results.train_log import TrainLog
+from workflow.engines.verl.contract import train_log
 
 
 class RlsweepSFTTrainer(SFTTrainer):
@@ -34,8 +34,7 @@ class RlsweepSFTTrainer(SFTTrainer):
         super().__init__(config)
         self.step = self.resume_global_step
         logs = self.engine.is_mp_src_rank_with_outputs() and self.engine.get_data_parallel_rank() == 0
-        self.log = (TrainLog(log["results_root"], log["sweep"], "sft", log["run_id"],
-                             total=getattr(self, "total_training_steps", None)) if logs else None)
+        self.log = train_log(log, "sft", total=getattr(self, "total_training_steps", None)) if logs else None
         n_params = param_count(config.model.path) if logs else None  # for train_steps.flops
         if self.log is not None and self.step:
             self.log.discard_after(self.step)  # rows an earlier attempt flushed past its last checkpoint
@@ -70,7 +69,11 @@ def main(argv: list[str]) -> int:
     config = OmegaConf.load(config_path)
     initialize_global_process_group()
     trainer = RlsweepSFTTrainer(config, json.loads(Path(log_path).read_text()))
-    trainer.fit()
+    try:
+        trainer.fit()
+    finally:  # the trackers get their bounded time to send what is queued; an SFT job is one stage, never a segment
+        if trainer.log is not None:
+            trainer.log.close(finished=trainer.step >= (getattr(trainer, "total_training_steps", None) or 0))
     destroy_global_process_group()
     return 0
 

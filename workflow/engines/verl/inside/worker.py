@@ -32,13 +32,12 @@ from verl.utils.py_functional import rename_dict
 from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 
 from workflow.algos.schedules import scaled_lr
-from workflow.engines.verl.contract import run_rl
+from workflow.engines.verl.contract import run_rl, train_log
 from workflow.engines.verl.inside.gates import METRIC_PREFIX, UPDATE_KEY, DriverGates
 from workflow.engines.verl.inside.metrics import param_count, train_steps_row
 from workflow.engines.verl.inside.mix_loss import LR_SCALE, mixed_loss, planned
 from workflow.engines.verl.inside.rule_step import rule_train_batch
 from workflow.methods.registry import rule_from_settings, rule_settings
-from workflow.results.train_log import TrainLog
 
 MIX_STATE = "rlsweep_mix.json"  # in verl's global_step_N folder: the driver's method state at that checkpoint
 GATE_STATE = "rlsweep_gate.json"  # beside it: the driver's gate (SFPO/GXPO's window, seen, tripped) at that checkpoint
@@ -233,14 +232,23 @@ class RlsweepTrainer(PPOTrainerSync):
             self._rlsweep_n_params = param_count(self.config.actor_rollout_ref.model.path)
         return self._rlsweep_n_params
 
+    def fit(self, *args, **kwargs):
+        """verl's loop; then the trackers get their bounded time to send what is queued (verl returns from its last
+        step without on_train_end). The run is finished when this process trained its last step, not a segment's."""
+        try:
+            return super().fit(*args, **kwargs)
+        finally:
+            log = self.__dict__.get("_rlsweep_log")
+            if log is not None:
+                log.close(finished=self.global_steps > run_rl(self.config.trainer.v1.rlsweep).steps)
+
     def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
         """verl's metrics of the step, then our train_steps row; at a save: flush, then verl's checkpoint."""
         out = super()._compute_metrics(batch, metrics, timing_raw, global_steps=global_steps, epoch=epoch)
         log, where = self.__dict__.get("_rlsweep_log"), self._log_where()
         if log is None and where:
-            log = self._rlsweep_log = TrainLog(where["results_root"], where["sweep"], "rl", where["run_id"],
-                                               total=run_rl(self.config.trainer.v1.rlsweep).steps,
-                                               until=getattr(self, "total_training_steps", None))  # a segment's end
+            log = self._rlsweep_log = train_log(where, "rl", total=run_rl(self.config.trainer.v1.rlsweep).steps,
+                                                until=getattr(self, "total_training_steps", None))  # a segment's end
             # a run verl resumed from its checkpoint at global_steps - 1: rows an earlier attempt flushed after
             # that checkpoint are recomputed now (the local engine does the same, see TrainLog.discard_after)
             log.discard_after(global_steps - 1)
