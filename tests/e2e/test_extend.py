@@ -45,9 +45,9 @@ def _weights(done) -> dict[str, torch.Tensor]:
     return load_file(done.parent / json.loads(done.read_text())["checkpoint"] / "model.safetensors")
 
 
-def _sweep_runs(tmp_path, name: str, rl: str, eval_: str = "{every: 2, k: 2, max_new_tokens: 16}"):
+def _sweep_runs(tmp_path, name: str, rl: str, eval_: str = "{every: 2, k: 2, max_new_tokens: 16}", extra: str = ""):
     base = ("base:\n  sft: {enabled: false}\n  model: {n_layers: 1, hidden: 32, n_heads: 2}\n  task: {n_heldout: 16}\n"
-            f"  rl: {rl}\n  eval: {eval_}\n")
+            f"  rl: {rl}\n  eval: {eval_}\n{extra}")
     return write_sweep(tmp_path / f"{name}.yaml", name, base=base)
 
 
@@ -243,7 +243,8 @@ def test_a_finished_run_reads_the_same_after_compaction_and_extends_from_its_pac
     and trains 5-8 only (the job log resumes at step 4), and the weights and rows are those of an 8-step run
     trained from scratch."""
     rl = "{steps: 4, prompts_per_step: 4, group_size: 4, max_new_tokens: 16, checkpoint_every: 2}"
-    short = _sweep_runs(tmp_path, "ext", rl)
+    tracking = "tracking: {tensorboard: {}}\n"  # (issue 60: an extension is a tracker run of its own, below)
+    short = _sweep_runs(tmp_path, "ext", rl, extra=tracking)
     plain, packed = tmp_path / "plain", tmp_path / "packed"
     first = snakemake(plain, short)
     assert first.returncode == 0, first.stderr[-3000:]
@@ -259,7 +260,7 @@ def test_a_finished_run_reads_the_same_after_compaction_and_extends_from_its_pac
     assert "ext: healthy" in " ".join(before["doctor"][1])
 
     [short_run] = load_sweep(short).runs
-    long_ = _sweep_runs(tmp_path, "ext", rl.replace("steps: 4,", "steps: 8,"))
+    long_ = _sweep_runs(tmp_path, "ext", rl.replace("steps: 4,", "steps: 8,"), extra=tracking)
     [run] = load_sweep(long_).runs
     dry = snakemake(packed, long_, "-n")
     assert "1 RL run(s) extend a finished shorter run" in dry.stderr
@@ -284,6 +285,16 @@ def test_a_finished_run_reads_the_same_after_compaction_and_extends_from_its_pac
         return query(f"SELECT step, benchmark, k, avg_at_k, pass_at_k FROM eval_scores WHERE run_id = '{run_id}' "
                      "AND step IN (2, 4) ORDER BY ALL", results).to_pylist()
     assert scores(run.run_id) and scores(run.run_id) == scores(short_run.run_id)
+    # the extension is one tracker run of its own holding its donor's steps (from the pack) and its new ones, each
+    # once with train_steps' value, and every evaluation at its step, copied or sampled
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    acc = EventAccumulator(str(results / "ext" / "tensorboard" / f"{run.label}_{run.run_id}"),
+                           size_guidance={"scalars": 0})
+    acc.Reload()
+    rewards = {r["step"]: r["reward"] for r in _rows(results, run.run_id)}
+    sent = [(e.step, e.value) for e in acc.Scalars("train/reward")]
+    assert sorted(s for s, _ in sent) == list(range(1, 9)) and all(v == pytest.approx(rewards[s]) for s, v in sent)
+    assert sorted(e.step for e in acc.Scalars("eval/arithmetic/avg_at_2")) == [2, 4, 6, 8]
 
     scratch = tmp_path / "scratch"
     rcfg = run.stage_config("rl")
