@@ -87,8 +87,8 @@ def test_one_tracker_run_per_training_run_every_step_once_and_no_secret_written(
     assert sorted(r.data.tags["rlsweep_id"] for r in runs) == sorted([f"rlsweep-sft-{run.sft_id}",
                                                                       f"rlsweep-rl-{run.run_id}"])
     rl_run = next(r for r in runs if r.data.tags["rlsweep_id"] == f"rlsweep-rl-{run.run_id}")
-    history = client.get_metric_history(rl_run.info.run_id, "train/loss")
-    assert Counter(m.step for m in history) == Counter(range(1, 25)) and rl_run.info.status == "FINISHED"
+    losses = client.get_metric_history(rl_run.info.run_id, "train/loss")
+    assert Counter(m.step for m in losses) == Counter(range(1, 25)) and rl_run.info.status == "FINISHED"
     # the trackers hold everything: a second backfill sends nothing
     out = run_cli("--results", str(root), "track", str(first), env=SECRETS)
     assert out.returncode == 0 and out.stderr.count(" 0 points sent") == 3, out.stderr
