@@ -246,6 +246,10 @@ SEAM: tuple[Use, ...] = (
     # the trainer's public hook after set-up (and resume): the method's saved state, the replay buffer's poll (these
     # were the private _load_checkpoint and _build_replay_buffer)
     Use('verl.trainer.ppo.v1.trainer_sync:PPOTrainerSync.on_init_end', 'override', WORKER, '(self)'),
+    # the trainer's public loop: wrapped so the trackers get their bounded time to send what is queued after its last
+    # step (verl returns from fit without a train-end hook the run's log could close in)
+    Use('verl.trainer.ppo.v1.trainer_sync:PPOTrainerSync.fit', 'override', WORKER,
+        '(self, agent_loop_manager: verl.experimental.agent_loop.agent_loop.AgentLoopManager)'),
     Use('verl.trainer.ppo.v1.trainer_sync:PPOTrainerSync._init_resource_pool_mgr', 'override', WORKER, '(self)',
         why="puts our RuleActorRolloutRefWorker (the update rules' and mixed losses' steps) in place of verl's actor "
             "worker: verl builds its role -> worker-class map here, from hard-coded classes, with no config key"),
