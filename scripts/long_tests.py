@@ -32,7 +32,7 @@ TESTS_DOC = REPO / "docs" / "tests.md"  # the long tests and their last passes
 BEGIN, END = "<!-- long-tests: scripts/long_tests.py rewrites this table -->", "<!-- /long-tests -->"
 HEADER = ["test", "last pass (UTC)", "commit", "time", "last run", "covered code"]
 # files under covered paths that no long test runs: lists the project's tests check, which no module of the package
-# imports (tests/unit/core/test_long_tests.py holds that). A change to one is no change to what a pass was of.
+# imports (tests/unit/core/test_structure.py holds that). A change to one is no change to what a pass was of.
 NOT_RUN = {
     "workflow/engines/verl/seam.py": "the verl symbols the engine relies on, read only by tests/verl/test_verl_seam.py",
 }

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import inspect
 import re
 import subprocess
@@ -133,6 +134,20 @@ def test_no_import_cycles_inside_the_package():
     found = cycles(edges())
     assert not found, "import cycles (module-level and function-level imports, parent packages included):\n" + \
         "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_the_files_long_tests_count_as_not_run_are_imported_by_no_module():
+    """scripts/long_tests.py's NOT_RUN files (lists that only CI's tests read, such as the verl seam's) change no long
+    test's pass: true while no module of the package imports them, lazily or relatively included."""
+    spec = importlib.util.spec_from_file_location("long_tests", REPO / "scripts" / "long_tests.py")
+    long_tests = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(long_tests)
+    graph = edges()
+    for rel in long_tests.NOT_RUN:
+        name = module_name(REPO / rel)
+        assert name in MODULES, f"{rel}: not a module of the package"
+        importers = sorted(m for m, imported in graph.items() if name in imported)
+        assert not importers, f"{rel} is imported by {importers}: it is run code, not a list only tests read"
 
 
 # the floors that others stand on: what each may import of the project (itself, and the floors listed)
