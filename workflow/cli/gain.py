@@ -1,8 +1,9 @@
 """`rlsweep gain SWEEP.yaml`: did RL improve the model it started from? Per setting and benchmark the start's avg@k,
 each seed's final, and the paired final − start pooled over seeds and problems with its 95% bootstrap interval
 (workflow/report/gain.py: the report's gain table). Exit 1 when a seed ends at or below the start or an interval
-holds 0: the demo's claim, checked where it runs (.ci/run, bench/demo_kernels.py). `--setting TEXT` (repeatable)
-keeps the settings whose label contains every TEXT: one regime of a sweep, its methods without SFT."""
+holds 0: the demo's claim, checked where it runs (tests/long/test_demo_command.py and
+test_demo_gain.py, bench/demo_kernels.py). `--setting TEXT` (repeatable) keeps the settings whose label contains
+every TEXT: one regime of a sweep, its methods without SFT."""
 
 from __future__ import annotations
 

