@@ -47,6 +47,10 @@ class Tracker(ABC):
     def close(self, finished: bool = False) -> None:
         """Let go of the run; `finished`: its stage job is done (a tracker that marks runs finished does)."""
 
+    def prepare(self) -> None:
+        """Once, where the sweep is planned, before any of its jobs: what each job would otherwise make at its start,
+        racing the jobs that start beside it (a database's tables). Nothing by default."""
+
 
 def make(name: str, settings: dict[str, Any], sweep: str, results_root: str | Path) -> Tracker:
     if name not in BACKENDS:

@@ -33,16 +33,29 @@ SEND_EVERY_S = 5.0  # how often the queued rows go out (and once more at the end
 TRACKING_FILE = "tracking.json"
 
 
-def record_tracking(results_root: str | Path, sweep: str, tracking: dict[str, Any]) -> None:
-    """The sweep's `tracking:` block (its set backends only) where its jobs find it; rewritten only on a change."""
+def _warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+def record_tracking(results_root: str | Path, sweep: str, tracking: dict[str, Any],
+                    warn: Callable[[str], None] = _warn) -> None:
+    """The sweep's `tracking:` block (its set backends only) where its jobs find it, rewritten only on a change; and
+    what each backend prepares before any job (Tracker.prepare). A backend that cannot prepare is a warning, never a
+    failed plan: its jobs try again, and a tracker never fails a job."""
+    settings = {k: v for k, v in tracking.items() if v is not None}
     path = sweep_dir(results_root, sweep) / TRACKING_FILE
-    text = json.dumps({k: v for k, v in tracking.items() if v is not None}, sort_keys=True)
+    text = json.dumps(settings, sort_keys=True)
     try:
-        if path.read_text() == text:
-            return
+        unchanged = path.read_text() == text
     except OSError:
-        pass
-    write_text(path, text)
+        unchanged = False
+    if not unchanged:
+        write_text(path, text)
+    for name, backend in settings.items():
+        try:
+            make(name, dict(backend or {}), sweep, results_root).prepare()
+        except Exception as e:  # noqa: BLE001
+            warn(f"tracker {name}: not prepared ({type(e).__name__}: {str(e)[:300]}); its jobs make what it lacks")
 
 
 def tracking_settings(results_root: str | Path, sweep: str) -> dict[str, Any]:
@@ -52,10 +65,6 @@ def tracking_settings(results_root: str | Path, sweep: str) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return found if isinstance(found, dict) else {}
-
-
-def _warn(message: str) -> None:
-    print(f"warning: {message}", file=sys.stderr, flush=True)
 
 
 class TrackerHook:

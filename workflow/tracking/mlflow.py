@@ -5,7 +5,9 @@ package. Credentials come from MLFLOW_TRACKING_USERNAME / _PASSWORD / _TOKEN, ne
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 from workflow.layout import sweep_dir
 from workflow.tracking.base import Tracker
@@ -22,7 +24,32 @@ class MLflowTracker(Tracker):
     def uri(self) -> str:
         if self.settings.get("uri"):
             return self.settings["uri"]
-        return f"sqlite:///{(sweep_dir(self.results_root, self.sweep) / 'mlflow.db').resolve()}"
+        return f"sqlite:///{self._default_db().resolve()}"
+
+    def _default_db(self) -> Path:
+        return sweep_dir(self.results_root, self.sweep) / "mlflow.db"
+
+    def prepare(self) -> None:
+        """The default SQLite store made before any job opens it: MLflow makes a missing one by running its Alembic
+        migrations (3 s of CPU, ~13 s on 2 busy cores, in the job's first steps), and two jobs starting at once (an
+        SFT job beside the step-0 evaluation) would both run them on one file. Made under a temporary name and
+        linked into place, so a planner beside this one finds either no store or a whole one. A URI of the sweep's
+        (a server, or a database of its own) is left to its owner."""
+        if self.settings.get("uri") or self._default_db().is_file():
+            return
+        from mlflow.tracking import MlflowClient
+        db = self._default_db()
+        db.parent.mkdir(parents=True, exist_ok=True)
+        tmp = db.with_name(f".{db.name}.{os.getpid()}.tmp")
+        tmp.unlink(missing_ok=True)
+        try:
+            MlflowClient(tracking_uri=f"sqlite:///{tmp.resolve()}").search_experiments(max_results=1)  # migrates
+            try:
+                os.link(tmp, db)  # never over a store another planner linked first
+            except FileExistsError:
+                pass
+        finally:
+            tmp.unlink(missing_ok=True)
 
     def open(self, run: TrackedRun) -> None:
         """Find the run (nothing is created until there is something to log)."""

@@ -76,3 +76,28 @@ def test_a_resumed_job_continues_the_run_and_no_step_lands_twice(backend, tmp_pa
         column = key.split("/")[1]
         assert all(math.isclose(v, float(ROWS[s - 1][column]), rel_tol=1e-6) for s, v in found[key])
     assert found["eval/arithmetic/pass_at_4"] == [(6, 0.5)]
+
+
+def test_planning_a_sweep_makes_its_mlflow_store_once_and_leaves_a_sweeps_own_uri_alone(tmp_path, monkeypatch):
+    """The Snakefile's record_tracking makes the default SQLite store before any job opens it (else the jobs that
+    start together each run MLflow's migrations on one file); planned again, the store is left as it is; a job opens
+    it as it finds it. A sweep's own URI (a server) is its owner's: nothing is made, nothing is contacted."""
+    from mlflow.tracking import MlflowClient
+
+    from workflow.tracking.hook import record_tracking
+    monkeypatch.chdir(tmp_path)  # (MLflow's default artifact root is relative: nothing may land in the cwd either)
+    db = tmp_path / "r" / "s" / "mlflow.db"
+    record_tracking(tmp_path / "r", "s", {"mlflow": {}, "tensorboard": {}})
+    assert sorted(p.name for p in db.parent.iterdir()) == ["mlflow.db", "tracking.json"]  # no temporary left
+    made = db.stat().st_mtime_ns, db.stat().st_ino
+    assert MlflowClient(tracking_uri=f"sqlite:///{db}").search_experiments()  # MLflow's own tables, its default
+    record_tracking(tmp_path / "r", "s", {"mlflow": {}, "tensorboard": {}})
+    assert (db.stat().st_mtime_ns, db.stat().st_ino) == made
+    warned = []
+    record_tracking(tmp_path / "r", "t", {"mlflow": {"uri": "http://127.0.0.1:9"}}, warn=warned.append)
+    assert warned == [] and not (tmp_path / "r" / "t" / "mlflow.db").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r"]
+    tracker = make("mlflow", {}, "s", tmp_path / "r")
+    tracker.open(RUN)
+    tracker.log(train_points(ROWS[:1]))
+    assert db.stat().st_ino == made[1]  # the job used the planned store

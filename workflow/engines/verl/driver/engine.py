@@ -128,8 +128,8 @@ def verl_output(log: Path, label: str, total: int, shown: dict[str, str]) -> dic
 def log_where(log: TrainLog, out_dir: Path) -> dict:
     """What verl's trainer needs to write the stage's tables, live file and tracker points itself (it records the
     steps, in its own process): where the tables go and, when the job has one, the file that holds its tracker run
-    (TrackedRun, read by inside/tracked.py). A file, not a value in verl's config: the run's settings may hold text
-    that OmegaConf would take for an interpolation."""
+    (TrackedRun, read back by contract.train_log in verl's processes). A file, not a value in verl's config: the
+    run's settings may hold text that OmegaConf would take for an interpolation."""
     where = {"results_root": str(log.results_root), "sweep": log.sweep, "run_id": log.run_id}
     if log.tracked is not None:
         path = Path(out_dir) / TRACKED_RUN
