@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from workflow.benchmarks.graders import rescores
 from workflow.config import RunConfig
 from workflow.engines.registry import traits
+from workflow.engines.traits import EngineTraits
 from workflow.results.membership import Member
 from workflow.segments import segment_ends
 from workflow.eval.plan import eval_groups, eval_jobs
@@ -28,6 +29,7 @@ from workflow.strict import format_validation_error
 from workflow.sweep.identity import canonical_json, id_of_json, stable_id
 from workflow.sweep.keys import (apply, check_key, format_point, format_value, key_problem, lookup, same,
                                  unmet_condition, value_matches)
+from workflow.sweep.passed_checks import passed_before, remember_passed
 from workflow.sweep.spec import ConditionalAxis, SweepError, SweepSpec, read_spec
 
 
@@ -170,12 +172,27 @@ def runs_for(spec: SweepSpec, point: dict[str, Any]) -> list[Run]:
         missing = cfg.file_problems()  # a point (or trial) that names a dataset file of its own
         if missing:
             raise PointError(missing, assignment)
-        heavy = traits(cfg.engine.name).sweep_problems(cfg)  # verl's own checks on the translated config
+        heavy = _engine_problems(cfg)
         if heavy:
             raise PointError(heavy, assignment)
         ids, texts = _stage_ids(cfg)
         runs.append(Run(config=cfg, assignment=assignment, ids=ids, stage_json=texts))
     return runs
+
+
+def _engine_problems(cfg: RunConfig) -> list[str]:
+    """The engine's heavy checks of a run (verl's own, on the translated config), skipped for a config that passed
+    them on this machine with this code and these packages (workflow/sweep/passed_checks.py)."""
+    engine = traits(cfg.engine.name)
+    if type(engine).sweep_problems is EngineTraits.sweep_problems:  # no heavy checks: nothing worth remembering
+        return []
+    text = cfg.model_dump_json()  # (its engine section names the engine)
+    if passed_before(cfg.engine.name, text):
+        return []
+    problems = engine.sweep_problems(cfg)
+    if not problems:
+        remember_passed(cfg.engine.name, text)
+    return problems
 
 
 def _stage_ids(cfg: RunConfig) -> tuple[dict[str, str | None], dict[str, str]]:
