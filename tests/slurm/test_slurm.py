@@ -30,7 +30,7 @@ from workflow.layout import stage_dir
 from workflow.slurm import cluster
 from workflow.sweep.expand import load_sweep
 
-# CI runs one sweep through the profile, a preemption and requeue, and plain shell rules (one of them failing for
+# CI runs one sweep through the profile, its RL job preempted and requeued, and plain shell rules (one of them failing for
 # good: reported with its state and log while the rest goes on); the rest are long tests since issue 58 (CI under 35
 # minutes), their logic tested in CI without a cluster: the step-0 copy in test_workflow_e2e.py, Optuna studies in
 # test_study.py, the SLURM commands' retries and give-up in test_slurm_units.py, segments and their evaluations in
@@ -95,43 +95,6 @@ resources:
   rl: {gpus_per_node: 1, time: "00:10:00"}
   eval: {gpus_per_node: 0, time: "00:10:00"}
 """
-
-
-def test_sweep_runs_through_the_slurm_profile_with_provenance_and_arrays(slurm, tmp_path):
-    # 4 RL checkpoints evaluated after one RL job (segment_steps 0) -> 4 eval jobs ready at once -> job arrays no
-    # larger than MaxArraySize
-    sweep = write_sweep(tmp_path / "sl.yaml", "sl", CPU_JOBS)
-    sweep.write_text(sweep.read_text().replace("eval: {k: 2, max_new_tokens: 16}",
-                                               "eval: {k: 2, max_new_tokens: 16, every: 1}")
-                     .replace("checkpoint_every: 2}", "checkpoint_every: 1, segment_steps: 0}"))
-    res = snakemake_slurm(tmp_path, sweep)
-    assert res.returncode == 0, res.stderr[-4000:]
-    assert (tmp_path / "results" / "sl" / "summary.md").is_file()
-
-    rows = runs_rows(tmp_path / "results")
-    assert sorted(r["stage"] for r in rows) == ["eval"] * 4 + ["rl", "sft"]
-    for r in rows:  # every stage ran as a SLURM job and says where
-        assert r["status"] == "completed" and r["slurm_job_id"] and r["slurm_node"] and r["slurm_partition"]
-        assert r["requeue_count"] == 0 and r["git_sha"] and r["git_dirty"] is not None
-        assert sacct_field(r["slurm_job_id"] + (f"_{r['slurm_array_index']}" if r["slurm_array_index"] is not None
-                                                else ""), "State") == "COMPLETED"
-    evals = [r for r in rows if r["stage"] == "eval"]
-    size = cluster.max_array_size()
-    assert len({r["slurm_job_id"] for r in evals}) == math.ceil(4 / size)  # one array, or split to MaxArraySize
-    assert sum(r["slurm_array_index"] is not None for r in evals) >= min(4, size)  # (a 1-job rest goes alone)
-    assert all(r["slurm_array_index"] is None or r["slurm_array_index"] < size for r in evals)
-    rl = next(r for r in rows if r["stage"] == "rl")
-    rl_job = rl["slurm_job_id"] + (f"_{rl['slurm_array_index']}" if rl["slurm_array_index"] is not None else "")
-    assert "gres/gpu=1" in sacct_field(rl_job, "AllocTRES")  # the stage's resources reached SLURM
-    assert sacct_field(rl_job, "Timelimit") == "00:10:00"
-    for r in rows:  # SLURM's accounting in runs: elapsed when the stage ended x allocated GPUs
-        job = r["slurm_job_id"] + (f"_{r['slurm_array_index']}" if r["slurm_array_index"] is not None else "")
-        assert r["slurm_attempts"] == 1 and r["slurm_gpus"] == (1 if r["stage"] == "rl" else 0)
-        assert 0 <= r["slurm_elapsed_s"] <= int(sacct_field(job, "ElapsedRaw"))  # (the job ran on a little after)
-        assert r["gpu_hours"] == pytest.approx(r["slurm_elapsed_s"] * r["slurm_gpus"] / 3600)
-    assert rl["slurm_elapsed_s"] >= 1 and rl["gpu_hours"] > 0
-    report = (tmp_path / "results" / "sl" / "report" / "report.md").read_text()
-    assert "GPU-hours RL + eval (SLURM)" in report
 
 
 @pytest.mark.long(covers=[*SLURM_CODE, "workflow/segments.py"])
@@ -201,17 +164,23 @@ base:
   model: {n_layers: 2, hidden: 64, n_heads: 4}
   task: {n_heldout: 16, two_step_fraction: 1.0}
   sft: {steps: 300, batch_size: 64, checkpoint_every: 300}
-  rl: {steps: 60, prompts_per_step: 8, group_size: 8, max_new_tokens: 20, checkpoint_every: 5}
-  eval: {k: 1, max_new_tokens: 16}
+  rl: {steps: 60, prompts_per_step: 8, group_size: 8, max_new_tokens: 20, checkpoint_every: 5, segment_steps: 0}
+  eval: {k: 1, max_new_tokens: 16, every: 15}
 """
 
 
 @pytest.mark.timeout(1800)
-def test_running_rl_job_survives_preemption_and_requeue_exactly(slurm, tmp_path, sft_for_rl):
+def test_a_sweep_through_the_profile_survives_preemption_and_requeue_exactly_with_provenance_and_arrays(
+        slurm, tmp_path, sft_for_rl):
+    """CI's one SLURM sweep (issue 58): RL and its evaluations as SLURM jobs through `--profile profiles/slurm`. The
+    running RL job gets a preemption signal (it checkpoints off-interval and is requeued) and then a hard requeue
+    (killed, resumed from its last periodic checkpoint): every step recorded once and the weights of an uninterrupted
+    run. Its 4 checkpoints are evaluated after it (segment_steps 0): 4 eval jobs ready at once go as job arrays no
+    larger than MaxArraySize. Every row says where it ran, what SLURM allocated and how long it took."""
     sweep = write_sweep(tmp_path / "rq.yaml", "rq", CPU_JOBS, base=REQUEUE_BASE)
     run = load_sweep(sweep).runs[0]
     # the SFT it starts from is the session's shared one (helpers.SFT_FOR_RL), put in the store as another sweep's
-    # finished stage: Snakemake reuses it and submits only RL and eval (SLURM runs an SFT job in the tests above)
+    # finished stage: Snakemake reuses it and submits only RL and eval (the shell-rule test below submits its own)
     assert sft_for_rl.parent.name == run.sft_id, "REQUEUE_BASE's SFT must be helpers.SFT_FOR_RL's"
     shutil.copytree(sft_for_rl.parent, stage_dir(tmp_path / "results", "sft", run.sft_id))
     run_dir = stage_dir(tmp_path / "results", "rl", run.run_id)
@@ -241,6 +210,7 @@ def test_running_rl_job_survives_preemption_and_requeue_exactly(slurm, tmp_path,
     cluster.run(["scontrol", "requeue", job_id])
     out, _ = proc.communicate(timeout=900)
     assert proc.returncode == 0, out[-4000:]
+    assert (tmp_path / "results" / "rq" / "summary.md").is_file()
 
     log = next((tmp_path / ".snakemake" / "slurm").glob(f"{job_id}/{job_id}_0_log.out")).read_text()
     stopped = int(re.search(r"after checkpointing step (\d+)", log).group(1))
@@ -248,10 +218,34 @@ def test_running_rl_job_survives_preemption_and_requeue_exactly(slurm, tmp_path,
     assert "rlsweep: stage stopped" in log  # the requeue followed the checkpoint, not the end of the grace period
     assert (ckpts / f"step_{stopped:06d}").is_dir()
 
-    rl = runs_rows(tmp_path / "results", "stage = 'rl'")
+    rows = runs_rows(tmp_path / "results", "stage in ('rl', 'eval')")
+    assert sorted(r["stage"] for r in rows) == ["eval"] * 4 + ["rl"]
+    rl = [r for r in rows if r["stage"] == "rl"]
     assert [(r["status"], r["requeue_count"], r["slurm_job_id"]) for r in rl] == [("completed", 2, job_id)]
     assert rl[0]["slurm_attempts"] == 3  # sacct's record of each attempt, the two requeued ones included
-    assert rl[0]["gpu_hours"] == pytest.approx(rl[0]["slurm_elapsed_s"] / 3600)  # 1 GPU throughout
+    evals = [r for r in rows if r["stage"] == "eval"]
+    assert sorted(r["eval_step"] for r in evals) == [15, 30, 45, 60]
+    for r in rows:  # every stage ran as a SLURM job and says where
+        jid = r["slurm_job_id"] + (f"_{r['slurm_array_index']}" if r["slurm_array_index"] is not None else "")
+        assert r["status"] == "completed" and r["slurm_job_id"] and r["slurm_node"] and r["slurm_partition"]
+        assert r["git_sha"] and r["git_dirty"] is not None
+        assert sacct_field(jid, "State") == "COMPLETED"
+        # SLURM's accounting in runs: elapsed when the stage ended x allocated GPUs
+        assert r["slurm_gpus"] == (1 if r["stage"] == "rl" else 0)
+        # (every attempt's time, the requeued ones' included; the job ran on a little after the stage ended)
+        attempts = cluster.run(["sacct", "-D", "-X", "-n", "-P", "-j", jid, "-o", "ElapsedRaw"]).split()
+        assert len(attempts) == r["slurm_attempts"] and 0 <= r["slurm_elapsed_s"] <= sum(map(int, attempts))
+        assert r["gpu_hours"] == pytest.approx(r["slurm_elapsed_s"] * r["slurm_gpus"] / 3600)
+    assert all(r["requeue_count"] == 0 and r["slurm_attempts"] == 1 for r in evals)
+    size = cluster.max_array_size()
+    assert len({r["slurm_job_id"] for r in evals}) == math.ceil(4 / size)  # one array, or split to MaxArraySize
+    assert sum(r["slurm_array_index"] is not None for r in evals) >= min(4, size)  # (a 1-job rest goes alone)
+    assert all(r["slurm_array_index"] is None or r["slurm_array_index"] < size for r in evals)
+    assert "gres/gpu=1" in sacct_field(job_id, "AllocTRES")  # the stage's resources reached SLURM
+    assert sacct_field(job_id, "Timelimit") == "00:10:00"
+    assert rl[0]["slurm_elapsed_s"] >= 1 and rl[0]["gpu_hours"] > 0
+    report = (tmp_path / "results" / "rq" / "report" / "report.md").read_text()
+    assert "GPU-hours RL + eval (SLURM)" in report
     steps = run_cli("--results", str(tmp_path / "results"), "query",
                     "select step from train_steps where stage = 'rl' order by step", "--format", "json")
     assert [r["step"] for r in json.loads(steps.stdout)] == list(range(1, 61))  # each step exactly once
