@@ -16,8 +16,7 @@ pytestmark = pytest.mark.slow  # not in the fast tier: whole sweeps through Snak
 GRID = """
 grid:
   rl.lr: [1.0e-4, 2.0e-4]
-seeds: [0, 1]
-"""
+"""  # one seed: several seeds of a setting run in test_store.py, the step-0 test below and the studies
 
 
 def mtimes(root: Path) -> dict[str, float]:
@@ -33,7 +32,7 @@ def planned(sweep: Path, results: Path) -> dict[str, dict[str, int]]:
 
 def test_tiny_sweep_end_to_end_then_cached_then_one_change(tmp_path):
     sweep = write_sweep(tmp_path / "tiny.yaml", "tiny", GRID)
-    assert planned(sweep, tmp_path / "results") == {"sft": {"new": 1}, "rl": {"new": 4}, "eval": {"new": 4}}
+    assert planned(sweep, tmp_path / "results") == {"sft": {"new": 1}, "rl": {"new": 2}, "eval": {"new": 2}}
     first = snakemake(tmp_path, sweep)  # (its time is no assertion: it doubles with the machine's load and speed)
     assert first.returncode == 0, first.stderr[-3000:]
 
@@ -41,30 +40,30 @@ def test_tiny_sweep_end_to_end_then_cached_then_one_change(tmp_path):
     out = run_cli("--results", str(results), "query",
                   "select run_id, avg(avg_at_k) from eval_scores group by all", "--format", "csv")
     assert out.returncode == 0, out.stderr
-    assert len(out.stdout.strip().splitlines()) == 1 + 4  # header + one row per RL run
+    assert len(out.stdout.strip().splitlines()) == 1 + 2  # header + one row per RL run
     assert (results / "tiny" / "summary.md").read_text().count("| arithmetic | grpo |") == 2  # two settings
     report = (results / "tiny" / "report" / "report.md").read_text()  # the DAG's last rule: the sweep's report
     assert "| rl.lr=0.0001 | grpo |" in report and "| rl.lr=0.0002 | grpo |" in report
     runs = run_cli("--results", str(results), "query",
                    "select stage, count(*) n, count_if(status = 'completed') ok from runs group by all order by stage",
                    "--format", "json")
-    # four RL runs share one SFT job; every stage recorded as completed
-    assert json.loads(runs.stdout) == [{"stage": "eval", "n": 4, "ok": 4}, {"stage": "rl", "n": 4, "ok": 4},
+    # two RL runs share one SFT job; every stage recorded as completed
+    assert json.loads(runs.stdout) == [{"stage": "eval", "n": 2, "ok": 2}, {"stage": "rl", "n": 2, "ok": 2},
                                        {"stage": "sft", "n": 1, "ok": 1}]
 
-    assert planned(sweep, results) == {"sft": {"done": 1}, "rl": {"done": 4}, "eval": {"done": 4}}
+    assert planned(sweep, results) == {"sft": {"done": 1}, "rl": {"done": 2}, "eval": {"done": 2}}
     # a second run after success does nothing
     before = mtimes(results)
     again = snakemake(tmp_path, sweep)
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
     assert mtimes(results) == before
 
-    # change one hyperparameter value: only its two runs (2 seeds) re-run, plus the aggregate and the report
+    # change one hyperparameter value: only its run re-runs, plus the aggregate and the report
     sweep.write_text(sweep.read_text().replace("2.0e-4", "3.0e-4"))
     plan = snakemake(tmp_path, sweep, "-n")
-    assert planned_jobs(plan.stdout) == {"rl": 2, "eval": 2, "aggregate": 1, "report": 1, "all": 1}, \
+    assert planned_jobs(plan.stdout) == {"rl": 1, "eval": 1, "aggregate": 1, "report": 1, "all": 1}, \
         plan.stdout[-2000:]
-    assert planned(sweep, results) == {"sft": {"done": 1}, "rl": {"done": 2, "new": 2}, "eval": {"done": 2, "new": 2}}
+    assert planned(sweep, results) == {"sft": {"done": 1}, "rl": {"done": 1, "new": 1}, "eval": {"done": 1, "new": 1}}
     changed = snakemake(tmp_path, sweep)
     assert changed.returncode == 0, changed.stderr[-3000:]
     after = mtimes(results)
