@@ -218,17 +218,23 @@ READERS = {
 }
 
 
-def _answers(workdir, sweep) -> dict[str, tuple]:
+def _answers(workdir, sweep, capfd, monkeypatch) -> dict[str, tuple]:
     """Each reading command's exit code and output in `workdir` (results under workdir/results, named relatively,
-    so two copies answer alike), the report's Markdown less its time stamp, and the rows rescoring wrote."""
+    so two copies answer alike), the report's Markdown less its time stamp, and the rows rescoring wrote. The
+    commands run as `rlsweep` runs them, through its main(), in this process (what they print captured at the file
+    descriptors, rescore's Snakemake included): 18 interpreter starts cost this test ~1 min of CI (issue 58)."""
+    from workflow.cli import main
+    monkeypatch.chdir(workdir)
     out = {}
     for name, argv in READERS.items():
-        done = run_cli("--results", "results", *argv(sweep), cwd=workdir)
+        capfd.readouterr()
+        code = main(["--results", "results", *argv(sweep)])
+        stdout, stderr = capfd.readouterr()
         # (doctor counts the files it read: packs are fewer; the rows behind them are what must not change)
-        text = [re.sub(r"\d+ table files", "N table files", line) for line in (done.stdout + done.stderr).splitlines()]
+        text = [re.sub(r"\d+ table files", "N table files", line) for line in (stdout + stderr).splitlines()]
         if name == "rescore":  # its table and summary (not Snakemake's log of the jobs, with their times)
             text = [line for line in text if "│" in line or line.startswith("rescore:")]
-        out[name] = (done.returncode, text)
+        out[name] = (code, text)
     report = (workdir / "results" / "ext" / "report" / "report.md").read_text()
     out["report.md"] = [line for line in report.splitlines() if "UTC" not in line]
     out["eval_grades"] = query("SELECT * EXCLUDE (sweep) FROM eval_grades ORDER BY ALL", workdir / "results").to_pylist()
@@ -236,7 +242,8 @@ def _answers(workdir, sweep) -> dict[str, tuple]:
 
 
 @pytest.mark.slow
-def test_a_finished_run_reads_the_same_after_compaction_and_extends_from_its_packed_rows(tmp_path):
+def test_a_finished_run_reads_the_same_after_compaction_and_extends_from_its_packed_rows(tmp_path, capfd,
+                                                                                           monkeypatch):
     """Issue 57. A 4-step run finished through Snakemake; every command that reads rows answers the same on a copy
     whose tables `rlsweep compact` packed; then, on the compacted copy, the sweep taken to 8 steps: a dry run says it
     extends, a run takes steps 1-4 (checkpoints, train_steps rows from the pack, the evaluations of steps 2 and 4)
@@ -253,7 +260,7 @@ def test_a_finished_run_reads_the_same_after_compaction_and_extends_from_its_pac
     assert out.returncode == 0 and "train_steps" in out.stdout, out.stderr
     tables = packed / "results" / "_store" / "tables"
     assert not list((tables / "train_steps").glob("rl_*")) and list((tables / "train_steps").glob("packed-*"))
-    before, after = _answers(plain, short), _answers(packed, short)
+    before, after = _answers(plain, short, capfd, monkeypatch), _answers(packed, short, capfd, monkeypatch)
     for name in before:
         assert after[name] == before[name], name
     assert before["eval_grades"], before["rescore"]
