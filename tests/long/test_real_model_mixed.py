@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import os
+import signal
 import subprocess
 import sys
 
@@ -39,8 +41,21 @@ def finished(tmp_path_factory):
     results = tmp_path_factory.mktemp("smollm2_mixed")
     log = results / "snakemake.log"
     with log.open("wb") as out:
-        proc = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "--config", f"sweep={SWEEP}",
-                               f"results={results}"], cwd=REPO, stdout=out, stderr=subprocess.STDOUT, timeout=5300)
+        # in a session of its own: past the time bound its stage jobs (verl, Ray, vLLM) go with it (a timeout that
+        # killed Snakemake alone left an RL job training on, 2026-11-29)
+        proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2", "--config", f"sweep={SWEEP}",
+                                 f"results={results}"], cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        try:
+            proc.wait(timeout=5300)
+        except subprocess.TimeoutExpired:  # SIGTERM first: a stage job stops its verl run and Ray as on scancel
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            pytest.fail(f"the sweep ran past 5300 s (a loaded machine: 66.5 min at its pass); see {log}")
     assert proc.returncode == 0, f"the sweep failed; see {log}:\n{log.read_text()[-4000:]}"
     return results
 
