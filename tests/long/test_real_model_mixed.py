@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
-import os
-import signal
 import subprocess
 import sys
 
 import pytest
 
-from helpers import REPO
+from helpers import REPO, stop_group
 from workflow.report.gain import gains
 from workflow.results.catalog import query
 from workflow.sweep.expand import load_sweep
@@ -49,12 +47,7 @@ def finished(tmp_path_factory):
         try:
             proc.wait(timeout=5300)
         except subprocess.TimeoutExpired:  # SIGTERM first: a stage job stops its verl run and Ray as on scancel
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            stop_group(proc, grace_s=60)
             pytest.fail(f"the sweep ran past 5300 s (a loaded machine: 66.5 min at its pass); see {log}")
     assert proc.returncode == 0, f"the sweep failed; see {log}:\n{log.read_text()[-4000:]}"
     return results

@@ -75,6 +75,18 @@ def run_cli(*args: str, cwd: Path = REPO, env: dict | None = None, timeout: int 
                           env={**os.environ, **(env or {})}, timeout=timeout)
 
 
+def stop_group(proc: subprocess.Popen, grace_s: float) -> None:
+    """Stop a process started with start_new_session=True and everything it started (Snakemake's jobs, a server's
+    workers): SIGTERM to its group, then SIGKILL to what is left after `grace_s`."""
+    import signal
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 def kill_and_resume_rl(sweep: str, run_id: str, rcfg: dict, sft_done: Path, root: Path, total_steps: int,
                        kill_at: int = 3, wait_s: float = 180, until: int | None = None, after: Path | None = None) -> Path:
     """Run an RL stage as `scripts/stage.py` would under Snakemake, SIGKILL it once its step-`kill_at` checkpoint

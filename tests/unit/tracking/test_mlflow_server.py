@@ -3,9 +3,7 @@ logged by one process and continued by another is one MLflow run, every step onc
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -16,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import stop_group
 from workflow.tracking.base import make
 from workflow.tracking.runs import TrackedRun, train_points
 
@@ -47,12 +46,7 @@ def server(tmp_path):
         assert proc.poll() is None and time.monotonic() < deadline, "mlflow server did not come up"
         time.sleep(0.5)
     yield url
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    stop_group(proc, grace_s=20)
 
 
 def test_two_processes_one_run_every_step_once_through_a_real_server(server, tmp_path):
