@@ -65,12 +65,12 @@ if [ -n "$EXTRAS" ] && ! has_module vllm && ! has_gpu; then
 fi
 # uv resolves and installs in parallel: the same versions as pip (`pip freeze` alike, checked 2026-11-29); a fresh
 # set-up took 164 s with it against 307-344 s with pip on 2 cores (bench/setup_install.py; issue 58). It comes from
-# the package index into the venv;
-# where it cannot be had or fails, pip installs the same. uv reads no pip configuration: it is handed pip's indexes,
-# find-links, constraints (a local mirror, a cap on torch) and certificate, and picks the best version across the
-# indexes as pip does (uv's default stops at the first index that has a package: a mirror's older release wins).
+# the package index into the venv; where it cannot be had or fails, pip installs the same. uv reads no pip
+# configuration: it is handed pip's indexes, find-links, constraints (a local mirror, a cap on torch) and certificate,
+# and picks the best version across the indexes as pip does (uv's default stops at the first index that has a
+# package: a mirror's older release wins).
 pip_settings() {  # KEY: each value pip's configuration (files, PIP_* variables) gives it, one per line
-  "$VENV/bin/python" -m pip config list 2>/dev/null | while IFS= read -r line; do
+  printf '%s\n' "$PIP_CONFIG" | while IFS= read -r line; do
     key="${line%%=*}"; value="${line#*=}"; value="${value#\'}"; value="${value%\'}"
     if [ "${key##*.}" = "$1" ]; then printf '%s\n' $value; fi
   done
@@ -78,6 +78,7 @@ pip_settings() {  # KEY: each value pip's configuration (files, PIP_* variables)
 install_with_uv() {
   "${PIP[@]}" "${INSTALL[@]}" --quiet uv >/dev/null 2>&1 || { echo "setup: uv could not be installed; using pip"; return 1; }
   local key value cert
+  PIP_CONFIG="$("$VENV/bin/python" -m pip config list 2>/dev/null || true)"  # read once, for every key below
   for key in index-url extra-index-url find-links constraint; do
     while IFS= read -r value; do [ -n "$value" ] && UV_OPTS+=("--$key" "$value"); done < <(pip_settings "$key")
   done
