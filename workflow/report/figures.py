@@ -35,8 +35,10 @@ def _series(rows: list[dict], key: str) -> dict[str, list[dict]]:
 def save(fig, out_dir: Path, name: str, title: str) -> Figure:
     out_dir.mkdir(parents=True, exist_ok=True)
     png, svg = out_dir / f"{name}.png", out_dir / f"{name}.svg"
-    fig.savefig(png, dpi=110, bbox_inches="tight")
-    fig.savefig(svg, bbox_inches="tight", metadata={"Date": None})  # no timestamp: a rerun writes the same file
+    # the figure's tight extent found once for both files ("tight" draws the figure again for each: ~0.5 s a figure)
+    extent = fig.get_tightbbox(fig.canvas.get_renderer()).padded(plt.rcParams["savefig.pad_inches"])
+    fig.savefig(png, dpi=110, bbox_inches=extent)
+    fig.savefig(svg, bbox_inches=extent, metadata={"Date": None})  # no timestamp: a rerun writes the same file
     plt.close(fig)
     return Figure(name, title, png, svg)
 

@@ -26,7 +26,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import optimize, stats
 
 
 def _check(name: str, value: float, low: float, *, strict: bool = False, high: float | None = None,
@@ -109,6 +108,7 @@ def power(delta: float, run_variance: float, seeds: int, alpha: float = 0.05) ->
     _check("alpha", alpha, 0.0, strict=True, high=1.0)
     if run_variance == 0:
         return 1.0 if delta > 0 else alpha
+    from scipy import stats  # here, not at the top: ~1.5 s of every report's import, most reports never ask (one seed)
     df, nc = 2 * seeds - 2, delta / math.sqrt(2 * run_variance / seeds)
     crit = stats.t.ppf(1 - alpha / 2, df)
     # Both tails: a significant result of the wrong sign is rare but is a rejection all the same. scipy's nct.cdf
@@ -128,6 +128,7 @@ def detectable(run_variance: float, seeds: int, power_: float = 0.8, alpha: floa
         return math.nan
     if run_variance == 0:
         return 0.0
+    from scipy import optimize
     hi = math.sqrt(2 * run_variance / seeds)  # one standard error of the difference; power rises with delta
     while power(hi, run_variance, seeds, alpha) < power_:
         hi *= 2
