@@ -56,6 +56,9 @@ def test_every_stage_ran_on_verl_and_vllm(finished):
     assert {r["engine"] for s in ("sft", "rl", "eval") for r in by_stage[s]} == {"verl"}
     assert {r["backend"] for r in by_stage["eval"]} == {"vllm"}
     assert [r["method"] for r in by_stage["rl"]] == ["sfpo"]
+    # the SFT job's integrity preflight on verl's trainer, with the job's own settings, passed before it trained
+    sft = query("SELECT preflight FROM runs WHERE stage = 'sft' AND status = 'completed'", results).to_pylist()
+    assert sft == [{"preflight": "passed"}]
     terminal = finished["log"].read_text()  # what Snakemake and the jobs printed: no engine's chatter
     assert "'actor_rollout_ref'" not in terminal and "nanobind: leaked" not in terminal  # verl's config dump
     assert f"rl {sweep.runs[0].run_id} 3/3 (100%) reward=" in terminal  # the job's own progress, from verl's steps
@@ -124,6 +127,11 @@ grid:
 """
 
 
+# a long test since issue 58 (53 s of CI's serial verl group, a vLLM start): the same plan on the local engine runs in
+# CI (tests/e2e/test_workflow_e2e.py, the step-0 copy), and the plan of this sweep in the fast tier
+# (tests/verl/test_verl_config.py::test_verl_runs_without_sft_share_the_step0_evaluation_of_their_model_path)
+@pytest.mark.long(covers=["workflow/engines/verl/", "workflow/eval/", "workflow/models.py", "rules/eval.smk",
+                         "Snakefile"])
 def test_runs_without_sft_evaluate_their_model_path_once_before_any_training(tmp_path):
     """eval.at_start on verl without SFT: step 0 is verl's model_path (rlsweep:tiny, built by the eval job as the
     RL stage builds it), evaluated with vLLM by the first run without waiting for any RL job; the other run's

@@ -26,10 +26,11 @@ pytestmark = [pytest.mark.serial("verl"), pytest.mark.slow]  # README "Tests": o
 HERE = SUPPORT  # the worker scripts and bug plug-ins
 MEAN_OF_MEANS = "verl_preflight_bugs:mean_of_micro_batch_means"
 FIRST_ONLY = "verl_preflight_bugs:first_micro_batch_only"
-# Each probe is a 2-rank torchrun child (~25-35 s of a loaded CI worker). CI keeps five: a correct SFT configuration,
-# an SFT job whose probe catches the mean of micro-batch means and never trains, and the mixed-policy step correct and
-# with each bug. The two SFT bugs named on their own are long tests since issue 58: the gradient check (a) and the
-# update check (b) they name run in CI on verl's actor (the mixed-policy tests) and the (a) naming in the SFT job's.
+# Each probe is a 2-rank torchrun child (~25-35 s of a loaded CI worker). CI keeps three: the mixed-policy step on
+# verl's actor, correct and with each bug, so the gradient check (a) and the update check (b) run on verl in CI. The
+# SFT probes are long tests since issue 58: a correct SFT configuration passes in CI inside the verl chain's SFT job
+# (tests/verl/test_verl_cpu.py, with the chain's settings: here with offload and a warm-up), and a job that fails
+# its preflight never trains in the fast tier on the local engine (tests/unit/core/test_preflight.py).
 PREFLIGHT_CODE = ["workflow/preflight.py", "workflow/engines/verl/", "tests/support/verl_preflight_bugs.py"]
 
 
@@ -51,6 +52,7 @@ def bugs_importable(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
 
 
+@pytest.mark.long(covers=PREFLIGHT_CODE)
 def test_a_correct_verl_sft_configuration_passes():
     """With the job's own settings as verl composes them: here param + optimizer offload (sft_overrides) and a
     warm-up whose first lr is 0 (the update is measured at the base lr, or it would be 0 and say nothing)."""
@@ -88,6 +90,7 @@ def test_an_optimizer_step_that_sees_only_the_first_micro_batch_is_caught_and_na
     assert "only the first micro-batch" in result.problems[0]
 
 
+@pytest.mark.long(covers=PREFLIGHT_CODE)
 def test_a_verl_sft_job_that_fails_the_preflight_never_trains(tmp_path, monkeypatch):
     from workflow.launch import run_stage
     from workflow.results.catalog import query

