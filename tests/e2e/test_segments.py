@@ -1,6 +1,7 @@
 """An RL run trained as a chain of segment jobs (workflow/segments.py): where segments end, that the chain trains what
-one job trains, that each evaluation waits only for its own segment, and that runs finished in one job before
-segments existed are neither trained nor evaluated again."""
+one job trains, that each evaluation waits only for its own segment, that other graders judge the evaluations' stored
+responses without generating (`rlsweep rescore`), and that runs finished in one job before segments existed are
+neither trained nor evaluated again."""
 
 from __future__ import annotations
 
@@ -166,6 +167,11 @@ def test_a_sweep_of_segments_evaluates_while_training_and_a_run_finished_in_one_
     [rl] = [r for r in rows if r["stage"] == "rl"]
     eval2 = next(r for r in rows if r["stage"] == "eval" and r["eval_step"] == 2)
     assert rl["status"] == "completed" and eval2["started_at"] < rl["finished_at"]
+    scores = query("SELECT DISTINCT step, benchmark FROM eval_scores ORDER BY step", results).to_pylist()
+    assert scores == [{"step": s, "benchmark": "arithmetic"} for s in (2, 4, 6)]
+    assert sorted((r["eval_step"], r["status"]) for r in rows if r["stage"] == "eval") == \
+        [(2, "completed"), (4, "completed"), (6, "completed")]
+    _other_graders_judge_the_stored_responses_without_generating(tmp_path, sweep, results)
 
     run_dir = done_path(results, "rl", "x").parent.parent
     [run] = [p for p in run_dir.iterdir() if p.is_dir()]
@@ -180,6 +186,43 @@ def test_a_sweep_of_segments_evaluates_while_training_and_a_run_finished_in_one_
     for p in run.glob("DONE_*.json"):  # as old as the weights they stand for
         assert p.stat().st_mtime_ns == (step_dir(run / "checkpoints", int(p.stem[5:])) / "meta.json").stat().st_mtime_ns
     assert os.path.getmtime(run / "DONE.json") * 1e9 == pytest.approx(stamp, abs=1e3)
+
+
+def _mtimes(root: Path) -> dict[str, float]:
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()}
+
+
+def _other_graders_judge_the_stored_responses_without_generating(workdir: Path, sweep: Path, results: Path) -> None:
+    """`rlsweep rescore` on the sweep's three evaluations (steps 2, 4, 6; 16 problems x 2 samples each): every stored
+    response judged once by each grader asked for, nothing generated again, the report's graders section; a second
+    rescore does nothing, and a sweep file that lists a grader plans its rescore jobs only.
+    (tests/unit/eval/test_graders.py pins the graders' verdicts.)"""
+    evaluated = {k: v for k, v in _mtimes(results).items()  # the samples, and the eval jobs' ends
+                 if "eval_samples" in k or ("/eval/" in k and k.endswith("DONE.json"))}
+    assert len([k for k in evaluated if k.endswith("DONE.json")]) == 3
+    bad = run_cli("--results", str(results), "rescore", str(sweep), "--graders", "nope")
+    assert bad.returncode == 2 and "unknown grader(s) nope; known: dapo, exact, math_equal, math_verify" in bad.stderr
+    first = run_cli("--results", str(results), "rescore", str(sweep), "--graders", "math_verify", "dapo")
+    assert first.returncode == 0, first.stderr[-3000:]
+    counts = query("SELECT g.grader, count(*) AS n, count(s.response) AS matched FROM eval_grades g "
+                   "JOIN eval_samples s USING (run_id, eval_id, step, benchmark, problem_id, sample_idx) "
+                   "GROUP BY ALL ORDER BY ALL", results).to_pylist()
+    assert counts == [{"grader": "dapo", "n": 96, "matched": 96}, {"grader": "math_verify", "n": 96, "matched": 96}]
+    assert query("SELECT count(*) AS n FROM runs WHERE stage = 'eval'", results).to_pylist() == [{"n": 3}]
+    assert {k: v for k, v in _mtimes(results).items() if k in evaluated} == evaluated
+    assert query("SELECT DISTINCT grader FROM eval_samples", results).to_pylist() == [{"grader": "exact"}]
+    report = (results / sweep.stem / "report" / "report.md").read_text()
+    assert "## Graders" in report and "math_verify" in report and "dapo" in report
+    again = run_cli("--results", str(results), "rescore", str(sweep), "--graders", "math_verify", "dapo")
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
+    # the sweep listing a grader (the same sweep, its file beside): snakemake plans its rescore jobs only (the ids
+    # are the same, nothing else reruns); a dry run, so the test's sweep file goes on without it
+    listed = workdir / "graders.yaml"
+    listed.write_text(sweep.read_text().replace("max_new_tokens: 16}", "max_new_tokens: 16, graders: [math_equal]}"))
+    assert "graders: [math_equal]" in listed.read_text()
+    plan = snakemake(workdir, listed, "-n")
+    assert planned_jobs(plan.stdout) == {"rescore": 3, "aggregate": 1, "report": 1, "all": 1}, \
+        plan.stdout[-2000:] + plan.stderr[-2000:]
 
 
 def test_status_shows_a_run_between_segments_beside_its_evaluations_done_so_far(tmp_path):

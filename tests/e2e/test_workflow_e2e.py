@@ -1,6 +1,6 @@
 """End to end through Snakemake: a tiny sweep runs, re-running does nothing, one changed hyperparameter re-runs
-only what it changes, other graders judge its stored responses without generating, and a bad sweep stops before any
-job starts."""
+only what it changes, and a bad sweep stops before any job starts. (Evaluations every N steps, and other graders
+judging their stored responses without generating: tests/e2e/test_segments.py, on its sweep of segments.)"""
 
 from __future__ import annotations
 
@@ -80,58 +80,6 @@ def test_bad_sweep_fails_before_any_job_with_file_key_and_reason(tmp_path):
     assert not (tmp_path / "results").exists()
     missing = snakemake(tmp_path, tmp_path / "nope.yaml")
     assert missing.returncode != 0 and "nope.yaml: sweep file not found" in missing.stderr
-
-
-def test_intermediate_evals_every_n_steps_then_other_graders_judge_them_without_generating(tmp_path):
-    sweep = write_sweep(tmp_path / "ev.yaml", "ev")
-    sweep.write_text(sweep.read_text().replace("eval: {k: 2, max_new_tokens: 16}",
-                                               "eval: {k: 2, max_new_tokens: 16, every: 2}"))
-    plan = snakemake(tmp_path, sweep, "-n")
-    # the RL run as two segment jobs (workflow/segments.py), ending at the evaluated steps 2 and 4
-    assert planned_jobs(plan.stdout) == {"sft": 1, "rl": 2, "eval": 2, "aggregate": 1, "report": 1,
-                                           "all": 1}, plan.stdout[-2000:]
-    res = snakemake(tmp_path, sweep)
-    assert res.returncode == 0, res.stderr[-3000:]
-    results = tmp_path / "results"
-    out = run_cli("--results", str(results), "query",
-                  "select distinct step, benchmark from eval_scores order by step", "--format", "json")
-    assert json.loads(out.stdout) == [{"step": 2, "benchmark": "arithmetic"}, {"step": 4, "benchmark": "arithmetic"}]
-    runs = run_cli("--results", str(results), "query",
-                   "select eval_step, eval_group, status from runs where stage = 'eval' order by eval_step",
-                   "--format", "json")
-    assert json.loads(runs.stdout) == [{"eval_step": 2, "eval_group": "arithmetic", "status": "completed"},
-                                       {"eval_step": 4, "eval_group": "arithmetic", "status": "completed"}]
-
-    # rlsweep rescore: other graders judge the stored responses (tests/unit/eval/test_graders.py pins their verdicts)
-    evaluated = {k: v for k, v in mtimes(results).items() if k.startswith("ev/eval/") or "eval_samples" in k}
-    bad = run_cli("--results", str(results), "rescore", str(sweep), "--graders", "nope")
-    assert bad.returncode == 2 and "unknown grader(s) nope; known: dapo, exact, math_equal, math_verify" in bad.stderr
-    first = run_cli("--results", str(results), "rescore", str(sweep), "--graders", "math_verify", "dapo")
-    assert first.returncode == 0, first.stderr[-3000:]
-    # every stored response judged once by each grader, against the same samples; nothing generated again
-    counts = _query(results, "select g.grader, count(*) n, count(s.response) matched from eval_grades g "
-                             "join eval_samples s using (run_id, eval_id, step, benchmark, problem_id, sample_idx) "
-                             "group by all order by all")
-    assert counts == [{"grader": "dapo", "n": 64, "matched": 64}, {"grader": "math_verify", "n": 64, "matched": 64}]
-    assert _query(results, "select count(*) n from runs where stage = 'eval'") == [{"n": 2}]
-    assert {k: v for k, v in mtimes(results).items() if k in evaluated} == evaluated
-    assert _query(results, "select distinct grader from eval_samples") == [{"grader": "exact"}]
-    report = (results / "ev" / "report" / "report.md").read_text()
-    assert "## Graders" in report and "math_verify" in report and "dapo" in report
-    again = run_cli("--results", str(results), "rescore", str(sweep), "--graders", "math_verify", "dapo")
-    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
-    # the sweep listing a grader: snakemake plans its rescore jobs only (the ids are the same, nothing else reruns)
-    sweep.write_text(sweep.read_text().replace("max_new_tokens: 16, every: 2}",
-                                               "max_new_tokens: 16, every: 2, graders: [math_equal]}"))
-    plan = snakemake(tmp_path, sweep, "-n")
-    assert planned_jobs(plan.stdout) == {"rescore": 2, "aggregate": 1, "report": 1, "all": 1}, \
-        plan.stdout[-2000:] + plan.stderr[-2000:]
-
-
-def _query(results: Path, sql: str) -> list[dict]:
-    out = run_cli("--results", str(results), "query", sql, "--format", "json")
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
 
 
 def test_runs_starting_from_one_checkpoint_evaluate_it_once_and_without_waiting_for_rl(tmp_path):
