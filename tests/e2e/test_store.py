@@ -4,6 +4,8 @@ results made before the store (tests/fixtures/legacy_results.tar.gz, made by the
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import shutil
 import tarfile
@@ -27,9 +29,12 @@ ABLATION_GRID = "grid:\n  rl.lr: [1.0e-4, 2.0e-4]\nseeds: [0]\n"
 
 
 def query(results: Path, sql: str, *extra: str) -> list[dict]:
-    out = run_cli("--results", str(results), "query", sql, "--format", "json", *extra)
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
+    """The rows `rlsweep --results RESULTS query SQL --format json [--sweep S]` prints, answered in this process
+    (through the command's own function: a dozen interpreter starts cost this module ~30 s of CI)."""
+    from workflow.cli import main
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        assert main(["--results", str(results), "query", sql, "--format", "json", *extra]) == 0
+    return json.loads(out.getvalue())
 
 
 def sweep_log_jobs(out) -> dict[str, int]:
