@@ -3,6 +3,7 @@ logged by one process and continued by another is one MLflow run, every step onc
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -35,7 +36,10 @@ def server(tmp_path):
     proc = subprocess.Popen([mlflow, "server", "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
                              "--artifacts-destination", str(tmp_path / "artifacts"), "--host", "127.0.0.1",
                              "--port", str(port), "--workers", "1"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+                            stderr=subprocess.DEVNULL, start_new_session=True,
+                            # no job runner (huey): the tracker logs runs and metrics only, and mlflow's runner left
+                            # an empty /dev/shm/tmp* folder after every test session
+                            env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
     url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 120
     while True:
         try:
