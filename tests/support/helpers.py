@@ -1,5 +1,6 @@
-"""What tests import: paths, tiny sweep files, the CLI and Snakemake as subprocesses, a kill-and-resume driver.
-Fixtures live in conftest.py; how the suite is tiered and grouped is README "Tests"."""
+"""What tests import: paths, tiny sweep files, the CLI (a subprocess, or its main() in this process), Snakemake as a
+subprocess, a kill-and-resume driver. Fixtures live in conftest.py; how the suite is tiered and grouped is README
+"Tests"."""
 
 from __future__ import annotations
 
@@ -73,6 +74,35 @@ def planned_jobs(out: str) -> dict[str, int]:
 def run_cli(*args: str, cwd: Path = REPO, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "workflow.cli", *args], cwd=cwd, capture_output=True, text=True,
                           env={**os.environ, **(env or {})}, timeout=timeout)
+
+
+def cli(*args: str, cwd: Path = REPO, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`rlsweep ARGS` as run_cli runs it, but through its main() in this process: the exit code (argparse's
+    SystemExit too) and what it printed to sys.stdout / sys.stderr, in `cwd` with `env` added, both restored after.
+    An interpreter start with the CLI's imports is ~2 s of a loaded worker; what each command imports at its start
+    is kept by tests/unit/core/test_structure.py's subprocesses. Not for a command whose own subprocesses' output
+    a test reads (Snakemake's, under rescore): those write to the file descriptors, past this capture."""
+    import contextlib
+    import io
+    from workflow.cli import main
+    out, err = io.StringIO(), io.StringIO()
+    before, here = {k: os.environ.get(k) for k in env or {}}, os.getcwd()
+    os.environ.update(env or {})
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main([str(a) for a in args])
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        os.chdir(here)
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return subprocess.CompletedProcess(["rlsweep", *args], code, out.getvalue(), err.getvalue())
 
 
 def stop_group(proc: subprocess.Popen, grace_s: float) -> None:

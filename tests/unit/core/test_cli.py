@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from helpers import REPO, run_cli, write_sweep
+from helpers import REPO, cli, write_sweep
 from workflow.launch import run_stage
 from workflow.sweep.expand import load_sweep
 
 
 def test_validate_lists_runs_and_rejects_bad_sweeps(tmp_path):
     good = write_sweep(tmp_path / "g.yaml", "g", "grid: {rl.lr: [1.0e-4, 2.0e-4]}\nseeds: [0, 1]\n")
-    res = run_cli("validate", str(good))
+    res = cli("validate", str(good))
     assert res.returncode == 0 and "4 runs, 1 SFT jobs" in res.stdout
     for r in load_sweep(good).runs:
         assert r.run_id in res.stdout
     bad = write_sweep(tmp_path / "b.yaml", "b", "grid: {rl.group_size: [1]}\n")
-    res = run_cli("validate", str(bad))
+    res = cli("validate", str(bad))
     assert res.returncode == 2
     assert f"{bad}: grid point {{rl.group_size: 1, seed: 0}}: rl.group_size: Input should be greater than or " \
            f"equal to 2" in res.stderr
@@ -22,13 +22,13 @@ def test_validate_lists_runs_and_rejects_bad_sweeps(tmp_path):
 
 def test_status_follows_the_stages(tmp_path, tmp_results):
     sweep_file = write_sweep(tmp_path / "s.yaml", "s", "grid: {rl.lr: [1.0e-4, 2.0e-4]}\n")
-    status = run_cli("--results", str(tmp_results), "status", str(sweep_file), env={"COLUMNS": "200"})
+    status = cli("--results", str(tmp_results), "status", str(sweep_file), env={"COLUMNS": "200"})
     assert status.returncode == 0 and status.stdout.count("pending") == 2 * 3
 
     sweep = load_sweep(sweep_file)
     run = sweep.runs[0]
     run_stage("sft", "s", run.sft_id, run.stage_config("sft"), results_root=tmp_results)
-    status = run_cli("--results", str(tmp_results), "status", str(sweep_file), env={"COLUMNS": "200"})
+    status = cli("--results", str(tmp_results), "status", str(sweep_file), env={"COLUMNS": "200"})
     lines = {line.split()[1]: line for line in status.stdout.splitlines() if line.strip()[:1] == "│"}
     for r in sweep.runs:  # both runs share the SFT job, which is now done; RL and eval are not
         assert "done" in lines[r.run_id] and lines[r.run_id].count("pending") == 2

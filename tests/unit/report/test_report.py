@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from helpers import run_cli, write_sweep
+from helpers import cli, write_sweep
 from workflow.layout import eval_file, table_dir, train_steps_file
 from workflow.results.membership import Member, record
 from workflow.results.writer import write_rows
@@ -136,7 +136,7 @@ def test_the_shipped_queries_give_the_reports_numbers_again(sweep_results):
     out = write_report(sweep, results).parent
     text = (out / "queries.sql").read_text()
     block = re.search(r"^-- name: accuracy\n(.*?)^;$", text, re.S | re.M)[1]
-    res = run_cli("--results", str(results), "query", block, "--sweep", "rep", "--format", "json")
+    res = cli("--results", str(results), "query", block, "--sweep", "rep", "--format", "json")
     assert res.returncode == 0, res.stderr
     import json
     rows = {(r["label"], r["start"]): r for r in json.loads(res.stdout)}
@@ -148,13 +148,13 @@ def test_the_shipped_queries_give_the_reports_numbers_again(sweep_results):
 def test_the_cli_writes_the_report_and_a_baseline_must_be_a_setting(sweep_results, tmp_path):
     from helpers import refusal
     sweep, results = sweep_results
-    res = run_cli("report", sweep.path, "--results", str(results))
+    res = cli("report", sweep.path, "--results", str(results))
     assert res.returncode == 0, res.stderr
     assert (results / "rep" / "report" / "index.html").is_file() and "report.md" in res.stderr
     bad = write_sweep(tmp_path / "bad.yaml", "rep", SWEEP + "report: {baseline: rl.update=gxpo}\n")
     assert "report.baseline: 'rl.update=gxpo' is none of the sweep's settings ('rl.update=grpo', " \
            "'rl.update=sfpo')" in refusal(bad)
-    nothing = run_cli("report", str(bad).replace("bad", "none"), "--results", str(tmp_path / "empty"))
+    nothing = cli("report", str(bad).replace("bad", "none"), "--results", str(tmp_path / "empty"))
     assert nothing.returncode != 0
 
 
@@ -423,17 +423,17 @@ def test_rlsweep_gain_says_which_settings_improved_on_their_start(sweep_results)
     assert found["rl.update=sfpo"].finals == {0: pytest.approx(0.6), 1: pytest.approx(0.7)}  # seed 2 failed
     assert found["rl.update=sfpo"].ci_low == pytest.approx(0.5) and found["rl.update=sfpo"].shortfalls() == []
     assert found["rl.update=grpo"].finals == {0: pytest.approx(0.4), 1: pytest.approx(0.5), 2: pytest.approx(0.6)}
-    res = run_cli("--results", str(results), "gain", str(results.parent / "rep.yaml"), env={"COLUMNS": "200"})
+    res = cli("--results", str(results), "gain", str(results.parent / "rep.yaml"), env={"COLUMNS": "200"})
     assert res.returncode == 1, res.stdout + res.stderr
     assert "rl.update=sfpo" in res.stdout and "0.600, 0.700" in res.stdout and "+0.500 [+0.500, +0.500]" in res.stdout
     short = [line for line in res.stderr.splitlines() if line.startswith("does not hold")]
     assert short == ["does not hold: rl.update=grpo on arithmetic: the paired interval [+0.000, "
                      f"{found['rl.update=grpo'].ci_high:+.3f}] does not exclude 0"]
     # --setting: only the settings whose label says so (one regime of a sweep): sfpo alone holds, exit 0
-    only = run_cli("--results", str(results), "gain", str(results.parent / "rep.yaml"), "--setting", "update=sfpo",
+    only = cli("--results", str(results), "gain", str(results.parent / "rep.yaml"), "--setting", "update=sfpo",
                    env={"COLUMNS": "200"})
     assert only.returncode == 0 and "rl.update=sfpo" in only.stdout and "grpo" not in only.stdout, only.stdout
-    none = run_cli("--results", str(results), "gain", str(results.parent / "rep.yaml"), "--setting", "update=sfpo",
+    none = cli("--results", str(results), "gain", str(results.parent / "rep.yaml"), "--setting", "update=sfpo",
                    "--setting", "lr=9", env={"COLUMNS": "200"})
     assert none.returncode != 0 and "no setting of rep has it in its label" in none.stderr, none.stderr
 

@@ -10,7 +10,7 @@ import json
 import pyarrow as pa
 import pytest
 
-from helpers import run_cli
+from helpers import cli
 from workflow.results.display import FORMATS, print_table
 from workflow.results.writer import write_rows
 
@@ -60,10 +60,10 @@ def runs_with_lists(tmp_path):
 
 
 def test_select_star_from_runs_prints_as_csv_and_as_a_readable_table(runs_with_lists):
-    out = run_cli("--results", str(runs_with_lists), "query", "--format", "csv", "SELECT * FROM runs")
+    out = cli("--results", str(runs_with_lists), "query", "--format", "csv", "SELECT * FROM runs")
     assert out.returncode == 0, out.stderr
     row = next(csv.DictReader(io.StringIO(out.stdout)))
     assert json.loads(row["eval_benchmarks"]) == ["math500", "arc_c"]
-    table = run_cli("--results", str(runs_with_lists), "query", "SELECT * FROM runs", env={"COLUMNS": "100"})
+    table = cli("--results", str(runs_with_lists), "query", "SELECT * FROM runs", env={"COLUMNS": "100"})
     assert table.returncode == 0 and "one record per block" in table.stderr
     assert "eval_benchmarks" in table.stdout and '["math500", "arc_c"]' in table.stdout

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from helpers import REPO, SNAKEMAKE, planned_jobs, run_cli, snakemake, write_sweep
+from helpers import REPO, SNAKEMAKE, cli, planned_jobs, snakemake, write_sweep
 from workflow.launch import run_stage
 from workflow.layout import store_dir
 from workflow.results.membership import Member, record
@@ -44,7 +44,7 @@ class Sweep:
         return next(p for p in sorted((self.base / "tables" / table).glob(f"{prefix}*.parquet")))
 
     def cli(self, *args: str) -> subprocess.CompletedProcess:
-        return run_cli("--results", str(self.results), *args, cwd=self.dir, env={"COLUMNS": "200"})
+        return cli("--results", str(self.results), *args, cwd=self.dir, env={"COLUMNS": "200"})
 
     def doctor(self, *args: str) -> subprocess.CompletedProcess:
         res = self.cli("doctor", str(self.file), *args)

@@ -15,7 +15,7 @@ import pytest
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from helpers import REPO, run_cli, write_sweep
+from helpers import REPO, cli, write_sweep
 from workflow.layout import done_path, runs_file
 from workflow.results.catalog import Catalog, QueryError
 from workflow.results.doctor import examine, quarantine
@@ -56,7 +56,7 @@ def test_every_sweep_and_the_other_sweeps_still_answer_and_the_damaged_record_is
     assert Catalog(root, "b").query("select run_id from runs").to_pylist() == [dict(run_id="0000000000a2")]
     with pytest.raises(QueryError, match=rf"sweep 'a' planned does not read: {damaged}.*doctor --sweep a --fix"):
         Catalog(root, "a").query("select count(*) from runs")
-    out = run_cli("--results", str(root), "query", "select count(*) n from runs", "--format", "json")
+    out = cli("--results", str(root), "query", "select count(*) n from runs", "--format", "json")
     assert out.returncode == 0 and json.loads(out.stdout) == [{"n": 2}]
     assert f"left out unreadable membership record {damaged}" in out.stderr
 
@@ -89,11 +89,11 @@ def test_doctor_lists_a_damaged_record_and_fix_rebuilds_it_from_the_sweep_file(t
 
 def test_doctor_never_calls_a_sweep_it_knows_nothing_of_healthy(tmp_path):
     (tmp_path / "c").mkdir()  # a sweep directory without any record of what the sweep planned
-    out = run_cli("--results", str(tmp_path), "doctor", "--sweep", "c")
+    out = cli("--results", str(tmp_path), "doctor", "--sweep", "c")
     assert out.returncode == 1 and "no record of which stage jobs sweep 'c' planned" in out.stdout, out
     assert "healthy" not in out.stderr
     record(tmp_path, "c", [Member("rl", "0000000000a9", "x=9")])  # recorded (snakemake), nothing run: said so, exit 0
-    out = run_cli("--results", str(tmp_path), "doctor", "--sweep", "c")
+    out = cli("--results", str(tmp_path), "doctor", "--sweep", "c")
     assert out.returncode == 0 and "c: nothing run yet" in out.stderr, out
 
 
@@ -109,7 +109,7 @@ def test_status_shows_the_runs_beside_a_damaged_study_journal(tmp_path):
     study = optuna.create_study(study_name="optuna_sfpo_gxpo", storage=open_storage(str(journal)))
     study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=2)
     journal.write_bytes(journal.read_bytes()[:-7])  # cut mid-record
-    out = run_cli("--results", str(tmp_path), "status", str(sweep_file), env={"COLUMNS": "200"})
+    out = cli("--results", str(tmp_path), "status", str(sweep_file), env={"COLUMNS": "200"})
     assert out.returncode == 1, out
     assert "optuna_sfpo_gxpo: 0 runs" in out.stdout  # the runs table (no trial has recorded a run here)
     assert f"study journal {journal} is damaged at line" in out.stderr
@@ -135,11 +135,11 @@ def test_without_the_sweep_file_fix_rebuilds_a_damaged_record_from_the_runs_rows
     """As `rlsweep migrate` does: each stage job whose runs row names the sweep, under that row's label."""
     root, damaged = two_sweeps
     finished_rl(root, "a", "0000000000a4", "x=4")  # a second run of a's, computed after the record was written
-    out = run_cli("--results", str(root), "doctor", "--sweep", "a", "--fix")
+    out = cli("--results", str(root), "doctor", "--sweep", "a", "--fix")
     assert out.returncode == 1 and f"moved to quarantine:\n  {damaged.relative_to(root)}" in out.stdout, out
     assert members(root, "a") == {("rl", "0000000000a1"): "x=1", ("rl", "0000000000a4"): "x=4"}
     assert members(root, "b") == {("rl", "0000000000a2"): "x=2"}  # b's own record untouched
-    healthy = run_cli("--results", str(root), "doctor", "--sweep", "a")
+    healthy = cli("--results", str(root), "doctor", "--sweep", "a")
     assert healthy.returncode == 0 and "a: healthy (2 table files readable, 2 stage directories" in healthy.stderr
     rows = Catalog(root, "a").query("select run_id, label from runs order by run_id").to_pylist()
     assert rows == [dict(run_id="0000000000a1", label="x=1"), dict(run_id="0000000000a4", label="x=4")]
@@ -174,17 +174,17 @@ def test_a_readable_file_no_stage_job_wrote_is_reported_in_every_view_and_moved_
         assert [d.path for d in catalog.foreign] == [foreign] and foreign in [d.path for d in catalog.left_out]
         assert "0000000000f0" not in catalog.query("select run_id from runs").column("run_id").to_pylist()
     for where in ((), ("--sweep", "b")):
-        out = run_cli("--results", str(root), "query", *where, "select count(*) n from runs", "--format", "json")
+        out = cli("--results", str(root), "query", *where, "select count(*) n from runs", "--format", "json")
         assert out.returncode == 0 and f"warning: left out runs file {foreign}: no stage job writes this name" \
             in out.stderr, out
-    out = run_cli("--results", str(root), "doctor", "--sweep", "b")
+    out = cli("--results", str(root), "doctor", "--sweep", "b")
     assert out.returncode == 1 and f"foreign: {foreign.relative_to(root)}" in out.stdout, out
     before = Catalog(root, "b").query("select * from runs").to_pylist()
-    fixed = run_cli("--results", str(root), "doctor", "--sweep", "b", "--fix")
+    fixed = cli("--results", str(root), "doctor", "--sweep", "b", "--fix")
     assert fixed.returncode == 1 and not foreign.exists() and "fixed; nothing to recompute" in fixed.stderr, fixed
     (kept,) = (root / "_store" / "quarantine").glob(f"*/tables/runs/{name}.parquet")
     assert pq.read_table(kept)["run_id"].to_pylist() == ["0000000000f0"]  # moved aside, never deleted
-    healthy = run_cli("--results", str(root), "doctor", "--sweep", "b")
+    healthy = cli("--results", str(root), "doctor", "--sweep", "b")
     assert healthy.returncode == 0 and "b: healthy" in healthy.stderr, healthy
     assert Catalog(root, "b").query("select * from runs").to_pylist() == before  # the sweep's rows intact
 

@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from helpers import run_cli
+from helpers import cli
 from workflow.layout import eval_file, stage_dir, table_dir
 from workflow.results.catalog import QueryError, query
 from workflow.results.writer import to_arrow, write_rows
@@ -55,7 +55,7 @@ def nested_writes(root) -> dict[str, str]:
 def test_a_write_nested_in_a_query_is_refused_and_changes_nothing(results, tmp_path, case):
     sql = nested_writes(results)[case]
     before = snapshot(tmp_path)  # the results and the working directory (a relative path lands there)
-    res = run_cli("--results", str(results), "query", sql, cwd=tmp_path)
+    res = cli("--results", str(results), "query", sql, cwd=tmp_path)
     assert snapshot(tmp_path) == before
     assert res.returncode == 2 and res.stderr.startswith("error: read-only"), res.stderr
     assert "Traceback" not in res.stderr
@@ -83,7 +83,7 @@ def test_a_missing_results_directory_or_sweep_is_an_error_not_an_empty_table(res
                                   (tmp_path / "empty", None, "no result tables under")]:
         if where.name == "empty":
             (where / "_store" / "rl").mkdir(parents=True)  # a store where nothing that writes tables has started
-        res = run_cli("--results", str(where), "query", "SELECT count(*) AS n FROM runs",
+        res = cli("--results", str(where), "query", "SELECT count(*) AS n FROM runs",
                       *(["--sweep", sweep] if sweep else []), cwd=tmp_path)
         assert res.returncode == 2 and message in res.stderr and "Traceback" not in res.stderr, res.stderr
         with pytest.raises(QueryError, match=message):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from helpers import REPO, run_cli
+from helpers import REPO, cli
 from workflow.results.catalog import QueryError, query
 from workflow.layout import eval_file, runs_file, table_dir
 from workflow.results.membership import Member, record
@@ -89,14 +89,14 @@ def test_query_is_read_only(two_sweeps, sql):
 
 def test_query_cli_formats_and_errors(two_sweeps):
     base = ("--results", str(two_sweeps), "query", "SELECT run_id, avg_at_k FROM eval_scores ORDER BY run_id")
-    csv = run_cli(*base, "--format", "csv")
+    csv = cli(*base, "--format", "csv")
     assert csv.returncode == 0 and csv.stdout.splitlines() == ['"run_id","avg_at_k"', '"0000000000a1",0.5', '"0000000000a2",0.5',
                                                                 '"0000000000a3",0.5']
-    js = run_cli(*base, "--format", "json", "--sweep", "a")
+    js = cli(*base, "--format", "json", "--sweep", "a")
     assert [r["run_id"] for r in json.loads(js.stdout)] == ["0000000000a1", "0000000000a2"]
-    table = run_cli(*base)
+    table = cli(*base)
     assert table.returncode == 0 and "0000000000a3" in table.stdout and "3 rows" in table.stderr
-    bad = run_cli("--results", str(two_sweeps), "query", "SELECT nope FROM eval_scores")
+    bad = cli("--results", str(two_sweeps), "query", "SELECT nope FROM eval_scores")
     assert bad.returncode == 2 and "error:" in bad.stderr and "nope" in bad.stderr
 
 
@@ -136,6 +136,6 @@ def test_summary_keeps_one_run_evaluated_under_two_eval_settings_apart(tmp_path)
 
 def test_results_option_works_before_and_after_the_subcommand(two_sweeps):
     sql = "SELECT count(*) AS n FROM eval_scores"
-    before = run_cli("--results", str(two_sweeps), "query", sql, "--format", "json")
-    after = run_cli("query", sql, "--format", "json", "--results", str(two_sweeps))
+    before = cli("--results", str(two_sweeps), "query", sql, "--format", "json")
+    after = cli("query", sql, "--format", "json", "--results", str(two_sweeps))
     assert json.loads(before.stdout) == json.loads(after.stdout) == [{"n": 3}]

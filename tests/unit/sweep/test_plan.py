@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from helpers import REPO, run_cli, write_sweep
+from helpers import REPO, cli, write_sweep
 from workflow.layout import done_path, stage_dir, step_dir, train_steps_file
 from workflow.results.writer import write_rows
 
@@ -72,7 +72,7 @@ def test_jobs_by_state_and_the_gpu_hours_left(tmp_path):
     assert rl.measured == 3 and rl.gpu_hours == pytest.approx(0.01 * (1 + 4 + 4))
     assert rl.hours == pytest.approx(9 * (1 + 4 + 4) / 3600)  # hours still from the measured steps
 
-    res = run_cli("plan", sweep.path, "--results", str(root), env={"COLUMNS": "250"})
+    res = cli("plan", sweep.path, "--results", str(root), env={"COLUMNS": "250"})
     assert res.returncode == 0, res.stderr
     row = next(line for line in res.stdout.splitlines() if line.startswith("│ rl"))
     assert [c.strip() for c in row.strip("│").split("│")][:6] == ["rl", "1", "1", "1", "0", "1"]
@@ -81,7 +81,7 @@ def test_jobs_by_state_and_the_gpu_hours_left(tmp_path):
 
 def test_the_plan_reads_in_whole_words_at_80_columns(tmp_path):
     """Before: ten columns at 80 wrapped every header into cut-off words ("part…", "GPU-h…", "esti…")."""
-    res = run_cli("plan", str(REPO / "sweeps" / "fast_grpo.yaml"), "--results", str(tmp_path), env={"COLUMNS": "80"})
+    res = cli("plan", str(REPO / "sweeps" / "fast_grpo.yaml"), "--results", str(tmp_path), env={"COLUMNS": "80"})
     assert res.returncode == 0, res.stderr
     table = res.stdout[:res.stdout.index("└")]
     assert "…" not in table and max(map(len, table.splitlines())) <= 80
