@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from helpers import planned_jobs, run_cli, snakemake, write_sweep
+from helpers import cli, planned_jobs, snakemake, write_sweep
 from workflow.atomic import write_json
 from workflow.config import RunConfig
 from workflow.extend import (extend, extensions, index_finished, record_trajectory, trajectory_key,
@@ -164,7 +164,7 @@ def test_a_run_whose_steps_read_rl_steps_trains_from_step_0_and_says_why(tmp_pat
     assert trains_from_step_0(verl) == "extending a run is not built for the verl engine"
     assert trains_from_step_0(RunConfig.model_validate({"rl": {"update": "gxpo"}})) is None
 
-    out = run_cli("--results", str(root), "plan", str(_sweep_runs(tmp_path, "long", rl.replace("steps: 4,",
+    out = cli("--results", str(root), "plan", str(_sweep_runs(tmp_path, "long", rl.replace("steps: 4,",
                                                                                                   "steps: 8,"))))
     assert out.returncode == 0, out.stderr
     assert f"trains from step 0, though the finished run {short.run_id} has the same settings but rl.steps: " \
@@ -256,7 +256,7 @@ def test_a_finished_run_reads_the_same_after_compaction_and_extends_from_its_pac
     first = snakemake(plain, short)
     assert first.returncode == 0, first.stderr[-3000:]
     shutil.copytree(plain / "results", packed / "results")
-    out = run_cli("--results", "results", "compact", cwd=packed)
+    out = cli("--results", "results", "compact", cwd=packed)
     assert out.returncode == 0 and "train_steps" in out.stdout, out.stderr
     tables = packed / "results" / "_store" / "tables"
     assert not list((tables / "train_steps").glob("rl_*")) and list((tables / "train_steps").glob("packed-*"))

@@ -4,8 +4,6 @@ results made before the store (tests/fixtures/legacy_results.tar.gz, made by the
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import shutil
 import tarfile
@@ -14,7 +12,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from helpers import REPO, planned_jobs, run_cli, snakemake, write_sweep
+from helpers import REPO, cli, planned_jobs, run_cli, snakemake, write_sweep
 from workflow.layout import (STORE, done_path, members_dir, runs_file, stage_dir, store_dir, table_dir,
                              train_steps_file)
 from workflow.results.catalog import Catalog
@@ -29,12 +27,10 @@ ABLATION_GRID = "grid:\n  rl.lr: [1.0e-4, 2.0e-4]\nseeds: [0]\n"
 
 
 def query(results: Path, sql: str, *extra: str) -> list[dict]:
-    """The rows `rlsweep --results RESULTS query SQL --format json [--sweep S]` prints, answered in this process
-    (through the command's own function: a dozen interpreter starts cost this module ~30 s of CI)."""
-    from workflow.cli import main
-    with contextlib.redirect_stdout(io.StringIO()) as out:
-        assert main(["--results", str(results), "query", sql, "--format", "json", *extra]) == 0
-    return json.loads(out.getvalue())
+    """The rows `rlsweep --results RESULTS query SQL --format json [--sweep S]` prints (in this process)."""
+    out = cli("--results", str(results), "query", sql, "--format", "json", *extra)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
 
 
 def sweep_log_jobs(out) -> dict[str, int]:
@@ -50,7 +46,7 @@ def test_a_second_sweep_reuses_what_the_first_computed(tmp_path):
     results = tmp_path / "results"
 
     # before the second sweep runs, `rlsweep plan` shows the shared SFT (and RL run, and its eval) done
-    plan = run_cli("--results", str(results), "plan", str(ablation))
+    plan = cli("--results", str(results), "plan", str(ablation))
     assert plan.returncode == 0, plan.stderr
     assert "sft: 1 of the done jobs came from another sweep (1 from base)" in plan.stderr
     assert "rl: 1 of the done jobs came from another sweep (1 from base)" in plan.stderr
@@ -76,7 +72,7 @@ def test_a_second_sweep_reuses_what_the_first_computed(tmp_path):
         == [{"sweep": "ablation", "n": 2}, {"sweep": "base", "n": 1}]
 
     # status and report say where the reused stages came from
-    status = run_cli("--results", str(results), "status", str(ablation), env={"COLUMNS": "250"})
+    status = cli("--results", str(results), "status", str(ablation), env={"COLUMNS": "250"})
     assert status.returncode == 0, status.stderr
     assert status.stdout.count("done (from base)") == 3  # both runs' SFT, and the shared run's RL
     assert "reused from other sweeps (the shared store): 3 stage jobs from base" in status.stderr
@@ -131,7 +127,7 @@ def test_views_read_shared_rows_once_before_and_after_compaction(tmp_path):
 
 
 def _gc(results: Path, *args: str, cwd: Path):
-    return run_cli("--results", str(results), "gc", *args, cwd=cwd)
+    return cli("--results", str(results), "gc", *args, cwd=cwd)
 
 
 def test_gc_lists_and_removes_only_what_no_sweep_references(tmp_path):

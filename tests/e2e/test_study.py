@@ -24,7 +24,7 @@ import optuna
 import pytest
 import yaml
 
-from helpers import REPO, TINY_BASE, run_cli, write_sweep
+from helpers import REPO, TINY_BASE, cli, write_sweep
 from workflow.layout import stage_dir, store_dir
 from workflow.results.catalog import query
 from workflow.study.factory import make_storage
@@ -108,7 +108,7 @@ def test_a_study_keeps_its_trials_in_flight_and_records_them_as_runs(tmp_path):
     for start, _ in spans[2:]:  # each later trial was asked within seconds of a trial completing
         assert min(abs((start - e).total_seconds()) for _, e in spans if e <= start + dt.timedelta(seconds=1)) < 5
 
-    status = run_cli("status", str(sweep), "--results", str(tmp_path / "results"))
+    status = cli("status", str(sweep), "--results", str(tmp_path / "results"))
     assert status.returncode == 0 and "4/4 complete" in status.stderr, status.stderr
     assert (tmp_path / "results" / "study" / "summary.md").is_file()
     again = subprocess.run(snakemake_argv(sweep), cwd=tmp_path, capture_output=True, text=True, timeout=300)
@@ -223,7 +223,7 @@ def test_a_trial_worse_than_the_median_at_an_intermediate_eval_is_pruned_and_sto
         if "rl.sfpo.K" in t.params:
             assert rows[run_id]["rl_sfpo_K"] == t.params["rl.sfpo.K"]
     counts = {s: sum(t.state == s for t in trials) for s in optuna.trial.TrialState}
-    status = run_cli("status", str(sweep), "--results", str(tmp_path / "results"))
+    status = cli("status", str(sweep), "--results", str(tmp_path / "results"))
     assert status.returncode == 0, status.stderr
     assert (f"{counts[optuna.trial.TrialState.COMPLETE]}/4 complete, 0 running, 0 failed, "
             f"{counts[optuna.trial.TrialState.PRUNED]} pruned") in " ".join(status.stderr.split()), status.stderr
@@ -233,7 +233,7 @@ def test_a_trial_worse_than_the_median_at_an_intermediate_eval_is_pruned_and_sto
 
 
 def test_validate_shows_the_study_plan_without_running_anything(tmp_path):
-    res = run_cli("validate", str(REPO / "sweeps" / "optuna_sfpo_gxpo.yaml"), cwd=tmp_path)
+    res = cli("validate", str(REPO / "sweeps" / "optuna_sfpo_gxpo.yaml"), cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert all(k in res.stdout for k in ("rl.sfpo.K", "rl.gxpo.tau", "[0.5, 4.0] log", "rl.update=gxpo"))
     assert "24 trials, 2 at once; maximize avg_at_k" in " ".join(res.stderr.split())
@@ -266,5 +266,5 @@ def test_a_multi_objective_study_tells_one_value_per_direction(tmp_path):
         (run_id,) = t.user_attrs["run_ids"]
         assert t.state == optuna.trial.TrialState.COMPLETE and t.values == pytest.approx(expected[run_id])
         assert json.loads(rows[run_id]["objectives"]) == pytest.approx(t.values)
-    status = run_cli("status", str(sweep), "--results", str(tmp_path / "results"))
+    status = cli("status", str(sweep), "--results", str(tmp_path / "results"))
     assert status.returncode == 0 and "2/2 complete" in status.stderr

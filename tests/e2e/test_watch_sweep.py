@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from helpers import SNAKEMAKE, run_cli, write_sweep
+from helpers import SNAKEMAKE, cli, write_sweep
 from workflow.layout import JOB_LOG, stage_dir
 from workflow.live import read_live
 from workflow.sweep.expand import load_sweep
@@ -39,7 +39,7 @@ def test_a_run_mid_way_shows_its_step_and_rate(tmp_path):
         while (found := read_live(stage_dir(root, "rl", run.run_id))) is None or found["step"] < 3:
             assert proc.poll() is None and time.monotonic() < deadline, "the RL job never got to step 3"
             time.sleep(0.2)
-        out = run_cli("watch", str(sweep_file), "--results", str(root), "--once")
+        out = cli("watch", str(sweep_file), "--results", str(root), "--once")
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=60)
@@ -69,7 +69,7 @@ def test_a_failed_job_shows_its_reason_and_its_log(tmp_path):
     ran = subprocess.run([*SNAKEMAKE, "-d", str(tmp_path / "work"), "--config", f"sweep={sweep_file}",
                           f"results={root}"], capture_output=True, text=True, timeout=300)
     assert ran.returncode != 0
-    out = run_cli("watch", str(sweep_file), "--results", str(root), "--once")
+    out = cli("watch", str(sweep_file), "--results", str(root), "--once")
     assert out.returncode == 1, out.stdout + out.stderr
     log = stage_dir(root, "data", load_sweep(sweep_file).runs[0].data_id) / JOB_LOG
     assert "Traceback" in log.read_text() and "ArrowInvalid" in log.read_text()

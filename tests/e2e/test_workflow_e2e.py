@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import planned_jobs, run_cli, snakemake, write_sweep
+from helpers import cli, planned_jobs, snakemake, write_sweep
 
 pytestmark = pytest.mark.slow  # not in the fast tier: whole sweeps through Snakemake
 
@@ -37,14 +37,14 @@ def test_tiny_sweep_end_to_end_then_cached_then_one_change(tmp_path):
     assert first.returncode == 0, first.stderr[-3000:]
 
     results = tmp_path / "results"
-    out = run_cli("--results", str(results), "query",
+    out = cli("--results", str(results), "query",
                   "select run_id, avg(avg_at_k) from eval_scores group by all", "--format", "csv")
     assert out.returncode == 0, out.stderr
     assert len(out.stdout.strip().splitlines()) == 1 + 2  # header + one row per RL run
     assert (results / "tiny" / "summary.md").read_text().count("| arithmetic | grpo |") == 2  # two settings
     report = (results / "tiny" / "report" / "report.md").read_text()  # the DAG's last rule: the sweep's report
     assert "| rl.lr=0.0001 | grpo |" in report and "| rl.lr=0.0002 | grpo |" in report
-    runs = run_cli("--results", str(results), "query",
+    runs = cli("--results", str(results), "query",
                    "select stage, count(*) n, count_if(status = 'completed') ok from runs group by all order by stage",
                    "--format", "json")
     # two RL runs share one SFT job; every stage recorded as completed
@@ -103,12 +103,12 @@ def test_runs_starting_from_one_checkpoint_evaluate_it_once_and_without_waiting_
     res = snakemake(tmp_path, sweep, "-p", str(copied.relative_to(tmp_path)))  # (an option ends --config)
     assert res.returncode == 0, res.stderr[-3000:]
     assert json.loads(copied.read_text())["copied_from"] == {"run_id": first.run_id, "eval_id": first.eval_id}
-    rows = json.loads(run_cli("--results", str(results), "query",
+    rows = json.loads(cli("--results", str(results), "query",
                               "select parent_id, eval_step, backend from runs where stage = 'eval' order by all",
                               "--format", "json").stdout)
     assert sorted((r["parent_id"], r["eval_step"], r["backend"] == "copy") for r in rows) == sorted(
         [(first.run_id, 0, False), (second.run_id, 0, True)])
-    scores = json.loads(run_cli("--results", str(results), "query",
+    scores = json.loads(cli("--results", str(results), "query",
                                 "select run_id, eval_id, step, k, avg_at_k, pass_at_k, mean_len from eval_scores "
                                 "where step = 0 order by k, run_id", "--format", "json").stdout)
     assert {(r["run_id"], r["eval_id"]) for r in scores} == {(first.run_id, first.eval_id),
@@ -117,7 +117,7 @@ def test_runs_starting_from_one_checkpoint_evaluate_it_once_and_without_waiting_
     for r in scores:
         values[r["run_id"]].append((r["k"], r["avg_at_k"], r["pass_at_k"], r["mean_len"]))
     assert values[first.run_id] == values[second.run_id]  # the same numbers, under each run's own ids
-    samples = run_cli("--results", str(results), "query",
+    samples = cli("--results", str(results), "query",
                       "select run_id, count(*) n from eval_samples where step = 0 group by all", "--format", "json")
     assert sorted(r["n"] for r in json.loads(samples.stdout)) == [32, 32]  # 16 problems x k=2, both runs
     assert {p.stage: p.counts.get("done", 0) for p in plan(load_sweep(sweep), results)} == {"sft": 1, "rl": 0, "eval": 2}
