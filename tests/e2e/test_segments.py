@@ -15,7 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from helpers import SFT_FOR_RL, kill_and_resume_rl, planned_jobs, run_cli, snakemake, write_sweep
+from helpers import SFT_FOR_RL, kill_and_resume_rl, mtimes, planned_jobs, run_cli, snakemake, write_sweep
 from workflow.config import RunConfig
 from workflow.launch import run_stage
 from workflow.layout import done_path, segment_done, step_dir
@@ -188,16 +188,12 @@ def test_a_sweep_of_segments_evaluates_while_training_and_a_run_finished_in_one_
     assert os.path.getmtime(run / "DONE.json") * 1e9 == pytest.approx(stamp, abs=1e3)
 
 
-def _mtimes(root: Path) -> dict[str, float]:
-    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()}
-
-
 def _other_graders_judge_the_stored_responses_without_generating(workdir: Path, sweep: Path, results: Path) -> None:
     """`rlsweep rescore` on the sweep's three evaluations (steps 2, 4, 6; 16 problems x 2 samples each): every stored
     response judged once by each grader asked for, nothing generated again, the report's graders section; a second
     rescore does nothing, and a sweep file that lists a grader plans its rescore jobs only.
     (tests/unit/eval/test_graders.py pins the graders' verdicts.)"""
-    evaluated = {k: v for k, v in _mtimes(results).items()  # the samples, and the eval jobs' ends
+    evaluated = {k: v for k, v in mtimes(results).items()  # the samples, and the eval jobs' ends
                  if "eval_samples" in k or ("/eval/" in k and k.endswith("DONE.json"))}
     assert len([k for k in evaluated if k.endswith("DONE.json")]) == 3
     bad = run_cli("--results", str(results), "rescore", str(sweep), "--graders", "nope")
@@ -209,7 +205,7 @@ def _other_graders_judge_the_stored_responses_without_generating(workdir: Path, 
                    "GROUP BY ALL ORDER BY ALL", results).to_pylist()
     assert counts == [{"grader": "dapo", "n": 96, "matched": 96}, {"grader": "math_verify", "n": 96, "matched": 96}]
     assert query("SELECT count(*) AS n FROM runs WHERE stage = 'eval'", results).to_pylist() == [{"n": 3}]
-    assert {k: v for k, v in _mtimes(results).items() if k in evaluated} == evaluated
+    assert {k: v for k, v in mtimes(results).items() if k in evaluated} == evaluated
     assert query("SELECT DISTINCT grader FROM eval_samples", results).to_pylist() == [{"grader": "exact"}]
     report = (results / sweep.stem / "report" / "report.md").read_text()
     assert "## Graders" in report and "math_verify" in report and "dapo" in report

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import cli, planned_jobs, snakemake, write_sweep
+from helpers import cli, mtimes, planned_jobs, snakemake, write_sweep
 
 pytestmark = pytest.mark.slow  # not in the fast tier: whole sweeps through Snakemake
 
@@ -17,10 +17,6 @@ GRID = """
 grid:
   rl.lr: [1.0e-4, 2.0e-4]
 """  # one seed: several seeds of a setting run in test_store.py, the step-0 test below and the studies
-
-
-def mtimes(root: Path) -> dict[str, float]:
-    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()}
 
 
 def planned(sweep: Path, results: Path) -> dict[str, dict[str, int]]:

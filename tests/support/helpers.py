@@ -76,6 +76,11 @@ def run_cli(*args: str, cwd: Path = REPO, env: dict | None = None, timeout: int 
                           env={**os.environ, **(env or {})}, timeout=timeout)
 
 
+def mtimes(root: Path) -> dict[str, int]:
+    """Every file under `root` (relative path) -> its mtime in ns: what a rerun must leave as it was."""
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()}
+
+
 def cli(*args: str, cwd: Path = REPO, env: dict | None = None) -> subprocess.CompletedProcess:
     """`rlsweep ARGS` as run_cli runs it, but through its main() in this process: the exit code (argparse's
     SystemExit too) and what it printed to sys.stdout / sys.stderr, in `cwd` with `env` added, both restored after.
