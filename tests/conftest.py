@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import sys
 from pathlib import Path
@@ -48,6 +49,32 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "long" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_ignore_collect(collection_path, config):
+    """`pytest -m fast` does not import a module whose every test is `slow` or `long` (its module-level `pytestmark`
+    says so): each pytest-xdist worker imports every module it collects, and those modules' imports (Ray, Optuna,
+    verl's workers) are seconds of the fast tier paid for no test. Other selections collect everything."""
+    if config.getoption("markexpr", "") != "fast" or collection_path.suffix != ".py":
+        return None
+    return True if module_marks(collection_path) & {"slow", "long"} else None
+
+
+def module_marks(path: Path) -> set[str]:
+    """The names of the marks a test module's top-level `pytestmark` assignment gives all its tests (read from its
+    source, without importing it)."""
+    try:
+        tree = ast.parse(path.read_bytes())
+    except (OSError, SyntaxError):  # let pytest's own import report it
+        return set()
+    marks = set()
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets):
+            for sub in ast.walk(node.value):  # pytest.mark.NAME, called or not, alone or in a list
+                if (isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Attribute)
+                        and sub.value.attr == "mark"):
+                    marks.add(sub.attr)
+    return marks
 
 
 def schedule_long_groups_first(items) -> None:

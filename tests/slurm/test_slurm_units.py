@@ -162,6 +162,7 @@ def test_run_lock_from_another_host_without_slurm_is_kept(tmp_path):
             pass
 
 
+@pytest.mark.slow  # waits out a lock's renewal
 def test_waiting_for_a_twin_ends_when_it_releases_or_stops_renewing_its_lock(tmp_path, monkeypatch):
     """A second driver's job waits while the stage's owner renews its lock, and refuses once an owner it cannot
     check (another host, no SLURM) has not renewed it for STALE_S seconds of the wait."""
@@ -264,6 +265,7 @@ def test_preempt_signal_matches_submitits():
 
 
 # --------------------------------------------------------------------------------------------------- profile
+@pytest.mark.slow  # Snakemake dry runs
 def test_profile_install_makes_snakemake_profile_slurm_work_from_anywhere(tmp_path):
     from helpers import REPO, run_cli, write_sweep
     env = {"XDG_CONFIG_HOME": str(tmp_path / "xdg")}

@@ -57,6 +57,7 @@ def test_what_verls_lora_cannot_do_is_refused_naming_the_key(tmp_path, lora, mes
     assert re.search(message, refusal(write_sweep(tmp_path / "s.yaml", "s", base=body)))
 
 
+@pytest.mark.slow  # imports vLLM
 def test_vllm_compat_gives_verl_what_it_expects_of_vllm():
     """In verl's vLLM processes: the adapter mapper verl's loader calls, and no per-bucket tied-weight check (a tied
     lm_head arrives in another bucket than its embedding)."""
@@ -83,17 +84,20 @@ def test_vllm_compat_gives_verl_what_it_expects_of_vllm():
             del utils.WeightsMapper.get_unstacked_mapper
 
 
+@pytest.mark.slow  # a fresh interpreter importing vLLM
 def test_vllms_cpu_build_found_by_verl_is_still_vllms_cpu_platform():
     """After the lookup that lets verl find vLLM's CPU build by the name `vllm`, vLLM still picks its CPU platform
     where VLLM_TARGET_DEVICE is not set (a test worker, the sweep check's process): it did not, and its unspecified
     platform's kernels (AVX-512 with bf16) stopped an AVX2-only processor with SIGILL. A fresh process: the
     platform is resolved once per process."""
-    pytest.importorskip("vllm")
     import importlib.metadata
+    import importlib.util
     import os
     import subprocess
-    try:
-        importlib.metadata.version("vllm")
+    if importlib.util.find_spec("vllm") is None:  # (found without importing it: the check runs in a fresh process)
+        pytest.skip("no vLLM")
+    try:  # (distribution(), not version(): the lookup this tests patches version() once a process has run it)
+        importlib.metadata.distribution("vllm")
         pytest.skip("a `vllm` distribution is installed: the lookup is not used")
     except importlib.metadata.PackageNotFoundError:
         pass

@@ -3,8 +3,9 @@
 An engine's heavy checks (`EngineTraits.sweep_problems`: verl composes its Hydra config and instantiates its
 dataclasses, ~4 s of imports and ~1-2 s a run on 2 cores) run every time a sweep loads: `rlsweep status`, `plan`,
 `report`, Snakemake's DAG. A config that passed them passes them again as long as nothing they read changed: the
-config itself, the project's code, and the installed packages. Each pass leaves an empty marker named by a hash of
-those three; a load that finds its marker skips the checks. Failures are never remembered (the next load runs the
+config itself (its RL seed aside, which the checks judge by its type alone: workflow/sweep/expand.py), the project's
+code, and the installed packages. Each pass leaves an empty marker named by a hash of those three; a load that finds
+its marker skips the checks. Failures are never remembered (the next load runs the
 checks again and names the key). The markers live in `$RLSWEEP_CHECK_CACHE`, else `$XDG_CACHE_HOME/rlsweep/checks`,
 else `~/.cache/rlsweep/checks`; `RLSWEEP_CHECK_CACHE=off` runs every check every time. A marker that cannot be
 written (a read-only home) only costs the next load the checks.

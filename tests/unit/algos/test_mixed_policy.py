@@ -216,6 +216,7 @@ def test_eval_at_start_evaluates_the_model_rl_starts_from(sft_stage):
         "eval.at_start: the local engine without SFT starts RL from a random initialisation")
 
 
+@pytest.mark.slow  # plans through Snakemake
 def test_the_mixed_policy_sweep_validates_and_its_smoke_plans_every_method_in_both_regimes(tmp_path):
     """The shipped sweep's shape: every method from a capable (pretrained) base and from the random-init model, 3
     seeds each, the same settings in both; and its smoke version's DAG. Every method's stage job runs in

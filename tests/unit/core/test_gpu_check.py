@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import run_cli
+from helpers import cli, run_cli
 from workflow import gpu_check as gc
 from workflow import gpu_check_verl as gv
 from workflow.cli import main as rlsweep
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no
 
 
 def test_without_a_gpu_it_says_so_and_exits_with_its_own_code():
-    out = run_cli("gpu-check")
+    out = cli("gpu-check")
     assert out.returncode == gc.EXIT_NO_GPU == 3, out.stderr
     assert "no GPU" in out.stderr and "--allow-cpu" in out.stderr and "Traceback" not in out.stderr
 
@@ -50,6 +50,7 @@ def test_every_stage_and_method_runs_and_is_reported(tmp_path: Path):
     assert len({f.name.split("_")[1] for f in files}) == 10
 
 
+@pytest.mark.slow  # trains stage jobs
 def test_a_failing_check_is_reported_with_its_first_line_and_the_others_still_run(tmp_path: Path, monkeypatch):
     broken = gc.Check("grpo", "rl", {"rl": {"update": "no_such_rule", "steps": 1}}, after=None, what="broken")
     fine = gc.local_checks(rl_steps=1, sft_steps=4)
@@ -67,10 +68,11 @@ def test_a_failing_check_is_reported_with_its_first_line_and_the_others_still_ru
 def test_only_runs_a_check_with_what_it_starts_from():
     names = [c.name for c in gc.select(gc.local_checks(), ["eval"])]
     assert names == ["sft", "grpo", "eval"]
-    out = run_cli("gpu-check", "--allow-cpu", "--only", "gxpo,nope")
+    out = cli("gpu-check", "--allow-cpu", "--only", "gxpo,nope")
     assert out.returncode == 2 and "unknown check 'nope'" in out.stderr
 
 
+@pytest.mark.slow  # verl's checks of every method
 def test_the_verl_part_is_a_valid_sweep_of_every_method(tmp_path: Path):
     from workflow.sweep.expand import load_sweep
     from workflow.sweep.loader import dump_yaml
@@ -92,6 +94,7 @@ def test_the_verl_part_says_what_is_missing(monkeypatch, tmp_path: Path):
     assert o.passed is False and "vllm" in o.error
 
 
+@pytest.mark.slow  # trains stage jobs
 @pytest.mark.parametrize("repeat_differs", [False, True])
 def test_a_chain_that_differs_fails_unless_the_one_job_itself_differs_run_to_run(tmp_path, monkeypatch,
                                                                                 repeat_differs):

@@ -133,6 +133,7 @@ print(json.dumps(out))
 '''
 
 
+@pytest.mark.slow  # interpreters with a plug-in package on their path
 def test_a_labs_package_adds_an_update_rule_with_settings_and_a_grader_through_entry_points(tmp_path):
     """A package on the path with a dist-info (what `pip install` leaves) declaring entry points in the groups
     rlsweep.methods and rlsweep.graders: its rule's settings are a section of the run config (`rl.lab_three_steps`,

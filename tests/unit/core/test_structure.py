@@ -11,6 +11,7 @@ import inspect
 import re
 import subprocess
 import sys
+from functools import lru_cache
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,12 @@ def module_name(path: Path) -> str:
 
 
 MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+@lru_cache(maxsize=None)
+def parse(source: str) -> ast.Module:
+    """One parse per source for the whole module: most tests here walk every module of the package."""
+    return ast.parse(source)
 
 
 def _runtime_nodes(tree: ast.AST):
@@ -47,7 +54,7 @@ def imports_of(name: str, source: str | None = None, typing: bool = True) -> lis
     path = MODULES.get(name, PACKAGE / "x.py")
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out = []
-    tree = ast.parse(source if source is not None else path.read_text())
+    tree = parse(source if source is not None else path.read_text())
     for node in (ast.walk(tree) if typing else _runtime_nodes(tree)):
         if isinstance(node, ast.Import):
             out += [(a.name, []) for a in node.names]
@@ -187,7 +194,7 @@ def test_only_the_engines_know_engines_by_name():
 TABLE_LISTERS = {"table_dir", "train_steps_files", "table_files", "table_layout", "layout_of", "read_layout"}
 def table_listings(name: str, source: str) -> list[str]:
     """Every use of a table-listing helper, and every spelled-out path into the tables' folder, in one source."""
-    nodes = list(ast.walk(ast.parse(source)))
+    nodes = list(ast.walk(parse(source)))
     bad = [f"{name}:{node.lineno}: {node.id if isinstance(node, ast.Name) else node.attr}" for node in nodes
            if (isinstance(node, ast.Name) and node.id in TABLE_LISTERS)
            or (isinstance(node, ast.Attribute) and node.attr in TABLE_LISTERS)]
@@ -224,7 +231,7 @@ def private_uses(name: str, source: str | None = None) -> list[str]:
            if target.startswith("workflow") and target != name for n in names if n.startswith("_")]
     modules = {alias for target, names in found if target.startswith("workflow")
                for alias in names if f"{target}.{alias}" in MODULES}
-    for node in _runtime_nodes(ast.parse(source)):
+    for node in _runtime_nodes(parse(source)):
         if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
                 and isinstance(node.value, ast.Name) and node.value.id in modules):
             bad.append(f"{name}: {node.value.id}.{node.attr}")
@@ -269,6 +276,7 @@ def test_the_verl_wings_sides_meet_only_in_the_contract():
 
 
 # ------------------------------------------------------------------------------- what is loaded by name
+@pytest.mark.slow  # imports verl's workers
 def test_modules_verl_loads_by_name_import_and_hold_what_is_named():
     pytest.importorskip("verl")
     from workflow.engines.verl import contract
@@ -326,7 +334,7 @@ def registries() -> dict[str, str]:
     """Entry-point group -> the module defining it, for every module-level `X = Registry(kind, group, ...)`."""
     found = {}
     for m, path in MODULES.items():
-        for node in ast.parse(path.read_text()).body:
+        for node in parse(path.read_text()).body:
             value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
             if (isinstance(value, ast.Call) and getattr(value.func, "id", None) == "Registry"
                     and len(value.args) > 1 and isinstance(value.args[1], ast.Constant)):
@@ -384,7 +392,7 @@ def test_a_method_is_named_only_in_its_own_folder():
     for m, path in MODULES.items():
         if m.startswith("workflow.methods"):
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parse(path.read_text())):
             hits = {node.attr} & names if isinstance(node, ast.Attribute) else {
                 c.value for c in [node.left, *node.comparators] if isinstance(c, ast.Constant)} & names \
                 if isinstance(node, ast.Compare) else set()
@@ -421,6 +429,7 @@ def test_reading_a_sweep_imports_neither_torch_nor_optuna():
     assert out.stdout.split(maxsplit=1)[1].strip() == "[]", out.stdout
 
 
+@pytest.mark.slow  # a fresh interpreter per command
 @pytest.mark.parametrize("argv, heavy", [
     # (query loads the method cards, pydantic models: their per-step numbers are train_steps columns; ~0.1 s)
     (["query", "SELECT count(*) FROM runs"], ("torch", "optuna", "verl", "snakemake", "pandas", "transformers")),

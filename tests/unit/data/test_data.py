@@ -101,6 +101,7 @@ def test_overlap_finds_a_planted_benchmark_problem_and_the_gate_refuses(tmp_path
         enforce([path], 0.0)
 
 
+@pytest.mark.slow  # an interpreter importing datasets
 def test_a_missing_training_set_says_how_to_fetch_it(tmp_path):
     code = "from workflow.data.sources import load; load('openr1_math_46k')"
     env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}

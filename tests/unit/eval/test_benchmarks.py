@@ -90,6 +90,7 @@ def test_wrong_schema_and_missing_file_are_clear_errors(tmp_path):
         load("aime26")
 
 
+@pytest.mark.slow  # an interpreter importing datasets
 def test_dataset_not_cached_says_how_to_fetch_it(tmp_path):
     # the real Hub path, offline with an empty cache: the message names the id and both ways to fix it
     code = "from workflow.benchmarks.catalog import load; load('olympiadbench')"

@@ -29,6 +29,7 @@ def test_wrong_or_missing_answers_score_wrong(verifier, response):
     assert not verifier.score(response, "\\frac{1}{2}").correct
 
 
+@pytest.mark.slow  # waits out time limits
 def test_adversarial_outputs_finish_in_bounded_time_and_score_wrong():
     with MathVerifier(timeout_s=3.0) as v:
         for response in ("x" * 1_000_000 + "\\boxed{" + "1" * 1_000_000,   # 1 MB+, unclosed box
@@ -40,6 +41,7 @@ def test_adversarial_outputs_finish_in_bounded_time_and_score_wrong():
             assert time.monotonic() - t0 < 3.0 + 15.0  # the time bound (+ a worker restart after a timeout)
 
 
+@pytest.mark.slow  # waits out a time limit
 def test_a_hung_comparison_is_abandoned_recorded_and_the_worker_restarts():
     with MathVerifier(timeout_s=30.0) as v:
         v.equivalent("1", "1")  # warm the worker up (imports)

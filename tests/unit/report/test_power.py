@@ -72,6 +72,7 @@ def rejection_rate(rng, p: np.ndarray, seeds: int, difference: float, experiment
     return float(np.mean(stats.ttest_ind(a, b, axis=1).pvalue < 0.05))
 
 
+@pytest.mark.slow  # simulations
 def test_seeds_needed_and_detectable_against_simulated_claims():
     rng = np.random.default_rng(3)
     p = problems(rng, P)

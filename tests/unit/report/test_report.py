@@ -130,6 +130,7 @@ def test_the_report_shows_accuracy_efficiency_curves_and_the_failed_run(sweep_re
     assert '<table id="accuracy">' in html and '<td class="failed"' in html and "RuntimeError: boom" in html
 
 
+@pytest.mark.slow  # builds a report
 def test_the_shipped_queries_give_the_reports_numbers_again(sweep_results):
     from workflow.report.build import write_report
     sweep, results = sweep_results
@@ -212,6 +213,7 @@ def test_a_setting_with_one_seeds_evaluation_shows_its_mean_without_a_spread_or_
     assert cells(md, "Accuracy")["rl.update=sfpo"][3] == "**0.600 (n=1 of 3)**"  # seed 0 alone: no std, no t interval
 
 
+@pytest.mark.slow  # builds reports
 def test_the_seeds_section_sizes_claims_from_the_spread_the_sweep_measured(sweep_results):
     from workflow.report import power
     from workflow.report.build import write_report
@@ -230,6 +232,7 @@ def test_the_seeds_section_sizes_claims_from_the_spread_the_sweep_measured(sweep
     assert "| 2 | +0.250 |" in claim and "below what these seeds detect" in claim  # 2 seeds detect ~1.0 only
 
 
+@pytest.mark.slow  # builds a report
 def test_the_graders_section_flags_a_winner_that_changes_with_the_grader(sweep_results):
     from workflow.report.build import write_report
     sweep, results = sweep_results
@@ -256,6 +259,7 @@ def test_the_graders_section_flags_a_winner_that_changes_with_the_grader(sweep_r
     assert "| arithmetic | math_equal | exact | 40 | 60.00% | 0.600 | 0.600 | 12 | 12 |" in md
 
 
+@pytest.mark.slow  # builds a report
 def test_published_references_sit_beside_the_measured_rows_with_the_papers_own_averages_checked(sweep_results):
     from workflow.report.build import write_report
     from workflow.sweep.expand import load_sweep
@@ -305,6 +309,7 @@ def test_the_html_report_renders_in_a_real_browser_from_a_file_url(sweep_results
     assert shot.stat().st_size > 50_000  # a rendered page, not a blank one
 
 
+@pytest.mark.slow  # imports verl, builds a report
 def test_each_starting_model_has_its_own_start_row(tmp_path):
     """verl runs without SFT start from their model_path: a sweep over two models shows two start rows, each its
     own model's step-0 evaluation."""

@@ -166,6 +166,7 @@ def test_a_stage_that_runs_again_after_compaction_replaces_its_packed_rows(sweep
     assert counts(sweep) == expected and expected["steps"] == 16
 
 
+@pytest.mark.slow  # compacts a store again and again
 def test_packs_are_merged_once_a_table_has_max_packs(sweep, monkeypatch):
     compact(sweep)
     for i in range(10, 10 + compaction.MAX_PACKS):

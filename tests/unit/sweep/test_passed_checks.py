@@ -33,15 +33,18 @@ def heavy(monkeypatch, tmp_path):
     return engine
 
 
-def test_a_sweep_read_again_skips_the_checks_its_runs_passed(heavy, tmp_path):
-    sweep = write_sweep(tmp_path / "s.yaml", "s", "seeds: [0, 1]\n")
+def test_a_sweep_read_again_skips_the_checks_its_settings_passed(heavy, tmp_path):
+    sweep = write_sweep(tmp_path / "s.yaml", "s", "seeds: [0, 1, 2]\ngrid:\n  rl.lr: [1.0e-4, 2.0e-4]\n")
     load_sweep(sweep)
-    assert heavy.calls == 2  # once per run (the seed is part of its config)
+    assert heavy.calls == 2  # once per setting: the seeds of one setting share what the checks judge
     load_sweep(sweep)
     assert heavy.calls == 2
-    sweep.write_text(sweep.read_text().replace("seeds: [0, 1]", "seeds: [0, 2]"))
+    sweep.write_text(sweep.read_text().replace("seeds: [0, 1, 2]", "seeds: [0, 5]"))
     load_sweep(sweep)
-    assert heavy.calls == 3  # only the new run's config is checked
+    assert heavy.calls == 2  # new seeds of settings that passed
+    sweep.write_text(sweep.read_text().replace("2.0e-4", "3.0e-4"))
+    load_sweep(sweep)
+    assert heavy.calls == 3  # only the new setting is checked
 
 
 def test_a_failed_check_is_never_remembered(heavy, tmp_path):

@@ -181,6 +181,7 @@ def test_yaml_aliases_are_refused_so_a_billion_laughs_cannot_expand(tmp_path):
     assert "base.rl: alias *s (line 4)" in refusal(path)
 
 
+@pytest.mark.slow  # under tracemalloc
 @pytest.mark.parametrize("text, expected", [
     ("name: deep\nbase: " + "[" * 100_000 + "]" * 100_000 + "\n", "base[0][0][0]...: nested more than"),
     ("name: deep\n? " + "[" * 100_000 + "]" * 100_000 + "\n: 1\n", "[0][0][0][0]...: nested more than"),
@@ -254,6 +255,7 @@ def test_rlsweep_validate_refuses_without_a_traceback(tmp_path, name):
     assert "Traceback" not in res.stderr + res.stdout
 
 
+@pytest.mark.slow  # Snakemake
 def test_snakemake_refuses_a_bad_sweep_before_any_job_without_a_traceback(tmp_path):
     bad = tmp_path / "deep.yaml"
     bad.write_text(BAD["deep.yaml"])

@@ -178,6 +178,7 @@ def test_status_shows_a_running_stage_at_its_live_step_between_checkpoints(store
     assert "running step 3/4" in line  # no checkpoint yet: the live file's step
 
 
+@pytest.mark.slow  # the CLI on a pseudo-terminal
 def test_on_a_terminal_it_redraws_until_ctrl_c_and_leaves_cleanly(store, tmp_path):
     """The live view needs a terminal: the command runs on a pseudo-terminal, redraws a few times, and Ctrl-C ends it
     with exit 0 and no traceback."""
