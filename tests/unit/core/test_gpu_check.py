@@ -24,17 +24,37 @@ def test_without_a_gpu_it_says_so_and_exits_with_its_own_code():
     assert "no GPU" in out.stderr and "--allow-cpu" in out.stderr and "Traceback" not in out.stderr
 
 
-@pytest.mark.slow
+LOCAL_CHECKS = ["sft", "grpo", "sfpo", "gxpo", "grpo+lora+kl", *gc.MIXED_METHODS, "fast_grpo", "segments", "eval"]
+
+
+def test_the_local_part_checks_every_update_rule_and_mixed_policy_method():
+    """What the long test below runs, without running it: one check per update rule and mixed-policy method there is
+    (a new method card is a new check), each after what it starts from. (Each method's stage job on the local engine
+    is the unit tests': tests/unit/algos/test_mixed_policy.py, test_fast_grpo.py, tests/unit/engines/test_engine.py,
+    test_lora.py.)"""
+    from workflow.methods.registry import mix_names, update_rule_names
+    checks = gc.local_checks()
+    assert [c.name for c in checks] == LOCAL_CHECKS
+    assert set(gc.MIXED_METHODS) == set(mix_names()) - {"none"}
+    assert {c.config.get("rl", {}).get("update", "grpo") for c in checks if c.stage == "rl"} == set(update_rule_names())
+    names = [c.name for c in checks]
+    assert all(c.after is None or names.index(c.after) < names.index(c.name) for c in checks)
+
+
+@pytest.mark.long(covers=["workflow/gpu_check.py", "workflow/cli/gpu_check.py", "workflow/engines/local.py",
+                          "workflow/engines/rl_batch.py", "workflow/engines/lora.py", "workflow/algos/",
+                          "workflow/methods/", "workflow/launch.py"])
 def test_every_stage_and_method_runs_and_is_reported(tmp_path: Path):
     """The local part on the CPU: SFT, GRPO, SFPO, GXPO, GRPO+LoRA+KL, the five mixed-policy methods, FAST-GRPO,
     GXPO again as two segment jobs and an evaluation each run as a stage job, and the table, JSON and Markdown say
-    so."""
+    so. Long (issue 58): ~2.5 min of CI for stage jobs the unit tests run each (the check above names them); CI keeps
+    the report of a failing check and the segments verdict, on real jobs (the slow tests below)."""
     out = run_cli("gpu-check", "--engine", "local", "--allow-cpu", "--sft-steps", "4", "--steps", "2",
                   "--keep", str(tmp_path / "jobs"), "--json", str(tmp_path / "out.json"),
                   "--markdown", str(tmp_path / "out.md"))
     assert out.returncode == 0, out.stdout + out.stderr
     rows = json.loads((tmp_path / "out.json").read_text())["checks"]
-    names = ["sft", "grpo", "sfpo", "gxpo", "grpo+lora+kl", *gc.MIXED_METHODS, "fast_grpo", "segments", "eval"]
+    names = LOCAL_CHECKS
     assert [r["name"] for r in rows] == names and all(r["passed"] for r in rows)
     by = {r["name"]: r for r in rows}
     assert by["sft"]["steps"] == 4 and by["grpo"]["steps"] == 2 and by["grpo"]["s_per_step"] > 0
@@ -100,12 +120,19 @@ def test_a_chain_that_differs_fails_unless_the_one_job_itself_differs_run_to_run
                                                                                 repeat_differs):
     """The segments check's verdict: a chain unlike its one job is a resume that lost state (failed) when the one
     job run twice is identical, and this device's run-to-run noise (passed, both differences in the note) when it is
-    not. The real comparison runs in the slow test above; here it is made to disagree."""
+    not. The jobs are real and so is the comparison (on the CPU a chain and the job run again equal the one job bit
+    for bit); its verdicts are then replaced, to disagree."""
     checks = gc.select(gc.local_checks(rl_steps=2, sft_steps=4), ["segments"])
     verdicts = iter([(False, "train_steps differ from step 2 (loss: 0.5 vs 0.25)"),
                      (not repeat_differs, "final weights differ (max |dw| 1.00e-07)" if repeat_differs else "")])
-    monkeypatch.setattr(gc, "same_training", lambda *a: next(verdicts))
+    real, compared = gc.same_training, []
+
+    def planted(*args):
+        compared.append(real(*args))
+        return next(verdicts)
+    monkeypatch.setattr(gc, "same_training", planted)
     [*_, chain] = gc.run_local(checks, tmp_path, cuda=False, say=lambda _: None)
+    assert compared == [(True, ""), (True, "")]  # the chain, then the one job again, against the one job
     assert (tmp_path / "again").is_dir()  # the one job did run a second time
     if repeat_differs:
         assert chain.passed and "the one job run twice differs too (final weights differ" in chain.note
