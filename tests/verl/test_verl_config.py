@@ -8,9 +8,10 @@ import sys
 import pytest
 import torch
 
-pytest.importorskip("verl")
+from helpers import REPO, need, write_sweep  # noqa: E402
 
-from helpers import REPO, write_sweep  # noqa: E402
+need("verl")
+
 from workflow.algos.losses import token_weights  # noqa: E402
 from workflow.engines.verl.driver.compose import compose  # noqa: E402
 from workflow.engines.verl.driver.translate import LOSS_AGG, translate  # noqa: E402
@@ -27,6 +28,7 @@ def test_there_is_a_verl_sweep():
     assert VERL_SWEEPS, "sweeps/ has no sweep that uses the verl engine"
 
 
+@pytest.mark.slow  # verl's checks and config classes on every run of every shipped verl sweep
 @pytest.mark.parametrize("path", VERL_SWEEPS, ids=lambda p: p.name)
 def test_every_verl_sweep_instantiates_verls_own_config_classes(path):
     from verl.trainer.config import AlgoConfig

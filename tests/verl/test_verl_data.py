@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("verl")
+from helpers import need
+
+need("verl")
 
 import numpy as np  # noqa: E402
 

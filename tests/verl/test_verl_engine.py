@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from helpers import SUPPORT
+from helpers import SUPPORT, need
 import torch
 
 pytestmark = [pytest.mark.serial("verl"), pytest.mark.slow]  # README "Tests": one at a time with the other verl modules
 
-pytest.importorskip("verl")
+need("verl")
 
 HERE = SUPPORT  # the worker scripts and bug plug-ins
 

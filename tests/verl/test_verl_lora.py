@@ -10,9 +10,10 @@ import sys
 import pytest
 import torch
 
-pytest.importorskip("verl")
+from helpers import need, refusal, write_sweep  # noqa: E402
 
-from helpers import refusal, write_sweep  # noqa: E402
+need("verl")
+
 from workflow.engines import lora  # noqa: E402
 from workflow.engines.verl.driver.translate import external_modules, translate, translate_sft  # noqa: E402
 from workflow.sweep.expand import load_sweep  # noqa: E402

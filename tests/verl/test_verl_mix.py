@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-pytest.importorskip("verl")
+from helpers import need
+
+need("verl")
 
 from workflow.algos.mix import ON_POLICY  # noqa: E402
 from workflow.config import RLConfig  # noqa: E402

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from helpers import SUPPORT
+from helpers import SUPPORT, need
 
-pytest.importorskip("verl")
+need("verl")
 
 from workflow import preflight  # noqa: E402
 from workflow.config import RunConfig  # noqa: E402

@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-pytest.importorskip("verl")
+from helpers import need
+
+need("verl")
 
 import duckdb  # noqa: E402
 
