@@ -125,7 +125,7 @@ def gpu_rules():
     return {"grpo": GRPOStep(), "sfpo": SFPO(K=3, alpha=0.8), "gxpo": GXPO(K=5, alpha=0.5)}
 
 
-def gpu_bench(shape: str, batch: int, seq: int, repeat: int, device: str) -> None:
+def gpu_bench(shape: str, batch: int, seq: int, repeat: int, device: str, profile: bool = False) -> None:
     """Real steps of each rule on one model and batch, interleaved; time per backward pass and peak memory."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -173,6 +173,18 @@ def gpu_bench(shape: str, batch: int, seq: int, repeat: int, device: str) -> Non
             sync()
             times[name].append(time.perf_counter() - t0)
             passes[name] = stats.backward_passes
+    if profile:  # where a rule's extra time goes: one step each under torch's profiler, the top ops by device time
+        from torch.profiler import ProfilerActivity, profile as torch_profile
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+        for name, rule in rules.items():
+            with torch_profile(activities=activities) as prof:
+                rule.step(params, opt, closure)
+                sync()
+            events = prof.key_averages()
+            launches = sum(e.count for e in events if e.key in ("cudaLaunchKernel", "cudaLaunchKernelExC"))
+            print(f"--- {name}: one step profiled, {launches} kernel launches")
+            print(events.table(sort_by="self_cuda_time_total" if dev.type == "cuda" else "self_cpu_time_total",
+                               row_limit=15, max_name_column_width=60))
     peaks: dict[str, int] = {}
     for name, rule in rules.items():  # memory one rule at a time: the others' kept buffers released first
         for other in rules.values():
@@ -212,12 +224,14 @@ def main() -> None:
     p.add_argument("--shape", choices=sorted(SHAPES), default="qwen2-0.5b", help="--device cuda: the model's shape")
     p.add_argument("--batch", type=int, default=16, help="--device cuda: sequences per batch")
     p.add_argument("--seq", type=int, default=512, help="--device cuda: tokens per sequence")
+    p.add_argument("--profile", action="store_true",
+                   help="--device cuda: also profile one step of each rule (torch.profiler): top ops, kernel launches")
     p.add_argument("--memory-child", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.device != "cpu":
         if a.device.startswith("cuda") and not torch.cuda.is_available():
             sys.exit(f"--device {a.device}: torch sees no GPU here")
-        gpu_bench(a.shape, a.batch, a.seq, a.repeat, a.device)
+        gpu_bench(a.shape, a.batch, a.seq, a.repeat, a.device, a.profile)
         return
     if a.memory_child:
         print(json.dumps(extra_peak_of_steps(a.memory_child, a.params, a.tensors, steps=2)))

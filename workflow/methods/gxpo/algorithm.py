@@ -222,6 +222,15 @@ class GXPO(MultiPassRule):
         super().release_buffers()
         self._workspaces = {}
 
+    def _done_with_work(self, dev: torch.device) -> None:
+        """Off the CPU, let the workspaces go after each use: kept, their six chunks (6 x 16 MiB at a GPU's 4M
+        elements) stayed allocated through the next forward and backward pass and added ~0.05x Qwen2-0.5B's
+        parameter bytes to the step's peak (2.05x on an H200, goal 2). The CUDA caching allocator hands the same
+        blocks back at the next use without a device allocation. On the CPU they are kept: fresh memory there costs
+        a page fault per page at every first touch."""
+        if dev.type != "cpu":
+            self._workspaces = {k: w for k, w in self._workspaces.items() if k[1] != dev}
+
     def _dot_g0(self, grads: list[Tensor], g0: list[Tensor]) -> Tensor:
         """<g0, grads> accumulated in float64 on the device, chunk by chunk as the extrapolation went."""
         total = torch.zeros((), dtype=torch.float64, device=grads[0].device if grads else "cpu")
@@ -236,6 +245,7 @@ class GXPO(MultiPassRule):
             else:
                 gathered = torch.cat(c.slices(grads), out=self._work(grads[c.pieces[0][0]], largest)[0][:c.size])
                 total += torch.dot(flat[c.offset:c.offset + c.size], gathered).double()
+        self._done_with_work(total.device)
         return total
 
     def _extrapolate(self, theta: list[Tensor], g1: list[Tensor], g0: list[Tensor], theta0: list[Tensor],
@@ -309,6 +319,7 @@ class GXPO(MultiPassRule):
             if len(c.pieces) > 1:  # back into the tensors: one kernel for all of them
                 torch._foreach_copy_(c.slices(theta),
                                      list(th.split([hi - lo for _, lo, hi in c.pieces])))
+        self._done_with_work(dev)
         sums = all_reduce_sum(torch.stack([s_sum, active_count,
                                            torch.tensor(float(total), dtype=torch.float64, device=dev)]), group)
         sample = (torch.cat(samples)[torch.cat(sampled_active)] if samples
