@@ -7,7 +7,8 @@ Per arm the RL job runs `--steps` steps in this process, `--repeat` times, alter
   step off / on   the median seconds of a step after the first (train_steps' wall_s), and on / off
   job thread      what the hook adds to the job's own thread per step (queueing the row: TrainLog.record timed
                   with and without trackers over 10,000 rows)
-  background      the trackers' CPU seconds per step in their own thread (sending the same rows)
+  background      the trackers' CPU seconds per step (sending the same rows): their process's, beside the job
+                  (workflow/tracking/child.py), on another core or at nice 19
 Goal (issue 60): the hook <= 1% of a demo RL step.
 
     python bench/tracking_hook.py [--steps 40] [--repeat 3] [--only tensorboard mlflow wandb]
@@ -33,7 +34,8 @@ from workflow.launch import run_stage  # noqa: E402
 from workflow.results.catalog import query  # noqa: E402
 from workflow.results.train_log import TrainLog  # noqa: E402
 from workflow.sweep.expand import load_sweep  # noqa: E402
-from workflow.tracking.hook import TrackerHook, record_tracking  # noqa: E402
+from workflow.tracking.child import TrackerProcess  # noqa: E402
+from workflow.tracking.hook import record_tracking  # noqa: E402
 from workflow.tracking.runs import TrackedRun  # noqa: E402
 
 SENT_TOGETHER = 16  # rows the hook sends in one call: about a demo step's (0.3 s) worth of SEND_EVERY_S (5 s)
@@ -71,7 +73,7 @@ def job_thread_cost(tmp: Path, n: int = 10_000) -> tuple[float, float]:
         log = TrainLog(tmp / f"rec-{hook}", "b", "rl", "0123456789ab")
         if hook:
             record_tracking(tmp / "rec-on", "b", TRACKING)
-            log.trackers = TrackerHook(TRACKING, TrackedRun("rl", "0123456789ab", "x", 0), "b", tmp / "rec-on")
+            log.trackers = TrackerProcess(TRACKING, TrackedRun("rl", "0123456789ab", "x", 0), "b", tmp / "rec-on")
         t0 = time.perf_counter()
         for step in range(1, n + 1):
             log.record(step=step, **row)
@@ -83,7 +85,7 @@ def job_thread_cost(tmp: Path, n: int = 10_000) -> tuple[float, float]:
 
 
 def background_cost(tmp: Path, n: int = 200) -> float:
-    """The trackers' CPU seconds per row in their thread (opening them included, once)."""
+    """The trackers' CPU seconds per row (opening them included, once): what their process spends beside the job."""
     from workflow.tracking.base import make
     from workflow.tracking.runs import train_points
     rows = [{"step": s, **{f"m{i}": 0.5 for i in range(30)}} for s in range(1, n + 1)]
@@ -124,7 +126,7 @@ def main() -> int:
               f"on / off {step_on / step_off:.3f}")
         added = per_row_on - per_row_off
         print(f"job thread: {added * 1e6:.1f} us a step ({100 * added / step_off:.4f}% of a step)")
-        print(f"background: {box['cpu'] * 1e3:.2f} ms CPU a step in the trackers' thread "
+        print(f"background: {box['cpu'] * 1e3:.2f} ms CPU a step in the trackers' process "
               f"({100 * box['cpu'] / step_off:.2f}% of a step)")
         print(json.dumps({"step_off_s": step_off, "step_on_s": step_on, "job_thread_s": added,
                           "background_cpu_s": box["cpu"]}))

@@ -164,12 +164,12 @@ def test_verl_trainer_reports_each_step_to_the_sweeps_trackers_while_it_trains_a
         for step in (1, 2, 3):
             self._compute_metrics(None, step_metrics(step), {}, global_steps=step, epoch=0)
             self.global_steps = step + 1
-            seen[step] = self._rlsweep_log.trackers is not None and self._rlsweep_log.trackers.thread.is_alive()
+            seen[step] = self._rlsweep_log.trackers is not None and self._rlsweep_log.trackers.alive()
     monkeypatch.setattr(PPOTrainerSync, "fit", verls_loop)
     trainer.fit(None)
     hook = trainer._rlsweep_log.trackers
     assert seen == {1: True, 2: True, 3: True}  # opened at the first step, in the trainer's process: live
-    assert not hook.thread.is_alive() and hook.finished  # fit's end sent what was queued: the run is done
+    assert not hook.alive() and hook.finished  # fit's end sent what was queued: the run is done
     assert trainer._rlsweep_log.tracked == tracked and trainer._rlsweep_log.tracked.config == tracked.config
     acc = EventAccumulator(str(tmp_path / "v" / "tensorboard" / tracked.folder), size_guidance={"scalars": 0})
     acc.Reload()

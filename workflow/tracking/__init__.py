@@ -5,6 +5,8 @@
                  and the points a train_steps row or an evaluation becomes
     base.py      the Tracker interface (open a run, what it holds, log points) and the backends by name
     tensorboard.py, mlflow.py, wandb.py   the backends (each imports its library only when used)
-    hook.py      the job side: TrainLog's rows sent from a background thread, never failing or slowing the job
+    hook.py      the job side: the sweep's trackers for a job, fed TrainLog's rows, never failing or slowing it
+    child.py     the trackers in a child process of the job at the lowest CPU priority (the job's GIL stays free)
+    sending.py   the loop they run in: what each tracker's run lacks, sent; a failing tracker switched off
     backfill.py  `rlsweep track`: whatever the store holds that a tracker lacks (idempotent)
 """

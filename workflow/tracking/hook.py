@@ -1,11 +1,10 @@
 """The job side: a training job's rows (and an evaluation job's scores) sent to the sweep's trackers as it runs.
 
-A job never fails and never slows because of a tracker. The job's thread only queues its rows; one background
-thread opens each tracker, asks what the tracker run already holds (a resumed job, the next segment, an evaluation
-that finished earlier), and sends what is missing. Any tracker error (no network, a bad key, a server that is down, a
-full disk) prints one warning naming the tracker and switches that tracker off for the rest of the job; the next
-`rlsweep track` (a sweep's last job runs it) sends what it missed. At exit the thread gets a bounded time to finish
-(CLOSE_S), never more.
+A job never fails and never slows because of a tracker. The job's thread only queues its rows; the trackers run in a
+child process of the job (child.py: a thread of the job would hold its GIL while the trackers' Python runs) through
+the sending loop of sending.py, which sends each tracker what its run lacks and switches off, with one warning, a
+tracker that fails. At exit the trackers get a bounded time to finish (CLOSE_S), never more. `TrackerHook` runs the
+same loop in a thread of the job, for trackers made in this process (the tests' recording ones).
 
 The trackers a job reports to are its sweep's `tracking:` block, which the Snakefile records in
 results/<sweep>/tracking.json when it plans the sweep (tracking_settings below): a block that is never part of the
@@ -15,26 +14,22 @@ job's command line or identity.
 from __future__ import annotations
 
 import atexit
+import functools
 import json
 import queue
-import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any, Callable
 
 from workflow.atomic import write_text
 from workflow.layout import sweep_dir
 from workflow.tracking.base import Tracker, make
-from workflow.tracking.runs import Point, TrackedRun, train_points
+from workflow.tracking.child import CLOSE_S, TrackerProcess
+from workflow.tracking.runs import Point, TrackedRun
+from workflow.tracking.sending import Item, print_warning, send
 
-CLOSE_S = 30.0  # how long a finishing job waits for its trackers at most
-SEND_EVERY_S = 5.0  # how often the queued rows go out (and once more at the end)
 TRACKING_FILE = "tracking.json"
-
-
-def _warn(message: str) -> None:
-    print(f"warning: {message}", file=sys.stderr, flush=True)
+_warn = print_warning
 
 
 def record_tracking(results_root: str | Path, sweep: str, tracking: dict[str, Any],
@@ -68,20 +63,20 @@ def tracking_settings(results_root: str | Path, sweep: str) -> dict[str, Any]:
 
 
 class TrackerHook:
-    """The trackers of one tracker run, fed from a background thread."""
+    """The trackers of one tracker run, fed from a background thread of this process (trackers made here: the
+    tests'; a job's are in a child process, job_hook)."""
 
     def __init__(self, settings: dict[str, Any], run: TrackedRun, sweep: str, results_root: str | Path,
                  warn: Callable[[str], None] = _warn, make_tracker: Callable[..., Tracker] = make):
-        self.run, self.warn = run, warn
-        self.trackers = [(name, make_tracker, dict(s or {})) for name, s in settings.items()]
-        self.sweep, self.results_root = sweep, results_root
+        self.run, self.warn, self.finished = run, warn, False
+        trackers = [(name, functools.partial(make_tracker, name, dict(s or {}), sweep, results_root))
+                    for name, s in settings.items()]
         self.queue: queue.Queue = queue.Queue()
-        self.finished = False
-        self.thread = threading.Thread(target=self._work, name="rlsweep-trackers", daemon=True)
+        self.thread = threading.Thread(target=send, args=(trackers, run, self._next, warn), name="rlsweep-trackers",
+                                       daemon=True)
         self.thread.start()
         atexit.register(self.close)  # (a process that never calls close still gives its trackers CLOSE_S)
 
-    # ------------------------------------------------------------------------------------- the job's thread
     def rows(self, rows: list[dict[str, Any]]) -> None:
         """train_steps rows, queued (the caller's cost: a queue put)."""
         self.queue.put(("train", rows))
@@ -89,62 +84,36 @@ class TrackerHook:
     def points(self, points: list[Point]) -> None:
         self.queue.put(("points", points))
 
+    def alive(self) -> bool:
+        return self.thread.is_alive()
+
     def close(self, finished: bool = False, timeout_s: float = CLOSE_S) -> None:
         """Send what is queued (within `timeout_s`) and let go of the tracker runs; `finished`: the stage is done."""
         if self.thread.is_alive():
             self.finished = self.finished or finished
-            self.queue.put(None)
+            self.queue.put(("end", self.finished))
             self.thread.join(timeout_s)
             if self.thread.is_alive():
                 self.warn(f"trackers of {self.run.name}: not done after {timeout_s:.0f}s; `rlsweep track` sends "
                           "what they missed")
 
-    # ---------------------------------------------------------------------------------- the background thread
-    def _work(self) -> None:
-        open_ = []
-        for name, make_tracker, settings in self.trackers:
-            try:
-                tracker = make_tracker(name, settings, self.sweep, self.results_root)
-                tracker.open(self.run)
-                open_.append((name, tracker, tracker.logged()))
-            except Exception as e:  # noqa: BLE001 - a tracker never fails the job
-                self.warn(f"tracker {name} off for {self.run.name}: {type(e).__name__}: {str(e)[:300]}")
-        done, items, last = False, [], time.monotonic()
-        while not done:
-            # rows are sent every SEND_EVERY_S (and at the end), not each step: a tracker's call (an SQLite commit,
-            # a W&B record, a flushed events file) costs about the same for one row as for a hundred
-            try:
-                item = self.queue.get(timeout=max(0.0, last + SEND_EVERY_S - time.monotonic()))
-            except queue.Empty:
-                item = ()
-            done = item is None
-            if item:
-                items.append(item)
-            if not items or (not done and time.monotonic() - last < SEND_EVERY_S):
-                continue
-            last = time.monotonic()
-            points = [p for kind, payload in items for p in (train_points(payload) if kind == "train" else payload)]
-            items = []
-            for entry in list(open_):
-                name, tracker, held = entry
-                fresh = [p for p in points if (p.key, p.step) not in held]
-                if not fresh:
-                    continue
-                try:
-                    tracker.log(fresh)
-                    held.update((p.key, p.step) for p in fresh)
-                except Exception as e:  # noqa: BLE001
-                    self.warn(f"tracker {name} off for {self.run.name}: {type(e).__name__}: {str(e)[:300]}")
-                    open_.remove(entry)
-        for name, tracker, _ in open_:
-            try:
-                tracker.close(self.finished)
-            except Exception as e:  # noqa: BLE001
-                self.warn(f"tracker {name}: closing {self.run.name}: {type(e).__name__}: {str(e)[:300]}")
+    def _next(self, timeout: float) -> Item | None:
+        try:
+            return self.queue.get(timeout=timeout)
+        except queue.Empty:
+            return None
 
 
-def job_hook(results_root: str | Path, sweep: str, run: TrackedRun) -> TrackerHook | None:
-    """The hook of a job of `sweep` (None: its sweep tracks nothing)."""
+def job_hook(results_root: str | Path, sweep: str, run: TrackedRun,
+             warn: Callable[[str], None] = _warn) -> TrackerProcess | None:
+    """The trackers of a job of `sweep`, in a child process (None: its sweep tracks nothing, or the child could not
+    be started: one warning, and `rlsweep track` sends what the job's trackers would have)."""
     settings = tracking_settings(results_root, sweep)
-    return TrackerHook(settings, run, sweep, results_root) if settings else None
+    if not settings:
+        return None
+    try:
+        return TrackerProcess(settings, run, sweep, results_root, warn=warn)
+    except OSError as e:
+        warn(f"trackers of {run.name} off: their process did not start ({e}); `rlsweep track` sends what they miss")
+        return None
 
