@@ -6,6 +6,7 @@ MIDDLE / LAST) into wandb's own protobuf `Record`s (wandb.proto.wandb_internal_p
 from __future__ import annotations
 
 import json
+import re
 import struct
 import zlib
 from pathlib import Path
@@ -42,7 +43,13 @@ def records(path: Path) -> Iterator:
 def history(wandb_dir: Path, run_id: str) -> list[dict]:
     """Every history row logged to run `run_id`, over all its offline directories (one per process), in order."""
     rows = []
-    for log in sorted(Path(wandb_dir).glob(f"offline-run-*-{run_id}/run-{run_id}.wandb")):
+    # a run's directory per process: offline-run-<time>-<id>, and -<id>-<n> for the n-th more in the same second
+    # (two processes of one run starting within a second: a job's trackers and an evaluation's)
+    same_run = re.compile(rf"offline-run-\d{{8}}_\d{{6}}-{re.escape(run_id)}(-(\d+))?")
+    found = [(d.name[:len("offline-run-YYYYmmdd_HHMMSS")], int(m.group(2) or 0), d)
+             for d in Path(wandb_dir).glob("offline-run-*") if (m := same_run.fullmatch(d.name))]
+    for *_, directory in sorted(found):
+        log = directory / f"run-{run_id}.wandb"
         for r in records(log):
             if r.WhichOneof("record_type") == "history":
                 rows.append({it.key or "/".join(it.nested_key): json.loads(it.value_json) for it in r.history.item})

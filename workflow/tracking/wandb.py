@@ -2,7 +2,9 @@
 resumes it (`resume="allow"`). Points are logged against our own step axis (`step`, every key's step metric): W&B's
 internal step only increases, so an evaluation finished after later training steps, or a resumed job's first steps,
 would otherwise be dropped. Offline mode writes under results/<sweep>/wandb/ for `wandb sync` later (one directory per
-process; `wandb sync` uploads a run's directories in order). The API key comes from WANDB_API_KEY or `wandb login`.
+process, offline-run-<time>-<id>, with -1, -2, ... after it for more processes of the run started in the same
+second, as a job's trackers and an evaluation job's may be; `wandb sync` uploads a run's directories in order).
+The API key comes from WANDB_API_KEY or `wandb login`.
 
 W&B has no read-back for an offline run, so what was sent to each run is kept beside it: results/<sweep>/wandb/
 rlsweep-sent/<key>.json, the (key, step) points, rewritten after each log call returns."""
