@@ -174,7 +174,7 @@ class TaskConfig(Strict):
         "arithmetic: the share of two-operation problems (the rest take one)."))
     datasets: tuple[DataSource, ...] = Field((), description="datasets: the training sets, one or a weighted mixture.")
     template: Literal["boxed", "seed003"] = Field("boxed", description=(
-        "How a training prompt is put to the model (workflow/eval/prompts.py): boxed (answer in \\boxed{}) or "
+        "How a training prompt is put to the model (workflow/benchmarks/prompts.py): boxed (answer in \\boxed{}) or "
         "seed003."))
     max_prompt_chars: PositiveInt | None = Field(None, description=(
         "datasets: drop problems longer than this many characters."))
@@ -413,7 +413,7 @@ class EvalConfig(Strict):
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling's probability mass.")
     max_new_tokens: PositiveInt = Field(32, description="Longest response in tokens.")
     template: Literal["boxed", "seed003"] = Field("boxed", description=(
-        "How a problem is put to the model (workflow/eval/prompts.py); a tokenizer's own chat template wraps it when "
+        "How a problem is put to the model (workflow/benchmarks/prompts.py); a tokenizer's own chat template wraps it when "
         "there is one."))
     backend: Literal["auto", "vllm", "local"] = Field("auto", description=(
         "What generates: vllm, local (transformers), or auto (vLLM where it is installed and the run is on verl)."))
