@@ -177,7 +177,7 @@ def reference_markdown() -> str:
              "`tests/unit/eval/test_reference.py` fails when this file is stale). A run's settings go under `base:` (and "
              "vary under `grid:`, `zip:` or `optuna.space:` by their dotted keys, e.g. `rl.sfpo.K`); the other "
              "top-level keys describe the sweep. Editors check and complete sweep files with "
-             "[sweep.schema.json](sweep.schema.json) (README, \"Editor support\").", ""]
+             "[sweep.schema.json](sweep.schema.json) (README, \"A sweep file\").", ""]
     for title, model, prefix in (("The sweep file", SweepSpec, ""), ("The run config (`base:`)", RunConfig, "")):
         lines += [f"## {title}", ""]
         docs = [d for d in field_docs(model, prefix) if model is RunConfig or not d.key.startswith("base")]
