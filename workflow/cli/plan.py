@@ -32,11 +32,16 @@ def cmd_plan(a) -> int:
     notes, total = [], 0.0
     for p in stages:
         to_run = p.measured + p.bounded
-        source = ("finished jobs" if not p.bounded else "time limits (upper bound)" if not p.measured
-                  else f"finished jobs ({p.measured}), time limits ({p.bounded}, upper bound)")
+        used = sum(len(jobs) for jobs in p.sources.values())
+        where = ", ".join(f"{name}: {len(jobs)}" for name, jobs in sorted(p.sources.items()))
+        measured = f"{p.measured} from {used} finished job{'s' * (used != 1)} of the same shape ({where})"
+        source = (measured if not p.bounded else f"{p.bounded} from time limits (upper bound)" if not p.measured
+                  else f"{measured}, {p.bounded} from time limits (upper bound)")
         t.add_row(p.stage, *[str(p.counts[s]) for s in STATES], f"{p.hours:.2f}", f"{p.gpu_hours:.2f}")
         if to_run:
-            notes.append(f"{p.stage}: each job to run asks {p.asks}; hours from {source}")
+            notes.append(f"{p.stage}: each job to run asks {p.asks}; hours of the {to_run} to run: {source}")
+        if p.taken:
+            notes.append(f"{p.stage}: {p.taken} steps taken from finished shorter runs, at no cost")
         total += p.gpu_hours
     out = Console(highlight=False)
     out.print(t)
@@ -47,8 +52,9 @@ def cmd_plan(a) -> int:
             err.print(f"{p.stage}: {sum(p.reused.values())} of the done jobs came from another sweep ("
                       + ", ".join(f"{n} from {name}" for name, n in sorted(p.reused.items())) + ")")
     _extensions(sweep, root)
-    bound = any(p.bounded for p in stages)
+    bound, measured = any(p.bounded for p in stages), any(p.measured for p in stages)
     err.print(f"{total:.2f} GPU-hours left" + (" at most (some from time limits)" if bound else "")
+              + ("; measured estimates leave out queueing" if measured else "")
               + "; run it with `snakemake --config sweep=" + sweep.path + "` (--profile slurm on a cluster)")
     if a.detect is not None:
         detect(sweep, root, a.detect)

@@ -2,12 +2,19 @@
 (done: DONE.json; partial: a checkpoint to resume from; failed: the runs table says so; running; new), what each
 job to run asks of SLURM (the stage's resources), and an estimate of the GPU-hours still to spend:
 
-- measured: the wall-clock per step (SFT / RL) or per job (data, eval) of this sweep's finished jobs of the same
-  stage, engine, model and GPUs, times the steps (jobs) left, times the job's GPUs; where SLURM's accounting gave
-  those jobs' GPU-hours (runs.gpu_hours), their GPU-hours per step (job) instead, which include start-up,
-  checkpoints and requeues;
+- measured: the mean wall-clock per step (SFT / RL) or per job (data, eval) of the finished jobs of the same cost
+  key anywhere in the store (any sweep's: the store is shared), times the steps (jobs) left, times the job's GPUs;
+  where SLURM's accounting gave those jobs' GPU-hours (runs.gpu_hours), their GPU-hours per step (job) instead, which
+  include start-up, checkpoints and requeues. An optimistic figure: it leaves out queueing;
 - upper bound: the stage's time limit times its GPUs, for a job with no such finished job to go by;
-- nothing for a step-0 eval job that copies another run's evaluation of the same start (Sweep.start_sources).
+- nothing for a step-0 eval job that copies another run's evaluation of the same start (Sweep.start_sources), and
+  nothing for the steps an RL run takes from a finished shorter run (workflow/extend.py).
+
+The cost key: the stage, the engine and model, the GPUs the job asks, and what multiplies a step's cost (cost_shape):
+RL's update rule and its inner passes (K), its mixed-policy method, its rollout shape (prompts x group x longest
+response) and a reference model's forward (KL); SFT's and pretraining's batch; an eval job's benchmarks, samples per
+problem, problems and longest response. A finished job of another sweep is known by its runs row: its config, and
+its GPUs where SLURM accounted them (off SLURM they are not recorded: such a job matches on the rest of the key).
 
 A job done is done whichever sweep computed it (the store is shared, layout.py): `reused` counts, per stage, the
 done jobs another sweep computed.
@@ -22,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from workflow.engines.registry import traits
+from workflow.extend import evaluations_to_copy, extensions
 from workflow.layout import CHECKPOINTS, done_path, latest_checkpoint, stage_dir
 from workflow.results.catalog import Catalog, QueryError
 from workflow.stages import stage_of
@@ -37,8 +45,18 @@ class Job:
     stage_id: str
     state: str
     steps_left: int | None  # SFT / RL: steps still to train (None for data / eval jobs)
-    cost_key: tuple  # what makes two jobs cost the same: stage, engine, model, GPUs
+    cost_key: tuple  # what makes two jobs cost the same: stage, engine and model, GPUs, cost_shape (module doc)
     copy: bool = False  # a step-0 eval job copying another run's rows (no GPU, no time to speak of)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What one finished job measured: seconds per step (SFT / RL) or per job, SLURM's GPU-hours per step (job)
+    where it accounted them; the job (stage, id) and the sweep that computed it."""
+    seconds: float | None
+    gpu_hours: float | None
+    job: tuple[str, str]
+    sweep: str | None
 
 
 @dataclass
@@ -51,6 +69,9 @@ class StagePlan:
     measured: int = 0  # jobs to run whose estimate comes from finished jobs
     bounded: int = 0  # ... and whose estimate is the time limit (an upper bound)
     reused: dict[str, int] = field(default_factory=dict)  # done jobs another sweep computed: per that sweep
+    # the finished jobs the measured estimates came from, per the sweep that computed them
+    sources: dict[str, set] = field(default_factory=dict)
+    taken: int = 0  # RL steps taken from finished shorter runs (extensions): no cost
 
 
 def _recorded(catalog: Catalog) -> tuple[dict[tuple[str, str], str], dict[str, float], dict[tuple[str, str], float],
@@ -99,8 +120,76 @@ def _model_key(cfg: dict) -> str:
     return json.dumps([name, traits(name).model_key(cfg) if name else None], sort_keys=True)
 
 
-def sweep_jobs(sweep, root: Path, states: dict) -> list[Job]:
-    """Every job of the sweep with its state (eval jobs of an RL run that is not done count as new)."""
+def cost_shape(stage: str, cfg: dict, group: str | None = None) -> tuple:
+    """What, beyond the engine, the model and the GPUs, decides what a step (data / eval: a job) of `stage` costs,
+    from its stage config: two jobs of one shape cost the same per step. RL: the update rule and its inner passes
+    (its section's K: SFPO's and GXPO's passes per step), the mixed-policy method, the rollout shape and whether a
+    reference model runs (KL > 0); SFT and pretraining: the batch; eval: the benchmark group, samples per problem,
+    problems and longest response."""
+    if stage == "rl":
+        rl = cfg.get("rl", {})
+        section = rl.get(rl.get("update"))
+        return (rl.get("update"), section.get("K") if isinstance(section, dict) else None, rl.get("mix", "none"),
+                rl.get("prompts_per_step"), rl.get("group_size"), rl.get("max_new_tokens"), bool(rl.get("kl_coef")))
+    if stage in ("sft", "pretrain"):
+        return (cfg.get(stage, {}).get("batch_size"),)
+    if stage == "eval":
+        ev = cfg.get("eval", {})
+        return (group, ev.get("k"), ev.get("n_problems"), ev.get("max_new_tokens"))
+    return ()
+
+
+def _key(stage: str, cfg: dict, gpus: int, group: str | None = None) -> tuple:
+    return (stage, _model_key(cfg), gpus, cost_shape(stage, cfg, group))
+
+
+def store_measurements(root: Path, skip: set) -> list[tuple[tuple, Measured]]:
+    """(cost key, what it measured) of every finished job in the store that `skip` ((stage, job) pairs) does not
+    hold, known by its runs rows: their config, and their GPUs where SLURM accounted them (None: not recorded)."""
+    catalog = Catalog(root)  # every sweep's rows: the store is shared
+    try:
+        rows = catalog.query("SELECT COLUMNS('^(stage|run_id|eval_step|eval_group|wall_s|gpu_hours|slurm_gpus|"
+                             "config|computed_by)$') FROM runs WHERE status = 'completed'").to_pylist()
+        steps = catalog.query("SELECT stage, run_id, avg(wall_s) AS s, count(DISTINCT step) AS n FROM train_steps "
+                              "GROUP BY ALL").to_pylist()
+    except QueryError:  # nothing has run anywhere yet
+        return []
+    per_step = {(r["stage"], r["run_id"]): r for r in steps}
+    jobs: dict[tuple, dict] = {}
+    for r in rows:  # a job's rows: one per segment job (its GPU-hours add up), the last one's config
+        job = (r["stage"], r["run_id"] if r["stage"] != "eval"
+               else f"{r['run_id']}/{r.get('eval_step')}/{r.get('eval_group')}")
+        if job in skip or not r.get("config"):
+            continue
+        seen = jobs.setdefault(job, {"gpu_hours": None, **r})
+        seen.update(config=r["config"], slurm_gpus=r["slurm_gpus"] or seen["slurm_gpus"], wall_s=r["wall_s"])
+        if r["gpu_hours"] is not None:
+            seen["gpu_hours"] = (seen["gpu_hours"] or 0.0) + r["gpu_hours"]
+    out = []
+    for (stage, job_id), r in jobs.items():
+        try:
+            cfg = json.loads(r["config"])
+        except ValueError:
+            continue
+        if stage in _TRAINING:
+            measured = per_step.get((stage, job_id))
+            if not measured or measured["s"] is None:
+                continue
+            seconds, units = measured["s"], measured["n"]
+        else:
+            seconds, units = r["wall_s"], 1
+        gpu_hours = r["gpu_hours"] / units if r["gpu_hours"] is not None and units else None
+        key = _key(stage if stage != "overlap" else "data", cfg, r["slurm_gpus"], r.get("eval_group"))
+        out.append((key, Measured(seconds, gpu_hours, (stage, job_id), r["computed_by"])))
+    return out
+
+
+def sweep_jobs(sweep, root: Path, states: dict, exts=()) -> list[Job]:
+    """Every job of the sweep with its state (eval jobs of an RL run that is not done count as new). An RL run not
+    started that extends a finished shorter run (`exts`: workflow/extend.py's Extensions) has only the steps after
+    it left, and its evaluations that the finished run has made with the same settings are copies."""
+    taken = {e.run.run_id: e.last for e in exts}
+    copied = {(e.run.run_id, step, group) for e in exts for step, group, _ in evaluations_to_copy(root, e)}
     res = sweep.spec.resources
     jobs: list[Job] = []
 
@@ -111,24 +200,25 @@ def sweep_jobs(sweep, root: Path, states: dict) -> list[Job]:
     for stage in ("data", "overlap"):
         for data_id, cfg in sweep.configs(stage).items():
             state = _state(done_path(root, stage, data_id), None, states.get((stage, data_id)))
-            jobs.append(Job("data", data_id, state, None, ("data", _model_key(cfg), gpus("data"))))
+            jobs.append(Job("data", data_id, state, None, _key("data", cfg, gpus("data"))))
     for stage in _TRAINING:
         for stage_id, cfg in sweep.configs(stage).items():
             out = stage_dir(root, stage, stage_id)
             state = _state(out / "DONE.json", out / CHECKPOINTS, states.get((stage, stage_id)))
             total = cfg[stage]["steps"]
             found = latest_checkpoint(out / CHECKPOINTS)
-            left = 0 if state == "done" else total - (found[0] if found else 0)
-            jobs.append(Job(stage, stage_id, state, left, (stage, _model_key(cfg), gpus(stage))))
+            start = max(found[0] if found else 0, taken.get(stage_id, 0) if stage == "rl" else 0)
+            left = 0 if state == "done" else total - start
+            jobs.append(Job(stage, stage_id, state, left, _key(stage, cfg, gpus(stage))))
     copies = sweep.start_sources()
     for r in sweep.runs:
         for step, group in r.eval_jobs:
             job = f"{r.eval_id}/{step}/{group}"
             state = _state(done_path(root, "eval", r.eval_id, r.run_id, step, group), None,
                            states.get(("eval", job)))
-            copy = step == 0 and r.eval_id in copies
-            jobs.append(Job("eval", job, state, None, ("eval", _model_key(r.stage_config("eval")), gpus("eval"))
-                            + (("copy",) if copy else ()), copy))
+            copy = (step == 0 and r.eval_id in copies) or (r.run_id, step, group) in copied
+            key = _key("eval", r.stage_config("eval"), gpus("eval"), group)
+            jobs.append(Job("eval", job, state, None, key + (("copy",) if copy else ()), copy))
     return jobs
 
 
@@ -136,19 +226,26 @@ def plan(sweep, root: Path) -> list[StagePlan]:
     """Per stage (data and overlap checks together as `data`): jobs by state, the SLURM ask, the hours left."""
     catalog = Catalog(root, sweep.name, planned=sweep.members())
     states, per_step, wall, accounted, computed_by = _recorded(catalog)
-    jobs = sweep_jobs(sweep, root, states)
-    # measured cost per cost key, over finished jobs: seconds per step (SFT / RL) or per job (data / eval), and the
-    # GPU-hours SLURM accounted per step or job (startup, evaluation overheads and requeues included)
-    samples: dict[tuple, list[float]] = {}
-    gpu_samples: dict[tuple, list[float]] = {}
+    exts = extensions(root, sweep.runs)[0]
+    jobs = sweep_jobs(sweep, root, states, exts)
+    # measured cost by cost key without the GPUs: (the GPUs, what was measured) of each finished job, this sweep's
+    # (known by its config) and the rest of the store's (known by their runs rows)
+    samples: dict[tuple, list[tuple[int | None, Measured]]] = {}
+
+    def add(key: tuple, measured: Measured) -> None:
+        samples.setdefault((key[0], key[1], key[3]), []).append((key[2], measured))
+
+    mine = set()
     for job in jobs:
-        if job.state != "done":
+        if job.state != "done" or job.copy:
             continue
+        mine.add((job.stage, job.stage_id))
         seconds = per_step.get(job.stage_id) if job.stage in _TRAINING else wall.get((job.stage, job.stage_id))
-        if seconds is not None:
-            samples.setdefault(job.cost_key, []).append(seconds)
-        if (job.stage, job.stage_id) in accounted:
-            gpu_samples.setdefault(job.cost_key, []).append(accounted[(job.stage, job.stage_id)])
+        if seconds is not None or (job.stage, job.stage_id) in accounted:
+            add(job.cost_key, Measured(seconds, accounted.get((job.stage, job.stage_id)), (job.stage, job.stage_id),
+                                       computed_by.get((job.stage, job.stage_id)) or sweep.name))
+    for key, measured in store_measurements(root, mine):
+        add(key, measured)
     out = {s: StagePlan(s) for s in STAGES}
     for job in jobs:
         p = out[job.stage]
@@ -159,16 +256,23 @@ def plan(sweep, root: Path) -> list[StagePlan]:
         if job.state == "done" or job.copy:
             continue
         res = getattr(sweep.spec.resources, stage_of(job.stage).resources_key)
-        measured, billed = samples.get(job.cost_key), gpu_samples.get(job.cost_key)
+        gpus = job.cost_key[2]
+        found = [m for g, m in samples.get((job.cost_key[0], job.cost_key[1], job.cost_key[3]), [])
+                 if g is None or g == gpus]
+        seconds = [m.seconds for m in found if m.seconds is not None]
+        billed = [m.gpu_hours for m in found if m.gpu_hours is not None]
         units = job.steps_left if job.steps_left is not None else 1
-        if measured:
-            hours = sum(measured) / len(measured) * units / 3600
+        if seconds:
+            hours = sum(seconds) / len(seconds) * units / 3600
             p.measured += 1
+            for m in found:
+                p.sources.setdefault(m.sweep or "?", set()).add(m.job)
         else:
             hours = res.time_minutes / 60
             p.bounded += 1
         p.hours += hours
-        p.gpu_hours += sum(billed) / len(billed) * units if measured and billed else hours * job.cost_key[2]
+        p.gpu_hours += sum(billed) / len(billed) * units if seconds and billed else hours * gpus
+    out["rl"].taken = sum(e.last for e in exts)
     for stage, p in out.items():
         r = getattr(sweep.spec.resources, stage_of(stage).resources_key)
         p.asks = (f"{r.nodes} node x {r.gpus_per_node} GPU, {r.cpus_per_task or r.threads} CPUs, {r.time}"

@@ -88,3 +88,86 @@ def test_the_plan_reads_in_whole_words_at_80_columns(tmp_path):
     for word in ("stage", "done", "partial", "failed", "running", "new", "hours", "GPU-hours", "left"):
         assert f" {word} " in table, word
     assert "rl: each job to run asks 1 node x 1 GPU" in " ".join(res.stdout.split())
+
+
+def finished_elsewhere(root, sweep, run, seconds_per_step: float, gpus=None):
+    """What a job of another sweep leaves in the store: its runs row (with its config, as every stage job writes it)
+    and its train_steps rows."""
+    from workflow.sweep.identity import canonical_json
+    write_rows(root, "runs", f"rl_{run.run_id}", [dict(run_id=run.run_id, sweep=sweep, stage="rl", status="completed",
+               wall_s=60.0, slurm_gpus=gpus, config=canonical_json(run.stage_config("rl")))])
+    write_rows(root, "train_steps", train_steps_file("rl", run.run_id, 1, 4), [dict(
+        run_id=run.run_id, sweep=sweep, stage="rl", step=s, wall_s=seconds_per_step) for s in range(1, 5)])
+
+
+def test_a_new_sweep_is_estimated_from_finished_jobs_of_its_shape_in_the_whole_store(tmp_path):
+    """Issue 63: the store's finished jobs of another sweep count when they match the job's cost key (engine, model,
+    GPUs, and what multiplies a step: the rule's K here); another K, or another GPU count SLURM accounted, does not."""
+    from workflow.sweep.expand import load_sweep
+    from workflow.sweep.plan import plan
+    root = tmp_path / "results"
+    base = "resources:\n  rl: {gpus_per_node: 2, time: '02:00:00'}\ngrid:\n  rl.update: [sfpo]\n  rl.sfpo.K: [%s]\n"
+    new = load_sweep(write_sweep(tmp_path / "new.yaml", "new", base % "3"))
+    [run] = new.runs
+    # another sweep's run at another learning rate (not the shape) and K 3 took 5 s a step; one at K 5, 50 s
+    other = load_sweep(write_sweep(tmp_path / "old.yaml", "old", base % "3, 5" + "  rl.lr: [7.0e-4]\n"))
+    same = next(r for r in other.runs if r.config.rl.sfpo.K == 3)
+    finished_elsewhere(root, "old", same, 5.0)
+    finished_elsewhere(root, "old", next(r for r in other.runs if r.config.rl.sfpo.K == 5), 50.0)
+    rl = next(p for p in plan(new, root) if p.stage == "rl")
+    assert same.run_id != run.run_id and rl.measured == 1 and rl.bounded == 0
+    assert rl.hours == pytest.approx(5.0 * run.config.rl.steps / 3600)  # K 3's 5 s a step, not K 5's
+    assert rl.sources == {"old": {("rl", same.run_id)}}
+
+    # the same shape measured on 4 GPUs (SLURM's accounting) says nothing of a job that asks 2
+    finished_elsewhere(root, "old", same, 5.0, gpus=4)
+    rl = next(p for p in plan(new, root) if p.stage == "rl")
+    assert rl.measured == 0 and rl.bounded == 1
+
+    res = cli("plan", str(new.path), "--results", str(root), env={"COLUMNS": "200"})
+    assert res.returncode == 0, res.stderr
+    assert "rl: each job to run asks 1 node x 2 GPU" in " ".join(res.stdout.split())
+    assert "1 from time limits (upper bound)" in " ".join(res.stdout.split())
+
+
+def test_a_measured_estimate_names_its_sources_and_says_it_leaves_out_queueing(tmp_path):
+    from workflow.sweep.expand import load_sweep
+    root = tmp_path / "results"
+    new = load_sweep(write_sweep(tmp_path / "new.yaml", "new", "seeds: [0, 1]\n"))
+    old = load_sweep(write_sweep(tmp_path / "old.yaml", "old", "seeds: [7]\n"))
+    finished_elsewhere(root, "old", old.runs[0], 2.0)
+    res = cli("plan", str(new.path), "--results", str(root), env={"COLUMNS": "200"})
+    assert res.returncode == 0, res.stderr
+    text = " ".join((res.stdout + res.stderr).split())
+    assert "hours of the 2 to run: 2 from 1 finished job of the same shape (old: 1)" in text, text
+    assert "measured estimates leave out queueing" in text
+
+
+def test_the_steps_a_run_takes_from_a_finished_shorter_run_cost_nothing(tmp_path):
+    """The demo taken to more steps under another name: its runs take the finished runs' steps (workflow/extend.py),
+    so only the steps after them are estimated, from the finished runs' own measurements, and the evaluations the
+    finished run made of the taken steps are copies."""
+    from workflow.atomic import write_json
+    from workflow.extend import extensions, record_trajectory
+    from workflow.sweep.identity import stable_id
+    from workflow.sweep.expand import load_sweep
+    from workflow.sweep.plan import plan
+    root = tmp_path / "results"
+    body = "base:\n  sft: {enabled: false}\n  rl: {steps: %d, checkpoint_every: 2}\n  eval: {every: 2, k: 2}\n"
+    [short] = load_sweep(write_sweep(tmp_path / "short.yaml", "short", base=body % 4)).runs
+    longer = load_sweep(write_sweep(tmp_path / "long.yaml", "long", base=body % 10))
+    d = stage_dir(root, "rl", short.run_id)  # finished as the launcher leaves a run
+    for s in (2, 4):
+        write_json(step_dir(d / "checkpoints", s) / "meta.json", {"step": s})
+    write_json(d / "config.json", short.stage_config("rl"))
+    write_json(done_path(root, "rl", short.run_id), {"stage": "rl", "id": short.run_id, "step": 4})
+    record_trajectory(root, short.stage_config("rl"), short.run_id)
+    finished_elsewhere(root, "short", short, 3.0)
+    assert len(extensions(root, longer.runs)[0]) == 1  # it extends the finished run
+    theirs = stable_id({**longer.runs[0].stage_config("eval"), "run_id": short.run_id})
+    write_json(done_path(root, "eval", theirs, short.run_id, 4, "arithmetic"), {})  # the donor evaluated step 4
+    stages = {p.stage: p for p in plan(longer, root)}
+    assert stages["rl"].taken == 4 and stages["rl"].measured == 1
+    assert stages["rl"].hours == pytest.approx(3.0 * (10 - 4) / 3600)  # steps 5-10 at the donor's 3 s a step
+    # steps 2-10 evaluated: step 4's a copy of the donor's, step 2's (the donor has none) to run
+    assert stages["eval"].counts["new"] == 5 and stages["eval"].measured + stages["eval"].bounded == 4
