@@ -12,6 +12,7 @@
 
 import shlex
 import sys
+from pathlib import Path
 
 from workflow.big_dag import cache_resource_signature, job_function, tune_gc
 from workflow.dry_run import dry_run
@@ -23,6 +24,7 @@ from workflow.results.migrate import legacy_sweeps, migrate_if_needed
 from workflow.segments import record_finished, unrecorded_finished
 from workflow.extend import evaluations_to_copy, extend, extensions, index_finished
 from workflow.sweep.expand import load_sweep
+from workflow.sweep.plan import record_plan
 from workflow.sweep.spec import SweepError
 from workflow.stages import STAGES
 
@@ -67,6 +69,9 @@ else:
     migrate_if_needed(RESULTS)
     # the sweep's trackers, where its jobs find them (never a job's argument: not part of any job's identity)
     record_tracking(RESULTS, SWEEP.name, SWEEP.spec.tracking.model_dump(mode="json"))
+    # what the sweep had left to spend when it first ran (`rlsweep status` sets what it used against it), before
+    # extensions take their steps: written once, never again
+    record_plan(SWEEP, Path(RESULTS))
     record_finished(RESULTS, SWEEP.runs)  # RL runs finished in one job before segments: their segment files
     index_finished(RESULTS)  # once per store: the RL runs finished before the index of donors existed
     for _ext in extensions(RESULTS, SWEEP.runs)[0]:  # a longer run of a finished run's settings: only the new steps

@@ -278,3 +278,73 @@ def plan(sweep, root: Path) -> list[StagePlan]:
         p.asks = (f"{r.nodes} node x {r.gpus_per_node} GPU, {r.cpus_per_task or r.threads} CPUs, {r.time}"
                   + (f", {r.mem}" if r.mem else "") + (f", {r.partition}" if r.partition else ""))
     return [p for p in out.values() if sum(p.counts.values())]
+
+
+# ------------------------------------------------------------------------------------------ planned against used
+PLAN_FILE = "plan.json"  # results/<sweep>/plan.json: the estimate when the sweep first ran
+
+
+def record_plan(sweep, root: Path) -> bool:
+    """The plan's estimate of what the sweep had left to spend when it first ran (results/<sweep>/plan.json), kept
+    from then on: what `rlsweep status` sets the GPU-hours it used against. False: already recorded."""
+    from workflow.atomic import write_json
+    from workflow.layout import sweep_dir
+    path = sweep_dir(root, sweep.name) / PLAN_FILE
+    if path.is_file():
+        return False
+    import datetime as dt
+    stages = {p.stage: {"hours": p.hours, "gpu_hours": p.gpu_hours, "measured": p.measured, "bounded": p.bounded,
+                        "to_run": p.measured + p.bounded} for p in plan(sweep, root)}
+    write_json(path, {"recorded_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                      "stages": stages})
+    return True
+
+
+def recorded_plan(root: Path, sweep: str) -> dict | None:
+    from workflow.layout import sweep_dir
+    try:
+        return json.loads((sweep_dir(root, sweep) / PLAN_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+@dataclass
+class Used:
+    stage: str
+    method: str | None  # RL: the method; None: the stage's total
+    hours: float
+    gpu_hours: float
+    jobs: int
+
+
+def used(sweep, catalog: Catalog) -> list[Used]:
+    """What the sweep's own jobs (not those it reused from another sweep) spent, per stage and, for RL, per method:
+    wall-clock hours, and GPU-hours as SLURM accounted them (each attempt's elapsed x its GPUs, requeues included),
+    else wall-clock x the GPUs the stage asks."""
+    res = sweep.spec.resources
+    ask = {s: getattr(res, stage_of(s).resources_key).gpus_per_node * getattr(res, stage_of(s).resources_key).nodes
+           for s in ("data", "overlap", "pretrain", "sft", "rl", "eval")}
+    try:
+        rows = catalog.query("SELECT stage, method, wall_s, gpu_hours FROM runs WHERE computed_by = "
+                             f"'{sweep.name}' AND wall_s IS NOT NULL").to_pylist()
+    except QueryError:
+        return []
+    out: dict[tuple, Used] = {}
+    for r in rows:
+        stage = "data" if r["stage"] == "overlap" else r["stage"]
+        gpu_hours = r["gpu_hours"] if r["gpu_hours"] is not None else r["wall_s"] * ask.get(r["stage"], 0) / 3600
+        for key in ((stage, None), *(((stage, r["method"]),) if stage == "rl" else ())):
+            u = out.setdefault(key, Used(stage, key[1], 0.0, 0.0, 0))
+            u.hours, u.gpu_hours, u.jobs = u.hours + r["wall_s"] / 3600, u.gpu_hours + gpu_hours, u.jobs + 1
+    return [out[k] for k in sorted(out, key=lambda k: (STAGES.index(k[0]) if k[0] in STAGES else 9, k[1] or ""))]
+
+
+def off_by(planned: float, spent: float, left: int) -> str | None:
+    """Why a stage's use is flagged against its plan: over twice the plan, or (its jobs all done) under half."""
+    if planned <= 0:
+        return None
+    if spent > 2 * planned:
+        return f"{spent / planned:.1f}x the plan"
+    if left == 0 and spent < planned / 2:
+        return f"{spent / planned:.2f}x the plan"
+    return None

@@ -171,3 +171,36 @@ def test_the_steps_a_run_takes_from_a_finished_shorter_run_cost_nothing(tmp_path
     assert stages["rl"].hours == pytest.approx(3.0 * (10 - 4) / 3600)  # steps 5-10 at the donor's 3 s a step
     # steps 2-10 evaluated: step 4's a copy of the donor's, step 2's (the donor has none) to run
     assert stages["eval"].counts["new"] == 5 and stages["eval"].measured + stages["eval"].bounded == 4
+
+
+def test_status_sets_what_each_stage_and_method_used_against_the_plan_at_the_start(tmp_path):
+    """Issue 63, item 2: the plan recorded when the sweep first ran (the Snakefile calls record_plan), and `rlsweep
+    status` beside it: hours and GPU-hours per stage and RL method, from the sweep's own runs rows (SLURM's GPU-hours
+    where it accounted them, else wall-clock x the GPUs the stage asks); a stage over twice its plan is flagged."""
+    from workflow.sweep.expand import load_sweep
+    from workflow.sweep.plan import record_plan, recorded_plan
+    root = tmp_path / "results"
+    old = load_sweep(write_sweep(tmp_path / "old.yaml", "old", "grid:\n  rl.update: [grpo, sfpo]\n"))
+    for run in old.runs:  # measured elsewhere: 1 s a step
+        finished_elsewhere(root, "old", run, 1.0)
+    sweep = load_sweep(write_sweep(tmp_path / "p.yaml", "p", "grid:\n  rl.update: [grpo, sfpo]\n  rl.lr: [2.0e-4]\n"
+                                   "resources:\n  rl: {gpus_per_node: 2}\n"))
+    assert record_plan(sweep, root) and not record_plan(sweep, root)  # written once
+    planned = recorded_plan(root, "p")["stages"]["rl"]
+    steps = sweep.runs[0].config.rl.steps
+    assert planned["measured"] == 2 and planned["hours"] == pytest.approx(2 * steps * 1.0 / 3600)
+    grpo, sfpo = sorted(sweep.runs, key=lambda r: r.method)
+    write_rows(root, "runs", f"rl_{grpo.run_id}", [dict(run_id=grpo.run_id, sweep="p", stage="rl", method="grpo",
+               status="completed", wall_s=steps * 1.0)])  # as planned, on 2 GPUs
+    write_rows(root, "runs", f"rl_{sfpo.run_id}", [dict(run_id=sfpo.run_id, sweep="p", stage="rl", method="sfpo",
+               status="completed", wall_s=steps * 9.0, gpu_hours=0.5)])  # 9x slower; SLURM accounted 0.5 GPU-h
+    res = cli("status", str(sweep.path), "--results", str(root), env={"COLUMNS": "200"})
+    assert res.returncode == 0, res.stderr
+    rows = {tuple(c.strip() for c in line.strip("│").split("│"))[:2]: [c.strip() for c in line.strip("│").split("│")]
+            for line in res.stdout.splitlines() if line.startswith(("│ rl", "│ sft"))}
+    assert [float(c) for c in rows["rl", "grpo"][2:5]] == pytest.approx([1, steps / 3600, steps * 2 / 3600], rel=0.05)
+    assert float(rows["rl", "sfpo"][4]) == 0.5
+    total = rows["rl", "all"]
+    assert total[2] == "2" and float(total[4]) == pytest.approx(steps * 2 / 3600 + 0.5, rel=0.05)
+    assert float(total[6]) == pytest.approx(planned["gpu_hours"], rel=0.05) and "x the plan" in total[7]  # flagged
+    assert rows["sft", "all"][2:5] == ["0", "0", "0"] and "(upper bound)" in rows["sft", "all"][6]  # not run yet
