@@ -111,22 +111,25 @@ def method_curves(rows: list[dict], out_dir: Path, per_row: int = 4) -> Figure |
 
 
 def eval_curves(rows: list[dict], out_dir: Path) -> list[Figure]:
-    """Per benchmark, avg@k against RL step, backward passes and FLOPs (one line per setting, band: the seeds'
-    range). None for a benchmark evaluated at one step only: there is no curve to draw."""
+    """Per benchmark, avg@k against RL step, backward passes and FLOPs, and GPU-hours where the runs had GPUs (one
+    line per setting, band: the seeds' range): settings compared at equal compute. None for a benchmark evaluated at
+    one step only: there is no curve to draw."""
     figures = []
+    axes_of = dict(EVAL_AXES, **({"gpu_hours": "GPU-hours"} if any(r.get("gpu_hours") for r in rows) else {}))
     for benchmark, bench_rows in _series(rows, "benchmark").items():
         by_label = _series(bench_rows, "label")
         if all(len(series) < 2 for series in by_label.values()):
             continue
-        fig, axes = plt.subplots(1, len(EVAL_AXES), figsize=(4.2 * len(EVAL_AXES), 3.4), squeeze=False)
+        fig, axes = plt.subplots(1, len(axes_of), figsize=(4.2 * len(axes_of), 3.4), squeeze=False)
         colors = dict(zip(sorted(by_label), plt.rcParams["axes.prop_cycle"].by_key()["color"] * 10))
-        for ax, (x, title) in zip(axes[0], EVAL_AXES.items()):
+        for ax, (x, title) in zip(axes[0], axes_of.items()):
             for label, series in by_label.items():
-                _band(ax, [r[x] for r in series], series, label, colors[label])
+                _band(ax, [r[x] or 0.0 for r in series], series, label, colors[label])
             ax.set_xlabel(title)
             ax.grid(alpha=0.3)
         axes[0][0].set_ylabel(f"{benchmark} avg@k")
         _legend(fig, *axes[0][0].get_legend_handles_labels())
+        *first, last = ["step" if t == "RL step" else t for t in axes_of.values()]
         figures.append(save(fig, out_dir, f"accuracy_{benchmark}",
-                             f"{benchmark}: accuracy against step, backward passes and FLOPs"))
+                            f"{benchmark}: accuracy against {', '.join(first)} and {last}"))
     return figures

@@ -111,13 +111,17 @@ ORDER BY p.label, u.metric, u.step
 
 -- name: eval_curves
 -- Per setting, benchmark and evaluated step: avg@k (mean, min and max over seeds) and the compute spent to get
--- there, each run's running totals of backward passes, rollouts, FLOPs and wall-clock seconds (mean over seeds).
+-- there, each run's running totals of backward passes, rollouts, FLOPs, wall-clock seconds and GPU-hours (wall-clock
+-- x the run's GPUs: as SLURM allocated them, else as planned; null on CPU) (mean over seeds).
 WITH planned AS ($planned),
 spent AS ($spent)
 SELECT p.label, e.benchmark, e.step, count(*) AS seeds, avg(e.avg_at_k) AS mean, min(e.avg_at_k) AS low,
        max(e.avg_at_k) AS high, avg(coalesce(s.backward_passes, 0)) AS backward_passes,
        avg(coalesce(s.rollouts, 0)) AS rollouts, avg(coalesce(s.flops, 0)) AS flops,
-       avg(coalesce(s.wall_s, 0)) AS wall_s
+       avg(coalesce(s.wall_s, 0)) AS wall_s,
+       avg(coalesce(s.wall_s, 0) * nullif(coalesce((SELECT max(g.slurm_gpus) FROM runs g
+                                                     WHERE g.run_id = e.run_id AND g.stage = 'rl'), p.gpus), 0))
+           / 3600 AS gpu_hours
 FROM eval_scores e JOIN planned p USING (run_id, eval_id)
 LEFT JOIN spent s ON s.run_id = e.run_id AND s.step = e.step
 WHERE e.k = e.n_samples

@@ -373,7 +373,7 @@ def test_one_checkpoint_evaluated_under_two_eval_settings_has_a_start_row_for_ea
     assert acc["eval.temperature=1.0"][3] == "0.300 ± 0.000 [0.300, 0.300]"
 
 
-def test_gpu_hours_are_wall_clock_times_the_runs_gpus(sweep_results):
+def test_gpu_hours_are_wall_clock_times_the_runs_gpus(sweep_results, tmp_path):
     from dataclasses import replace
     from workflow.report.build import planned_runs
     from workflow.report.queries import fill, run_all
@@ -387,6 +387,16 @@ def test_gpu_hours_are_wall_clock_times_the_runs_gpus(sweep_results):
     assert rows["rl.update=grpo"]["gpu_hours"] == pytest.approx(4 * 1.0 * 2 / 3600)  # 4 steps of 1 s on 2 GPUs
     assert rows["rl.update=sfpo"]["gpu_hours_ratio"] == pytest.approx(1.0)  # 2 steps of 2 s
     assert "GPU-hours" in efficiency(list(rows.values()), "rl.update=grpo").columns
+    # compute as an axis (issue 63): the accuracy curves against GPU-hours too, where the runs had GPUs
+    from workflow.report.figures import eval_curves
+    curve = answers["eval_curves"].to_pylist()
+    last = max((r for r in curve if r["label"] == "rl.update=grpo"), key=lambda r: r["step"])
+    assert last["gpu_hours"] == pytest.approx(4 * 1.0 * 2 / 3600)
+    [fig] = eval_curves(curve, tmp_path / "figures")
+    assert fig.title.endswith("FLOPs and GPU-hours")
+    on_cpu = run_all(Catalog(results, "rep"), fill(planned_runs(sweep), "rl.update=grpo"))["eval_curves"].to_pylist()
+    assert {r["gpu_hours"] for r in on_cpu} == {None}
+    assert eval_curves(on_cpu, tmp_path / "cpu")[0].title.endswith("backward passes and FLOPs")  # no GPU panel
 
 
 def test_an_optuna_sweeps_report_shows_its_best_trials_history_and_importances(tmp_path):
