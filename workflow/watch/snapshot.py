@@ -19,6 +19,7 @@ from typing import Callable
 from workflow.layout import DONE, done_path, stage_dir
 from workflow.results.rows import runs_row_file
 from workflow.slurm import cluster
+from workflow.sweep.plan import recorded_plan
 from workflow.watch.jobs import STATES, Files, JobView, stage_job
 
 TRAINING = ("data", "overlap", "pretrain", "sft", "rl")  # a run's stage jobs before its evaluations, in order
@@ -74,6 +75,7 @@ class Snapshot:
     problems: list[Problem]  # newest first
     notes: list[str]  # what limited this snapshot (squeue did not answer, ...)
     taken_at: float
+    planned_gpu_hours: float | None = None  # what `rlsweep plan` estimated when the sweep first ran (plan.json)
 
     @property
     def failed(self) -> bool:
@@ -102,6 +104,8 @@ class Watcher:
                        + sum(map(len, self.eval_jobs.values())))
         self.headlines = {r.run_id: (*RL_HEADLINE, *(c.headline for c in r.config.rl.selected if c.headline))
                           for r in sweep.runs}
+        planned = recorded_plan(self.root, sweep.name)  # written once, when the sweep first ran: read once
+        self.planned_gpu_hours = (sum(s["gpu_hours"] for s in planned["stages"].values()) if planned else None)
 
     # ----------------------------------------------------------------------------------------------------- jobs
     def _job(self, stage: str, stage_id: str, run_id: str | None = None, step: int | None = None,
@@ -237,7 +241,8 @@ class Watcher:
                                         view.detail, view.log, view.when, view.error))
         jobs_by_state["pending"] = max(self.n_jobs - sum(jobs_by_state.values()), 0)
         problems.sort(key=lambda p: p.when or 0.0, reverse=True)
-        return Snapshot(self.sweep.name, lines, jobs_by_state, gpu_hours, problems, self._notes, self._now)
+        return Snapshot(self.sweep.name, lines, jobs_by_state, gpu_hours, problems, self._notes, self._now,
+                        self.planned_gpu_hours)
 
 
 def _urgency(state: str) -> int:

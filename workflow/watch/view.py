@@ -106,7 +106,9 @@ def header(snapshot: Snapshot) -> str:
     when = dt.datetime.fromtimestamp(snapshot.taken_at).strftime("%H:%M:%S")
     return (f"{snapshot.sweep}: {len(snapshot.lines)} runs | jobs {j['done']} done, {j['running']} running, "
             f"{j['queued']} queued, {j['failed']} failed, {j['pending']} pending | "
-            f"GPU-hours {snapshot.gpu_hours:.1f} | {when}")
+            f"GPU-hours {snapshot.gpu_hours:.1f}"
+            + (f" of {snapshot.planned_gpu_hours:.1f} planned" if snapshot.planned_gpu_hours is not None else "")
+            + f" | {when}")
 
 
 def footer(snapshot: Snapshot) -> list[str]:

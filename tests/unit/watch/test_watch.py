@@ -207,3 +207,14 @@ def test_on_a_terminal_it_redraws_until_ctrl_c_and_leaves_cleanly(store, tmp_pat
     os.close(leader)
     assert seen.count(b"w: 6 runs") >= 3 and b"Traceback" not in seen
     assert b"squeue did not answer" in seen  # (no squeue on PATH: a note, not an error)
+
+
+def test_the_header_sets_the_gpu_hours_used_against_the_plan_when_the_sweep_first_ran(store):
+    from workflow.sweep.plan import record_plan
+    from workflow.watch.view import header
+    sweep, root, _ = store
+    assert "planned" not in header(Watcher(sweep, root, squeue=squeue).snapshot())  # no plan recorded
+    record_plan(sweep, root)  # (the Snakefile's, when the sweep first runs)
+    snap = Watcher(sweep, root, squeue=squeue).snapshot()
+    assert snap.planned_gpu_hours is not None and snap.planned_gpu_hours > 0
+    assert f"GPU-hours {snap.gpu_hours:.1f} of {snap.planned_gpu_hours:.1f} planned" in header(snap)
