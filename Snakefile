@@ -70,8 +70,9 @@ else:
     # the sweep's trackers, where its jobs find them (never a job's argument: not part of any job's identity)
     record_tracking(RESULTS, SWEEP.name, SWEEP.spec.tracking.model_dump(mode="json"))
     # what the sweep had left to spend when it first ran (`rlsweep status` sets what it used against it), before
-    # extensions take their steps: written once, never again
-    record_plan(SWEEP, Path(RESULTS))
+    # extensions take their steps: written once, never again (not for a study: its trials are not known yet)
+    if SWEEP.spec.optuna is None:
+        record_plan(SWEEP, Path(RESULTS))
     record_finished(RESULTS, SWEEP.runs)  # RL runs finished in one job before segments: their segment files
     index_finished(RESULTS)  # once per store: the RL runs finished before the index of donors existed
     for _ext in extensions(RESULTS, SWEEP.runs)[0]:  # a longer run of a finished run's settings: only the new steps
