@@ -162,7 +162,8 @@ def store_measurements(root: Path, skip: set) -> list[tuple[tuple, Measured]]:
         if job in skip or not r.get("config"):
             continue
         seen = jobs.setdefault(job, {"gpu_hours": None, **r})
-        seen.update(config=r["config"], slurm_gpus=r["slurm_gpus"] or seen["slurm_gpus"], wall_s=r["wall_s"])
+        gpus = r["slurm_gpus"] if r["slurm_gpus"] is not None else seen["slurm_gpus"]  # (0: a CPU job on SLURM)
+        seen.update(config=r["config"], slurm_gpus=gpus, wall_s=r["wall_s"])
         if r["gpu_hours"] is not None:
             seen["gpu_hours"] = (seen["gpu_hours"] or 0.0) + r["gpu_hours"]
     out = []
