@@ -122,37 +122,18 @@ def cmd_status(a) -> int:
 
 def _cost(sweep, root, catalog) -> None:
     """Per stage and RL method: what the sweep's own jobs spent, beside what `rlsweep plan` estimated when the sweep
-    first ran (results/<sweep>/plan.json); a stage over twice its plan, or done at under half of it, is flagged."""
-    from workflow.sweep.plan import off_by, plan, recorded_plan, used
-    spent = used(sweep, catalog)
-    planned = recorded_plan(root, sweep.name)
-    if not spent and planned is None:
+    first ran (workflow/sweep/plan.py cost_rows)."""
+    from workflow.sweep.plan import cost_rows, hours_text
+    rows, recorded_at = cost_rows(sweep, root, catalog)
+    if not rows:
         return
-    stages = (planned or {}).get("stages", {})
-    left = {p.stage: sum(n for state, n in p.counts.items() if state != "done") for p in plan(sweep, root)}
     t = Table(title="cost: used by this sweep's jobs, against the plan when it first ran"
-              + (f" ({planned['recorded_at']})" if planned else " (not recorded)"))
+              + (f" ({recorded_at})" if recorded_at else " (not recorded)"))
     for col in ("stage", "method", "jobs", "hours", "GPU-hours", "planned hours", "planned GPU-hours", ""):
         t.add_column(col, justify="left" if col in ("stage", "method", "") else "right")
-    from workflow.sweep.plan import STAGES, Used
-    shown = {(u.stage, u.method): u for u in spent}
-    for stage in stages:  # a planned stage nothing has run of yet: its plan, and nothing used
-        shown.setdefault((stage, None), Used(stage, None, 0.0, 0.0, 0))
-    for (stage, method), u in sorted(shown.items(), key=lambda kv: (STAGES.index(kv[0][0]) if kv[0][0] in STAGES
-                                                                    else 9, kv[0][1] or "")):
-        p = stages.get(stage) if method is None else None
-        flag = None
-        if p is not None and not (p["bounded"] and u.gpu_hours < p["gpu_hours"]):  # (a time limit: an upper bound)
-            on_gpus = p["gpu_hours"] > 0
-            flag = off_by(p["gpu_hours"] if on_gpus else p["hours"], u.gpu_hours if on_gpus else u.hours,
-                          left.get(stage, 0))
-        t.add_row(stage, method or "all", str(u.jobs), _hours(u.hours), _hours(u.gpu_hours),
-                  "" if p is None else _hours(p["hours"]), "" if p is None else _hours(p["gpu_hours"])
-                  + (" (upper bound)" if p["bounded"] else ""), f"[red]{flag}[/]" if flag else "")
+    for r in rows:
+        u, p = r.used, r.planned
+        t.add_row(u.stage, u.method or "all", str(u.jobs), hours_text(u.hours), hours_text(u.gpu_hours),
+                  "" if p is None else hours_text(p["hours"]), "" if p is None else hours_text(p["gpu_hours"])
+                  + (" (upper bound)" if p["bounded"] else ""), f"[red]{r.flag}[/]" if r.flag else "")
     Console(highlight=False).print(t)
-
-
-def _hours(h: float) -> str:
-    """Hours short but not rounded away: 0, 0.0011, 0.52, 12.3, 1.2e+03."""
-    return "0" if h == 0 else f"{h:.2g}" if h < 0.1 else f"{h:.3g}"
-

@@ -12,10 +12,11 @@ from pathlib import Path
 from workflow.atomic import write_text
 from workflow.engines.registry import traits
 from workflow.layout import report_dir
-from workflow.report import figures, graders, references, seeds, tables
+from workflow.report import cost, figures, graders, references, seeds, tables
 from workflow.report.queries import BOOTSTRAP, PlannedRun, fill, run_all
 from workflow.report.render import render
 from workflow.results.catalog import Catalog
+from workflow.sweep.plan import cost_rows
 
 
 def planned_runs(sweep) -> list[PlannedRun]:
@@ -95,7 +96,8 @@ def write_report(sweep, results_root: str | Path) -> Path:
     sections = [s for s in [references_section(sweep.spec.report.references, data["accuracy"]),
                             graders.section(data["graders"], data["grader_disagreement"], data["grader_examples"],
                                             baseline),
-                            seeds.section(data["seed_variance"], data["paired"], max(seeds_of.values(), default=0))]
+                            seeds.section(data["seed_variance"], data["paired"], max(seeds_of.values(), default=0)),
+                            cost.section(*cost_rows(sweep, Path(results_root), catalog))]
                 if s is not None]
     gain = [r for r in data["paired"] if r["versus"] == "start"]
     versus_baseline = [r for r in data["paired"] if r["versus"] == "baseline"]

@@ -349,3 +349,41 @@ def off_by(planned: float, spent: float, left: int) -> str | None:
     if left == 0 and spent < planned / 2:
         return f"{spent / planned:.2f}x the plan"
     return None
+
+
+@dataclass
+class CostRow:
+    """One line of planned against used: a stage (method None) or one RL method of it."""
+    used: Used
+    planned: dict | None  # the stage's recorded plan: hours, gpu_hours, measured, bounded (None: a method's line)
+    flag: str | None  # why it is off its plan (off_by)
+
+
+def cost_rows(sweep, root: Path, catalog: Catalog) -> tuple[list[CostRow], str | None]:
+    """Per stage (and RL method) what the sweep's own jobs used, beside the plan recorded when the sweep first ran,
+    flagged where off by more than 2x (a plan from time limits is an upper bound: under it is no surprise); and when
+    the plan was recorded (None: never). No rows: nothing used and nothing planned."""
+    spent, recorded = used(sweep, catalog), recorded_plan(root, sweep.name)
+    if not spent and recorded is None:
+        return [], None
+    stages = (recorded or {}).get("stages", {})
+    left = {p.stage: sum(n for state, n in p.counts.items() if state != "done") for p in plan(sweep, root)}
+    shown = {(u.stage, u.method): u for u in spent}
+    for stage in stages:  # a planned stage nothing has run of yet: its plan, and nothing used
+        shown.setdefault((stage, None), Used(stage, None, 0.0, 0.0, 0))
+    rows = []
+    for (stage, method), u in sorted(shown.items(), key=lambda kv: (STAGES.index(kv[0][0]) if kv[0][0] in STAGES
+                                                                    else len(STAGES), kv[0][1] or "")):
+        p = stages.get(stage) if method is None else None
+        flag = None
+        if p is not None and not (p["bounded"] and u.gpu_hours < p["gpu_hours"]):
+            on_gpus = p["gpu_hours"] > 0
+            flag = off_by(p["gpu_hours"] if on_gpus else p["hours"], u.gpu_hours if on_gpus else u.hours,
+                          left.get(stage, 0))
+        rows.append(CostRow(u, p, flag))
+    return rows, (recorded or {}).get("recorded_at")
+
+
+def hours_text(h: float) -> str:
+    """Hours short but not rounded away: 0, 0.0011, 0.52, 12.3, 1.2e+03."""
+    return "0" if h == 0 else f"{h:.2g}" if h < 0.1 else f"{h:.3g}"

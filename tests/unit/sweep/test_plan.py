@@ -204,3 +204,11 @@ def test_status_sets_what_each_stage_and_method_used_against_the_plan_at_the_sta
     assert total[2] == "2" and float(total[4]) == pytest.approx(steps * 2 / 3600 + 0.5, rel=0.05)
     assert float(total[6]) == pytest.approx(planned["gpu_hours"], rel=0.05) and "x the plan" in total[7]  # flagged
     assert rows["sft", "all"][2:5] == ["0", "0", "0"] and "(upper bound)" in rows["sft", "all"][6]  # not run yet
+    # the report's "Cost" section holds the same lines (workflow/report/cost.py)
+    from workflow.report.cost import section
+    from workflow.results.catalog import Catalog
+    from workflow.sweep.plan import cost_rows
+    cost = section(*cost_rows(sweep, root, Catalog(root, "p", planned=sweep.members())))
+    lines = {(r[0].text, r[1].text): r for r in cost.tables[0].rows}
+    assert cost.title == "Cost: planned against used" and lines["rl", "all"][7].mark == "failed"
+    assert [c.text for c in lines["rl", "sfpo"][2:5]] == [c for c in rows["rl", "sfpo"][2:5]]

@@ -1,0 +1,28 @@
+"""The report's "Cost" section: per stage and RL method, the hours and GPU-hours the sweep's own jobs used, beside
+what `rlsweep plan` estimated when the sweep first ran (workflow/sweep/plan.py cost_rows; `rlsweep status` prints
+the same)."""
+
+from __future__ import annotations
+
+from workflow.report.tables import Cell, Section, Table
+from workflow.sweep.plan import CostRow, hours_text
+
+
+def section(rows: list[CostRow], recorded_at: str | None) -> Section | None:
+    if not rows:
+        return None
+    table = Table(["stage", "method", "jobs", "hours", "GPU-hours", "planned hours", "planned GPU-hours", ""])
+    for r in rows:
+        u, p = r.used, r.planned
+        table.rows.append([Cell(u.stage), Cell(u.method or "all"), Cell(str(u.jobs)), Cell(hours_text(u.hours)),
+                           Cell(hours_text(u.gpu_hours)), Cell("" if p is None else hours_text(p["hours"])),
+                           Cell("" if p is None else hours_text(p["gpu_hours"])
+                                + (" (upper bound)" if p["bounded"] else "")),
+                           Cell(r.flag or "", mark="failed" if r.flag else "")])
+    table.notes.append("Used: the sweep's own jobs (not those it reused from another sweep), from their runs rows: "
+                       "SLURM's GPU-hours where it accounted them (every attempt), else wall-clock x the GPUs the "
+                       "stage asks. Planned: `rlsweep plan` when the sweep first ran"
+                       + (f" ({recorded_at})" if recorded_at else " (not recorded: the sweep ran before plans were)")
+                       + "; from measured jobs of the same shape, or time limits (an upper bound). Flagged: a stage "
+                       "over twice its plan, or finished under half a measured one.")
+    return Section("Cost: planned against used", "cost", [table])
