@@ -12,7 +12,8 @@ bounded time at the end (CLOSE_S) and is killed past it, with one warning: `rlsw
 
 The protocol, one JSON value per line: a header {"settings", "run", "sweep", "results_root", "make"}, then
 ["train", rows], ["points", [[key, step, value], ...]], and ["end", finished]. A child whose stdin closes without an
-end sends what it has and lets go of its runs as unfinished.
+end (its job was killed) lets go of its runs as unfinished without sending what it had not sent yet: the job that
+resumes the run sends those steps again, and two senders of one step would log it twice.
 """
 
 from __future__ import annotations

@@ -77,7 +77,9 @@ def test_a_hung_tracker_gets_a_bounded_time_at_the_end_then_its_process_is_ended
     assert len(warnings) == 1 and "not done after" in warnings[0] and "rlsweep track" in warnings[0]
 
 
-def test_a_job_that_ends_without_closing_lets_go_of_its_runs_unfinished(tmp_path):
+def test_a_child_whose_job_dies_sends_nothing_more_and_lets_go_of_its_runs_unfinished(tmp_path):
+    """A killed job's child must not send its queued steps after the job is gone: the resumed job sends them again
+    (its trackers read what the run holds when they open), and both would log them (tests/e2e/test_tracking.py)."""
     hook = child(tmp_path, [])
     hook.rows([{"step": 2, "loss": 0.5}])
     deadline = time.monotonic() + 30
@@ -87,7 +89,7 @@ def test_a_job_that_ends_without_closing_lets_go_of_its_runs_unfinished(tmp_path
     hook.child.stdin.close()  # what the child sees when the job dies: its stdin closes
     hook.child.wait(30)
     got = seen(tmp_path / "sent.jsonl")
-    assert got[-1]["closed"] is False and [tuple(p)[:2] for p in got[-2]["points"]] == [("train/loss", 2)]
+    assert got[-1]["closed"] is False and not any("points" in g for g in got)
 
 
 @pytest.mark.slow  # the real TensorBoard backend in the child imports torch (~2 s)
