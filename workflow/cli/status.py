@@ -123,17 +123,15 @@ def cmd_status(a) -> int:
 def _cost(sweep, root, catalog) -> None:
     """Per stage and RL method: what the sweep's own jobs spent, beside what `rlsweep plan` estimated when the sweep
     first ran (workflow/sweep/plan.py cost_rows)."""
-    from workflow.sweep.plan import cost_rows, hours_text
+    from workflow.sweep.plan import COST_COLUMNS, cost_cells, cost_rows
     rows, recorded_at = cost_rows(sweep, root, catalog)
     if not rows:
         return
     t = Table(title="cost: used by this sweep's jobs, against the plan when it first ran"
               + (f" ({recorded_at})" if recorded_at else " (not recorded)"))
-    for col in ("stage", "method", "jobs", "hours", "GPU-hours", "planned hours", "planned GPU-hours", ""):
+    for col in COST_COLUMNS:
         t.add_column(col, justify="left" if col in ("stage", "method", "") else "right")
     for r in rows:
-        u, p = r.used, r.planned
-        t.add_row(u.stage, u.method or "all", str(u.jobs), hours_text(u.hours), hours_text(u.gpu_hours),
-                  "" if p is None else hours_text(p["hours"]), "" if p is None else hours_text(p["gpu_hours"])
-                  + (" (upper bound)" if p["bounded"] else ""), f"[red]{r.flag}[/]" if r.flag else "")
+        *cells, flag = cost_cells(r)
+        t.add_row(*cells, f"[red]{flag}[/]" if flag else "")
     Console(highlight=False).print(t)

@@ -5,20 +5,15 @@ the same)."""
 from __future__ import annotations
 
 from workflow.report.tables import Cell, Section, Table
-from workflow.sweep.plan import CostRow, hours_text
+from workflow.sweep.plan import COST_COLUMNS, CostRow, cost_cells
 
 
 def section(rows: list[CostRow], recorded_at: str | None) -> Section | None:
     if not rows:
         return None
-    table = Table(["stage", "method", "jobs", "hours", "GPU-hours", "planned hours", "planned GPU-hours", ""])
+    table = Table(list(COST_COLUMNS))
     for r in rows:
-        u, p = r.used, r.planned
-        table.rows.append([Cell(u.stage), Cell(u.method or "all"), Cell(str(u.jobs)), Cell(hours_text(u.hours)),
-                           Cell(hours_text(u.gpu_hours)), Cell("" if p is None else hours_text(p["hours"])),
-                           Cell("" if p is None else hours_text(p["gpu_hours"])
-                                + (" (upper bound)" if p["bounded"] else "")),
-                           Cell(r.flag or "", mark="failed" if r.flag else "")])
+        table.rows.append([*map(Cell, cost_cells(r)[:-1]), Cell(r.flag or "", mark="failed" if r.flag else "")])
     table.notes.append("Used: the sweep's own jobs (not those it reused from another sweep), from their runs rows: "
                        "SLURM's GPU-hours where it accounted them (every attempt), else wall-clock x the GPUs the "
                        "stage asks. Planned: `rlsweep plan` when the sweep first ran"

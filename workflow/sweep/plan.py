@@ -24,15 +24,17 @@ GPU-hours are GPUs x hours of a job (a CPU-only stage counts 0 GPUs, its hours a
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from workflow.atomic import write_json
 from workflow.engines.registry import traits
 from workflow.extend import evaluations_to_copy, extensions
-from workflow.layout import CHECKPOINTS, done_path, latest_checkpoint, stage_dir
+from workflow.layout import CHECKPOINTS, done_path, latest_checkpoint, stage_dir, sweep_dir
 from workflow.results.catalog import Catalog, QueryError
-from workflow.stages import stage_of
+from workflow.stages import STAGES as DECLARED, stage_of
 
 STATES = ("done", "partial", "failed", "running", "new")
 STAGES = ("data", "pretrain", "sft", "rl", "eval")
@@ -115,6 +117,12 @@ def _state(done: Path, checkpoints: Path | None, recorded: str | None) -> str:
     return "new"
 
 
+def asked_gpus(sweep, stage: str) -> int:
+    """The GPUs a job of `stage` asks (its resources: GPUs per node x nodes)."""
+    r = getattr(sweep.spec.resources, stage_of(stage).resources_key)
+    return r.gpus_per_node * r.nodes
+
+
 def _model_key(cfg: dict) -> str:
     name = cfg.get("engine", {}).get("name")
     return json.dumps([name, traits(name).model_key(cfg) if name else None], sort_keys=True)
@@ -191,17 +199,11 @@ def sweep_jobs(sweep, root: Path, states: dict, exts=()) -> list[Job]:
     it left, and its evaluations that the finished run has made with the same settings are copies."""
     taken = {e.run.run_id: e.last for e in exts}
     copied = {(e.run.run_id, step, group) for e in exts for step, group, _ in evaluations_to_copy(root, e)}
-    res = sweep.spec.resources
     jobs: list[Job] = []
-
-    def gpus(stage: str) -> int:
-        r = getattr(res, stage_of(stage).resources_key)
-        return r.gpus_per_node * r.nodes
-
     for stage in ("data", "overlap"):
         for data_id, cfg in sweep.configs(stage).items():
             state = _state(done_path(root, stage, data_id), None, states.get((stage, data_id)))
-            jobs.append(Job("data", data_id, state, None, _key("data", cfg, gpus("data"))))
+            jobs.append(Job("data", data_id, state, None, _key("data", cfg, asked_gpus(sweep, "data"))))
     for stage in _TRAINING:
         for stage_id, cfg in sweep.configs(stage).items():
             out = stage_dir(root, stage, stage_id)
@@ -210,7 +212,7 @@ def sweep_jobs(sweep, root: Path, states: dict, exts=()) -> list[Job]:
             found = latest_checkpoint(out / CHECKPOINTS)
             start = max(found[0] if found else 0, taken.get(stage_id, 0) if stage == "rl" else 0)
             left = 0 if state == "done" else total - start
-            jobs.append(Job(stage, stage_id, state, left, _key(stage, cfg, gpus(stage))))
+            jobs.append(Job(stage, stage_id, state, left, _key(stage, cfg, asked_gpus(sweep, stage))))
     copies = sweep.start_sources()
     for r in sweep.runs:
         for step, group in r.eval_jobs:
@@ -218,7 +220,7 @@ def sweep_jobs(sweep, root: Path, states: dict, exts=()) -> list[Job]:
             state = _state(done_path(root, "eval", r.eval_id, r.run_id, step, group), None,
                            states.get(("eval", job)))
             copy = (step == 0 and r.eval_id in copies) or (r.run_id, step, group) in copied
-            key = _key("eval", r.stage_config("eval"), gpus("eval"), group)
+            key = _key("eval", r.stage_config("eval"), asked_gpus(sweep, "eval"), group)
             jobs.append(Job("eval", job, state, None, key + (("copy",) if copy else ()), copy))
     return jobs
 
@@ -288,12 +290,9 @@ PLAN_FILE = "plan.json"  # results/<sweep>/plan.json: the estimate when the swee
 def record_plan(sweep, root: Path) -> bool:
     """The plan's estimate of what the sweep had left to spend when it first ran (results/<sweep>/plan.json), kept
     from then on: what `rlsweep status` sets the GPU-hours it used against. False: already recorded."""
-    from workflow.atomic import write_json
-    from workflow.layout import sweep_dir
     path = sweep_dir(root, sweep.name) / PLAN_FILE
     if path.is_file():
         return False
-    import datetime as dt
     stages = {p.stage: {"hours": p.hours, "gpu_hours": p.gpu_hours, "measured": p.measured, "bounded": p.bounded,
                         "to_run": p.measured + p.bounded} for p in plan(sweep, root)}
     write_json(path, {"recorded_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -302,7 +301,6 @@ def record_plan(sweep, root: Path) -> bool:
 
 
 def recorded_plan(root: Path, sweep: str) -> dict | None:
-    from workflow.layout import sweep_dir
     try:
         return json.loads((sweep_dir(root, sweep) / PLAN_FILE).read_text())
     except (OSError, ValueError):
@@ -322,9 +320,6 @@ def used(sweep, catalog: Catalog) -> list[Used]:
     """What the sweep's own jobs (not those it reused from another sweep) spent, per stage and, for RL, per method:
     wall-clock hours, and GPU-hours as SLURM accounted them (each attempt's elapsed x its GPUs, requeues included),
     else wall-clock x the GPUs the stage asks."""
-    res = sweep.spec.resources
-    ask = {s: getattr(res, stage_of(s).resources_key).gpus_per_node * getattr(res, stage_of(s).resources_key).nodes
-           for s in ("data", "overlap", "pretrain", "sft", "rl", "eval")}
     try:
         rows = catalog.query("SELECT stage, method, wall_s, gpu_hours FROM runs WHERE computed_by = "
                              f"'{sweep.name}' AND wall_s IS NOT NULL").to_pylist()
@@ -333,11 +328,12 @@ def used(sweep, catalog: Catalog) -> list[Used]:
     out: dict[tuple, Used] = {}
     for r in rows:
         stage = "data" if r["stage"] == "overlap" else r["stage"]
-        gpu_hours = r["gpu_hours"] if r["gpu_hours"] is not None else r["wall_s"] * ask.get(r["stage"], 0) / 3600
+        gpu_hours = (r["gpu_hours"] if r["gpu_hours"] is not None
+                     else r["wall_s"] * (asked_gpus(sweep, r["stage"]) if r["stage"] in DECLARED else 0) / 3600)
         for key in ((stage, None), *(((stage, r["method"]),) if stage == "rl" else ())):
             u = out.setdefault(key, Used(stage, key[1], 0.0, 0.0, 0))
             u.hours, u.gpu_hours, u.jobs = u.hours + r["wall_s"] / 3600, u.gpu_hours + gpu_hours, u.jobs + 1
-    return [out[k] for k in sorted(out, key=lambda k: (STAGES.index(k[0]) if k[0] in STAGES else 9, k[1] or ""))]
+    return list(out.values())
 
 
 def off_by(planned: float, spent: float, left: int) -> str | None:
@@ -367,7 +363,9 @@ def cost_rows(sweep, root: Path, catalog: Catalog) -> tuple[list[CostRow], str |
     if not spent and recorded is None:
         return [], None
     stages = (recorded or {}).get("stages", {})
-    left = {p.stage: sum(n for state, n in p.counts.items() if state != "done") for p in plan(sweep, root)}
+    left: dict[str, int] = {}
+    for job in sweep_jobs(sweep, root, _recorded(catalog)[0]):  # (states only: no estimate is needed here)
+        left[job.stage] = left.get(job.stage, 0) + (job.state != "done")
     shown = {(u.stage, u.method): u for u in spent}
     for stage in stages:  # a planned stage nothing has run of yet: its plan, and nothing used
         shown.setdefault((stage, None), Used(stage, None, 0.0, 0.0, 0))
@@ -387,3 +385,15 @@ def cost_rows(sweep, root: Path, catalog: Catalog) -> tuple[list[CostRow], str |
 def hours_text(h: float) -> str:
     """Hours short but not rounded away: 0, 0.0011, 0.52, 12.3, 1.2e+03."""
     return "0" if h == 0 else f"{h:.2g}" if h < 0.1 else f"{h:.3g}"
+
+
+COST_COLUMNS = ("stage", "method", "jobs", "hours", "GPU-hours", "planned hours", "planned GPU-hours", "")
+
+
+def cost_cells(row: CostRow) -> list[str]:
+    """A CostRow's cells under COST_COLUMNS (`rlsweep status` and the report's Cost section)."""
+    u, p = row.used, row.planned
+    return [u.stage, u.method or "all", str(u.jobs), hours_text(u.hours), hours_text(u.gpu_hours),
+            "" if p is None else hours_text(p["hours"]),
+            "" if p is None else hours_text(p["gpu_hours"]) + (" (upper bound)" if p["bounded"] else ""),
+            row.flag or ""]
