@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Write the generated docs (workflow/reference.py): docs/configuration.md and docs/sweep.schema.json.
+"""Write the generated docs (workflow/reference.py): docs/configuration.md, docs/sweep.schema.json, docs/engines.md.
 `--check`: write nothing, exit 1 if either is stale."""
 
 import sys

@@ -472,7 +472,16 @@ class RunConfig(Strict):
 
     @model_validator(mode="after")
     def _the_engine_can_run_it(self) -> "RunConfig":
-        traits(self.engine.name).check(self)  # each engine's own limits (workflow/engines/traits.py)
+        engine = traits(self.engine.name)
+        if self.model.lora is not None and not engine.lora:  # what its traits declare it lacks (docs/engines.md)
+            raise ConfigProblem("model.lora", f"engine {self.engine.name} has no LoRA: "
+                                f"{engine.lacks.get('lora', 'not built')}")
+        for method in self.rl.selected:
+            if method.name in engine.lacks_methods:
+                key = {"update": "rl.update", "mix": "rl.mix"}.get(method.role, f"rl.{method.name}.enabled")
+                raise ConfigProblem(key, f"{method.name}: engine {self.engine.name} cannot train it: "
+                                    f"{engine.lacks_methods[method.name]}")
+        engine.check(self)  # each engine's own limits (workflow/engines/traits.py)
         return self
 
     @model_validator(mode="after")

@@ -8,9 +8,15 @@ at those segments' ends are linked into the run's directory, the donor's `train_
 under the run's id, and the segment files are written (`DONE_<end>.json`, with `extended_from`), so Snakemake sees
 those segments done and the next segment resumes from the last of them. Only the new steps train.
 
+On an engine that resumes from its own checkpoint format (verl's `global_step_N/`: optimizer, dataloader position,
+the method's state), what its traits' `resume_state` names is linked too, and `mark_resume` points its next job at
+the last step taken.
+
 A run cannot take a donor's steps when a step of it reads the training progress `step / rl.steps` (a method whose
-card says so: Prefix-RFT's prefix schedule, Slow2Fast's phases) or on an engine whose traits do not extend runs
-(verl: its segments resume from verl's own checkpoints, which extend does not link): `trains_from_step_0` says why, and `rlsweep plan` prints it beside a run that has a donor it cannot use.
+card says so: Prefix-RFT's prefix schedule, Slow2Fast's phases), when its engine's settings schedule something over
+rl.steps (the engine's `reads_total_steps`: verl's cosine decay or a warm-up ratio), or on an engine whose traits do
+not extend runs: `trains_from_step_0` says why, and `rlsweep plan` prints it beside a run that has a donor it cannot
+use.
 
 The donors are found through an index in the store, `_store/trajectories/<key>/<run id>.json`, written when an RL
 run finishes (and, for runs finished before the index existed, once by `index_finished`); `key` hashes the run's RL
@@ -43,9 +49,11 @@ def trajectory_key(rl_config: dict) -> str:
 
 def trains_from_step_0(cfg) -> str | None:
     """Why a run cannot take its first steps from a finished shorter run (None: it can)."""
-    if not traits(cfg.engine.name).extends_finished_runs:
+    engine = traits(cfg.engine.name)
+    if not engine.extends_finished_runs:
         return f"extending a run is not built for the {cfg.engine.name} engine"
-    return next((m.reads_total_steps for m in cfg.rl.selected if m.reads_total_steps), None)
+    return next((m.reads_total_steps for m in cfg.rl.selected if m.reads_total_steps), None) or \
+        engine.reads_total_steps(cfg)
 
 
 def _index(results_root: str | Path, key: str) -> Path:
@@ -132,10 +140,11 @@ def extensions(results_root: str | Path, runs) -> tuple[list[Extension], list[tu
         if (why := trains_from_step_0(run.config)) is not None:
             cannot.append((run, donor, why))
             continue
-        held = {s for s, _ in list_checkpoints(stage_dir(results_root, "rl", donor) / CHECKPOINTS)}
+        src, engine = stage_dir(results_root, "rl", donor), traits(run.config.engine.name)
+        held = {s for s, _ in list_checkpoints(src / CHECKPOINTS)}
         ends = []
-        for end in run.segment_ends:  # the run's segments, as long as the donor holds the checkpoint each ends at
-            if end > steps or end not in held:
+        for end in run.segment_ends:  # the run's segments, as long as the donor holds what a job resumes from there
+            if end > steps or end not in held or not all((src / p).is_dir() for p in engine.resume_state(end)):
                 break
             ends.append(end)
         if ends:
@@ -184,15 +193,12 @@ def extend(results_root: str | Path, sweep: str, ext: Extension) -> str | None:
     if refused is not None:
         return refused
     run_id, src = ext.run.run_id, stage_dir(results_root, "rl", ext.donor)
-    dst = stage_dir(results_root, "rl", run_id)
+    dst, engine = stage_dir(results_root, "rl", run_id), traits(ext.run.config.engine.name)
     for end in ext.ends:
-        target = step_dir(dst / CHECKPOINTS, end)
-        if target.is_dir():
-            continue
-        partial = target.with_name(f".{target.name}.tmp-extend")
-        shutil.rmtree(partial, ignore_errors=True)
-        shutil.copytree(step_dir(src / CHECKPOINTS, end), partial, copy_function=_link_or_copy)
-        partial.rename(target)  # a complete checkpoint or none, as the engines write theirs
+        ckpt = os.path.relpath(step_dir(dst / CHECKPOINTS, end), dst)
+        for folder in (ckpt, *engine.resume_state(end)):  # the exported weights, the engine's own resume state
+            _link_tree(src / folder, dst / folder)
+    engine.mark_resume(dst, ext.last)
     columns = table_schema("train_steps").names  # (a pack's rows carry every column the pack holds)
     write_rows(results_root, "train_steps", train_steps_file("rl", run_id, 1, ext.last),
                [{**{k: r.get(k) for k in columns}, "run_id": run_id, "sweep": sweep} for r in rows])
@@ -218,6 +224,16 @@ def evaluations_to_copy(results_root: str | Path, ext: Extension) -> list[tuple[
         if (source := done_path(results_root, "eval", theirs, ext.donor, step, group)).is_file():
             out.append((step, group, source))
     return out
+
+
+def _link_tree(src: Path, target: Path) -> None:
+    """`src`'s files linked under `target`, all or none (kept if `target` is already there)."""
+    if target.is_dir():
+        return
+    partial = target.with_name(f".{target.name}.tmp-extend")
+    shutil.rmtree(partial, ignore_errors=True)
+    shutil.copytree(src, partial, copy_function=_link_or_copy)
+    partial.rename(target)  # a complete checkpoint or none, as the engines write theirs
 
 
 def _link_or_copy(src: str, dst: str) -> None:

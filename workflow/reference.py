@@ -1,10 +1,11 @@
 """Docs from the code: the configuration reference (docs/configuration.md) and the JSON Schema of sweep files
 (docs/sweep.schema.json), generated from the pydantic models that validate a sweep, so neither can drift from what
-rlsweep accepts. Every field carries its help as `Field(description=...)`, beside its type, default and bounds
-(the model TRL's GRPOConfig follows); tests/unit/eval/test_reference.py fails when a field has none or a file is stale.
+rlsweep accepts; and what each engine can do (docs/engines.md, from its traits: workflow/engines/capabilities.py).
+Every field carries its help as `Field(description=...)`, beside its type, default and bounds (the model TRL's
+GRPOConfig follows); tests/unit/eval/test_reference.py fails when a field has none or a file is stale.
 
-    python scripts/docs.py          # rewrite both files
-    python scripts/docs.py --check  # exit 1 if either is stale (what the test does)
+    python scripts/docs.py          # rewrite the three files
+    python scripts/docs.py --check  # exit 1 if any is stale (what the test does)
 
 The schema is what an editor needs to check and complete a sweep: `base` is a run config, `grid` / `zip` /
 `exclude` / `optuna.space` take the dotted run-config keys (each listed, so an editor completes them).
@@ -26,7 +27,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
-REFERENCE, SCHEMA = DOCS / "configuration.md", DOCS / "sweep.schema.json"
+REFERENCE, SCHEMA, ENGINES_PAGE = DOCS / "configuration.md", DOCS / "sweep.schema.json", DOCS / "engines.md"
 
 
 @dataclass(frozen=True)
@@ -250,12 +251,17 @@ def schema_text() -> str:
 
 def stale() -> list[Path]:
     """The generated files that differ from what the models give now."""
-    want = {REFERENCE: reference_markdown(), SCHEMA: schema_text()}
-    return [p for p, text in want.items() if not p.is_file() or p.read_text() != text]
+    return [p for p, text in generated().items() if not p.is_file() or p.read_text() != text]
+
+
+def generated() -> dict[Path, str]:
+    """Each generated page and what the code gives for it now."""
+    from workflow.engines.capabilities import markdown as engines_markdown
+    return {REFERENCE: reference_markdown(), SCHEMA: schema_text(), ENGINES_PAGE: engines_markdown()}
 
 
 def write() -> list[Path]:
     DOCS.mkdir(exist_ok=True)
-    REFERENCE.write_text(reference_markdown())
-    SCHEMA.write_text(schema_text())
-    return [REFERENCE, SCHEMA]
+    for path, text in (pages := generated()).items():
+        path.write_text(text)
+    return list(pages)

@@ -160,8 +160,6 @@ def test_a_run_whose_steps_read_rl_steps_trains_from_step_0_and_says_why(tmp_pat
     assert extensions(root, [long_]) == ([], [(long_, short.run_id, "Slow2Fast's phases depend on rl.steps")])
     assert trains_from_step_0(RunConfig.model_validate({"rl": {"mix": "prefix_rft"}})) == \
         "Prefix-RFT's prefix schedule decays over rl.steps"
-    verl = RunConfig.model_validate({"engine": {"name": "verl", "verl": {"model_path": "rlsweep:tiny"}}})
-    assert trains_from_step_0(verl) == "extending a run is not built for the verl engine"
     assert trains_from_step_0(RunConfig.model_validate({"rl": {"update": "gxpo"}})) is None
 
     out = cli("--results", str(root), "plan", str(_sweep_runs(tmp_path, "long", rl.replace("steps: 4,",
@@ -169,6 +167,68 @@ def test_a_run_whose_steps_read_rl_steps_trains_from_step_0_and_says_why(tmp_pat
     assert out.returncode == 0, out.stderr
     assert f"trains from step 0, though the finished run {short.run_id} has the same settings but rl.steps: " \
            "Slow2Fast's phases depend on rl.steps" in " ".join(out.stderr.split())
+
+
+VERL_BASE = """base:
+  engine: {name: verl, verl: {model_path: "rlsweep:tiny", device: cpu, max_prompt_length: 192%s}}
+  task: {name: datasets, datasets: [{name: gsm8k_train, path: sweeps/data/tiny_gsm8k_train.jsonl}], template: boxed}
+  sft: {enabled: false}
+  rl: {steps: %d, prompts_per_step: 4, group_size: 4, max_new_tokens: 16, checkpoint_every: 1, segment_steps: 2}
+  eval: {benchmarks: [gsm8k], paths: {gsm8k: tests/fixtures/benchmarks/gsm8k.jsonl}, k: 2, backend: vllm}
+"""
+
+
+def _verl_run(tmp_path, name: str, steps: int, overrides: str = ""):
+    [run] = load_sweep(write_sweep(tmp_path / f"{name}.yaml", name, base=VERL_BASE % (overrides, steps))).runs
+    return run
+
+
+def test_a_verl_run_takes_its_donors_verl_checkpoint_linked_and_resumes_from_the_last_step_taken(tmp_path):
+    """Issue 61: the verl side of an extension, up to verl itself (tests/long/test_verl_extend.py runs verl): the
+    donor's `verl/global_step_N` (shards, optimizer, dataloader position, the method's state) is hard-linked, never
+    copied, beside the exported checkpoint, and verl's tracker file names the last step taken, not the donor's last.
+    A segment end where the donor kept no verl checkpoint is not taken."""
+    root = tmp_path / "results"
+    short, long_ = _verl_run(tmp_path, "short", 3), _verl_run(tmp_path, "long", 6)
+    assert (short.segment_ends, long_.segment_ends) == ([2, 3], [2, 4, 6])
+    _fake_finished(root, short, [1, 2, 3])
+    src = stage_dir(root, "rl", short.run_id) / "verl"
+    for step in (1, 3):  # verl's checkpoints of steps 1 and 3; step 2's comes below
+        write_json(src / f"global_step_{step}" / "actor" / "extra_state.json", {"step": step})
+    (src / "latest_checkpointed_iteration.txt").write_text("3")
+    assert extensions(root, [long_]) == ([], [])  # the exported weights alone: verl would start from step 0
+
+    write_json(src / "global_step_2" / "actor" / "extra_state.json", {"step": 2})
+    (src / "global_step_2" / "data.pt").write_bytes(b"dataloader")
+    [ext], cannot = extensions(root, [long_])
+    assert (ext.donor, ext.ends, cannot) == (short.run_id, (2,), [])  # the donor ends at 3, the run's segment at 4
+    write_rows(root, "train_steps", train_steps_file("rl", short.run_id, 1, 3),
+               [{"run_id": short.run_id, "sweep": "short", "stage": "rl", "step": s, "loss": s / 10} for s in (1, 2, 3)])
+    assert extend(root, "long", ext) is None
+
+    dst = stage_dir(root, "rl", long_.run_id)
+    for name in ("actor/extra_state.json", "data.pt"):
+        mine, theirs = dst / "verl" / "global_step_2" / name, src / "global_step_2" / name
+        assert mine.read_bytes() == theirs.read_bytes() and mine.stat().st_ino == theirs.stat().st_ino
+    assert not (dst / "verl" / "global_step_1").exists() and not (dst / "verl" / "global_step_3").exists()
+    assert (dst / "verl" / "latest_checkpointed_iteration.txt").read_text() == "2"
+    assert (src / "latest_checkpointed_iteration.txt").read_text() == "3"  # the donor's as it was
+    assert [r["step"] for r in _steps(root, long_.run_id)] == [1, 2]
+    assert json.loads(segment_done(root, "rl", long_.run_id, 2).read_text())["extended_from"] == short.run_id
+
+
+@pytest.mark.parametrize("overrides,why", [
+    ("", None),
+    (", overrides: {actor_rollout_ref.actor.optim.lr_scheduler_type: cosine}", "lr_scheduler_type cosine"),
+    (", overrides: {actor_rollout_ref.actor.optim.lr_warmup_steps_ratio: 0.1}", "lr_warmup_steps_ratio 0.1"),
+    (", overrides: {actor_rollout_ref.actor.optim.lr_warmup_steps_ratio: 0.1, "
+     "actor_rollout_ref.actor.optim.lr_warmup_steps: 2}", None),
+], ids=["constant", "cosine", "warmup-ratio", "warmup-steps-win"])
+def test_a_verl_run_whose_schedule_reads_rl_steps_trains_from_step_0_and_says_why(tmp_path, overrides, why):
+    """verl computes a cosine decay, and a warm-up given as a ratio, from the run's total steps: the first steps of a
+    longer run are not a shorter one's."""
+    found = trains_from_step_0(_verl_run(tmp_path, "v", 4, overrides).config)
+    assert found is None if why is None else why in found
 
 
 # settings under which a method that reads rl.steps shows it within 2 steps of an untrained model (whose groups all

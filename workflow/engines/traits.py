@@ -11,6 +11,7 @@ protocol of base.py: sft, rl, integrity_probe), imported only by a stage job. `c
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, ClassVar
 
 from workflow.benchmarks.catalog import REGISTRY as BENCHMARKS
@@ -34,6 +35,32 @@ class EngineTraits:
     # it can build a capable base by pretraining its own model on plain text (the pretrain stage, config.pretrain);
     # False: its runs start from a model it is given (verl's model_path)
     pretrains: ClassVar[bool] = False
+    lora: ClassVar[bool] = False  # it trains through LoRA adapters when model.lora is set (else its check refuses it)
+    # its Engine's integrity_probe gives the integrity preflight's figures (workflow/preflight.py)
+    integrity_preflight: ClassVar[bool] = False
+    # a job killed mid-run (SLURM preemption, scancel, a crash) resumes from its newest checkpoint when requeued
+    resumes_preempted: ClassVar[bool] = False
+    multi_node: ClassVar[bool] = False  # one job trains across several nodes of an allocation
+    # why it lacks each capability above it lacks (trait name -> one sentence; docs/engines.md prints them, and a
+    # structure test requires one for every capability an engine lacks)
+    lacks: ClassVar[dict[str, str]] = {}
+    # the registered methods (workflow/methods/) it cannot train, each with why; its check() refuses them
+    lacks_methods: ClassVar[dict[str, str]] = {}
+
+    def resume_state(self, step: int) -> tuple[str, ...]:
+        """What a job of this engine resumes from at `step` beyond the `checkpoints/step_N` every engine exports (the
+        optimizer, data position and method state of its own checkpoint format), as paths under the run's RL stage
+        directory: extend.py links them from a donor. Empty: the exported checkpoint is all it resumes from."""
+        return ()
+
+    def mark_resume(self, run_dir: Path, step: int) -> None:
+        """After extend.py linked a donor's state at `step` into `run_dir`: whatever tells this engine's next job
+        to resume there (nothing when it finds its newest checkpoint by itself)."""
+
+    def reads_total_steps(self, cfg) -> str | None:
+        """Why, in this engine's own settings, the first steps of the run depend on rl.steps (a schedule over the
+        run's length): its first steps are then not a shorter run's (extend.py). None: they do not."""
+        return None
 
     def check(self, cfg) -> None:
         """Raise ConfigProblem(key, reason) for a run this engine cannot run (a RunConfig validator: every sweep
@@ -78,6 +105,10 @@ class LocalTraits(EngineTraits):
     trains_in_segments = True  # its resume replays the steps bit for bit (workflow/engines/local.py)
     extends_finished_runs = True  # it resumes from the checkpoints under checkpoints/, which extend links
     pretrains = True  # its tiny models know nothing until trained: the pretrain stage makes a capable base
+    lora = True  # peft's LoraConfig (workflow/engines/lora.py)
+    integrity_preflight = True
+    resumes_preempted = True
+    lacks = {"multi_node": "one process on one machine (pure torch, no distributed training): its models are tiny"}
 
     def check(self, cfg) -> None:
         real = [b for b in cfg.eval.benchmarks if BENCHMARKS[b].group != "arithmetic"]

@@ -4,12 +4,18 @@ config maps onto verl's is translate.py."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from workflow.atomic import write_text
 from workflow.engines.traits import EngineTraits
 from workflow.methods.registry import verl_hooks
 from workflow.models import TINY
 from workflow.strict import ConfigProblem
+
+CHECKPOINT_DIR = "verl"  # verl's own checkpoints under an RL stage's directory (trainer.default_local_dir)
+TRACKER = "latest_checkpointed_iteration.txt"  # verl's file naming the step it resumes from
+OPTIM = "actor_rollout_ref.actor.optim"
 
 # which engine.verl fields decide each stage's result: an SFT job is not redone when only RL's settings change
 STAGE_FIELDS = {
@@ -28,7 +34,46 @@ class VerlTraits(EngineTraits):
     # vLLM and the model (minutes on a CPU): a run splits only where rl.segment_steps asks
     trains_in_segments = True
     segments_by_default = False
-    # extend links our exported checkpoints, but verl resumes from its own (global_step_N under verl/): not built
+    # extend links verl's own checkpoint of the donor's step (resume_state) and points verl's tracker file at it
+    extends_finished_runs = True
+    lora = True  # verl's own LoRA settings (translate.lora_keys)
+    integrity_preflight = True  # verl's SFT trainer, or the job's actor worker on a planned step (inside/preflight.py)
+    resumes_preempted = True  # verl's resume_mode auto, from its newest checkpoint
+    multi_node = True  # Ray over the allocation's nodes (slurm/ray_cluster.py), torchrun for SFT
+    lacks = {
+        "segments_by_default": "each job starts Ray, vLLM and the model (minutes on a CPU), and vLLM is seeded anew "
+                               "in each job, so a chain's rollouts after a boundary are not one job's: a run splits "
+                               "where rl.segment_steps asks",
+        "reports_intermediate_evals": "its RL stage runs inside verl's trainer, which evaluates nothing while it "
+                                      "trains (our eval stage evaluates its checkpoints)",
+        "pretrains": "its runs start from a model it is given (engine.verl.model_path): a capable base is a "
+                     "pretrained model",
+    }
+
+    def resume_state(self, step: int) -> tuple[str, ...]:
+        # verl's checkpoint of the step: the actor's FSDP shards and optimizer, the dataloader's position (data.pt),
+        # the method's and the gates' state (worker.py writes them into the same folder)
+        return (f"{CHECKPOINT_DIR}/global_step_{step}",)
+
+    def mark_resume(self, run_dir: Path, step: int) -> None:
+        # verl resumes (resume_mode auto) from the step its tracker file names; written, never linked: the donor's
+        # names the donor's last step, which may lie past the steps taken
+        write_text(Path(run_dir) / CHECKPOINT_DIR / TRACKER, str(step))
+
+    def reads_total_steps(self, cfg) -> str | None:
+        # verl computes a cosine decay and a warm-up given as a ratio from the optimizer's horizon, which our trainer
+        # sets to the run's rl.steps (inside/worker.py); translate.py asks for neither (constant, warm-up in steps)
+        o = cfg.engine.verl.overrides
+        schedule = o.get(f"{OPTIM}.lr_scheduler_type", o.get(f"{OPTIM}.warmup_style", "constant"))
+        if schedule != "constant":
+            return (f"engine.verl.overrides {OPTIM}.lr_scheduler_type {schedule}: its learning rate decays over the "
+                    "run's rl.steps")
+        warmup = o.get(f"{OPTIM}.lr_warmup_steps", cfg.rl.warmup_steps)
+        ratio = o.get(f"{OPTIM}.lr_warmup_steps_ratio", 0.0)
+        if (warmup is None or warmup <= 0) and ratio:
+            return (f"engine.verl.overrides {OPTIM}.lr_warmup_steps_ratio {ratio}: its warm-up is that share of "
+                    "the run's rl.steps (give rl.warmup_steps instead)")
+        return None
 
     def check(self, cfg) -> None:
         v = cfg.engine.verl

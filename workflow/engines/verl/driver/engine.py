@@ -48,6 +48,7 @@ from workflow.engines.verl.driver.translate import FP32, external_modules, CPU_D
 from workflow.engines.verl.contract import CPU_MODULE, FIELDS as MIX_FIELDS, PPO_MODULE, PREFLIGHT_MODULE, TRACKED_RUN, \
     WORKER_MODULE
 from workflow.engines.verl.driver.probe import VerlProbe, probe_rows
+from workflow.engines.verl.traits import CHECKPOINT_DIR
 from workflow.layout import CHECKPOINTS
 from workflow.models import resolve_model
 from workflow.progress import StepProgress, say
@@ -156,7 +157,8 @@ class VerlEngine:
         v = stage.engine.verl
         work = tempfile.TemporaryDirectory(prefix="rlsweep-preflight-")
         root = Path(work.name)
-        config = compose(translate_sft(stage, model_path=resolve_model(v.model_path, root), out_dir=str(root / "verl")),
+        config = compose(translate_sft(stage, model_path=resolve_model(v.model_path, root),
+                                       out_dir=str(root / CHECKPOINT_DIR)),
                          set(v.sft_overrides), SFT)
         ranks = 2 if v.device == "cpu" else v.n_gpus_per_node  # 2 gloo ranks cost little and show a per-rank mean
         micro = config.data.micro_batch_size_per_gpu
@@ -190,7 +192,7 @@ class VerlEngine:
         work = tempfile.TemporaryDirectory(prefix="rlsweep-preflight-")
         root = Path(work.name)
         model = str(init_ckpt) if init_ckpt else resolve_model(v.model_path, root)
-        config = compose(translate(stage, model_path=model, out_dir=str(root / "verl")), set(v.overrides))
+        config = compose(translate(stage, model_path=model, out_dir=str(root / CHECKPOINT_DIR)), set(v.overrides))
         ranks = 2 if v.device == "cpu" else v.n_gpus_per_node
         micro = config.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu
         rows = stage_rows(stage, model, data, ranks, micro)
@@ -227,7 +229,8 @@ class VerlEngine:
         v, out_dir = stage.engine.verl, Path(out_dir)
         rows = write_sft_data(stage, out_dir / "data", data)
         model = resolve_model(v.model_path, out_dir)
-        config = compose(translate_sft(stage, model_path=model, train_files=str(rows), out_dir=str(out_dir / "verl")),
+        config = compose(translate_sft(stage, model_path=model, train_files=str(rows),
+                                       out_dir=str(out_dir / CHECKPOINT_DIR)),
                          set(v.sft_overrides), SFT)
         config_path, log_path = out_dir / "verl_sft.yaml", out_dir / "verl_sft_log.json"
         OmegaConf.save(config, config_path, resolve=True)
@@ -257,7 +260,7 @@ class VerlEngine:
         model = str(init_ckpt) if init_ckpt else resolve_model(v.model_path, out_dir)
         train, val = write_rl_data(stage, out_dir / "data", data)
         config = compose(translate(stage, model_path=model, train_files=str(train), val_files=str(val),
-                                   out_dir=str(out_dir / "verl")), set(stage.engine.verl.overrides))
+                                   out_dir=str(out_dir / CHECKPOINT_DIR)), set(stage.engine.verl.overrides))
         end = stage.rl.steps if until is None else until
         config.trainer.total_training_steps = end
         with open_dict(config.trainer.v1.rlsweep):
@@ -293,7 +296,7 @@ class VerlEngine:
         to `verl_log`."""
         end = steps if end is None else end
         with output_to(verl_log, "export of verl's checkpoints (verl's model merger)"):
-            exported = export_all(out_dir / "verl", out_dir / CHECKPOINTS,
+            exported = export_all(out_dir / CHECKPOINT_DIR, out_dir / CHECKPOINTS,
                                   {"run_id": log.run_id, "stage": stage, "total_steps": steps}, model_dir, base_model)
         final = [p for p in exported if p.name == f"step_{end:06d}"]
         if not final:
