@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import functools
 import json
 import os
 import signal
@@ -391,12 +390,8 @@ def _train_on(engine, stage: str, sweep: str, stage_id: str, typed, out_dir: Pat
         _preflight(engine, typed, init_ckpt if stage == "rl" else base, data, runs_row, f"{stage} {stage_id}")
     if stage == "sft":  # (`base` only when there is one: an engine that never pretrains takes no such keyword)
         return engine.sft(typed, out_dir, log, data=data, **({"base": base} if base is not None else {}))
-    # an Optuna trial's run reports intermediate evals, which it runs here as ordinary eval jobs
-    run_eval = functools.partial(_run_eval, results_root=results_root, sweep=sweep, rl_dir=out_dir)
-    report = pruning.reporter_for(results_root, sweep, stage_id, out_dir, run_eval)
+    pruning.refuse_if_pruned(out_dir)  # its Optuna study stopped it: nothing trains past the pruned step
     segment = {"until": until} if until is not None else {}  # (an engine that trains in segments takes it)
-    if report is not None:
-        return engine.rl(typed, init_ckpt, out_dir, log, on_checkpoint=report, data=data, **segment)
     return engine.rl(typed, init_ckpt, out_dir, log, data=data, **segment)
 
 
@@ -412,13 +407,6 @@ def _preflight(engine, typed, init_ckpt: Path | None, data: Path | None, runs_ro
     result = preflight.check(probe)
     runs_row.update(result.as_row())
     preflight.enforce(result, what)
-
-
-def _run_eval(eval_id: str, eval_cfg: dict, label: str, step: int, group: str, *, results_root: Path, sweep: str,
-              rl_dir: Path) -> Path:
-    """One eval job of the RL stage in `rl_dir`, in this process (a pruned trial's intermediate evals)."""
-    return run_stage("eval", sweep, eval_id, eval_cfg, results_root=results_root, checkpoint_from=rl_dir / DONE,
-                     label=label, step=step, group=group)
 
 
 class Terminated(Exception):

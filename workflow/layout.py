@@ -23,7 +23,6 @@ baseline RL run) reuses it. A sweep's own directory keeps what is the sweep's al
       optuna.journal                    an Optuna study's default storage
       study/trials/trial_N.json         the parameters of every trial the study driver started
       study/logs/trial_N.log            each trial's nested snakemake output
-      study/pruning/<run_id>.json       what a pruned study's RL stage needs to report to its trial
 
 Every function takes strings too, so the Snakefile can pass wildcard patterns ("{run_id}") as ids.
 """
@@ -330,6 +329,3 @@ def trial_records(results_root: str | Path, sweep: str) -> list[Path]:
 def trial_log(results_root: str | Path, sweep: str, number: int) -> Path:
     return study_dir(results_root, sweep) / "logs" / f"trial_{number:05d}.log"
 
-
-def pruning_context(results_root: str | Path, sweep: str, run_id: str) -> Path:
-    return study_dir(results_root, sweep) / "pruning" / f"{run_id}.json"

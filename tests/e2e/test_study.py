@@ -185,12 +185,15 @@ EVAL_GATED = ("SELECT s.run_id, max(s.avg_at_k) + max(CASE WHEN r.rl_update = 's
 
 
 def test_a_trial_worse_than_the_median_at_an_intermediate_eval_is_pruned_and_stops_early(tmp_path):
+    """Issue 61: a trial's runs (two seeds) advance one segment at a time; after the step-2 evaluation the driver
+    reports the seeds' mean and the pruner decides before the next segment is submitted: a pruned trial's segment
+    of steps 3-4 never runs, and its runs are `pruned` in `runs`."""
     base = TINY_BASE.replace("eval: {k: 2, max_new_tokens: 16}", "eval: {k: 2, max_new_tokens: 16, every: 2}")
     block = {"objective": {"sql": EVAL_GATED}, "sampler": {"name": "random", "seed": 0}, "n_trials": 4,
              "in_flight": 1, "pruner": {"name": "median", "options": {"n_startup_trials": 1}},
              "space": {k: v for k, v in SPACE.items() if k in ("rl.update", "rl.sfpo.K")}}
-    sweep = write_sweep(tmp_path / "pruned.yaml", "pruned", yaml.safe_dump({"optuna": block}, sort_keys=False),
-                        base=base)
+    sweep = write_sweep(tmp_path / "pruned.yaml", "pruned", yaml.safe_dump({"seeds": [0, 1], "optuna": block},
+                                                                         sort_keys=False), base=base)
     res = subprocess.run(snakemake_argv(sweep), cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]
     trials = load(tmp_path, sweep).trials
@@ -201,27 +204,34 @@ def test_a_trial_worse_than_the_median_at_an_intermediate_eval_is_pruned_and_sto
     rows = {r["run_id"]: r for r in query("SELECT * FROM runs WHERE stage = 'rl'", tmp_path / "results",
                                           "pruned").to_pylist()}
     evals = query("SELECT DISTINCT run_id, step FROM eval_scores", tmp_path / "results", "pruned").to_pylist()
-    seen: dict[str, optuna.trial.FrozenTrial] = {}
+    gated = {r["run_id"]: r["value"] for r in query(EVAL_GATED.replace("max(s.avg_at_k)", "max(s.avg_at_k) FILTER "
+                                                                       "(WHERE s.step = 2)"),
+                                                    tmp_path / "results", "pruned").to_pylist()}
+    seen: dict[tuple, optuna.trial.FrozenTrial] = {}
     for t in trials:
-        (run_id,) = t.user_attrs["run_ids"]
-        if run_id in seen:  # a repeated proposal: served by the earlier trial's run, pruned again without training
-            assert t.state == seen[run_id].state and not t.intermediate_values
+        run_ids = tuple(t.user_attrs["run_ids"])
+        assert len(run_ids) == 2  # a trial is its two seeds
+        if run_ids in seen:  # a repeated proposal: served by the earlier trial's runs, pruned again without training
+            assert t.state == seen[run_ids].state and not t.intermediate_values
             continue
-        seen[run_id] = t
-        assert t.intermediate_values.get(2) is not None  # every trial that trained reported its step-2 eval
-        if t.number in expect_pruned:
-            assert t.state == optuna.trial.TrialState.PRUNED
-            assert steps[run_id] == [1, 2]  # stopped at the intermediate eval, no further training
-            assert rows[run_id]["status"] == "pruned" and rows[run_id]["trial_state"] == "pruned"
-            assert {e["step"] for e in evals if e["run_id"] == run_id} == {2}
-        else:
-            assert t.state == optuna.trial.TrialState.COMPLETE and steps[run_id] == [1, 2, 3, 4]
-            assert {e["step"] for e in evals if e["run_id"] == run_id} == {2, 4}
-            # a trial is a row of `runs`: its state, value and parameters (the flattened columns)
-            assert rows[run_id]["trial_state"] == "complete" and rows[run_id]["objective"] == pytest.approx(t.value)
-        assert rows[run_id]["rl_update"] == t.params["rl.update"]
-        if "rl.sfpo.K" in t.params:
-            assert rows[run_id]["rl_sfpo_K"] == t.params["rl.sfpo.K"]
+        seen[run_ids] = t
+        # every trial that trained reported its step-2 evaluation: the mean over its two seeds
+        assert t.intermediate_values[2] == pytest.approx(sum(gated[r] for r in run_ids) / 2)
+        for run_id in run_ids:
+            if t.number in expect_pruned:
+                assert t.state == optuna.trial.TrialState.PRUNED
+                assert steps[run_id] == [1, 2]  # stopped after its first segment: the second never ran
+                assert rows[run_id]["status"] == "pruned" and rows[run_id]["trial_state"] == "pruned"
+                assert {e["step"] for e in evals if e["run_id"] == run_id} == {2}
+            else:
+                assert t.state == optuna.trial.TrialState.COMPLETE and steps[run_id] == [1, 2, 3, 4]
+                assert {e["step"] for e in evals if e["run_id"] == run_id} == {2, 4}
+                # a trial is a row of `runs`: its state, value and parameters (the flattened columns)
+                assert rows[run_id]["trial_state"] == "complete"
+                assert rows[run_id]["objective"] == pytest.approx(t.value)
+            assert rows[run_id]["rl_update"] == t.params["rl.update"]
+            if "rl.sfpo.K" in t.params:
+                assert rows[run_id]["rl_sfpo_K"] == t.params["rl.sfpo.K"]
     counts = {s: sum(t.state == s for t in trials) for s in optuna.trial.TrialState}
     status = cli("status", str(sweep), "--results", str(tmp_path / "results"))
     assert status.returncode == 0, status.stderr

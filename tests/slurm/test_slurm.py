@@ -24,7 +24,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from helpers import REPO, run_cli, write_sweep
+from helpers import REPO, SECOND_IS_WORSE, TINY_BASE, run_cli, write_sweep
 from workflow.launch import run_stage
 from workflow.layout import stage_dir
 from workflow.slurm import cluster
@@ -279,26 +279,35 @@ def test_a_job_that_fails_for_good_is_reported_with_its_log_and_the_rest_goes_on
     assert not (tmp_path / "results" / "bad" / "summary.md").exists()
 
 
-@pytest.mark.long(covers=SLURM_CODE)
-def test_an_optuna_studys_trials_run_as_slurm_jobs(slurm, tmp_path):
+@pytest.mark.long(covers=[*SLURM_CODE, "workflow/study/", "rules/study.smk", "workflow/segments.py"])
+def test_an_optuna_studys_trials_run_as_slurm_jobs_and_one_is_pruned_between_its_segments(slurm, tmp_path):
     """The study driver runs where snakemake runs; each trial's nested snakemake gets the profile, so the trials'
-    stages are SLURM jobs (two trials at once, sharing one SFT job)."""
+    stages are SLURM jobs (sharing one SFT job). Issue 61: with a pruner, each trial's runs advance one segment at a
+    time; the second trial, worse at its step-2 evaluation, is pruned there: its second segment is never submitted."""
     import optuna
     from workflow.study.factory import make_storage
-    block = ("optuna:\n  objective: {sql: \"SELECT run_id, avg(entropy) AS value FROM train_steps GROUP BY run_id\"}\n"
-             "  sampler: {name: random, seed: 0}\n  n_trials: 2\n  in_flight: 2\n"
+    block = (f"optuna:\n  objective: {{sql: \"{SECOND_IS_WORSE}\"}}\n"
+             "  sampler: {name: random, seed: 0}\n  n_trials: 2\n  in_flight: 1\n"
+             "  pruner: {name: median, options: {n_startup_trials: 1}}\n"
              "  space:\n    rl.lr: {type: float, low: 1.0e-5, high: 1.0e-3, log: true}\n")
-    sweep = write_sweep(tmp_path / "st.yaml", "st", CPU_JOBS + block)
+    base = TINY_BASE.replace("eval: {k: 2, max_new_tokens: 16}", "eval: {k: 2, max_new_tokens: 16, every: 2}")
+    sweep = write_sweep(tmp_path / "st.yaml", "st", CPU_JOBS + block, base=base)
     res = snakemake_slurm(tmp_path, sweep)
     assert res.returncode == 0, res.stderr[-4000:]
     spec = load_sweep(sweep).spec.optuna
     trials = optuna.load_study(study_name="st", storage=make_storage(spec, tmp_path / "results", "st")).trials
-    assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 2
+    assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED]
+    assert trials[0].intermediate_values == {2: -1.0} and trials[1].intermediate_values == {2: -2.0}
     rows = runs_rows(tmp_path / "results")
-    assert sorted(r["stage"] for r in rows) == ["eval", "eval", "rl", "rl", "sft"]  # one SFT job for both
+    assert sorted(r["stage"] for r in rows) == ["eval", "eval", "eval", "rl", "rl", "sft"]  # one SFT job for both
     for r in rows:
-        assert r["status"] == "completed" and r["slurm_job_id"], r
-    assert sorted(r["trial"] for r in rows if r["stage"] == "rl") == [0, 1]
+        assert r["slurm_job_id"], r
+    rl = {r["trial"]: r for r in rows if r["stage"] == "rl"}
+    assert rl[0]["status"] == "completed" and (rl[1]["status"], rl[1]["trial_state"]) == ("pruned", "pruned")
+    steps = run_cli("--results", str(tmp_path / "results"), "query",
+                    f"select step from train_steps where run_id = '{rl[1]['run_id']}' order by step", "--format",
+                    "json")
+    assert [r["step"] for r in json.loads(steps.stdout)] == [1, 2]  # the pruned trial's second segment never ran
 
 
 @pytest.mark.long(covers=SLURM_CODE)

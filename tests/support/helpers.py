@@ -52,6 +52,13 @@ base:
   eval: {k: 2, max_new_tokens: 16}
 """
 
+# a study objective that makes the second of two trials run one after the other worse than the first at their
+# first evaluation, whatever their parameters: minus the RL runs the sweep holds when it is read (the first trial
+# reports with its own run alone, the second beside the first's); it reads the evaluations, so a run has a value only
+# once it was evaluated (the pruning tests of tests/slurm/ and tests/long/)
+SECOND_IS_WORSE = ("SELECT s.run_id, 0 * max(s.avg_at_k) - (SELECT count(*) FROM runs WHERE stage = 'rl') AS value "
+                   "FROM eval_scores s GROUP BY s.run_id")
+
 
 def write_sweep(path: Path, name: str, body: str = "", base: str = TINY_BASE) -> Path:
     """A sweep file: `name`, the tiny base, and `body` (grid / seeds / ... as YAML text)."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol
 
 from workflow.results.train_log import TrainLog
 from workflow.stages import RLStage, SFTStage
@@ -19,10 +19,8 @@ class Engine(Protocol):
     # def pretrain(self, stage: PretrainStage, out_dir: Path, log: TrainLog) -> Path: only an engine whose traits
     # say it pretrains (EngineTraits.pretrains): the capable base, checkpointed and resumed as sft is
 
-    def rl(self, stage: RLStage, init_ckpt: Path | None, out_dir: Path, log: TrainLog,
-           on_checkpoint: Callable[[int], None] | None = None, data: Path | None = None,
+    def rl(self, stage: RLStage, init_ckpt: Path | None, out_dir: Path, log: TrainLog, data: Path | None = None,
            until: int | None = None) -> Path:
         """RL from `init_ckpt` (None = the model the stage names); return the final checkpoint directory.
-        `on_checkpoint(step)` is called after each interval checkpoint and may raise to stop the run (pruning).
         `until`: a segment job (workflow/segments.py, only for an engine whose traits say it trains in segments):
         resume from the newest checkpoint, train up to that step, checkpoint there and return that checkpoint."""

@@ -27,8 +27,9 @@ CAPABILITIES = (
                "evaluated steps", needs="trains_in_segments"),
     Capability("extends_finished_runs", "extension", "a longer run of a finished run's settings takes its steps and "
                "trains only the new ones"),
-    Capability("reports_intermediate_evals", "Optuna pruning", "an RL stage reports evaluations as it trains, which "
-               "an Optuna pruner reads"),
+    Capability("trains_in_segments", "Optuna pruning", "a trial's runs advance one segment at a time (on an engine "
+               "without segments by default: with `rl.segment_steps`); after each evaluation the pruner decides "
+               "before the next segment is submitted"),
     Capability("lora", "LoRA", "training through LoRA adapters (`model.lora`)"),
     Capability("integrity_preflight", "integrity preflight", "the checks of the loss and the data before the first "
                "job trains (`rlsweep preflight`)"),

@@ -117,10 +117,9 @@ class _Trainer:
         say(f"[yellow]{self.log.stage} {self.log.run_id}: resuming from checkpoint at step {step}/{self.total}[/]")
         return step
 
-    def maybe_checkpoint(self, on_checkpoint: Callable[[int], None] | None = None) -> None:
+    def maybe_checkpoint(self) -> None:
         """Checkpoint on the interval and at the end; when the cluster asked us to stop (preemption, time
-        limit), checkpoint this step whatever the interval and raise Preempted so the requeued job resumes here.
-        `on_checkpoint(step)` runs after each interval checkpoint (an Optuna trial's intermediate evals)."""
+        limit), checkpoint this step whatever the interval and raise Preempted so the requeued job resumes here."""
         stop = preemption.requested() and self.step < self.until
         on_interval = self.step % self.every == 0 or self.step in (self.total, self.until)
         if on_interval or stop:
@@ -133,8 +132,6 @@ class _Trainer:
                             write_model=functools.partial(lora.write, self.model))
         if stop:
             raise preemption.Preempted(self.step)
-        if on_interval and on_checkpoint is not None:
-            on_checkpoint(self.step)
 
     def final(self) -> Path:
         """The checkpoint of the step this job trained to (a segment's end; the last step)."""
@@ -258,8 +255,7 @@ class LocalEngine:
                            sft.max_grad_norm)
 
     # -------------------------------------------------------------------------------------------------- RL
-    def rl(self, stage: RLStage, init_ckpt: Path | None, out_dir: Path, log: TrainLog,
-           on_checkpoint: Callable[[int], None] | None = None, data: Path | None = None,
+    def rl(self, stage: RLStage, init_ckpt: Path | None, out_dir: Path, log: TrainLog, data: Path | None = None,
            until: int | None = None) -> Path:
         model_cfg, task, rl, seed = stage.model, stage.task, stage.rl, stage.seed
         init = load_model(init_ckpt) if init_ckpt else build_model(model_cfg, TOKENIZER.vocab_size, seed)
@@ -274,7 +270,7 @@ class LocalEngine:
             tr.step += 1
             log.record(step=tr.step, **row)
             progress.update(tr.step, reward=row["reward"], entropy=row["entropy"])
-            tr.maybe_checkpoint(on_checkpoint)
+            tr.maybe_checkpoint()
         return tr.final()
 
     def _rl_step(self, tr: _Trainer, ref, task: TaskConfig, rl: RLConfig, seed: int) -> dict:

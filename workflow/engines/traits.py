@@ -22,7 +22,6 @@ class EngineTraits:
     name: ClassVar[str]
     trainer: ClassVar[str]  # "module:Class" of the engine's Engine (workflow/engines/base.py)
     settings: ClassVar[str | None] = None  # the engine's own section of the run config (engine.<settings>), if any
-    reports_intermediate_evals: ClassVar[bool] = False  # an RL stage can report evals as it trains (Optuna pruning)
     # an RL run can be trained as a chain of segment jobs, each stopping at a step and the next resuming there from
     # its checkpoint (workflow/segments.py); False: one job per run
     trains_in_segments: ClassVar[bool] = False
@@ -101,7 +100,6 @@ class LocalTraits(EngineTraits):
     """The local engine (workflow/engines/local.py): pure torch, tiny character-level models, the arithmetic task."""
 
     trainer = "workflow.engines.local:LocalEngine"
-    reports_intermediate_evals = True
     trains_in_segments = True  # its resume replays the steps bit for bit (workflow/engines/local.py)
     extends_finished_runs = True  # it resumes from the checkpoints under checkpoints/, which extend links
     pretrains = True  # its tiny models know nothing until trained: the pretrain stage makes a capable base

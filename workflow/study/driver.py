@@ -7,7 +7,9 @@ checkpoint rule can only wait for fixed upstream jobs, so trial i would have to 
 not for whichever finishes first). Instead every trial is its own nested `snakemake` over the same Snakefile and
 the trial's targets, started the moment a slot frees: no lock-step batches. The nested runs use the outer
 invocation's executor and profile (SLURM included), so trials are ordinary jobs of the same rules, cached by run
-id, with the same tables.
+id, with the same tables. With a pruner, a trial's nested runs go one stop at a time (pruning.py): each takes its
+runs to the next evaluated step, then the driver reports the objective and asks the pruner before it submits the
+next segment.
 
 Crash safety and resume. A trial is asked (RUNNING in the Optuna storage), its parameters recorded under
 results/<sweep>/study/trials/, then its runs start. Re-running the same command after the driver died resumes the
@@ -22,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import signal
 import subprocess
@@ -55,10 +56,18 @@ FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
 @dataclass
 class Running:
+    """A trial in flight: its nested `snakemake` now, and with a pruner the stops still ahead (pruning.stops)."""
+
     trial: optuna.Trial
-    run_ids: list[str]
+    runs: list  # the trial's Runs (its seeds)
     proc: subprocess.Popen
     log: Path
+    stop: int  # the step this nested run takes the trial's runs to (the last: rl.steps, every evaluation)
+    ahead: list[int]  # the stops after it
+
+    @property
+    def run_ids(self) -> list[str]:
+        return [r.run_id for r in self.runs]
 
     @property
     def number(self) -> int:
@@ -117,7 +126,7 @@ class Driver:
             for number, r in list(self.running.items()):
                 if r.proc.poll() is not None:
                     del self.running[number]
-                    self._tell(r)
+                    self._tell(r)  # (or, at a stop before the last, the trial's next segment: in flight again)
         return self._done()
 
     def _finished(self) -> int:
@@ -138,35 +147,48 @@ class Driver:
         run_ids = [r.run_id for r in runs]
         trial.set_user_attr("run_ids", run_ids)
         record_trial(self.results, self.sweep.name, number, params)  # before the nested run reads the records
-        env = dict(os.environ)
+        walk = [runs[0].config.rl.steps]
         if self.spec.pruner.name != "none":
             if any(pruning.marker(self._rl_dir(run_id)).is_file() for run_id in run_ids):
                 self._pruned(trial, "its run was pruned in an earlier trial with the same parameters")
                 return
-            for run in runs:  # what the run's RL stage needs to report intermediate evals to this trial
-                pruning.write_context(self.results, self.sweep.name, run, trial_id=trial._trial_id,
-                                      trial_number=number, sql=self.sql,
-                                      storage=storage_location(self.spec, self.results, self.sweep.name),
-                                      study=self.study.study_name, pruner=self.spec.pruner.model_dump())
-            env[pruning.ENV] = "1"
-        targets = [str(done_path(self.results, "eval", r.eval_id, r.run_id, step, group))
-                   for r in runs for step, group in r.eval_jobs]
-        log = trial_log(self.results, self.sweep.name, number)
-        log.parent.mkdir(parents=True, exist_ok=True)
+            walk = pruning.stops(runs[0])  # (its seeds share the config, so the segments and evaluated steps)
+        self._submit(Running(trial, runs, None, trial_log(self.results, self.sweep.name, number), walk[0], walk[1:]))
+        _say(f"trial {number} started ({len(self.running)} in flight): {format_params(params)} -> run(s) "
+             f"{', '.join(run_ids)}" + (f"; it reports at step(s) {', '.join(map(str, walk[:-1]))}"
+                                        if len(walk) > 1 else ""))
+
+    def _submit(self, r: Running) -> None:
+        """The nested `snakemake` that takes the trial's runs to `r.stop` (segments and their evaluations)."""
+        r.log.parent.mkdir(parents=True, exist_ok=True)
         argv = [sys.executable, "-m", "snakemake", "-s", self.snakefile, "--nolock", "--cores", str(self.cores),
                 *self.snakemake_args, "--config", f"sweep={self.sweep_file}", f"results={self.results}",
-                "--", *targets]
-        with open(log, "ab") as f:
-            proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, env=env)
-        self.running[number] = Running(trial, run_ids, proc, log)
-        _say(f"trial {number} started ({len(self.running)} in flight): {format_params(params)} -> run(s) "
-             f"{', '.join(run_ids)}")
+                "--", *pruning.targets(self.results, r.runs, r.stop)]
+        with open(r.log, "ab") as f:
+            r.proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT)
+        self.running[r.number] = r
+
+    def _reached(self, r: Running) -> None:
+        """The trial's runs reached an intermediate stop: report the objective (the mean over its seeds, each at its
+        evaluation of this step) and let the pruner decide before the next segment is submitted."""
+        try:
+            value = trial_values(self.sql, self.results, self.sweep.name, r.run_ids)[0]
+        except ObjectiveError:  # nothing to report at this step (the objective reads something not there yet)
+            value = None
+        if value is not None:
+            r.trial.report(value, r.stop)
+            if r.trial.should_prune():
+                pruning.mark_pruned(self.results, {i: self._rl_dir(i) for i in r.run_ids}, r.stop, value, r.number)
+                self._pruned(r.trial, f"stopped at step {r.stop} (intermediate objective {value:.4g}); its later "
+                                      "segments never run")
+                self._annotate(r, "pruned", None)
+                return
+        r.stop, r.ahead = r.ahead[0], r.ahead[1:]
+        self._submit(r)
 
     def _tell(self, r: Running) -> None:
-        rl_dirs = [self._rl_dir(run_id) for run_id in r.run_ids]
-        if r.proc.returncode != 0 and any(pruning.marker(d).is_file() for d in rl_dirs):
-            self._pruned(r.trial, f"stopped at step {json.loads(pruning.marker(rl_dirs[0]).read_text())['step']}")
-            self._annotate(r, "pruned", None)
+        if r.proc.returncode == 0 and r.ahead:
+            self._reached(r)
             return
         if r.proc.returncode != 0:
             self._fail(r.trial, f"its jobs failed (snakemake exit {r.proc.returncode}); log: {r.log}")

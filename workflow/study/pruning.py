@@ -1,32 +1,29 @@
-"""Pruning an Optuna trial from its intermediate evals.
+"""Pruning an Optuna trial between the segments of its runs, on any engine that trains in segments.
 
-The driver writes, for a trial's run, a context file (study/pruning/<run_id>.json: storage, study, trial, the run's
-eval jobs and the objective's SQL) and sets RLSWEEP_STUDY_PRUNING for the trial's jobs. The RL stage of that run
-then, after each interval checkpoint at an eval step before the last (eval.every), runs that step's eval jobs
-(through the `run_eval` it hands in: the same eval stage, writing the same tables and DONE files, so the eval jobs
-Snakemake schedules after RL find them done), reads the objective with the same SQL (at that moment the run's last
-eval is this step), reports it with trial.report(value, step), and stops if the pruner says so: the RL stage
-raises Pruned, its runs row says "pruned", PRUNED.json marks the run, and the driver tells Optuna the trial was
-pruned.
+With a pruner, the study driver (driver.py) advances a trial's runs one stop at a time. A stop is an evaluated step
+before the last (`eval.every`); the run's segments end there (workflow/segments.py), so a stop is reached by the
+segment jobs that end at it and the evaluations of that step, as one nested `snakemake` over those targets, for
+every seed of the trial at once. Then the driver reads the objective with the trial's SQL (each run's last
+evaluation is this step), reports the mean over the seeds with trial.report(value, step), and asks the pruner
+before the next segment is submitted. A pruned trial's later segments never run: PRUNED.json marks each of its
+runs, their `runs` rows say `pruned`, and an RL job of such a run refuses to train (a rerun by hand, or another
+trial of the same parameters, must not train past the pruned step).
+
+Nothing of this runs inside a stage job: the engines know nothing of Optuna, and SLURM runs each segment as the
+ordinary job it is.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
-import os
 from pathlib import Path
-from typing import Any, Callable
 
 from workflow.atomic import write_json
-from workflow.layout import pruning_context
-from workflow.stages import stage_config
+from workflow.layout import done_path, runs_file, segment_done
 
-ENV = "RLSWEEP_STUDY_PRUNING"
 MARKER = "PRUNED.json"
-EXIT_PRUNED = 76  # the RL stage's exit status when its trial was pruned (not an error, not resumable)
-
-# run_eval(eval_id, eval_config, label, step, group): run one eval job of the run, in this process
-RunEval = Callable[[str, dict, str, int, str], Any]
+EXIT_PRUNED = 76  # an RL job of a pruned run: not an error, not resumable
 
 
 class Pruned(Exception):
@@ -36,61 +33,46 @@ class Pruned(Exception):
                          + (f" (intermediate objective {value:.4g})" if value is not None else ""))
 
 
-def write_context(results_root: str | Path, sweep: str, run, *, storage: str, study: str, pruner: dict,
-                  trial_id: int, trial_number: int, sql: str) -> None:
-    """What the run's RL stage needs to report to the trial (`run` is the trial's Run)."""
-    steps = sorted({step for step, _ in run.eval_jobs if step < run.config.rl.steps})
-    write_json(pruning_context(results_root, sweep, run.run_id),
-               {"storage": storage, "study": study, "pruner": pruner, "trial_id": trial_id, "trial": trial_number,
-                "sql": sql, "eval_id": run.eval_id, "label": run.label, "steps": steps, "eval_jobs": run.eval_jobs,
-                "eval_config": stage_config(run.config, "eval", run_id=run.run_id)})
-
-
 def marker(rl_dir: Path) -> Path:
     return Path(rl_dir) / MARKER
 
 
-def reporter_for(results_root: str | Path, sweep: str, run_id: str, rl_dir: Path,
-                 run_eval: RunEval) -> Callable[[int], None] | None:
-    """The RL stage's on_checkpoint hook when this run belongs to a pruned study's trial, else None."""
-    if not os.environ.get(ENV):
-        return None
-    path = pruning_context(results_root, sweep, run_id)
-    if not path.is_file():
-        return None
-    ctx = json.loads(path.read_text())
-    if marker(rl_dir).is_file():  # pruned before (a rerun must not train on past the pruned step)
+def refuse_if_pruned(rl_dir: Path) -> None:
+    """An RL job of a run its study pruned: raise Pruned (nothing trains past the pruned step)."""
+    if marker(rl_dir).is_file():
         raise Pruned(json.loads(marker(rl_dir).read_text())["step"])
-    return _Reporter(ctx, Path(results_root), sweep, run_id, Path(rl_dir), run_eval)
 
 
-class _Reporter:
-    def __init__(self, ctx: dict[str, Any], results_root: Path, sweep: str, run_id: str, rl_dir: Path,
-                 run_eval: RunEval):
-        self.ctx, self.results_root, self.sweep, self.run_id, self.rl_dir = ctx, results_root, sweep, run_id, rl_dir
-        self.run_eval = run_eval
-        import optuna  # (optuna, and DuckDB below: only in a pruned trial's RL stage, not in every stage job)
+def stops(run) -> list[int]:
+    """The steps at which a trial of this run reports to its pruner: each evaluated step before the last at which
+    a segment of the run ends (the checks of space.py make every evaluated step one), then the last step."""
+    ends, last = set(run.segment_ends), run.config.rl.steps
+    return [*sorted({step for step, _ in run.eval_jobs if 0 < step < last and step in ends}), last]
 
-        from workflow.study.factory import open_storage
-        from workflow.study.spec import PRUNERS
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-        # the study's own pruner (load_study would otherwise give a default MedianPruner)
-        pruner = PRUNERS[ctx["pruner"]["name"]](**ctx["pruner"]["options"])
-        study = optuna.load_study(study_name=ctx["study"], storage=open_storage(ctx["storage"]), pruner=pruner)
-        self.trial = optuna.Trial(study, ctx["trial_id"])
 
-    def __call__(self, step: int) -> None:
-        if step not in self.ctx["steps"]:
-            return
-        for job_step, group in self.ctx["eval_jobs"]:
-            if job_step == step:
-                self.run_eval(self.ctx["eval_id"], self.ctx["eval_config"], self.ctx["label"], step, group)
-        from workflow.study.objective import ObjectiveError, trial_value
-        try:
-            value = trial_value(self.ctx["sql"], self.results_root, self.sweep, [self.run_id])
-        except ObjectiveError:  # nothing to report at this step (the objective reads something not there yet)
-            return
-        self.trial.report(value, step)
-        if self.trial.should_prune():
-            write_json(marker(self.rl_dir), {"step": step, "value": value, "trial": self.ctx["trial"]})
-            raise Pruned(step, value)
+def targets(results_root: str | Path, runs, stop: int) -> list[str]:
+    """What a nested `snakemake` makes for the trial's runs to reach `stop`: each run's segment ending there and
+    its evaluations up to there (at the last stop: every evaluation, as a trial without a pruner)."""
+    out = []
+    for run in runs:
+        last = stop >= run.config.rl.steps
+        out.append(str(segment_done(results_root, "rl", run.run_id, stop)))
+        out += [str(done_path(results_root, "eval", run.eval_id, run.run_id, step, group))
+                for step, group in run.eval_jobs if last or step <= stop]
+    return out
+
+
+def mark_pruned(results_root: str | Path, rl_dirs: dict[str, Path], step: int, value: float | None,
+                trial: int) -> None:
+    """Mark the trial's runs pruned at `step`: PRUNED.json in each RL directory, `pruned` in each `runs` row."""
+    from workflow.results.rows import rows_written_as  # (pyarrow: the driver, not a sweep's reader)
+    from workflow.results.writer import write_rows
+    now = dt.datetime.now(dt.timezone.utc)
+    for run_id, rl_dir in rl_dirs.items():
+        write_json(marker(rl_dir), {"step": step, "value": value, "trial": trial})
+        stem = runs_file("rl", run_id)
+        found = rows_written_as(results_root, "runs", stem)
+        if found is not None:
+            write_rows(results_root, "runs", stem,
+                       [{**row, "status": "pruned", "error": str(Pruned(step, value)),
+                         "finished_at": row.get("finished_at") or now} for row in found.to_pylist()])

@@ -95,18 +95,24 @@ def check_space(spec: SweepSpec) -> list[str]:
 
 
 def _check_pruning(spec: SweepSpec, base: RunConfig | None) -> list[str]:
-    """Pruning reads intermediate evals of one run per trial, reported from the local engine's RL loop."""
+    """A pruner reads each trial's evaluations between segments (pruning.py): its runs must split at the evaluated
+    steps, so their engine must train in segments (any number of seeds: the pruner reads their mean)."""
     opt = spec.optuna
     if opt.pruner.name == "none" or base is None:
         return []
     problems = []
-    if len(spec.seeds) > 1:
-        problems.append(f"optuna.pruner: a pruned trial must be one run, but seeds gives each trial "
-                        f"{len(spec.seeds)}; use one seed (or `pruner: {{name: none}}` to average replicates)")
-    able = [n for n, t in ENGINES.items() if t.reports_intermediate_evals]
-    if base.engine.name not in able or "engine.name" in opt.space:
-        problems.append(f"optuna.pruner: pruning runs only on engines that report intermediate evals "
-                        f"({', '.join(able)}), so not on {base.engine.name} nor with engine.name searched")
+    engines = opt.space["engine.name"].choices if "engine.name" in opt.space and opt.space["engine.name"].choices \
+        else [base.engine.name]
+    for name in engines:
+        engine = ENGINES.get(name)
+        if not engine.trains_in_segments:
+            problems.append(f"optuna.pruner: a trial is pruned between the segments of its runs, but engine {name} "
+                            f"trains each run in one job ({engine.lacks.get('trains_in_segments', 'no segments')})")
+        elif base.rl.segment_steps == 0 or (base.rl.segment_steps is None and not engine.segments_by_default
+                                            and "rl.segment_steps" not in opt.space):
+            problems.append(f"optuna.pruner: a trial is pruned between the segments of its runs, but engine {name} "
+                            "trains each run in one job unless rl.segment_steps asks: set base.rl.segment_steps "
+                            "(its runs then also split at every evaluated step)")
     if "eval.every" not in opt.space and (base.eval.every is None or base.eval.every >= base.rl.steps):
         problems.append("optuna.pruner: pruning reads intermediate evals: set eval.every in base (a multiple of "
                         "rl.checkpoint_every below rl.steps)")

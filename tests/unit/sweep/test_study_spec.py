@@ -341,16 +341,31 @@ def test_journal_path_and_url_storages(tmp_path):
 EVERY_2 = TINY_BASE.replace("eval: {k: 2, max_new_tokens: 16}", "eval: {k: 2, max_new_tokens: 16, every: 2}")
 
 
-@pytest.mark.parametrize("base, top, message", [
-    (TINY_BASE, None, "optuna.pruner: pruning reads intermediate evals: set eval.every"),
-    (EVERY_2, {"seeds": [0, 1]}, "optuna.pruner: a pruned trial must be one run, but seeds gives each trial 2"),
-    (EVERY_2.replace("base:\n", "base:\n  engine: {name: verl, verl: {model_path: m}}\n")
-     .replace("sft: {steps: 20,", "sft: {enabled: false, steps: 20,"),
-     None, "optuna.pruner: pruning runs only on engines that report intermediate evals (local)"),
+VERL_EVERY_2 = (EVERY_2.replace("base:\n", "base:\n  engine: {name: verl, verl: {model_path: m}}\n")
+                .replace("sft: {steps: 20,", "sft: {enabled: false, steps: 20,"))
+
+
+@pytest.mark.parametrize("base, message", [
+    (TINY_BASE, "optuna.pruner: pruning reads intermediate evals: set eval.every"),
+    (EVERY_2.replace("checkpoint_every: 2}", "checkpoint_every: 2, segment_steps: 0}"),
+     "optuna.pruner: a trial is pruned between the segments of its runs, but engine local trains each run in one "
+     "job unless rl.segment_steps asks"),
+    (VERL_EVERY_2, "optuna.pruner: a trial is pruned between the segments of its runs, but engine verl trains each "
+                   "run in one job unless rl.segment_steps asks: set base.rl.segment_steps"),
 ])
-def test_pruning_needs_intermediate_evals_of_one_local_run(tmp_path, base, top, message):
-    assert message in errors_of(optuna_sweep(tmp_path, {"rl.lr": F(1e-5, 1e-3)}, top=top, base=base,
+def test_pruning_needs_runs_that_split_at_their_evaluations(tmp_path, base, message):
+    assert message in errors_of(optuna_sweep(tmp_path, {"rl.lr": F(1e-5, 1e-3)}, base=base,
                                              pruner={"name": "median"}))
+
+
+@pytest.mark.parametrize("base, top", [
+    (EVERY_2, {"seeds": [0, 1]}),  # several seeds: the pruner reads their mean
+    (VERL_EVERY_2.replace("checkpoint_every: 2}", "checkpoint_every: 2, segment_steps: 2}"), None),
+], ids=["local-two-seeds", "verl-segments"])
+def test_pruning_takes_several_seeds_and_any_engine_that_trains_in_segments(tmp_path, base, top):
+    sweep = load_sweep(optuna_sweep(tmp_path, {"rl.lr": F(1e-5, 1e-3)}, top=top, base=base,
+                                    pruner={"name": "median"}))
+    assert sweep.spec.optuna.pruner.name == "median"
 
 
 def test_pruners_and_sampler_options_reach_optuna(tmp_path):

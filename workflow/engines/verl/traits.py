@@ -44,8 +44,6 @@ class VerlTraits(EngineTraits):
         "segments_by_default": "each job starts Ray, vLLM and the model (minutes on a CPU), and vLLM is seeded anew "
                                "in each job, so a chain's rollouts after a boundary are not one job's: a run splits "
                                "where rl.segment_steps asks",
-        "reports_intermediate_evals": "its RL stage runs inside verl's trainer, which evaluates nothing while it "
-                                      "trains (our eval stage evaluates its checkpoints)",
         "pretrains": "its runs start from a model it is given (engine.verl.model_path): a capable base is a "
                      "pretrained model",
     }

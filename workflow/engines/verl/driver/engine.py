@@ -246,15 +246,12 @@ class VerlEngine:
         return self._export(out_dir, log, stage.sft.steps, "sft", model_dir="", base_model=model,
                             verl_log=out_dir / "verl_sft.log")
 
-    def rl(self, stage: RLStage, init_ckpt: Path | None, out_dir: Path, log: TrainLog,
-           on_checkpoint: Callable[[int], None] | None = None, data: Path | None = None,
+    def rl(self, stage: RLStage, init_ckpt: Path | None, out_dir: Path, log: TrainLog, data: Path | None = None,
            until: int | None = None) -> Path:
         """`until`: a segment job (workflow/segments.py). verl's loop ends at trainer.total_training_steps, saving a
         checkpoint there, so a segment sets it to its end step; verl resumes from its newest checkpoint by itself
         (resume_mode auto: the segment before's, with the optimizer, the dataloader's position and, in its folder,
         the method's state), and our trainer keeps the optimizer's horizon at rl.steps (worker.py)."""
-        if on_checkpoint is not None:  # the sweep check rejects pruning with verl first
-            raise NotImplementedError("pruning Optuna trials is not supported on the verl engine yet")
         from omegaconf import OmegaConf, open_dict
         out_dir, v = Path(out_dir), stage.engine.verl
         model = str(init_ckpt) if init_ckpt else resolve_model(v.model_path, out_dir)
