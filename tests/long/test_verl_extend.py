@@ -48,7 +48,9 @@ def _shm() -> set[str]:
 
 def _train(path: Path, results: Path, run, log: Path) -> None:
     """The run's RL stage to its end by one `snakemake` (no evaluation: what is tested is the training)."""
-    proc = subprocess.run([sys.executable, "-m", "snakemake", str(done_path(results, "rl", run.run_id)), "--cores",
+    # (the last segment's file: the rule's output; DONE.json is written beside it)
+    proc = subprocess.run([sys.executable, "-m", "snakemake", str(segment_done(results, "rl", run.run_id,
+                                                                               run.config.rl.steps)), "--cores",
                            "2", "--config", f"sweep={path}", f"results={results}"], cwd=REPO,
                           stdout=log.open("ab"), stderr=subprocess.STDOUT, timeout=1800)
     assert proc.returncode == 0, f"snakemake failed; see {log}"

@@ -155,7 +155,7 @@ def test_a_one_node_run_starts_its_own_ray_whatever_cluster_the_machine_last_sta
 def test_cpu_runs_translate_to_verls_cpu_settings_and_device_is_part_of_the_id():
     pytest.importorskip("verl")
     from workflow.engines.verl.driver.compose import compose, validate
-    from workflow.engines.verl.contract import CPU_MODULE, VLLM_COMPAT_MODULE, WORKER_MODULE
+    from workflow.engines.verl.contract import CPU_MODULE, ROLLOUTS_MODULE, VLLM_COMPAT_MODULE, WORKER_MODULE
     from workflow.engines.verl.driver.translate import translate, translate_sft
     base = {"engine": {"name": "verl", "verl": {"model_path": "m", "device": "cpu"}},
             "rl": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 32}}
@@ -165,7 +165,7 @@ def test_cpu_runs_translate_to_verls_cpu_settings_and_device_is_part_of_the_id()
     assert config.trainer.device == "cpu" and config.actor_rollout_ref.rollout.enforce_eager is True
     assert config.actor_rollout_ref.rollout.max_model_len == 1024 + 32 and config.ray_kwargs.ray_init.num_gpus == 1
     env = config.ray_kwargs.ray_init.runtime_env.env_vars
-    assert env["VERL_USE_EXTERNAL_MODULES"] == f"{CPU_MODULE},{VLLM_COMPAT_MODULE},{WORKER_MODULE}"
+    assert env["VERL_USE_EXTERNAL_MODULES"] == f"{CPU_MODULE},{VLLM_COMPAT_MODULE},{WORKER_MODULE},{ROLLOUTS_MODULE}"
     # a method's own verl module joins them only when the run selects the method (Prefix-RFT's agent loop)
     prefix = compose(translate(RunConfig.model_validate({**base, "rl": {**base["rl"], "mix": "prefix_rft"},
                                                          "sft": {"enabled": False}})), set())

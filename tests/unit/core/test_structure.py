@@ -305,8 +305,12 @@ def test_modules_verl_loads_by_name_import_and_hold_what_is_named():
     out = translate.translate(RunConfig.model_validate({"engine": {"name": "verl", "verl": {"model_path": "m"}},
                                                         "sft": {"enabled": False}}))
     assert out["ray_kwargs.ray_init.runtime_env.env_vars"]["VERL_USE_EXTERNAL_MODULES"] == \
-        f"{contract.VLLM_COMPAT_MODULE},{contract.WORKER_MODULE}"
+        f"{contract.VLLM_COMPAT_MODULE},{contract.WORKER_MODULE},{contract.ROLLOUTS_MODULE}"
     importlib.import_module(contract.VLLM_COMPAT_MODULE)
+    rollouts = importlib.import_module(contract.ROLLOUTS_MODULE)  # registers the seeded loop the config names
+    assert out["actor_rollout_ref.rollout.agent.default_agent_loop"] == contract.SEEDED_AGENT_LOOP
+    from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
+    assert issubclass(rollouts.SeededAgentLoop, SingleTurnAgentLoop)
     assert (out["reward.custom_reward_function.path"], out["reward.custom_reward_function.name"]) == \
         contract.REWARD_FN
 

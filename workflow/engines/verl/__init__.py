@@ -12,8 +12,8 @@ rollouts) running our update rules. Split by where the code runs:
     inside/     loaded by verl by name in its own processes: the RL process (ppo.py), our trainer and workers
                 (worker.py), rule gates and mixed-policy hooks on verl's driver (gates.py, mix_hooks.py), the workers'
                 losses and steps (mix_loss.py, rule_step.py), metrics rows (metrics.py), the reward (reward.py), the
-                SFT trainer (sft_trainer.py), the integrity preflight's torchrun child (preflight.py); a method's own
-                verl half lives in its folder (workflow/methods/prefix_rft/verl.py, slow2fast/verl.py)
+                SFT trainer (sft_trainer.py), the integrity preflight's torchrun child (preflight.py), the seeded
+                agent loop (rollouts.py); a method's own verl half lives in its folder (workflow/methods/prefix_rft/verl.py, slow2fast/verl.py)
     compat/     what verl expects of its environment that ours differs in: vLLM builds (vllm_compat.py), the CPU
                 platform with vLLM's CPU build (cpu.py, engine.verl.device cpu)
     seam.py     every verl symbol the modules above rely on (imports, subclasses, overridden private methods, swaps,

@@ -58,12 +58,36 @@ WORKER_MODULE = "workflow.engines.verl.inside.worker"
 SFT_TRAINER_MODULE = "workflow.engines.verl.inside.sft_trainer"
 PPO_MODULE = "workflow.engines.verl.inside.ppo"  # the RL stage's verl process
 PREFLIGHT_MODULE = "workflow.engines.verl.inside.preflight"  # the integrity preflight's torchrun child
+ROLLOUTS_MODULE = "workflow.engines.verl.inside.rollouts"  # the seeded agent loop, in verl's rollout workers
 # (a method's own modules, e.g. Prefix-RFT's agent loop, are on its card: Method.verl_modules)
 CPU_MODULE = "workflow.engines.verl.compat.cpu"  # engine.verl.device cpu: verl's CPU platform and the vLLM CPU shims
 VLLM_COMPAT_MODULE = "workflow.engines.verl.compat.vllm_compat"  # what verl 0.9.1 expects of vLLM that ours lacks
 
 # what vLLM's CPU build reads when it is imported: the CPU target, and 1 GB of RAM for the KV cache (tiny models)
 VLLM_CPU_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1"}
+
+# ------------------------------------------------------------------ seeded rollouts (inside/rollouts.py)
+SEEDED_AGENT_LOOP = "rlsweep_seeded"  # verl's single-turn agent loop, each request seeded by rollout_seed
+
+
+def rollout_seed(seed: int, step: int, index: int, session: int) -> int:
+    """vLLM's sampling seed for one rollout: session `session` (of rollout.n) of the prompt at row `index` of the
+    run's data, at verl's global step `step`. A function of these alone, so a job resumed at a step (a segment, a
+    requeue) draws the rollouts the uninterrupted job would have drawn, whichever engine process serves them; every
+    session of a group its own stream. (vLLM seeds the run's engine once at start: without this, each job's
+    rollouts after its first request differ from one job's.)"""
+    import hashlib
+    digest = hashlib.blake2b(f"{seed}:{step}:{index}:{session}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % (2 ** 31)  # what vLLM's SamplingParams.seed takes
+
+
+def seeded(sampling_params: dict, trainer_config, kwargs: dict) -> dict:
+    """The request's sampling parameters with its rollout_seed (an agent loop's `run` arguments: the run's verl
+    config and the loop's keyword arguments, which carry the step, the row and the session)."""
+    index = (kwargs.get("extra_info") or {}).get("index", kwargs.get("index"))
+    return {**sampling_params, "seed": rollout_seed(int(trainer_config.data.seed), int(kwargs["global_steps"]),
+                                                    int(index), int(kwargs["session_id"]))}
+
 
 # ------------------------------------------------------------------ the reward's data sources (driver/data.py tags)
 DATA_SOURCE = "rlsweep/arithmetic"  # the arithmetic task: its exact-match reward

@@ -137,6 +137,7 @@ _D, _I, _C = "workflow/engines/verl/driver/", "workflow/engines/verl/inside/", "
 WORKER, MIX_LOSS, MIX_HOOKS, CPU = _I + "worker.py", _I + "mix_loss.py", _I + "mix_hooks.py", _C + "cpu.py"
 EXPORT, PPO = _D + "export.py", _I + "ppo.py"
 SLOW2FAST, PREFIX = "workflow/methods/slow2fast/verl.py", "workflow/methods/prefix_rft/verl.py"
+ROLLOUTS = _I + "rollouts.py"
 COMPOSE, PREFLIGHT, SFT = _D + "compose.py", _I + "preflight.py", _I + "sft_trainer.py"
 
 
@@ -207,8 +208,8 @@ SEAM: tuple[Use, ...] = (
         'filter_groups_metric: str | None = None, train_batch_size: int | None = None, '
         'gen_batch_size: int | None = None, max_inflight_gen_batches: int = 1, '
         'sync_refill_failed_groups: bool = False)'),
-    Use('verl.experimental.agent_loop.agent_loop:register', 'import', PREFIX, '(agent_name: str)'),
-    Use('verl.experimental.agent_loop.single_turn_agent_loop:SingleTurnAgentLoop', 'import', PREFIX,
+    Use('verl.experimental.agent_loop.agent_loop:register', 'import', _w(PREFIX, ROLLOUTS), '(agent_name: str)'),
+    Use('verl.experimental.agent_loop.single_turn_agent_loop:SingleTurnAgentLoop', 'import', _w(PREFIX, ROLLOUTS),
         '(self, *args, **kwargs)'),
     Use('verl.trainer.main_ppo:TaskRunnerV1', 'import', PPO, '(*args: Any, **kwargs: Any)'),
     Use('verl.trainer.main_ppo:run_ppo', 'import', PPO, '(config, task_runner_class) -> None'),
@@ -236,7 +237,7 @@ SEAM: tuple[Use, ...] = (
         'filter_groups_metric: str | None = None, train_batch_size: int | None = None, '
         'gen_batch_size: int | None = None, max_inflight_gen_batches: int = 1, '
         'sync_refill_failed_groups: bool = False)'),
-    Use('verl.experimental.agent_loop.single_turn_agent_loop:SingleTurnAgentLoop', 'subclass', PREFIX,
+    Use('verl.experimental.agent_loop.single_turn_agent_loop:SingleTurnAgentLoop', 'subclass', _w(PREFIX, ROLLOUTS),
         '(self, *args, **kwargs)'),
     Use('verl.plugin.platform.platform_base:PlatformBase', 'subclass', CPU, None),
     # overrides: methods and class attributes our subclasses redefine (most of the trainer's are verl's private ones)
@@ -293,7 +294,7 @@ SEAM: tuple[Use, ...] = (
         why="where verl's sampler picks the finished groups to evict and refill with one fresh prompt each; its "
             "public filter (algorithm.filter_groups) keeps groups whose metric varies, not those in an accuracy "
             "band that changes with training progress (Slow2Fast's phases)"),
-    Use('verl.experimental.agent_loop.single_turn_agent_loop:SingleTurnAgentLoop.run', 'override', PREFIX,
+    Use('verl.experimental.agent_loop.single_turn_agent_loop:SingleTurnAgentLoop.run', 'override', _w(PREFIX, ROLLOUTS),
         '(self, sampling_params: dict[str, typing.Any], priority: int = 0, '
         '**kwargs) -> verl.experimental.agent_loop.agent_loop.AgentLoopOutput'),
     Use('verl.plugin.platform.platform_base:PlatformBase.device_name', 'override', CPU, None),

@@ -20,7 +20,7 @@ from verl.experimental.agent_loop.agent_loop import register
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 
 from workflow.algos.mix_batch import prefix_len, prompt_slots
-from workflow.engines.verl.contract import run_rl
+from workflow.engines.verl.contract import run_rl, seeded
 from workflow.methods.prefix_rft import VERL_AGENT_LOOP
 from workflow.methods.registry import build_mix
 
@@ -67,4 +67,5 @@ class PrefixAgentLoop(SingleTurnAgentLoop):
                                 kwargs["global_steps"], self.response_length)
         if prefix:  # this loop object serves one session (verl builds one per call)
             self.server_manager = PrefixedServer(self.server_manager, prefix, self.response_length)
-        return await super().run(sampling_params, **kwargs)
+        # seeded as every rollout of a verl run (contract.rollout_seed; the default loop: inside/rollouts.py)
+        return await super().run(seeded(sampling_params, self.config, kwargs), **kwargs)

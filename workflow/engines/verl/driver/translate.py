@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from workflow.config import RLConfig
-from workflow.engines.verl.contract import (CPU_MODULE, REWARD_FN, RL_SECTION, VLLM_COMPAT_MODULE,
-                                            VLLM_CPU_ENV, WORKER_MODULE)
+from workflow.engines.verl.contract import (CPU_MODULE, REWARD_FN, RL_SECTION, ROLLOUTS_MODULE, SEEDED_AGENT_LOOP,
+                                            VLLM_COMPAT_MODULE, VLLM_CPU_ENV, WORKER_MODULE)
 from workflow.methods.registry import get_update_rule, verl_hooks
 
 # our aggregation -> (verl loss_agg_mode, needs loss_scale_factor = max response length). Ours: token-sum divides
@@ -30,7 +30,8 @@ def external_modules(v, rl=None) -> str:
     """VERL_USE_EXTERNAL_MODULES for a run's verl processes (the CPU platform first: it must be set up before
     anything asks verl for a device), then the modules of the methods the run selected (their cards' verl_modules)."""
     methods = [m for card in (rl.selected if rl is not None else []) for m in card.verl_modules]
-    return ",".join(([CPU_MODULE] if v.device == "cpu" else []) + [VLLM_COMPAT_MODULE, WORKER_MODULE, *methods])
+    return ",".join(([CPU_MODULE] if v.device == "cpu" else []) + [VLLM_COMPAT_MODULE, WORKER_MODULE, ROLLOUTS_MODULE,
+                                                                    *methods])
 
 
 # inherited variables a CPU run's verl processes must not see. MKL_NUM_THREADS: vLLM's CPU worker pins itself to
@@ -181,7 +182,9 @@ def translate(cfg, *, model_path: str = PLACEHOLDER, train_files: str = PLACEHOL
     # the run's RL config, whole, in one place: every verl process reads it back with run_rl (the driver's gates and
     # mixed-policy method, the agent loop, the sampler); the engine adds "log" (where our tables go) at job time
     out[RL_SECTION] = {"rl": rl.model_dump(mode="json")}
-    out.update(method_keys(rl))  # e.g. Prefix-RFT's agent loop, Slow2Fast's sampler
+    # every rollout request seeded from (seed, step, row, session): a resumed job draws what one job draws
+    out["actor_rollout_ref.rollout.agent.default_agent_loop"] = SEEDED_AGENT_LOOP
+    out.update(method_keys(rl))  # e.g. Prefix-RFT's agent loop (seeded the same way), Slow2Fast's sampler
     if "entropy" in get_update_rule(rl.update).rollout_signals:  # e.g. SFPO's trigger: the rollout's entropy
         out[f"{actor}.calculate_entropy"] = True
     if scaled:
