@@ -4,7 +4,9 @@
 draws the rollouts the uninterrupted job would have drawn.)
 
 Three arms of the same GRPO run on CPU (verl, vLLM's CPU build, the tiny model `rlsweep:tiny`, the tiny GSM8K
-fixture), each by `snakemake` into its own results directory: `one` (one job), `again` (one job, a second time),
+fixture), each from the same verl SFT checkpoint (120 steps, trained once: from a random init every reward is 0,
+so GRPO's advantages and the update are 0 and the weights prove nothing), each by `snakemake` into its own results
+directory (the SFT job's copied in): `one` (one job), `again` (one job, a second time),
 `chain` (segments of `--segment` steps: a verl job each, the next resuming from the one before's checkpoint).
 Printed, chain against one and again against one:
   rows      the largest difference of each train_steps number over the steps (reward, loss, entropy, response
@@ -13,7 +15,18 @@ Printed, chain against one and again against one:
 Verdict: the chain is "as close as one job to itself" when none of its differences exceeds again's by more than
 `--slack` (x again's, or 1e-6 where again's is 0).
 
-    python bench/verl_chain.py [--steps 4] [--segment 2] [--keep DIR]
+    python bench/verl_chain.py [--steps 4] [--segment 2] [--unseeded] [--keep DIR]
+
+Measured on 2 cores (issue 61; 4 GRPO steps of 4 prompts x 4 after 120 verl SFT steps; reward 0.06-0.5 a step):
+
+                  seeded: chain   again     unseeded: chain   again
+    reward                0       0                   0.25    0.188
+    response_len          0       0                   9.56    6.19
+    loss                  6.0e-8  1.5e-8              0.026   0.117
+    |dw| / |w|            5.4e-6  9.6e-6              0.038   0.037
+
+Seeded, a chain's rollouts are one job's and what differs is float noise of one job against itself; unseeded, not
+even one job repeats itself.
 """
 
 from __future__ import annotations
@@ -30,7 +43,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from workflow.layout import segment_done, stage_dir, step_dir  # noqa: E402
+from workflow.layout import done_path, segment_done, stage_dir, step_dir  # noqa: E402
 from workflow.results.catalog import query  # noqa: E402
 from workflow.sweep.expand import load_sweep  # noqa: E402
 
@@ -38,13 +51,14 @@ SWEEP = """name: verl_chain
 base:
   engine:
     name: verl
-    verl: {{model_path: "rlsweep:tiny", device: cpu, max_prompt_length: 192, timeout_min: 20}}
+    verl: {{model_path: "rlsweep:tiny", device: cpu, max_prompt_length: 192, timeout_min: 20{overrides}}}
   task:
     name: datasets
     datasets: [{{name: gsm8k_train, path: {data}}}]
     template: boxed
-  sft: {{enabled: false}}
-  rl: {{steps: {steps}, prompts_per_step: 4, group_size: 4, max_new_tokens: 16, lr: 1.0e-3, checkpoint_every: 1,
+  sft: {{steps: 120, batch_size: 8, micro_batch_size: 8, lr: 3.0e-3, schedule: constant, warmup_ratio: 0.0,
+        checkpoint_every: 120}}
+  rl: {{steps: {steps}, prompts_per_step: 4, group_size: 4, max_new_tokens: 40, lr: 1.0e-3, checkpoint_every: 1,
        micro_batch_size: 16, segment_steps: {segment}}}
   eval: {{benchmarks: [gsm8k], paths: {{gsm8k: {bench}}}, backend: vllm}}
 resources: {{rl: {{threads: 2}}}}
@@ -52,19 +66,35 @@ resources: {{rl: {{threads: 2}}}}
 NUMBERS = ("reward", "loss", "entropy", "grad_norm", "response_len")
 
 
-def run_arm(work: Path, name: str, steps: int, segment: int) -> tuple[Path, str, float]:
-    """One arm to its last step; (results root, run id, seconds)."""
+# --unseeded: verl's own single-turn loop (vLLM seeded once per job, not per request), what ran before seeding
+UNSEEDED = ", overrides: {actor_rollout_ref.rollout.agent.default_agent_loop: single_turn_agent}"
+
+
+def sweep_file(work: Path, name: str, steps: int, segment: int, unseeded: bool) -> Path:
     sweep = work / f"{name}.yaml"
-    sweep.write_text(SWEEP.format(steps=steps, segment=segment, data=REPO / "sweeps/data/tiny_gsm8k_train.jsonl",
+    sweep.write_text(SWEEP.format(steps=steps, segment=segment, overrides=UNSEEDED if unseeded else "",
+                                  data=REPO / "sweeps/data/tiny_gsm8k_train.jsonl",
                                   bench=REPO / "tests/fixtures/benchmarks/gsm8k.jsonl"))
-    [run] = load_sweep(sweep).runs
-    results, log = work / name, work / f"{name}.log"
-    t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "snakemake", str(segment_done(results, "rl", run.run_id, steps)),
-                           "--cores", "2", "--config", f"sweep={sweep}", f"results={results}"], cwd=REPO,
-                          stdout=log.open("w"), stderr=subprocess.STDOUT)
+    return sweep
+
+
+def snakemake(sweep: Path, results: Path, target: Path, log: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "snakemake", str(target), "--cores", "2", "--config",
+                           f"sweep={sweep}", f"results={results}"], cwd=REPO, stdout=log.open("a"),
+                          stderr=subprocess.STDOUT)
     if proc.returncode != 0:
-        sys.exit(f"{name}: snakemake failed; see {log}")
+        sys.exit(f"snakemake failed; see {log}")
+
+
+def run_arm(work: Path, name: str, steps: int, segment: int, unseeded: bool) -> tuple[Path, str, float]:
+    """One arm's RL run to its last step, from the SFT checkpoint trained once (copied: the arms share their start
+    and nothing else); (results root, run id, seconds)."""
+    sweep = sweep_file(work, name, steps, segment, unseeded)
+    [run] = load_sweep(sweep).runs
+    results = work / name
+    shutil.copytree(work / "sft", results, symlinks=True)  # (times kept: Snakemake sees the SFT job done)
+    t0 = time.monotonic()
+    snakemake(sweep, results, segment_done(results, "rl", run.run_id, steps), work / f"{name}.log")
     return results, run.run_id, time.monotonic() - t0
 
 
@@ -101,13 +131,17 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--segment", type=int, default=2)
     p.add_argument("--slack", type=float, default=2.0)
+    p.add_argument("--unseeded", action="store_true", help="rollouts through verl's own loop, unseeded per request")
     p.add_argument("--keep", type=Path, help="keep the arms' results here (default: a temporary directory)")
     a = p.parse_args()
     work = a.keep or Path(tempfile.mkdtemp(prefix="verl_chain-"))
     work.mkdir(parents=True, exist_ok=True)
+    sweep = sweep_file(work, "sft", a.steps, 0, a.unseeded)  # the start every arm shares: verl SFT (torchrun)
+    [run] = load_sweep(sweep).runs
+    snakemake(sweep, work / "sft", done_path(work / "sft", "sft", run.id_of("sft")), work / "sft.log")
     arms = {}
     for name, segment in (("one", 0), ("chain", a.segment), ("again", 0)):
-        results, run_id, seconds = run_arm(work, name, a.steps, segment)
+        results, run_id, seconds = run_arm(work, name, a.steps, segment, a.unseeded)
         arms[name] = (results, run_id)
         print(f"{name}: {seconds:.0f} s", flush=True)
     chain, again = compare(arms["one"], arms["chain"], a.steps), compare(arms["one"], arms["again"], a.steps)

@@ -7,9 +7,9 @@ step N waits only for the segment that ends at N, so it runs while the next segm
 A segment ends at every `segment_steps` steps, at every evaluated step and at the last step. Its job writes
 `DONE_<end>.json` beside the run's checkpoints (workflow/layout.py `segment_done`); the last also writes the run's
 `DONE.json`. A run shorter than one segment, or on an engine that does not train in segments, is one job, as before.
-The verl engine splits a run only where rl.segment_steps asks (its traits: each job starts Ray and vLLM); its chain
-resumes from verl's own checkpoints, as a requeued job does, and its rollouts differ from one job's (vLLM is seeded
-anew in each job).
+On the verl engine a chain resumes from verl's own checkpoints, as a requeued job does, and every rollout request is
+seeded from (seed, step, row, session), so it draws one job's rollouts: the chain ends as close to one job as one job
+to itself (bench/verl_chain.py). Each of its jobs starts Ray and vLLM: `rl.segment_steps: 0` keeps a run in one job.
 """
 
 from __future__ import annotations

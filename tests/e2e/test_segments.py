@@ -40,9 +40,11 @@ def test_segments_end_at_the_evaluation_interval_by_default_and_at_every_evaluat
     assert segment_ends(cfg(rl={"segment_steps": 100}, eval={"every": 20})) == [20, 40, 60]
     verl = RunConfig.model_validate({"engine": {"name": "verl", "verl": {"model_path": "rlsweep:tiny"}},
                                      "rl": {"steps": 60, "checkpoint_every": 10}, "eval": {"every": 20}})
-    assert segment_ends(verl) == [60]  # the verl engine splits a run only where rl.segment_steps asks
+    assert segment_ends(verl) == [20, 40, 60]  # verl too, since its rollouts are seeded per request (issue 61)
     asked = RunConfig.model_validate({**verl.model_dump(), "rl": {**verl.rl.model_dump(), "segment_steps": 25}})
     assert segment_ends(asked) == [20, 25, 40, 50, 60]
+    one = RunConfig.model_validate({**verl.model_dump(), "rl": {**verl.rl.model_dump(), "segment_steps": 0}})
+    assert segment_ends(one) == [60]
 
 
 def test_how_a_run_is_split_into_jobs_is_not_part_of_its_id():

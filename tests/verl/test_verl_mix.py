@@ -285,6 +285,7 @@ def test_train_steps_row_carries_the_mix_columns():
 def test_verl_runs_every_mixed_policy_method_prefix_rft_through_our_agent_loop():
     from pydantic import ValidationError
     from workflow.config import RunConfig
+    from workflow.engines.verl.contract import SEEDED_AGENT_LOOP
     from workflow.engines.verl.driver.translate import translate
     from workflow.methods.prefix_rft import VERL_AGENT_LOOP
     from workflow.methods.registry import METHODS
@@ -294,7 +295,7 @@ def test_verl_runs_every_mixed_policy_method_prefix_rft_through_our_agent_loop()
     for mix in [n for n in METHODS.builtins if METHODS.get(n).role == "mix"]:  # the shipped ones (not tests' toys)
         keys = translate(RunConfig.model_validate({"rl": {"mix": mix}, "engine": verl, "eval": {"backend": "vllm"}}))
         assert keys["trainer.v1.rlsweep"]["rl"]["mix"] == mix  # the run's whole RL config (contract.run_rl)
-        assert keys.get(agent) == (VERL_AGENT_LOOP if mix == "prefix_rft" else None)
+        assert keys.get(agent) == (VERL_AGENT_LOOP if mix == "prefix_rft" else SEEDED_AGENT_LOOP)  # both seeded
     verl["verl"]["overrides"] = {agent: "single_turn_agent"}  # would generate without the prefixes
     with pytest.raises(ValidationError) as e:
         RunConfig.model_validate({"rl": {"mix": "prefix_rft"}, "engine": verl, "eval": {"backend": "vllm"}})

@@ -163,6 +163,9 @@ def test_cpu_runs_translate_to_verls_cpu_settings_and_device_is_part_of_the_id()
     validate(cfg)  # verl's own checks accept the CPU keys
     config = compose(translate(cfg), set())
     assert config.trainer.device == "cpu" and config.actor_rollout_ref.rollout.enforce_eager is True
+    # seeded rollouts: a CPU generator cannot be rewound after a chunk's discarded sample (vLLM's engine would die)
+    assert config.actor_rollout_ref.rollout.enable_chunked_prefill is False
+    assert config.actor_rollout_ref.rollout.agent.default_agent_loop == "rlsweep_seeded"
     assert config.actor_rollout_ref.rollout.max_model_len == 1024 + 32 and config.ray_kwargs.ray_init.num_gpus == 1
     env = config.ray_kwargs.ray_init.runtime_env.env_vars
     assert env["VERL_USE_EXTERNAL_MODULES"] == f"{CPU_MODULE},{VLLM_COMPAT_MODULE},{WORKER_MODULE},{ROLLOUTS_MODULE}"

@@ -108,8 +108,11 @@ def _check_pruning(spec: SweepSpec, base: RunConfig | None) -> list[str]:
         if not engine.trains_in_segments:
             problems.append(f"optuna.pruner: a trial is pruned between the segments of its runs, but engine {name} "
                             f"trains each run in one job ({engine.lacks.get('trains_in_segments', 'no segments')})")
-        elif base.rl.segment_steps == 0 or (base.rl.segment_steps is None and not engine.segments_by_default
-                                            and "rl.segment_steps" not in opt.space):
+        elif base.rl.segment_steps == 0 and "rl.segment_steps" not in opt.space:
+            problems.append("optuna.pruner: a trial is pruned between the segments of its runs, but "
+                            "base.rl.segment_steps 0 trains each run in one job; drop it (runs then split at their "
+                            "evaluated steps)")
+        elif base.rl.segment_steps is None and not engine.segments_by_default and "rl.segment_steps" not in opt.space:
             problems.append(f"optuna.pruner: a trial is pruned between the segments of its runs, but engine {name} "
                             "trains each run in one job unless rl.segment_steps asks: set base.rl.segment_steps "
                             "(its runs then also split at every evaluated step)")

@@ -348,10 +348,11 @@ VERL_EVERY_2 = (EVERY_2.replace("base:\n", "base:\n  engine: {name: verl, verl: 
 @pytest.mark.parametrize("base, message", [
     (TINY_BASE, "optuna.pruner: pruning reads intermediate evals: set eval.every"),
     (EVERY_2.replace("checkpoint_every: 2}", "checkpoint_every: 2, segment_steps: 0}"),
-     "optuna.pruner: a trial is pruned between the segments of its runs, but engine local trains each run in one "
-     "job unless rl.segment_steps asks"),
-    (VERL_EVERY_2, "optuna.pruner: a trial is pruned between the segments of its runs, but engine verl trains each "
-                   "run in one job unless rl.segment_steps asks: set base.rl.segment_steps"),
+     "optuna.pruner: a trial is pruned between the segments of its runs, but base.rl.segment_steps 0 trains each "
+     "run in one job"),
+    (VERL_EVERY_2.replace("checkpoint_every: 2}", "checkpoint_every: 2, segment_steps: 0}"),
+     "optuna.pruner: a trial is pruned between the segments of its runs, but base.rl.segment_steps 0 trains each "
+     "run in one job"),
 ])
 def test_pruning_needs_runs_that_split_at_their_evaluations(tmp_path, base, message):
     assert message in errors_of(optuna_sweep(tmp_path, {"rl.lr": F(1e-5, 1e-3)}, base=base,
@@ -360,8 +361,8 @@ def test_pruning_needs_runs_that_split_at_their_evaluations(tmp_path, base, mess
 
 @pytest.mark.parametrize("base, top", [
     (EVERY_2, {"seeds": [0, 1]}),  # several seeds: the pruner reads their mean
-    (VERL_EVERY_2.replace("checkpoint_every: 2}", "checkpoint_every: 2, segment_steps: 2}"), None),
-], ids=["local-two-seeds", "verl-segments"])
+    (VERL_EVERY_2, None),  # verl splits at its evaluated steps by default
+], ids=["local-two-seeds", "verl"])
 def test_pruning_takes_several_seeds_and_any_engine_that_trains_in_segments(tmp_path, base, top):
     sweep = load_sweep(optuna_sweep(tmp_path, {"rl.lr": F(1e-5, 1e-3)}, top=top, base=base,
                                     pruner={"name": "median"}))

@@ -30,10 +30,10 @@ class VerlTraits(EngineTraits):
     trainer = "workflow.engines.verl.driver.engine:VerlEngine"
     settings = "verl"
     # a segment job resumes from verl's own checkpoint (optimizer, dataloader position, the method's state), as a
-    # requeued job does; its rollouts are not the one job's (vLLM is seeded anew in each job). Each job starts Ray,
-    # vLLM and the model (minutes on a CPU): a run splits only where rl.segment_steps asks
+    # requeued job does, and every rollout request is seeded from (seed, step, row, session) (inside/rollouts.py), so
+    # a chain draws one job's rollouts and ends as close to one job as one job to itself (bench/verl_chain.py). Each
+    # job starts Ray, vLLM and the model (minutes on a CPU): rl.segment_steps 0 trains a run in one job
     trains_in_segments = True
-    segments_by_default = False
     # extend links verl's own checkpoint of the donor's step (resume_state) and points verl's tracker file at it
     extends_finished_runs = True
     lora = True  # verl's own LoRA settings (translate.lora_keys)
@@ -41,9 +41,6 @@ class VerlTraits(EngineTraits):
     resumes_preempted = True  # verl's resume_mode auto, from its newest checkpoint
     multi_node = True  # Ray over the allocation's nodes (slurm/ray_cluster.py), torchrun for SFT
     lacks = {
-        "segments_by_default": "each job starts Ray, vLLM and the model (minutes on a CPU), and vLLM is seeded anew "
-                               "in each job, so a chain's rollouts after a boundary are not one job's: a run splits "
-                               "where rl.segment_steps asks",
         "pretrains": "its runs start from a model it is given (engine.verl.model_path): a capable base is a "
                      "pretrained model",
     }

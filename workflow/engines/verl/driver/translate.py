@@ -54,8 +54,8 @@ FP32 = {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}  
 def cpu_overrides(cfg) -> dict[str, Any]:
     """verl keys a CPU run needs (engine.verl.device: cpu; raw overrides still win): fp32 throughout, sdpa with
     padded micro-batches (packed sequences need flash attention to stay apart), no torch.compile, vLLM eager in
-    fp32 without sleep mode, one agent / reward worker and one TransferQueue storage unit (memory), the CPU
-    device, and logical GPUs for Ray's placement groups."""
+    fp32 without sleep mode and without chunked prefill, one agent / reward worker and one TransferQueue storage
+    unit (memory), the CPU device, and logical GPUs for Ray's placement groups."""
     rl, v = cfg.rl, cfg.engine.verl
     rollout, model_len = "actor_rollout_ref.rollout", v.max_prompt_length + rl.max_new_tokens
     return {
@@ -76,6 +76,10 @@ def cpu_overrides(cfg) -> dict[str, Any]:
         f"{rollout}.checkpoint_engine.update_weights_bucket_megabytes": 64,
         f"{rollout}.max_model_len": model_len,
         f"{rollout}.max_num_batched_tokens": max(512, model_len),
+        # a seeded request (inside/rollouts.py) must never be prefilled in chunks on a CPU: vLLM discards a chunk's
+        # sample and rewinds the request's generator by its offset, which a CPU generator does not have (the engine
+        # dies); unchunked, a prompt waits for room in the step's token budget (>= max_model_len) instead
+        f"{rollout}.enable_chunked_prefill": False,
         f"{rollout}.max_num_seqs": max(16, rl.prompts_per_step * rl.group_size),
         "reward.num_workers": 1,
         "data.dataloader_num_workers": 0,
