@@ -15,7 +15,9 @@ Printed, chain against one and again against one:
 Verdict: the chain is "as close as one job to itself" when none of its differences exceeds again's by more than
 `--slack` (x again's, or 1e-6 where again's is 0).
 
-    python bench/verl_chain.py [--steps 4] [--segment 2] [--unseeded] [--keep DIR]
+    python bench/verl_chain.py [--steps 4] [--segment 2] [--unseeded] [--json FILE] [--keep DIR]
+
+The seeded measurement is also a long test with a recorded pass (tests/long/test_verl_chain.py).
 
 Measured on 2 cores (issue 61; 4 GRPO steps of 4 prompts x 4 after 120 verl SFT steps; reward 0.06-0.5 a step):
 
@@ -32,6 +34,7 @@ even one job repeats itself.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import shutil
 import subprocess
@@ -132,6 +135,7 @@ def main() -> int:
     p.add_argument("--segment", type=int, default=2)
     p.add_argument("--slack", type=float, default=2.0)
     p.add_argument("--unseeded", action="store_true", help="rollouts through verl's own loop, unseeded per request")
+    p.add_argument("--json", type=Path, help="also write the figures and the verdict here")
     p.add_argument("--keep", type=Path, help="keep the arms' results here (default: a temporary directory)")
     a = p.parse_args()
     work = a.keep or Path(tempfile.mkdtemp(prefix="verl_chain-"))
@@ -152,6 +156,8 @@ def main() -> int:
         if key != "equal steps":
             close &= chain[key] <= max(a.slack * again[key], 1e-6)
     print(f"\nchain as close as one job to itself (within {a.slack:g}x): {'yes' if close else 'no'}")
+    if a.json is not None:
+        a.json.write_text(json.dumps({"chain": chain, "again": again, "close": close, "slack": a.slack}, indent=1))
     if a.keep is None:
         shutil.rmtree(work, ignore_errors=True)
     return 0
