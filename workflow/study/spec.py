@@ -93,8 +93,8 @@ class SamplerSpec(Strict):
 
 class PrunerSpec(Strict):
     name: Annotated[str, AfterValidator(_one_of(PRUNERS))] = Field("none", description=(
-        "Optuna's pruner: none, median, hyperband, or one a plug-in registers; it stops a trial's RL run at an "
-        "intermediate evaluation (eval.every)."))
+        "Optuna's pruner: none, median, hyperband, or one a plug-in registers; after each evaluated segment of a "
+        "trial's runs (eval.every; all its seeds) it may stop the trial before its next segment."))
     options: dict[str, Any] = Field(default_factory=dict, description=(
         "Keyword arguments of the pruner's constructor, e.g. n_warmup_steps, min_resource, reduction_factor."))
 
