@@ -39,12 +39,12 @@ from rich.console import Console
 
 from workflow.atomic import write_json
 from workflow.errors import UserError
-from workflow.layout import done_path, runs_file, stage_dir, summary_path, trial_log
+from workflow.layout import runs_file, stage_dir, summary_path, trial_log
 from workflow.results.summary import write_summary
 from workflow.results.rows import rows_written_as
 from workflow.results.writer import write_rows
 from workflow.study import pruning
-from workflow.study.factory import make_pruner, make_sampler, make_storage, storage_location, study_name
+from workflow.study.factory import make_pruner, make_sampler, make_storage, study_name
 from workflow.study.objective import ObjectiveError, objective_sql, trial_values
 from workflow.study.space import suggest
 from workflow.study.trials import TrialError, format_params, record_trial, trial_runs

@@ -116,13 +116,6 @@ def _check_block_options(where: str, cls: type, options: dict, make) -> list[str
     return problems
 
 
-def storage_location(spec: OptunaSpec, results_root: str | Path, sweep_name: str) -> str:
-    """The storage as a string another process can open (open_storage): the journal file's absolute path or the
-    URL."""
-    path = journal_path(spec, results_root, sweep_name)
-    return str(path.resolve()) if path is not None else spec.storage
-
-
 def open_storage(location: str) -> optuna.storages.BaseStorage | str:
     if "://" in location:
         return location
