@@ -12,8 +12,10 @@ Printed, chain against one and again against one:
   rows      the largest difference of each train_steps number over the steps (reward, loss, entropy, response
             length), and the steps whose rows are equal to the last digit
   weights   the final checkpoint's largest absolute difference and the difference's norm relative to the weights'
-Verdict: the chain is "as close as one job to itself" when none of its differences exceeds again's by more than
-`--slack` (x again's, or 1e-6 where again's is 0).
+Verdict: the chain is "as close as one job to itself" when it draws the rollouts one job draws wherever one job
+repeats its own (reward and response length differ no more than again's), and each float difference is within
+`--slack` x again's or at fp32 noise level (NOISE: two runs of one job differ by 1e-8-1e-6 in a step's numbers and
+1e-6-1e-5 in the weights, relative, from one run of this bench to the next).
 
     python bench/verl_chain.py [--steps 4] [--segment 2] [--unseeded] [--json FILE] [--keep DIR]
 
@@ -27,8 +29,9 @@ Measured on 2 cores (issue 61; 4 GRPO steps of 4 prompts x 4 after 120 verl SFT 
     loss                  6.0e-8  1.5e-8              0.026   0.117
     |dw| / |w|            5.4e-6  9.6e-6              0.038   0.037
 
-Seeded, a chain's rollouts are one job's and what differs is float noise of one job against itself; unseeded, not
-even one job repeats itself.
+Seeded, a chain's rollouts are one job's and what differs is float noise of one job against itself (a second run:
+chain 4.8e-6, again 1.2e-6 relative in the weights; the noise itself varies run to run); unseeded, not even one job
+repeats itself.
 """
 
 from __future__ import annotations
@@ -67,6 +70,9 @@ base:
 resources: {{rl: {{threads: 2}}}}
 """
 NUMBERS = ("reward", "loss", "entropy", "grad_norm", "response_len")
+ROLLOUTS = ("reward", "response_len")  # what differs when the rollouts differ
+# fp32 noise: what two runs of one job differ by (multi-threaded reductions), measured 1e-8-1e-6 and 1e-6-1e-5
+NOISE = {"loss": 1e-6, "entropy": 1e-6, "grad_norm": 1e-5, "max |dw|": 1e-3, "|dw| / |w|": 1e-5}
 
 
 # --unseeded: verl's own single-turn loop (vLLM seeded once per job, not per request), what ran before seeding
@@ -153,8 +159,10 @@ def main() -> int:
     close = True
     for key in chain:
         print(f"{key:16}{chain[key]:>16.3g}{again[key]:>16.3g}")
-        if key != "equal steps":
-            close &= chain[key] <= max(a.slack * again[key], 1e-6)
+        if key in ROLLOUTS:
+            close &= chain[key] <= again[key]
+        elif key in NOISE:
+            close &= chain[key] <= max(a.slack * again[key], NOISE[key])
     print(f"\nchain as close as one job to itself (within {a.slack:g}x): {'yes' if close else 'no'}")
     if a.json is not None:
         a.json.write_text(json.dumps({"chain": chain, "again": again, "close": close, "slack": a.slack}, indent=1))
