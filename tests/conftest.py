@@ -106,7 +106,7 @@ def sft_for_rl(tmp_path_factory) -> Path:
     from workflow.config import RunConfig
     from workflow.launch import run_stage
     from workflow.stages import stage_config
-    from workflow.sweep.identity import stable_id
+    from workflow.identity import stable_id
     scfg = stage_config(RunConfig.model_validate(SFT_FOR_RL), "sft")
     sft_id = stable_id(scfg)
     base = tmp_path_factory.getbasetemp()

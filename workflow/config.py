@@ -17,7 +17,7 @@ from pydantic import (Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, Po
 from workflow.benchmarks.catalog import REGISTRY as BENCHMARKS
 from workflow.benchmarks.graders import GRADERS
 from workflow.data.sources import REGISTRY as TRAINING_SETS
-from workflow.engines.registry import ENGINES, traits
+from workflow.engine_api.registry import ENGINES, traits
 from workflow.hub import record_file_problem
 from workflow.methods import registry as methods
 from workflow.methods.base import Method
@@ -73,7 +73,7 @@ class EngineConfig(Strict):
 
     name: str = Field("local", description=(
         "The engine that trains and samples: local (pure torch, CPU or one GPU) or verl (Ray, FSDP2, vLLM), or one a "
-        "plug-in registers (workflow/engines/registry.py)."))
+        "plug-in registers (workflow/engine_api/registry.py)."))
     verl: VerlSettings = Field(VerlSettings(), description=(
         "How the run uses verl; read only when name is verl, and then part of the run ids."))
 
@@ -481,7 +481,7 @@ class RunConfig(Strict):
                 key = {"update": "rl.update", "mix": "rl.mix"}.get(method.role, f"rl.{method.name}.enabled")
                 raise ConfigProblem(key, f"{method.name}: engine {self.engine.name} cannot train it: "
                                     f"{engine.lacks_methods[method.name]}")
-        engine.check(self)  # each engine's own limits (workflow/engines/traits.py)
+        engine.check(self)  # each engine's own limits (workflow/engine_api/traits.py)
         return self
 
     @model_validator(mode="after")

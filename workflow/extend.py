@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workflow.atomic import write_json
-from workflow.engines.registry import traits
+from workflow.engine_api.registry import traits
 from workflow.layout import (CHECKPOINTS, DONE, done_path, list_checkpoints, segment_done, stage_dir, step_dir,
                              store_dir, train_steps_file)
-from workflow.sweep.identity import stable_id
+from workflow.identity import stable_id
 
 TRAJECTORIES = "trajectories"
 INDEXED = ".indexed"  # in TRAJECTORIES: the runs finished before the index existed are in it (index_finished)

@@ -195,7 +195,7 @@ def run_local(checks: list[Check], root: Path, cuda: bool, say: Callable[[str], 
     from workflow.config import RunConfig
     from workflow.launch import run_stage
     from workflow.stages import stage_config
-    from workflow.sweep.identity import stable_id
+    from workflow.identity import stable_id
     memory = Memory(cuda)
     by_name = {c.name: c for c in checks}
     done: dict[str, Outcome] = {}
@@ -284,7 +284,7 @@ def run_chain(outcome: Outcome, rcfg: dict, init: Outcome | None, twin: Outcome,
     deterministic and the chain cannot be held to bits here (reported, passed); if it does not, the resume lost state
     (failed)."""
     from workflow.launch import run_stage
-    from workflow.sweep.identity import stable_id
+    from workflow.identity import stable_id
     steps, run_id = rcfg["rl"]["steps"], stable_id(rcfg)
     kw = {"results_root": root / "chain", "init": init.done if init is not None else None}
     first = run_stage("rl", "gpu-check", run_id, rcfg, until=steps // 2, **kw)

@@ -32,7 +32,7 @@ from workflow.atomic import discard, write_json
 from workflow.capture import keep_log
 from workflow.data.overlap import TrainOverlap, check as check_overlap, enforce as enforce_overlap
 from workflow.data.prepare import prepare
-from workflow.engines.registry import get_engine, traits
+from workflow.engine_api.registry import get_engine, traits
 from workflow.models import resolve_model
 from workflow.eval.backends import make_backend, resolve_backend
 from workflow.hub import DatasetUnavailable
@@ -56,7 +56,7 @@ from workflow.stages import STAGES, parse_stage, stage_of
 from workflow.study import pruning
 from workflow.tracking.hook import job_hook, tracking_settings
 from workflow.tracking.runs import eval_points, tracked_run
-from workflow.sweep.identity import canonical_json, stable_id
+from workflow.identity import canonical_json, stable_id
 
 
 def read_done(path: str | Path) -> dict[str, Any]:

@@ -33,7 +33,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-# a stage's id (sweep/identity.py: a hash of its config) is this many hex digits; it names the stage's directory and
+# a stage's id (workflow/identity.py: a hash of its config) is this many hex digits; it names the stage's directory and
 # table files, and a name without one is no stage job's (_TABLE_FILE below)
 ID_LENGTH = 12
 DONE = "DONE.json"  # a stage's last write; the file Snakemake waits for

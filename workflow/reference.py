@@ -1,6 +1,6 @@
 """Docs from the code: the configuration reference (docs/configuration.md) and the JSON Schema of sweep files
 (docs/sweep.schema.json), generated from the pydantic models that validate a sweep, so neither can drift from what
-rlsweep accepts; and what each engine can do (docs/engines.md, from its traits: workflow/engines/capabilities.py).
+rlsweep accepts; and what each engine can do (docs/engines.md, from its traits: workflow/engine_api/capabilities.py).
 Every field carries its help as `Field(description=...)`, beside its type, default and bounds (the model TRL's
 GRPOConfig follows); tests/unit/eval/test_reference.py fails when a field has none or a file is stale.
 
@@ -256,7 +256,7 @@ def stale() -> list[Path]:
 
 def generated() -> dict[Path, str]:
     """Each generated page and what the code gives for it now."""
-    from workflow.engines.capabilities import markdown as engines_markdown
+    from workflow.engine_api.capabilities import markdown as engines_markdown
     return {REFERENCE: reference_markdown(), SCHEMA: schema_text(), ENGINES_PAGE: engines_markdown()}
 
 

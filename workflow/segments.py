@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 
 from workflow.atomic import write_json
-from workflow.engines.registry import traits
+from workflow.engine_api.registry import traits
 from workflow.eval.plan import eval_steps
 from workflow.layout import CHECKPOINTS, DONE, done_path, segment_done, step_dir
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from workflow.engines.registry import traits
+from workflow.engine_api.registry import traits
 
 
 def smoke_sweep(raw: dict[str, Any], steps: int = 2) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from pydantic import model_validator
 from workflow.benchmarks.catalog import REGISTRY as BENCHMARKS
 from workflow.config import (EngineConfig, EvalConfig, ModelConfig, PretrainConfig, RLConfig, RunConfig, SFTConfig,
                              TaskConfig)
-from workflow.engines.registry import traits
+from workflow.engine_api.registry import traits
 from workflow.segments import segment_ends
 from workflow.strict import Seed, Strict
 

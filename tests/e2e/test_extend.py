@@ -27,7 +27,7 @@ from workflow.results.compaction import compact
 from workflow.results.writer import write_rows
 from workflow.stages import stage_config
 from workflow.sweep.expand import load_sweep
-from workflow.sweep.identity import stable_id
+from workflow.identity import stable_id
 
 TINY = {"sft": {"enabled": False}, "model": {"n_layers": 1, "hidden": 32, "n_heads": 2},
         "task": {"n_heldout": 16}}

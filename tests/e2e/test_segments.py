@@ -23,7 +23,7 @@ from workflow.results.catalog import query
 from workflow.segments import segment_ends
 from workflow.stages import stage_config
 from workflow.sweep.expand import load_sweep
-from workflow.sweep.identity import stable_id
+from workflow.identity import stable_id
 
 
 def cfg(**rl_eval) -> RunConfig:

@@ -24,7 +24,7 @@ need_verl_and_vllm()
 
 pytestmark = [pytest.mark.timeout(2400), pytest.mark.serial("verl"), pytest.mark.slow,
               pytest.mark.long(covers=["workflow/engines/verl/", "workflow/extend.py", "workflow/segments.py",
-                                       "workflow/launch.py", "workflow/engines/traits.py"])]
+                                       "workflow/launch.py", "workflow/engine_api/traits.py"])]
 
 BASE = """base:
   engine:

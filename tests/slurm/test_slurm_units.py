@@ -429,8 +429,8 @@ def test_an_out_of_memory_retry_needs_a_memory_to_grow(tmp_path):
 def test_a_stage_that_keeps_the_default_retry_policy_sends_no_retry_resource_and_gets_the_same_policy():
     """The rules leave `rlsweep_retry` out when a stage keeps the defaults (one resource less per job to plan); the
     executor's policy for a job without it must then be the sweep's default policy, not a weaker one."""
-    from workflow.slurm.retry import RetryPolicy
-    from workflow.sweep.spec import RETRY_RESOURCE, RetrySettings
+    from workflow.slurm.retry import RETRY_RESOURCE, RetryPolicy
+    from workflow.sweep.spec import RetrySettings
     assert RETRY_RESOURCE not in StageResources().snakemake_resources()
     assert RetryPolicy.decode(None) == RetryPolicy.decode(RetrySettings().encode())
     assert RetryPolicy.decode(None).retries("NODE_FAIL") == 1

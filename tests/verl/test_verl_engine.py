@@ -185,7 +185,7 @@ def test_verl_rl_stage_runs_up_to_run_ppo_and_exports_what_verl_saved(ranks, ver
     into our checkpoint layout and the final one is the stage's result."""
     import shutil
     from omegaconf import OmegaConf
-    from workflow.engines.registry import get_engine
+    from workflow.engine_api.registry import get_engine
     from workflow.results.train_log import TrainLog
     from workflow.engines.verl import VerlEngine
     from workflow.stages import parse_stage, stage_config

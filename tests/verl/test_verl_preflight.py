@@ -94,7 +94,7 @@ def test_an_optimizer_step_that_sees_only_the_first_micro_batch_is_caught_and_na
 def test_a_verl_sft_job_that_fails_the_preflight_never_trains(tmp_path, monkeypatch):
     from workflow.launch import run_stage
     from workflow.results.catalog import query
-    from workflow.sweep.identity import stable_id
+    from workflow.identity import stable_id
     broken = functools.partialmethod(VerlEngine.integrity_probe, accumulate=MEAN_OF_MEANS)
     monkeypatch.setattr(VerlEngine, "integrity_probe", broken)
     cfg = stage_config(sft_cfg(), "sft")

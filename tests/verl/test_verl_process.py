@@ -18,7 +18,7 @@ import pytest
 from workflow.config import RunConfig
 from workflow.engines.verl.driver.process import remove_leaked_segments, run_supervised
 from workflow.stages import stage_config
-from workflow.sweep.identity import stable_id
+from workflow.identity import stable_id
 
 SHM = Path("/dev/shm")
 pytestmark = [pytest.mark.skipif(not SHM.is_dir(), reason="needs /dev/shm"), pytest.mark.serial("verl")]

@@ -24,7 +24,7 @@ from workflow.engines.verl.driver.sft_launch import command  # noqa: E402
 from workflow.layout import stage_dir, table_dir  # noqa: E402
 from workflow.launch import run_stage  # noqa: E402
 from workflow.stages import stage_config  # noqa: E402
-from workflow.sweep.identity import stable_id  # noqa: E402
+from workflow.identity import stable_id  # noqa: E402
 from workflow.tracking.hook import record_tracking  # noqa: E402
 
 pytestmark = [pytest.mark.serial("verl"), pytest.mark.slow]

@@ -13,11 +13,12 @@ def cmd_doctor(a) -> int:
     if bool(a.sweep_file) == bool(a.sweep):
         print("error: name the sweep: rlsweep doctor SWEEP.yaml, or rlsweep doctor --sweep NAME", file=sys.stderr)
         return 2
-    name, root = load_sweep(a.sweep_file).name if a.sweep_file else a.sweep, results_root(a)
+    sweep = load_sweep(a.sweep_file) if a.sweep_file else None
+    name, root = sweep.name if sweep else a.sweep, results_root(a)
     if not (root / name).is_dir():  # (snakemake makes it when it plans the sweep: results/<sweep>/members/)
         print(f"error: no results for sweep {name!r} under {root}", file=sys.stderr)
         return 2
-    report = examine(root, name, a.sweep_file)
+    report = examine(root, name, a.sweep_file, sweep.members if sweep else None)
     moved = quarantine(report)[1] if a.fix and report.problems else None
     for line in report_lines(report, moved):
         print(line)

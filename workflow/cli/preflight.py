@@ -13,7 +13,7 @@ from workflow.sweep.expand import load_sweep
 
 def cmd_preflight(a) -> int:
     from workflow import preflight  # torch: only this command pays for it
-    from workflow.engines.registry import get_engine
+    from workflow.engine_api.registry import get_engine
     from workflow.launch import read_done
     from workflow.stages import parse_stage
 

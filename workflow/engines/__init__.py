@@ -1,3 +1,4 @@
-"""Engines train: `local` (pure torch, tiny models; local.py) and `verl` (verl 0.9: verl/). Each has traits (traits.py,
-verl/traits.py: what the rest of rlsweep asks of it, light to import) and a trainer implementing `Engine` (base.py);
-`get_engine(name)` (registry.py) imports only the trainer asked for, so the CPU install never needs verl or vLLM."""
+"""Engines train: `local` (pure torch, tiny models; local.py) and `verl` (verl 0.9: verl/). Each declares its traits
+(local_traits.py, verl/traits.py: subclasses of workflow/engine_api/traits.py, light to import) and a trainer
+implementing the Engine protocol (workflow/engine_api/protocol.py); `get_engine(name)` (workflow/engine_api/registry.py)
+imports only the trainer asked for, so the CPU install never needs verl or vLLM."""

@@ -24,7 +24,7 @@ from workflow.progress import say
 from workflow.results.rows import rows_written_as
 from workflow.results.writer import write_rows
 from workflow.stages import parse_stage
-from workflow.sweep.identity import stable_id
+from workflow.identity import stable_id
 
 KEY = ("run_id", "eval_id", "sweep", "step", "benchmark", "problem_id", "sample_idx")
 

@@ -10,7 +10,7 @@ import datetime as dt
 from pathlib import Path
 
 from workflow.atomic import write_text
-from workflow.engines.registry import traits
+from workflow.engine_api.registry import traits
 from workflow.layout import report_dir
 from workflow.report import cost, figures, graders, references, seeds, tables
 from workflow.report.queries import BOOTSTRAP, PlannedRun, fill, run_all

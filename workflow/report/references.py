@@ -101,6 +101,16 @@ def _reference(row, where: str, papers: dict) -> Reference:
                      stated_with=tuple(with_))
 
 
+def problem(path: str | Path, papers: list[str] | None = None, models: list[str] | None = None) -> str | None:
+    """Why the sweep's `report.references` entry cannot be used (read and validated as the report will), or None:
+    the sweep file's check of the block (workflow/sweep/spec.py BLOCK_CHECKS)."""
+    try:
+        load(path, papers, models)
+    except ReferenceError as e:
+        return str(e)
+    return None
+
+
 def load(path: str | Path, papers: list[str] | None = None, models: list[str] | None = None) -> list[Reference]:
     """Read and validate a references file; `papers` / `models`: keep only those rows."""
     path = Path(path)

@@ -36,6 +36,7 @@ import datetime as dt
 import json
 import os
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -87,13 +88,17 @@ def affected_runs(damaged: Damaged, runs) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------------- examine
-def examine(results_root: str | Path, sweep: str, sweep_file: str | None = None) -> Report:
+def examine(results_root: str | Path, sweep: str, sweep_file: str | None = None,
+            planned: Callable[[], list] | None = None) -> Report:
+    """The sweep's problems. `sweep_file` and `planned` (the stage jobs its plan lists, membership.Member: the
+    caller that read the sweep file passes them, called only for a damaged record) let --fix rebuild a damaged record
+    of the sweep from its plan."""
     root = Path(results_root).resolve()
     catalog = Catalog(root, sweep, deep=True)
     jobs = [j for j in stage_jobs(root) if j.key in catalog.members]
     problems = [damaged_file(root, d) for d in catalog.damaged]
     problems += [foreign_file(d) for d in catalog.foreign]
-    problems += [damaged_record(root, d, sweep, sweep_file) for d in catalog.damaged_members]
+    problems += [damaged_record(root, d, sweep, sweep_file, planned) for d in catalog.damaged_members]
     if not (catalog.member_files or catalog.damaged_members or default_journal(root, sweep).exists()):
         # never "healthy" about a sweep it knows nothing of (an Optuna study's journal alone is something to check)
         problems.append(Problem("unrecorded", sweep_dir(root, sweep) / "members",
@@ -119,17 +124,17 @@ def damaged_journal(root: Path, sweep: str) -> list[Problem]:
                     "the tables and Snakemake does not train them again)", [damage.path], restore=damage.intact)]
 
 
-def damaged_record(root: Path, d: Damaged, sweep: str, sweep_file: str | None) -> Problem:
+def damaged_record(root: Path, d: Damaged, sweep: str, sweep_file: str | None,
+                   planned: Callable[[], list] | None) -> Problem:
     """A sweep's record of its stage jobs (results/membership.py) that does not read: the sweep's views lack what it
     lists. --fix moves it to quarantine and writes it anew: from the sweep file's plan when given, else from the runs
     rows of the stage jobs the sweep computed, with their labels (as `rlsweep migrate` does)."""
     from workflow.results.membership import record_bytes  # noqa: PLC0415 - only for a damaged record
     what = f"unreadable membership record of sweep {sweep!r}: {d.reason}"
     with_file = "`rlsweep doctor SWEEP.yaml --fix` writes it from the sweep file's plan (nothing runs)"
-    if sweep_file is not None:
-        from workflow.sweep.expand import load_sweep  # noqa: PLC0415
+    if sweep_file is not None and planned is not None:
         return Problem("damaged", d.path, what, f"--fix writes it anew from {sweep_file}'s plan (no stage reruns)",
-                       [d.path], restore=record_bytes(sweep, load_sweep(sweep_file).members()))
+                       [d.path], restore=record_bytes(sweep, planned()))
     computed = computed_by(root, sweep)
     if not computed:
         return Problem("damaged", d.path, what, f"no runs row names sweep {sweep!r}, so only its plan can rebuild it: "

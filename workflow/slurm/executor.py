@@ -38,8 +38,7 @@ from workflow.slurm import cluster
 from workflow.slurm.command import direct_command, runs_directly
 from workflow.slurm.job import SnakemakeJob
 from workflow.slurm.params import sbatch_parameters
-from workflow.slurm.retry import RetryPolicy, with_attempts
-from workflow.sweep.spec import RETRY_RESOURCE
+from workflow.slurm.retry import RETRY_RESOURCE, RetryPolicy, with_attempts
 
 
 @dataclass

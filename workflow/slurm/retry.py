@@ -19,6 +19,7 @@ import shlex
 from dataclasses import dataclass, fields
 from typing import Any
 
+RETRY_RESOURCE = "rlsweep_retry"  # the rule resource that carries a stage's retry settings to the executor
 REASONS = {"TIMEOUT": "timeout", "OUT_OF_MEMORY": "oom", "NODE_FAIL": "node_fail"}
 ATTEMPTS_ENV = "RLSWEEP_SLURM_ATTEMPTS"
 

@@ -14,7 +14,7 @@ from optuna.storages.journal import JournalFileBackend, JournalStorage
 
 from workflow.layout import default_journal
 from workflow.results import journal
-from workflow.study.spec import PRUNERS, SAMPLERS, OptunaSpec
+from workflow.sweep.study_spec import PRUNERS, SAMPLERS, OptunaSpec
 
 
 class AskTellGridSampler(optuna.samplers.GridSampler):

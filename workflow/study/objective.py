@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from workflow.study.spec import BudgetObjective
+from workflow.sweep.study_spec import BudgetObjective
 
 # each run's last evaluated step, the mean over its benchmarks of avg@k (one row per benchmark: avg@k does not
 # depend on the k of the row, pass@k does)

@@ -11,11 +11,11 @@ import optuna
 from pydantic import ValidationError
 
 from workflow.config import RLConfig, RunConfig
-from workflow.engines.registry import ENGINES
+from workflow.engine_api.registry import ENGINES
 from workflow.strict import format_validation_error, value_types
 from workflow.study.factory import JOURNAL_SUFFIXES, check_options, grid_search_space
 from workflow.study.objective import OBJECTIVES
-from workflow.study.spec import BudgetObjective, OptunaSpec, Param, SQLObjective
+from workflow.sweep.study_spec import BudgetObjective, OptunaSpec, Param, SQLObjective
 from workflow.sweep.keys import (apply, check_key, leaf_annotation, lookup, options, same, unmet_condition,
                                  value_matches)
 

@@ -19,18 +19,19 @@ from pydantic import ValidationError
 
 from workflow.benchmarks.graders import rescores
 from workflow.config import RunConfig
-from workflow.engines.registry import traits
-from workflow.engines.traits import EngineTraits
+from workflow.engine_api.registry import traits
+from workflow.engine_api.traits import EngineTraits
 from workflow.results.membership import Member
 from workflow.segments import segment_ends
 from workflow.eval.plan import eval_groups, eval_jobs
 from workflow.stages import STAGES, Ids, stage_of
+from workflow.registry import load_object
 from workflow.strict import format_validation_error
-from workflow.sweep.identity import canonical_json, id_of_json, stable_id
+from workflow.identity import canonical_json, id_of_json, stable_id
 from workflow.sweep.keys import (apply, check_key, format_point, format_value, key_problem, lookup, same,
                                  unmet_condition, value_matches)
 from workflow.sweep.passed_checks import passed_before, remember_passed
-from workflow.sweep.spec import ConditionalAxis, SweepError, SweepSpec, read_spec
+from workflow.sweep.spec import BLOCK_CHECKS, ConditionalAxis, SweepError, SweepSpec, read_spec
 
 
 @dataclass(frozen=True)
@@ -354,8 +355,7 @@ def expand(spec: SweepSpec, path: str | Path = "<sweep>") -> list[Run]:
     if base is not None:
         problems += _check_conditions(spec, base)
     if spec.optuna is not None:
-        from workflow.study.space import check_space  # Optuna is imported only by sweeps that use it
-        problems += check_space(spec)
+        problems += load_object(BLOCK_CHECKS["optuna"])(spec)  # (the study's floor; Optuna only for such sweeps)
     if problems:
         raise SweepError(path, problems)
     if spec.optuna is not None:

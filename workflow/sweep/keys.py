@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from pydantic import BaseModel
 
-from workflow.sweep.identity import canonical_json
+from workflow.identity import canonical_json
 from workflow.config import RunConfig
 
 

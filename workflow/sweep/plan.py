@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from workflow.atomic import write_json
-from workflow.engines.registry import traits
+from workflow.engine_api.registry import traits
 from workflow.extend import evaluations_to_copy, extensions
 from workflow.layout import CHECKPOINTS, done_path, latest_checkpoint, stage_dir, sweep_dir
 from workflow.results.catalog import Catalog, QueryError

@@ -16,7 +16,7 @@ resources: {rl: {threads: 1}}    # how to run a stage; never part of a run's ide
 checks: {max_train_overlap: 0.0} # refuse to train on data that contains evaluated benchmark problems
 ```
 Instead of grid / zip / exclude, an `optuna:` block searches the run config with an Optuna study (see
-workflow/study/spec.py for the block):
+workflow/sweep/study_spec.py for the block):
 ```yaml
 optuna:
   objective: {sql: "select ..."}
@@ -40,9 +40,11 @@ import yaml
 from pydantic import Field, PositiveInt, ValidationError, field_validator, model_validator
 
 from workflow.errors import UserError
+from workflow.registry import load_object
 from workflow.layout import SWEEP_NAME, SWEEP_NAME_RULE
+from workflow.slurm.retry import RETRY_RESOURCE
 from workflow.strict import ConfigProblem, Seed, Strict, format_validation_error
-from workflow.study.spec import OptunaSpec
+from workflow.sweep.study_spec import OptunaSpec
 from workflow.sweep.loader import YAMLRefused, load_yaml
 
 
@@ -64,11 +66,17 @@ class ConditionalAxis(Strict):
         "sfpo}."))
 
 
+# The checks of a block that belong to a floor above this one (what a study can search against the run config, whether
+# a references file reads), registered by their owners as "module:function" and loaded only for a sweep that has the
+# block: the sweep file's schema imports neither the study nor the report, and reading a sweep without the block
+# loads neither. The optuna check returns the block's problems as "optuna.<key>: reason" lines; the references check
+# returns why one file cannot be used, or None.
+BLOCK_CHECKS = {"optuna": "workflow.study.space:check_space",
+                "report.references": "workflow.report.references:problem"}
+
+
 _TIME = re.compile(r"^(?:(\d+)-)?(\d{1,3}):([0-5]\d):([0-5]\d)$")  # [D-]HH:MM:SS, as sbatch --time takes it
 _MEM = re.compile(r"^(\d+)([KMGT]?)$")
-
-
-RETRY_RESOURCE = "rlsweep_retry"  # the rule resource that carries a stage's retry settings to the SLURM executor
 
 
 class RetrySettings(Strict):
@@ -229,11 +237,10 @@ class ReferenceSpec(Strict):
 
     @model_validator(mode="after")
     def _readable(self) -> "ReferenceSpec":
-        from workflow.report.references import ReferenceError, load
-        try:  # checked now: a typo fails the sweep before any job, not its report hours later
-            load(self.file, self.papers, self.models)
-        except ReferenceError as e:
-            raise ConfigProblem("file", str(e)) from None
+        # checked now: a typo fails the sweep before any job, not its report hours later
+        problem = load_object(BLOCK_CHECKS["report.references"])(self.file, self.papers, self.models)
+        if problem:
+            raise ConfigProblem("file", problem)
         return self
 
 

@@ -20,7 +20,7 @@ from workflow.methods.thinking_reward.algorithm import ThinkingReward
 from workflow.results.catalog import query
 from workflow.stages import stage_config
 from workflow.strict import format_validation_error
-from workflow.sweep.identity import stable_id
+from workflow.identity import stable_id
 
 
 # --------------------------------------------------------------------------------------------- thinking reward

@@ -12,7 +12,7 @@ from workflow.engines.verl.inside.metrics import train_steps_row
 from workflow.launch import run_stage
 from workflow.results.catalog import query
 from workflow.stages import stage_config
-from workflow.sweep.identity import stable_id
+from workflow.identity import stable_id
 
 N, D = 1000, 10
 

@@ -30,7 +30,7 @@ from workflow.results.membership import Member, record
 from workflow.stages import stage_config
 from workflow.strict import format_validation_error
 from workflow.sweep.expand import load_sweep
-from workflow.sweep.identity import stable_id
+from workflow.identity import stable_id
 
 RNG = np.random.default_rng(0)
 

@@ -21,7 +21,7 @@ from workflow.launch import run_stage
 from workflow.methods.registry import build_mix, mix_names
 from workflow.results.catalog import query
 from workflow.stages import parse_stage, stage_config
-from workflow.sweep.identity import stable_id
+from workflow.identity import stable_id
 
 SFT = {"model": {"hidden": 32, "n_layers": 1}, "sft": {"steps": 4, "batch_size": 12, "micro_batch_size": 4,
                                                         "checkpoint_every": 4}}

@@ -103,7 +103,7 @@ from pydantic import ValidationError
 from workflow.config import RunConfig
 from workflow.methods.registry import build_update_rule, get_update_rule, update_rule_names
 from workflow.stages import stage_config
-from workflow.sweep.identity import stable_id
+from workflow.identity import stable_id
 plain = stable_id(stage_config(RunConfig(), "rl", sft_id="s"))
 cfg = RunConfig.model_validate({"rl": {"update": "lab_three_steps", "lab_three_steps": {"steps": 4}},
                                 "eval": {"graders": ["lab_last_line"]}})
@@ -163,7 +163,7 @@ def test_a_labs_package_adds_an_update_rule_with_settings_and_a_grader_through_e
                          capture_output=True, text=True, timeout=300)
     assert res.returncode != 0 and "unknown update rule 'lab_three_steps'; known: grpo, gxpo, sfpo" in res.stderr
     code = ("from workflow.config import RunConfig; from workflow.stages import stage_config; "
-            "from workflow.sweep.identity import stable_id; print(stable_id(stage_config(RunConfig(), 'rl', sft_id='s')))")
+            "from workflow.identity import stable_id; print(stable_id(stage_config(RunConfig(), 'rl', sft_id='s')))")
     res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={**env, "PYTHONPATH": str(REPO)},
                          capture_output=True, text=True, timeout=300, check=True)
     assert res.stdout.strip() == out["plain"]

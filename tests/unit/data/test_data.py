@@ -21,7 +21,7 @@ from workflow.data.prepare import mixture
 from workflow.benchmarks.catalog import load as load_benchmark
 from workflow.launch import run_stage
 from workflow.stages import stage_config
-from workflow.sweep.identity import stable_id
+from workflow.identity import stable_id
 
 FIXTURES = REPO / "tests" / "fixtures" / "datasets"
 BENCH = REPO / "tests" / "fixtures" / "benchmarks"

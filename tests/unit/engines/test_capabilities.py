@@ -1,4 +1,4 @@
-"""What each engine can do, from one source (workflow/engines/capabilities.py, issue 61): every capability an engine
+"""What each engine can do, from one source (workflow/engine_api/capabilities.py, issue 61): every capability an engine
 lacks carries its reason, docs/engines.md is the table the traits give, and what a trait says it lacks the run
 config refuses at its key."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from workflow.config import RunConfig
-from workflow.engines.capabilities import CAPABILITIES, lacking, markdown, why_not
-from workflow.engines.registry import ENGINES
-from workflow.engines.traits import LocalTraits
+from workflow.engine_api.capabilities import CAPABILITIES, lacking, markdown, why_not
+from workflow.engine_api.registry import ENGINES
+from workflow.engines.local_traits import LocalTraits
 from workflow.methods.registry import METHODS
 from workflow.reference import ENGINES_PAGE
 

@@ -23,7 +23,7 @@ from workflow.layout import stage_dir
 from workflow.launch import run_stage
 from workflow.results.catalog import query
 from workflow.stages import stage_config
-from workflow.sweep.identity import stable_id
+from workflow.identity import stable_id
 
 
 def test_kv_cache_sampling_matches_uncached_greedy_decoding():

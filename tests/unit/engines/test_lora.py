@@ -21,7 +21,7 @@ from workflow.methods.gxpo.algorithm import GXPO
 from workflow.methods.sfpo.algorithm import SFPO
 from workflow.results.catalog import query
 from workflow.stages import stage_config
-from workflow.sweep.identity import stable_id
+from workflow.identity import stable_id
 
 LORA = LoRAConfig(rank=4, alpha=8.0, target_modules=("q_proj", "v_proj"))
 

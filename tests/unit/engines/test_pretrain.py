@@ -17,7 +17,7 @@ from workflow.engines.local import TOKENIZER, text_batch
 from workflow.launch import _checkpoint_at, read_done, run_stage
 from workflow.results.catalog import query
 from workflow.stages import stage_config
-from workflow.sweep.identity import stable_id
+from workflow.identity import stable_id
 
 TINY = {"model": {"n_layers": 1, "hidden": 32, "n_heads": 2}, "task": {"n_heldout": 16, "two_step_fraction": 0.5}}
 PRETRAIN = {"enabled": True, "steps": 4, "batch_size": 8, "checkpoint_every": 2}

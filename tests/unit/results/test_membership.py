@@ -78,13 +78,14 @@ def test_doctor_lists_a_damaged_record_and_fix_rebuilds_it_from_the_sweep_file(t
     assert "rlsweep doctor SWEEP.yaml --fix" in problem.recompute  # (a sweep's reused stage jobs: in its plan)
     sweep_file = write_sweep(tmp_path / "a.yaml", "a", "grid:\n  rl.lr: [1.0e-4]\nseeds: [0]\n")
     from workflow.sweep.expand import load_sweep
-    planned = {(m.stage, m.stage_id): m.label for m in load_sweep(sweep_file).members()}
-    report = examine(root, "a", str(sweep_file))
+    sweep = load_sweep(sweep_file)
+    planned = {(m.stage, m.stage_id): m.label for m in sweep.members()}
+    report = examine(root, "a", str(sweep_file), sweep.members)
     _, moved = quarantine(report)
     assert [src for src, _ in moved] == [damaged] and damage(damaged) is None
     assert members(root, "a") == planned and member_files(root, "a") == [damaged]
     assert damage(moved[0][1]) is not None  # the damaged bytes are kept, in quarantine
-    assert not [p for p in examine(root, "a", str(sweep_file)).problems if p.subject == damaged]
+    assert not [p for p in examine(root, "a", str(sweep_file), sweep.members).problems if p.subject == damaged]
 
 
 def test_doctor_never_calls_a_sweep_it_knows_nothing_of_healthy(tmp_path):
@@ -203,7 +204,7 @@ def test_every_name_a_writer_produces_is_a_stage_jobs_and_names_its_stage_job():
     from workflow.benchmarks.catalog import REGISTRY
     from workflow.benchmarks.graders import GRADERS
     from workflow.layout import (STAGES, eval_file, grades_file, parse_table_file, train_steps_file)
-    from workflow.sweep.identity import stable_id
+    from workflow.identity import stable_id
     run, job = stable_id({"run": 1}), stable_id({"eval": 1})
     for stage in STAGES:
         if stage == "eval":

@@ -8,7 +8,7 @@ import pytest
 
 import workflow.sweep.expand as expand
 from helpers import write_sweep
-from workflow.engines.traits import LOCAL, LocalTraits
+from workflow.engines.local_traits import LOCAL, LocalTraits
 from workflow.sweep import passed_checks
 from workflow.sweep.expand import load_sweep
 from workflow.sweep.spec import SweepError

@@ -93,7 +93,7 @@ def test_the_plan_reads_in_whole_words_at_80_columns(tmp_path):
 def finished_elsewhere(root, sweep, run, seconds_per_step: float, gpus=None):
     """What a job of another sweep leaves in the store: its runs row (with its config, as every stage job writes it)
     and its train_steps rows."""
-    from workflow.sweep.identity import canonical_json
+    from workflow.identity import canonical_json
     write_rows(root, "runs", f"rl_{run.run_id}", [dict(run_id=run.run_id, sweep=sweep, stage="rl", status="completed",
                wall_s=60.0, slurm_gpus=gpus, config=canonical_json(run.stage_config("rl")))])
     write_rows(root, "train_steps", train_steps_file("rl", run.run_id, 1, 4), [dict(
@@ -149,7 +149,7 @@ def test_the_steps_a_run_takes_from_a_finished_shorter_run_cost_nothing(tmp_path
     finished run made of the taken steps are copies."""
     from workflow.atomic import write_json
     from workflow.extend import extensions, record_trajectory
-    from workflow.sweep.identity import stable_id
+    from workflow.identity import stable_id
     from workflow.sweep.expand import load_sweep
     from workflow.sweep.plan import plan
     root = tmp_path / "results"

@@ -10,7 +10,7 @@ import pytest
 
 from helpers import refusal, write_sweep
 from workflow.sweep.expand import load_sweep
-from workflow.sweep.identity import stable_id
+from workflow.identity import stable_id
 
 
 # ------------------------------------------------------------------------------------------------ bad input

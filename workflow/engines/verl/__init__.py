@@ -1,7 +1,7 @@
 """The verl engine: SFT on verl's SFT trainer (torchrun, FSDP2) and RL on verl's PPO trainer (Ray, FSDP2, vLLM
 rollouts) running our update rules. Split by where the code runs:
 
-    traits.py   what the rest of rlsweep asks of verl without importing it (workflow/engines/traits.py)
+    traits.py   what the rest of rlsweep asks of verl without importing it (workflow/engine_api/traits.py)
     contract.py what the sides below share, with no verl import: our section of verl's config and its reader, the
                 modules verl loads by name, the mixed-loss batch fields, the preflight's request, vLLM's CPU env.
                 The sides import it and never one another (tests/unit/core/test_structure.py)

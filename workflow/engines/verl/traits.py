@@ -1,4 +1,4 @@
-"""The verl engine's traits (workflow/engines/traits.py): what the rest of rlsweep asks of it without importing verl.
+"""The verl engine's traits (workflow/engine_api/traits.py): what the rest of rlsweep asks of it without importing verl.
 Its settings are the run config's `engine.verl` section (workflow/config.py VerlSettings); how the rest of the run
 config maps onto verl's is translate.py."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from workflow.atomic import write_text
-from workflow.engines.traits import EngineTraits
+from workflow.engine_api.traits import EngineTraits
 from workflow.methods.registry import verl_hooks
 from workflow.models import TINY
 from workflow.strict import ConfigProblem

@@ -1,4 +1,4 @@
-"""What each engine can do, from one source: the boolean traits its EngineTraits declares (workflow/engines/traits.py),
+"""What each engine can do, from one source: the boolean traits its EngineTraits declares (workflow/engine_api/traits.py),
 the reason it gives for each it lacks (`lacks`), and the methods it cannot train (`lacks_methods`). docs/engines.md
 is generated from here (scripts/docs.py); a test requires a reason for every capability an engine lacks."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workflow.engines.registry import ENGINES
+from workflow.engine_api.registry import ENGINES
 from workflow.methods.registry import METHODS, in_order
 
 
@@ -69,7 +69,7 @@ def markdown() -> str:
     return "\n".join([
         "# What each engine can do",
         "",
-        "Generated from the engines' traits (`workflow/engines/traits.py`, `workflow/engines/verl/traits.py`) by",
+        "Generated from the engines' traits (`workflow/engines/local_traits.py`, `workflow/engines/verl/traits.py`) by",
         "`python scripts/docs.py`; a test fails when this page is stale or an engine lacks a capability without saying",
         "why. How the local engine and verl run a job: [the verl engine](verl.md), [sweep files](sweeps.md).",
         "",

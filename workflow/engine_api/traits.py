@@ -3,7 +3,7 @@ verl, vLLM): which runs it can run, which of its settings each stage's id holds,
 where its checkpoints are evaluated, how many GPUs a job takes, and how `rlsweep smoke` shrinks it. Callers outside
 workflow/engines/ ask these, never `engine.name == ...`.
 
-One EngineTraits instance per engine, registered by name in workflow/engines/registry.py (ENGINES; a third-party
+One EngineTraits instance per engine, registered by name in workflow/engine_api/registry.py (ENGINES; a third-party
 engine through the entry-point group `rlsweep.engines`). Its `trainer` names the class that trains (the Engine
 protocol of base.py: sft, rl, integrity_probe), imported only by a stage job. `cfg` below is a validated RunConfig
 (workflow/config.py), duck-typed: this floor sits below the config.
@@ -14,13 +14,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
-from workflow.benchmarks.catalog import REGISTRY as BENCHMARKS
-from workflow.strict import ConfigProblem
 
 
 class EngineTraits:
     name: ClassVar[str]
-    trainer: ClassVar[str]  # "module:Class" of the engine's Engine (workflow/engines/base.py)
+    trainer: ClassVar[str]  # "module:Class" of the engine's Engine (workflow/engine_api/protocol.py)
     settings: ClassVar[str | None] = None  # the engine's own section of the run config (engine.<settings>), if any
     # an RL run can be trained as a chain of segment jobs, each stopping at a step and the next resuming there from
     # its checkpoint (workflow/segments.py); False: one job per run
@@ -94,33 +92,3 @@ class EngineTraits:
 
     def smoke(self, engine: dict[str, Any], ev: dict[str, Any]) -> None:
         """Shrink the raw sweep's `engine` and `eval` sections in place for `rlsweep smoke` (workflow/smoke.py)."""
-
-
-class LocalTraits(EngineTraits):
-    """The local engine (workflow/engines/local.py): pure torch, tiny character-level models, the arithmetic task."""
-
-    trainer = "workflow.engines.local:LocalEngine"
-    trains_in_segments = True  # its resume replays the steps bit for bit (workflow/engines/local.py)
-    extends_finished_runs = True  # it resumes from the checkpoints under checkpoints/, which extend links
-    pretrains = True  # its tiny models know nothing until trained: the pretrain stage makes a capable base
-    lora = True  # peft's LoraConfig (workflow/engines/lora.py)
-    integrity_preflight = True
-    resumes_preempted = True
-    lacks = {"multi_node": "one process on one machine (pure torch, no distributed training): its models are tiny"}
-
-    def check(self, cfg) -> None:
-        real = [b for b in cfg.eval.benchmarks if BENCHMARKS[b].group != "arithmetic"]
-        if real:
-            raise ConfigProblem("eval.benchmarks", f"{real}: the local engine's tiny character-level models can "
-                                "only answer the synthetic `arithmetic` set; real benchmarks need a model with a real "
-                                "tokenizer (the verl engine)")
-        if cfg.task.name == "datasets":
-            raise ConfigProblem("task.name", "datasets: the local engine's tiny character-level models only know "
-                                "the arithmetic task; real training sets need a model with a real tokenizer (engine "
-                                "verl)")
-        if cfg.eval.at_start and not cfg.sft.enabled and not cfg.pretrain.enabled:
-            raise ConfigProblem("eval.at_start", "the local engine without SFT starts RL from a random initialisation, "
-                                "which has no checkpoint to evaluate; enable sft or pretrain, or drop eval.at_start")
-
-
-LOCAL = LocalTraits()
