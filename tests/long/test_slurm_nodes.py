@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from helpers import REPO
-from workflow.engines.verl.driver.process import remove_leaked_segments
+from workflow.engines.verl.job.process import remove_leaked_segments
 
 # Every test here is a long test since issue 58 took CI under 35 minutes: the two-node cluster's start alone is minutes.
 # CI keeps SLURM through the profile on one node (tests/slurm/test_slurm.py: a sweep, a preemption and requeue).

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from helpers import REPO, need_verl_and_vllm, write_sweep
-from workflow.engines.verl.driver.process import leaked_since
+from workflow.engines.verl.job.process import leaked_since
 from workflow.layout import done_path, segment_done, stage_dir
 from workflow.results.catalog import query
 from workflow.sweep.expand import load_sweep

@@ -24,7 +24,7 @@ import verl_cpu  # noqa: E402
 verl_cpu.use_cpu_platform()
 dist.init_process_group("gloo")
 
-from workflow.engines.verl.inside.rule_step import rule_train_batch  # noqa: E402
+from workflow.engines.verl.workers.rule_step import rule_train_batch  # noqa: E402
 from workflow.methods.grpo.algorithm import GRPOStep  # noqa: E402
 from workflow.methods.gxpo.algorithm import GXPO  # noqa: E402
 from workflow.methods.registry import rule_from_settings  # noqa: E402
@@ -83,8 +83,8 @@ def worker_run(spec: dict | None, ours: bool = True) -> dict:
     from verl.utils import tensordict_utils as tu
     from verl.workers.config import FSDPEngineConfig, FSDPOptimizerConfig, HFModelConfig
     from verl.workers.engine_workers import TrainingWorker, TrainingWorkerConfig
-    from workflow.engines.verl.inside.gates import UPDATE_KEY
-    from workflow.engines.verl.inside.worker import RuleTrainingWorker
+    from workflow.engines.verl.contract import UPDATE_KEY
+    from workflow.engines.verl.workers.actor import RuleTrainingWorker
     cls = RuleTrainingWorker if ours else TrainingWorker
     worker = cls(config=TrainingWorkerConfig(
         model_type="language_model",
@@ -125,7 +125,7 @@ SFPO_SPEC = {"update": "sfpo", "max_grad_norm": 1.0e9, "K": 3, "alpha": 0.8, "wi
 def export_run() -> dict:
     """Train a step, save verl's (sharded) checkpoint, merge it into our layout: the HF model must hold the
     gathered parameters."""
-    from workflow.engines.verl.driver.export import export_all
+    from workflow.engines.verl.job.export import export_all
     engine = verl_cpu.build_engine(Path(model_dir))
     init = verl_cpu.full_params(engine)
     with engine.train_mode():

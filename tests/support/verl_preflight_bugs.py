@@ -52,7 +52,7 @@ def mixed_mean_of_micro_batch_means(config, model_output, data, dp_group=None, l
     """Our mixed-policy loss (mix_loss.mixed_loss) with the same bug: each micro-batch's weighted sum divided by the
     micro-batch's own total weight (its mean), weighted by its share of the rank's sequences, instead of the
     weights the driver computed over the whole batch."""
-    from workflow.engines.verl.inside.mix_loss import W_RL, W_SFT, mixed_loss
+    from workflow.engines.verl.workers.mix_loss import W_RL, W_SFT, mixed_loss
     loss, metrics = mixed_loss(config, model_output, data, dp_group, lam=lam)
     weights = data.select(W_RL, W_SFT).to_padded_tensor()
     own = float(weights[W_RL].abs().sum() + weights[W_SFT].sum())

@@ -13,8 +13,8 @@ from helpers import REPO, need, write_sweep  # noqa: E402
 need("verl")
 
 from workflow.algos.losses import token_weights  # noqa: E402
-from workflow.engines.verl.driver.compose import compose  # noqa: E402
-from workflow.engines.verl.driver.translate import LOSS_AGG, translate  # noqa: E402
+from workflow.engines.verl.job.compose import compose  # noqa: E402
+from workflow.engines.verl.job.translate import LOSS_AGG, translate  # noqa: E402
 from workflow.stages import stage_config  # noqa: E402
 from workflow.sweep.expand import load_sweep  # noqa: E402
 from workflow.sweep.spec import SweepError  # noqa: E402
@@ -151,8 +151,8 @@ VERL_SFT_BASE = VERL_BASE.replace("sft: {enabled: false}", "sft: {steps: 10, bat
 def test_sft_on_verl_translates_into_verls_sft_trainer_config(tmp_path):
     from verl.utils.config import omega_conf_to_dataclass
     from verl.workers.config import FSDPEngineConfig, FSDPOptimizerConfig
-    from workflow.engines.verl.driver.compose import SFT
-    from workflow.engines.verl.driver.translate import translate_sft
+    from workflow.engines.verl.job.compose import SFT
+    from workflow.engines.verl.job.translate import translate_sft
     sweep = load_sweep(write_sweep(tmp_path / "v.yaml", "v", "grid:\n  engine.verl.sft_overrides: "
                                    "[{engine.mixed_precision: {param_dtype: fp32}}]\n", base=VERL_SFT_BASE))
     cfg = sweep.runs[0].config

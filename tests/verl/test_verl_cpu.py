@@ -103,7 +103,7 @@ def test_eval_scored_both_benchmarks_with_vllm(finished):
 
 def test_nothing_is_left_behind(finished):
     # what a test running beside (pytest-xdist) still uses is not leaked
-    from workflow.engines.verl.driver.process import leaked_since
+    from workflow.engines.verl.job.process import leaked_since
     assert leaked_since(finished["shm_before"]) == []  # vLLM's leaked weight-sync segments removed
     ray = [p for p in psutil.process_iter(["name", "cmdline"])
            if "raylet" in (p.info["name"] or "") or "gcs_server" in (p.info["name"] or "")]
@@ -188,7 +188,7 @@ def test_a_killed_verl_segment_resumes_once_and_the_next_segment_goes_on_from_it
     import os
     import signal
     import time
-    from workflow.engines.verl.driver.process import leaked_since
+    from workflow.engines.verl.job.process import leaked_since
     from workflow.layout import segment_done, table_dir
     path = tmp_path / "kill.yaml"
     path.write_text(KILL_SWEEP)

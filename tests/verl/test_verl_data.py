@@ -13,10 +13,10 @@ import numpy as np  # noqa: E402
 
 from verl_cpu import write_tiny_model  # noqa: E402
 from workflow.config import RunConfig  # noqa: E402
-from workflow.engines.verl.driver.compose import compose  # noqa: E402
-from workflow.engines.verl.driver.translate import translate  # noqa: E402
-from workflow.engines.verl.driver.data import read_rows, write_rl_data  # noqa: E402
-from workflow.engines.verl.inside.reward import compute_score  # noqa: E402
+from workflow.engines.verl.job.compose import compose  # noqa: E402
+from workflow.engines.verl.job.translate import translate  # noqa: E402
+from workflow.engines.verl.job.data import read_rows, write_rl_data  # noqa: E402
+from workflow.engines.verl.rollout.reward import compute_score  # noqa: E402
 from workflow.benchmarks.arithmetic import sample_train  # noqa: E402
 
 pytestmark = pytest.mark.serial("verl")  # README "Tests": one at a time with the other verl modules

@@ -118,7 +118,7 @@ def test_a_rule_added_as_one_registered_class_runs_in_verls_rule_step_and_worker
     assert toy["metrics"][0]["rlsweep/toy_steps_taken"] == [2.0]
     # what the driver gets from verl (worker metrics prefixed "actor/"), made the run's row and written
     import toy_rule  # noqa: F401 - the rule's card, as the driver process knows it
-    from workflow.engines.verl.inside.metrics import train_steps_row
+    from workflow.engines.verl.controller.metrics import train_steps_row
     from workflow.layout import train_steps_file
     from workflow.results.catalog import query
     from workflow.results.writer import write_rows
@@ -212,8 +212,8 @@ def test_verl_rl_stage_runs_up_to_run_ppo_and_exports_what_verl_saved(ranks, ver
     assert trainer["default_local_dir"] == str(out / "verl") and trainer["v1"]["trainer_mode"] == "rlsweep"
     assert trainer["v1"]["rlsweep"]["log"] == {"results_root": str(tmp_path), "sweep": "v", "run_id": "000000000abc"}
     assert seen["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]["VERL_USE_EXTERNAL_MODULES"] == \
-        "workflow.engines.verl.compat.vllm_compat,workflow.engines.verl.inside.worker," \
-        "workflow.engines.verl.inside.rollouts"
+        "workflow.engines.verl.compat.vllm_compat,workflow.engines.verl.controller.trainer," \
+        "workflow.engines.verl.workers.actor,workflow.engines.verl.rollout.agent_loop"
 
     def first_segment(config):  # verl's loop ends (and saves) at trainer.total_training_steps
         seen.update(OmegaConf.to_container(config, resolve=False))

@@ -15,7 +15,7 @@ from helpers import need, refusal, write_sweep  # noqa: E402
 need("verl")
 
 from workflow.engines import lora  # noqa: E402
-from workflow.engines.verl.driver.translate import external_modules, translate, translate_sft  # noqa: E402
+from workflow.engines.verl.job.translate import external_modules, translate, translate_sft  # noqa: E402
 from workflow.sweep.expand import load_sweep  # noqa: E402
 
 pytestmark = pytest.mark.serial("verl")  # README "Tests": one at a time with the other verl modules
@@ -118,7 +118,7 @@ def test_the_export_folds_a_lora_adapter_into_the_start_model(tmp_path):
     from peft import LoraConfig, PeftModel, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from workflow.engines.verl.driver.tiny_model import write_tiny_model
+    from workflow.engines.verl.job.tiny_model import write_tiny_model
     start = write_tiny_model(tmp_path / "start")
     torch.manual_seed(0)
     policy = get_peft_model(AutoModelForCausalLM.from_pretrained(start, dtype=torch.float32),

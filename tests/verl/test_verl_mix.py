@@ -177,7 +177,7 @@ def loss_grad(td, parts: list[slice], dp_size: int = 1, loss=None, config=None) 
     """d(loss)/d(log-probs) of the whole batch, the loss taken over `parts` of its rows as separate micro-batches
     (or, with dp_size > 1, ranks whose gradients FSDP averages)."""
     from verl.utils import tensordict_utils as tu
-    from workflow.engines.verl.inside.mix_loss import mixed_loss
+    from workflow.engines.verl.workers.mix_loss import mixed_loss
     loss = loss or (lambda c, m, d: mixed_loss(c, m, d, lam=0.1))
     ids = td["input_ids"]
     g = torch.Generator().manual_seed(7)
@@ -245,7 +245,7 @@ def test_expert_tokens_get_the_shaped_gradient_and_the_sft_row_its_nll():
 
 def test_each_rows_kl_penalty_takes_its_own_coefficient_and_the_kl_column_stays_the_plain_kl():
     """FAST-GRPO's dynamic KL on verl: the driver's per-row coefficients (rlsweep_kl_coef) weigh the KL term."""
-    from workflow.engines.verl.inside.mix_loss import mixed_loss
+    from workflow.engines.verl.workers.mix_loss import mixed_loss
     td = mix_batch_td()
     td["ref_log_prob"] = td["old_log_probs"] - 0.3 * td["response_mask"]
     config = actor_config(use_kl_loss=True, kl_loss_type="low_var_kl", kl_loss_coef=0.0)
@@ -268,7 +268,7 @@ def test_each_rows_kl_penalty_takes_its_own_coefficient_and_the_kl_column_stays_
 
 # ---------------------------------------------------------------------------------------------- rows and config
 def test_train_steps_row_carries_the_mix_columns():
-    from workflow.engines.verl.inside.metrics import train_steps_row
+    from workflow.engines.verl.controller.metrics import train_steps_row
     metrics = {"critic/score/mean": 0.5, "perf/total_num_tokens": 100, "rlsweep/mix/off_policy_frac": 0.25,
                "rlsweep/mix/trace_reward": 1.0, "rlsweep/mix/reward": 0.2, "rlsweep/mix/rollouts": 12,
                "rlsweep/mix/sft_frac": 0.0, "rlsweep/mix/discarded_tokens": 20,
@@ -286,8 +286,8 @@ def test_verl_runs_every_mixed_policy_method_prefix_rft_through_our_agent_loop()
     from pydantic import ValidationError
     from workflow.config import RunConfig
     from workflow.engines.verl.contract import SEEDED_AGENT_LOOP
-    from workflow.engines.verl.driver.translate import translate
-    from workflow.methods.prefix_rft import VERL_AGENT_LOOP
+    from workflow.engines.verl.job.translate import translate
+    from workflow.methods.prefix_rft.verl_adapter import AGENT_LOOP as VERL_AGENT_LOOP
     from workflow.methods.registry import METHODS
     from workflow.strict import format_validation_error
     verl = {"name": "verl", "verl": {"model_path": "m"}}
@@ -308,7 +308,7 @@ def prefix_run(**prefix):
     """The verl config a Prefix-RFT run's agent loop reads (translate's keys, nested as Hydra composes them)."""
     from omegaconf import OmegaConf
     from workflow.config import RunConfig
-    from workflow.engines.verl.driver.translate import translate
+    from workflow.engines.verl.job.translate import translate
     cfg = RunConfig.model_validate({"rl": {"mix": "prefix_rft", "group_size": 4, "steps": 10, "prefix_rft": prefix},
                                     "engine": {"name": "verl", "verl": {"model_path": "m"}},
                                     "eval": {"backend": "vllm"}, "seed": 3})
@@ -372,7 +372,7 @@ def test_the_prefixed_server_continues_prompt_plus_prefix_and_returns_the_prefix
 
 def test_the_driver_marks_prefix_tokens_off_policy_and_fails_when_the_agent_loop_did_not_prefix():
     from workflow.algos.mix import Slot
-    from workflow.engines.verl.inside.mix_hooks import DriverMix
+    from workflow.engines.verl.controller.mix_hooks import DriverMix
 
     class Tok:
         eos_token_id = 0
@@ -390,7 +390,7 @@ def test_the_driver_marks_prefix_tokens_off_policy_and_fails_when_the_agent_loop
 
 def test_verl_rows_carry_the_demonstration_only_with_a_mix():
     from workflow.config import RunConfig
-    from workflow.engines.verl.driver.data import rl_rows
+    from workflow.engines.verl.job.data import rl_rows
     from workflow.stages import parse_stage
     for mix in ("none", "luffy"):
         cfg = RunConfig.model_validate({"rl": {"mix": mix, "steps": 1, "prompts_per_step": 2},
@@ -464,8 +464,8 @@ class FakeEngine:
 def test_the_interleaved_sft_update_steps_at_the_scaled_lr_and_leaves_the_schedule_alone():
     from functools import partial
     from verl.utils import tensordict_utils as tu
-    from workflow.engines.verl.inside.mix_loss import LR_SCALE, MIX_KEY
-    from workflow.engines.verl.inside.worker import RuleTrainingWorker
+    from workflow.engines.verl.workers.mix_loss import LR_SCALE, MIX_KEY
+    from workflow.engines.verl.workers.actor import RuleTrainingWorker
     worker = RuleTrainingWorker.__new__(RuleTrainingWorker)  # no Ray, no model: only the engine hooks
     worker.engine = engine = FakeEngine()
     worker._install_rule_step()
@@ -485,7 +485,7 @@ def test_the_interleaved_sft_update_steps_at_the_scaled_lr_and_leaves_the_schedu
 
 def test_a_step_with_an_interleaved_sft_update_counts_its_pass_tokens_and_flops():
     from workflow.algos.flops import rl_step_flops, sft_flops
-    from workflow.engines.verl.inside.metrics import train_steps_row
+    from workflow.engines.verl.controller.metrics import train_steps_row
     metrics = {"perf/total_num_tokens": 100, "rlsweep/mix/off_policy_frac": 0.0, "rlsweep/mix/buffer_size": 3,
                "rlsweep/mix/interleaved_sft_rows": 2, "rlsweep/mix/interleaved_sft_tokens": 30,
                "rlsweep/mix/interleaved_sft_loss": 1.5}
@@ -500,8 +500,8 @@ def test_a_step_with_an_interleaved_sft_update_counts_its_pass_tokens_and_flops(
 def test_the_relift_buffer_is_saved_with_verls_checkpoint_and_restored_on_resume(tmp_path, monkeypatch):
     from omegaconf import OmegaConf
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
-    from workflow.engines.verl.inside.mix_hooks import DriverMix
-    from workflow.engines.verl.inside.worker import RlsweepTrainer
+    from workflow.engines.verl.controller.mix_hooks import DriverMix
+    from workflow.engines.verl.controller.trainer import RlsweepTrainer
 
     def verl_save(trainer):
         (tmp_path / f"global_step_{trainer.global_steps}").mkdir()
@@ -534,7 +534,7 @@ def test_the_update_rules_gate_is_saved_with_verls_checkpoint_and_goes_on_after_
     re-enable fast steps a tripped gate had stopped)."""
     from omegaconf import OmegaConf
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
-    from workflow.engines.verl.inside.worker import RlsweepTrainer
+    from workflow.engines.verl.controller.trainer import RlsweepTrainer
     monkeypatch.setattr(PPOTrainerSync, "_save_checkpoint",
                         lambda t: (tmp_path / f"global_step_{t.global_steps}").mkdir())
     monkeypatch.setattr(PPOTrainerSync, "on_init_end", lambda t: setattr(t, "global_steps", 4))
@@ -564,7 +564,7 @@ def test_a_segment_job_schedules_the_learning_rate_over_the_whole_run(monkeypatc
     optimizer's horizon; our trainer puts the run's back before the workers are built with it."""
     from omegaconf import OmegaConf
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
-    from workflow.engines.verl.inside.worker import RlsweepTrainer
+    from workflow.engines.verl.controller.trainer import RlsweepTrainer
     monkeypatch.setattr(PPOTrainerSync, "_init_resource_pool_mgr", lambda t: None)
     t = RlsweepTrainer.__new__(RlsweepTrainer)
     t.config = OmegaConf.create({"trainer": {"total_training_steps": 20, "v1": {"rlsweep": {"rl": {"steps": 60}}}},
@@ -599,7 +599,7 @@ def fast_driver(monkeypatch, rl: dict, scores: list[list[float]], lengths: list[
     """A DriverMix on plain GRPO with FAST-GRPO parts, over a fake queue holding P x G scored rows (prompt p has
     3 + p tokens), after place_traces (unless `place` is False)."""
     from transfer_queue import KVBatchMeta
-    from workflow.engines.verl.inside import mix_hooks
+    from workflow.engines.verl.controller import mix_hooks
 
     class Tok:
         eos_token_id = 0
@@ -703,7 +703,7 @@ def test_a_step_slow2fast_leaves_without_a_group_keeps_verls_batch_and_takes_no_
 
 def test_rows_verl_pads_the_shrunk_batch_with_weigh_nothing_and_the_kept_rows_are_one_token_mean(monkeypatch):
     from transfer_queue import KVBatchMeta
-    from workflow.engines.verl.inside.mix_loss import W_KL, W_RL
+    from workflow.engines.verl.workers.mix_loss import W_KL, W_RL
     driver, batch, queue = fast_driver(monkeypatch, {"steps": 2, "slow2fast": {"enabled": True}},
                                        group_scores([0.0, 0.75]), [[5, 6, 7, 8], [4] * 4], place=False)
     batch = driver.keep_groups(batch, 1, {})  # keeps uid1 (0.75)
@@ -731,7 +731,7 @@ def test_rows_verl_pads_the_shrunk_batch_with_weigh_nothing_and_the_kept_rows_ar
 
 def test_a_slow2fast_steps_row_counts_every_token_generated_and_trains_only_the_kept(monkeypatch):
     from workflow.algos.flops import rl_step_flops
-    from workflow.engines.verl.inside.metrics import train_steps_row
+    from workflow.engines.verl.controller.metrics import train_steps_row
     step = {"perf/total_num_tokens": 100, "rlsweep/mix/padding_tokens": 12, "rlsweep/mix/dropped_tokens": 50,
             "rlsweep/mix/kept_groups": 1, "rlsweep/mix/dropped_groups": 3, "rlsweep/mix/extra_rollouts": 4,
             "rlsweep/mix/rollouts": 20}

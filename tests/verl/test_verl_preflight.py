@@ -1,4 +1,4 @@
-"""The integrity preflight on the verl engine (workflow/engines/verl/inside/preflight.py), on CPU with verl's own SFT
+"""The integrity preflight on the verl engine (workflow/engines/verl/torchrun/preflight.py), on CPU with verl's own SFT
 trainer and FSDP2 engine in a 2-rank gloo torchrun child: a correct configuration passes, the paper's two bugs
 planted into verl (tests/support/verl_preflight_bugs.py: a loss that is a mean of per-micro-batch means; an optimizer step
 that sees only the first micro-batch) are caught and named, and a verl SFT job that fails it never trains."""
@@ -17,7 +17,7 @@ need("verl")
 
 from workflow import preflight  # noqa: E402
 from workflow.config import RunConfig  # noqa: E402
-from workflow.engines.verl.driver.engine import VerlEngine  # noqa: E402
+from workflow.engines.verl.job.engine import VerlEngine  # noqa: E402
 from workflow.layout import stage_dir  # noqa: E402
 from workflow.stages import parse_stage, stage_config  # noqa: E402
 

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from workflow.config import RunConfig
-from workflow.engines.verl.driver.process import remove_leaked_segments, run_supervised
+from workflow.engines.verl.job.process import remove_leaked_segments, run_supervised
 from workflow.stages import stage_config
 from workflow.identity import stable_id
 
@@ -123,7 +123,7 @@ def test_a_cpu_runs_verl_processes_let_mkl_follow_their_openmp_threads(monkeypat
     """vLLM's CPU worker pins itself to one core and sets OMP_NUM_THREADS=1; Snakemake sets MKL_NUM_THREADS to the
     rule's threads, which MKL obeys first: two MKL threads on one core made rollouts ~40x slower. A CPU run's verl
     children do not inherit it (then MKL follows OMP_NUM_THREADS); a GPU run's keep the whole environment."""
-    from workflow.engines.verl.driver.engine import child_env
+    from workflow.engines.verl.job.engine import child_env
     from workflow.config import VerlSettings
     monkeypatch.setenv("MKL_NUM_THREADS", "2")
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
@@ -141,7 +141,7 @@ def test_a_one_node_run_starts_its_own_ray_whatever_cluster_the_machine_last_sta
     pytest.importorskip("ray")
     from ray._private.services import canonicalize_bootstrap_address
     from workflow.config import VerlSettings
-    from workflow.engines.verl.driver.engine import child_env
+    from workflow.engines.verl.job.engine import child_env
     (tmp_path / "ray_current_cluster").write_text("10.77.0.2:6379")  # what a `ray start --head` leaves behind
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     assert canonicalize_bootstrap_address(None, str(tmp_path)) == "10.77.0.2:6379"  # Ray's default: join it
@@ -154,9 +154,10 @@ def test_a_one_node_run_starts_its_own_ray_whatever_cluster_the_machine_last_sta
 
 def test_cpu_runs_translate_to_verls_cpu_settings_and_device_is_part_of_the_id():
     pytest.importorskip("verl")
-    from workflow.engines.verl.driver.compose import compose, validate
-    from workflow.engines.verl.contract import CPU_MODULE, ROLLOUTS_MODULE, VLLM_COMPAT_MODULE, WORKER_MODULE
-    from workflow.engines.verl.driver.translate import translate, translate_sft
+    from workflow.engines.verl.job.compose import compose, validate
+    from workflow.engines.verl.contract import (CPU_MODULE, ROLLOUTS_MODULE, TRAINER_MODULE, VLLM_COMPAT_MODULE,
+                                                WORKER_MODULE)
+    from workflow.engines.verl.job.translate import translate, translate_sft
     base = {"engine": {"name": "verl", "verl": {"model_path": "m", "device": "cpu"}},
             "rl": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 32}}
     cfg = RunConfig.model_validate(base)
@@ -168,7 +169,8 @@ def test_cpu_runs_translate_to_verls_cpu_settings_and_device_is_part_of_the_id()
     assert config.actor_rollout_ref.rollout.agent.default_agent_loop == "rlsweep_seeded"
     assert config.actor_rollout_ref.rollout.max_model_len == 1024 + 32 and config.ray_kwargs.ray_init.num_gpus == 1
     env = config.ray_kwargs.ray_init.runtime_env.env_vars
-    assert env["VERL_USE_EXTERNAL_MODULES"] == f"{CPU_MODULE},{VLLM_COMPAT_MODULE},{WORKER_MODULE},{ROLLOUTS_MODULE}"
+    assert env["VERL_USE_EXTERNAL_MODULES"] == \
+        f"{CPU_MODULE},{VLLM_COMPAT_MODULE},{TRAINER_MODULE},{WORKER_MODULE},{ROLLOUTS_MODULE}"
     # a method's own verl module joins them only when the run selects the method (Prefix-RFT's agent loop)
     prefix = compose(translate(RunConfig.model_validate({**base, "rl": {**base["rl"], "mix": "prefix_rft"},
                                                          "sft": {"enabled": False}})), set())
@@ -206,7 +208,7 @@ def test_a_verl_trainers_output_goes_to_its_log_and_its_steps_to_the_progress_li
     """Before: verl's ~1,500 lines a run (its whole config, Ray's and vLLM's chatter) went to the terminal Snakemake
     reports on. Now to the stage's log file, each attempt appended; the job prints its own progress from verl's step
     lines; a failure names the last attempt's end."""
-    from workflow.engines.verl.driver.engine import verl_output
+    from workflow.engines.verl.job.engine import verl_output
     log = tmp_path / "verl_ppo.log"
     run_supervised([sys.executable, "-c", VERL_LIKE, "0"], dict(os.environ), what="verl's PPO trainer",
                    **verl_output(log, "rl abc", 3, {"reward": "critic/score/mean", "entropy": "actor/entropy"}))

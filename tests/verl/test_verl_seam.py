@@ -154,7 +154,7 @@ def test_moved_names_a_changed_signature(monkeypatch):
     gone = moved()
     assert len(gone) == 2, gone
     assert gone[0].startswith("import verl.trainer.ppo.utils:need_reference_policy: signature was (config: ")
-    assert "is now (config, role)" in gone[0] and "workflow/engines/verl/inside/worker.py" in gone[0]
+    assert "is now (config, role)" in gone[0] and "workflow/engines/verl/controller/trainer.py" in gone[0]
     assert gone[1].startswith("override verl.trainer.ppo.v1.trainer_sync:PPOTrainerSync._update_actor: ")
     assert "is now (self, batch)" in gone[1]
 

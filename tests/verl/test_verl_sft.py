@@ -20,7 +20,7 @@ need("verl")
 import duckdb  # noqa: E402
 
 from workflow.config import RunConfig  # noqa: E402
-from workflow.engines.verl.driver.sft_launch import command  # noqa: E402
+from workflow.engines.verl.job.sft_launch import command  # noqa: E402
 from workflow.layout import stage_dir, table_dir  # noqa: E402
 from workflow.launch import run_stage  # noqa: E402
 from workflow.stages import stage_config  # noqa: E402
@@ -42,7 +42,7 @@ def sft_stage(model: Path, ranks: int) -> dict:
         # device cpu: the package's CPU platform in every torchrun rank and the CPU keys of verl's SFT config
         "engine": {"name": "verl", "verl": {"model_path": str(model), "n_gpus_per_node": ranks, "device": "cpu"}},
         "sft": {"steps": STEPS, "batch_size": BATCH, "micro_batch_size": 2, "checkpoint_every": EVERY, "lr": LR}})
-    from workflow.engines.verl.driver.compose import validate
+    from workflow.engines.verl.job.compose import validate
     validate(cfg)  # what loading a sweep with this run does
     return stage_config(cfg, "sft")
 
@@ -190,7 +190,7 @@ def test_a_restarted_stage_resumes_from_verls_checkpoint(trained, tmp_path, monk
 def test_the_launch_command_runs_torchrun_here_or_over_the_allocation():
     one = command(Path("c.yaml"), Path("l.json"), n_gpus_per_node=8)
     assert one[:5] == [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=8", "--standalone"]
-    assert one[-4:] == ["-m", "workflow.engines.verl.inside.sft_trainer", "c.yaml", "l.json"]
+    assert one[-4:] == ["-m", "workflow.engines.verl.torchrun.sft_trainer", "c.yaml", "l.json"]
     multi = command(Path("c.yaml"), Path("l.json"), n_gpus_per_node=4, nodes=["n1", "n2"], port=29400,
                              job_id="77")
     assert multi[:6] == ["srun", "--overlap", "--nodes=2", "--ntasks-per-node=1", "--nodelist=n1,n2",

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from workflow.config import RLConfig, RunConfig
-from workflow.engines.verl.inside.gates import DriverGates
+from workflow.engines.verl.controller.gates import DriverGates
 from workflow.methods.registry import rule_from_settings, rule_settings
 
 pytestmark = pytest.mark.serial("verl")  # README "Tests": one at a time with the other verl modules
@@ -55,10 +55,10 @@ def test_grpo_spec_is_never_enabled_and_worker_rules_never_trip_themselves():
 def test_trainer_update_actor_hands_the_spec_over_and_feeds_the_gate_back():
     pytest.importorskip("verl")
     pytest.importorskip("transfer_queue")
-    from workflow.engines.verl.driver.compose import compose
-    from workflow.engines.verl.driver.translate import translate
-    from workflow.engines.verl.inside.gates import UPDATE_KEY
-    from workflow.engines.verl.inside.worker import RlsweepTrainer
+    from workflow.engines.verl.job.compose import compose
+    from workflow.engines.verl.job.translate import translate
+    from workflow.engines.verl.contract import UPDATE_KEY
+    from workflow.engines.verl.controller.trainer import RlsweepTrainer
     cfg = verl_run(update="gxpo", prompts_per_step=8, group_size=4, gxpo={"window": 3, "warmup": 3, "tau": 2.0})
     trainer = object.__new__(RlsweepTrainer)  # no Ray: everything but the worker group, which a stand-in plays
     trainer.config = compose(translate(cfg), set())
@@ -95,11 +95,11 @@ def metrics_trainer(tmp_path, monkeypatch, steps: int, tracked=None):
     pytest.importorskip("transfer_queue")
     from omegaconf import open_dict
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer
-    from workflow.engines.verl.driver.compose import compose
-    from workflow.engines.verl.driver.engine import log_where
-    from workflow.engines.verl.driver.tiny_model import write_tiny_model
-    from workflow.engines.verl.driver.translate import translate
-    from workflow.engines.verl.inside.worker import RlsweepTrainer
+    from workflow.engines.verl.job.compose import compose
+    from workflow.engines.verl.job.engine import log_where
+    from workflow.engines.verl.job.tiny_model import write_tiny_model
+    from workflow.engines.verl.job.translate import translate
+    from workflow.engines.verl.controller.trainer import RlsweepTrainer
     from workflow.results.train_log import TrainLog
     cfg = verl_run(update="gxpo", steps=steps, checkpoint_every=2, prompts_per_step=8, group_size=4)
     trainer = object.__new__(RlsweepTrainer)

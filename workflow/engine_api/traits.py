@@ -5,7 +5,7 @@ workflow/engines/ ask these, never `engine.name == ...`.
 
 One EngineTraits instance per engine, registered by name in workflow/engine_api/registry.py (ENGINES; a third-party
 engine through the entry-point group `rlsweep.engines`). Its `trainer` names the class that trains (the Engine
-protocol of base.py: sft, rl, integrity_probe), imported only by a stage job. `cfg` below is a validated RunConfig
+protocol of protocol.py: sft, rl, integrity_probe), imported only by a stage job. `cfg` below is a validated RunConfig
 (workflow/config.py), duck-typed: this floor sits below the config.
 """
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 import typing
 from dataclasses import dataclass
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -86,15 +86,13 @@ class PartSettings(MethodSettings):
 
 @dataclass(eq=False)
 class Method:
-    """One method, registered once under its name (workflow/methods/registry.py).
+    """One method, registered once under its name (workflow/methods/registry.py). Engine-neutral: what an engine
+    needs of a method beyond this is that engine's adapter of it, which the engine looks up by the method's name
+    (verl: workflow/engines/verl/adapters.py).
 
     algorithm:  "module:Class" (imported only when a run trains, so the card stays light) or the class itself.
     settings:   the model of its `rl.<name>` section, or None for a method without settings.
-    verl_keys:  its hook into verl's config: (its settings) -> {dotted verl key: value} the method needs set (an
-                agent loop, a sampler); the verl engine sets them and refuses a user override of the same keys.
     uses_reference: the step needs the reference policy's log-probs while the method is selected (a KL penalty).
-    verl_modules: modules verl's processes import while the method is selected (VERL_USE_EXTERNAL_MODULES): its
-                verl adapter in its folder, which registers itself in verl (Prefix-RFT's agent loop).
     numbers:    the per-step numbers it logs (`numbers(...)`; a mixed-policy method's start with MIX_NUMBERS): its
                 columns of `train_steps`.
     reads_total_steps: why a step of it depends on rl.steps (it reads the training progress, step / rl.steps), in
@@ -108,9 +106,7 @@ class Method:
     role: Role
     algorithm: str | type | None = None
     settings: type[MethodSettings] | None = None
-    verl_keys: Callable[[Any], dict[str, Any]] | None = None
     uses_reference: bool = False
-    verl_modules: tuple[str, ...] = ()
     numbers: tuple[StepNumber, ...] = ()
     reads_total_steps: str = ""
     headline: str = ""
@@ -136,8 +132,8 @@ class Method:
     def _key(self) -> tuple:
         def where(x: Any) -> Any:
             return f"{x.__module__}:{x.__qualname__}" if isinstance(x, type) else x
-        return (self.role, where(self.algorithm), where(self.settings), self.verl_keys is None, self.uses_reference,
-                self.verl_modules, self.numbers, self.reads_total_steps, self.headline)
+        return (self.role, where(self.algorithm), where(self.settings), self.uses_reference, self.numbers,
+                self.reads_total_steps, self.headline)
 
     def load(self) -> Any:
         """The algorithm (imported on first call), checked against the role's base class."""

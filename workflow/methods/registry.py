@@ -99,12 +99,6 @@ register_update_rule = _register_class("update")
 register_mix = _register_class("mix")
 
 
-def verl_hooks(rl) -> list[tuple[str, dict[str, Any]]]:
-    """(method name, the verl config keys it sets) for each method the run selected that has a verl hook."""
-    return [(card.name, card.verl_keys(getattr(rl, card.name, None))) for card in rl.selected
-            if card.verl_keys is not None]
-
-
 def section(rl, name: str) -> dict[str, Any]:
     """The settings section `rl.<name>` as plain JSON ({} when the method has no settings)."""
     found = getattr(rl, name, None)

@@ -168,7 +168,7 @@ def test_bad_settings_are_refused_naming_the_key(tmp_path):
     assert problems({"rl": {"slow2fast": {"enabled": True}}, "engine": {**verl, "verl": {
         "model_path": "m", "overrides": {sampler: "Mine"}}}}).startswith(
         f"engine.verl.overrides.{sampler}: rlsweep sets it to 'Slow2FastSampler' for the method slow2fast (its verl "
-        "hook")
+        "adapter, workflow/methods/slow2fast/verl_adapter.py)")
     RunConfig.model_validate({"rl": {"slow2fast": {"enabled": True, "refill": "shrink"}}, "engine": {**verl, "verl": {
         "model_path": "m", "overrides": {sampler: "Mine"}}}})  # shrink: verl's own sampler, whichever it is
     assert problems({"rl": {"dynamic_kl": {"enabled": True}}, "engine": {**verl, "verl": {

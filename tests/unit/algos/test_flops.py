@@ -8,7 +8,7 @@ from workflow.algos.flops import generation_flops, rl_step_flops, sft_flops, tra
 from workflow.config import ModelConfig, RunConfig
 from workflow.engines.local import TOKENIZER
 from workflow.engines.tiny_lm import build_model
-from workflow.engines.verl.inside.metrics import train_steps_row
+from workflow.engines.verl.controller.metrics import train_steps_row
 from workflow.launch import run_stage
 from workflow.results.catalog import query
 from workflow.stages import stage_config

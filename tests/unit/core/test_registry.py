@@ -121,7 +121,7 @@ try:
 except TypeError as e:
     out["broken"] = str(e)
 # its own number: a train_steps column, read from verl's metrics as the worker reports a rule's StepStats
-from workflow.engines.verl.inside.metrics import train_steps_row
+from workflow.engines.verl.controller.metrics import train_steps_row
 from workflow.results.catalog import query
 from workflow.results.schemas import schema
 from workflow.results.writer import write_rows

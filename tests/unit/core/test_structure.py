@@ -187,8 +187,10 @@ FLOORS = [
      "taking a finished run's segments (links in the store)", ("workflow.results", "workflow.tracking",
                                                                 "workflow.extend")),
     ("training", "what a stage job runs: the engines (the Engine protocol names the stage configs and the train log "
-     "it is handed; a method's verl half meets the verl engine's contract), evaluation, data, the integrity preflight",
-     ("workflow.engines", "workflow.engine_api.protocol", "workflow.methods.*.verl", "workflow.eval", "workflow.data",
+     "it is handed; a method's verl adapter and verl half meet the verl engine's), evaluation, data, the integrity "
+     "preflight",
+     ("workflow.engines", "workflow.engine_api.protocol", "workflow.methods.*.verl", "workflow.methods.*.verl_adapter",
+      "workflow.eval", "workflow.data",
       "workflow.preflight")),
     ("sweep", "the sweep file: its schema (the optuna: block's included), its runs and their ids, its plan",
      ("workflow.sweep",)),
@@ -354,10 +356,81 @@ def test_the_walker_sees_lazy_imports_type_checking_blocks_and_private_names():
                                                       "workflow.probe: pruning._Reporter"]
 
 
+# ------------------------------------------------------------------------------- paths named in the package's text
+# a path in a docstring or a field description (the field descriptions become the generated reference and schema):
+# a file name with a code or docs extension, with or without folders
+NAMED_PATH = re.compile(r"(?<![\w./<>*-])((?:[\w.-]+/)*[\w-]+(?:\.[\w-]+)*\.(?:py|smk|sql|j2|sh|md|yaml|toml))(?![\w/])")
+THIRD_PARTY = ("verl", "vllm", "transformers", "torch", "snakemake", "optuna", "ray")  # paths into these are theirs
+
+
+def named_texts(tree: ast.AST):
+    """(line, text) of every docstring (module, class, function) and every pydantic Field description."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            doc = ast.get_docstring(node, clean=False)
+            if doc:
+                yield getattr(node, "lineno", 1), doc
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Field":
+            yield from ((kw.value.lineno, kw.value.value) for kw in node.keywords if kw.arg == "description"
+                        and isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, str))
+
+
+@lru_cache(maxsize=1)
+def third_party_roots() -> tuple[Path, ...]:
+    roots = []
+    for top in THIRD_PARTY:
+        spec = importlib.util.find_spec(top)
+        if spec is not None and spec.submodule_search_locations:
+            roots.append(Path(list(spec.submodule_search_locations)[0]))
+    return tuple(roots)
+
+
+@lru_cache(maxsize=1)
+def known_file_names() -> frozenset[str]:
+    """Every file name in the checkout (tracked folders) and in the third-party packages' trees."""
+    names = {p.name for top in ("workflow", "scripts", "tests", "rules", "bench", "docs", "profiles", "sweeps",
+                                "references", ".ci") for p in (REPO / top).rglob("*")}
+    names |= {p.name for p in REPO.iterdir()} | {p.name for root in third_party_roots() for p in root.rglob("*.py")}
+    return frozenset(names)
+
+
+def path_is_true(path: str, folder: Path) -> bool:
+    """A path with folders: under the checkout, the package, the naming module's folder or one above it, or a
+    third-party package. A bare file name: a placeholder (SWEEP.yaml), a run's output (report.md), or the name of a
+    file that exists in the checkout or those packages."""
+    if "/" not in path:
+        stem, _, ext = path.partition(".")
+        return stem.isupper() or ext in ("md", "yaml", "toml") or path in known_file_names()
+    bases = [REPO, PACKAGE, folder, *[a for a in folder.parents if PACKAGE in (a, *a.parents)]]
+    bases += [b for root in third_party_roots() for b in (root, root.parent)]
+    return any((base / path).exists() for base in bases)
+
+
+def stale_paths(name: str, source: str, folder: Path) -> list[str]:
+    return [f"{name}:{line}: {m.group(1)}" for line, text in named_texts(parse(source))
+            for m in NAMED_PATH.finditer(text) if not path_is_true(m.group(1), folder)]
+
+
+def test_every_path_named_in_a_docstring_or_field_description_exists():
+    """A docstring or a field description that names a moved or deleted file sends a reader (and the generated
+    configuration reference) to nothing; issue 62 found `workflow/eval/prompts.py` in two field descriptions."""
+    probe = ('"""Reads workflow/eval/prompts.py, eval/prompts.py and slow2fast.py; writes SWEEP.yaml and report.md;\n'
+             'the templates: workflow/report/templates/report.md.j2, the table: ../layout.py, verl\'s\n'
+             'trainer/ppo/core_algos.py."""\nx = Field(1, description="see workflow/nowhere.py")\n')
+    found = stale_paths("probe", probe, PACKAGE / "study")
+    assert found == ["probe:1: workflow/eval/prompts.py", "probe:1: eval/prompts.py", "probe:1: slow2fast.py",
+                     "probe:4: workflow/nowhere.py"] + (["probe:1: trainer/ppo/core_algos.py"]
+                                                         if importlib.util.find_spec("verl") is None else []), found
+    bad = [line for m, path in MODULES.items() for line in stale_paths(m, path.read_text(), path.parent)]
+    assert not bad, "paths that do not exist:\n" + "\n".join(bad)
+
+
 # ------------------------------------------------------------------------------- the verl wing's contract
 VERL = "workflow.engines.verl"
-VERL_SIDES = {f"{VERL}.driver": "the stage job", f"{VERL}.inside": "verl's own processes",
-              f"{VERL}.compat": "the compatibility patches", "workflow.eval": "the eval backends"}
+VERL_SIDES = {f"{VERL}.job": "rlsweep's stage job", f"{VERL}.controller": "verl's controller and its trainer",
+              f"{VERL}.workers": "verl's FSDP workers", f"{VERL}.rollout": "verl's agent-loop and reward workers",
+              f"{VERL}.torchrun": "the torchrun children (SFT, the preflight)",
+              f"{VERL}.compat": "the compatibility patches (every process)", "workflow.eval": "the eval backends"}
 
 
 def verl_side(module: str) -> str | None:
@@ -365,12 +438,15 @@ def verl_side(module: str) -> str | None:
 
 
 def test_the_verl_wings_sides_meet_only_in_the_contract():
-    """The stage job (driver/), what verl runs in its processes (inside/), the patches (compat/) and the eval
-    backends share what crosses between them through workflow/engines/verl/contract.py (which imports no verl), never
-    by importing one another: each side can change inside without the others following."""
+    """The stage job (job/), each kind of verl process (controller/, workers/, rollout/, torchrun/), the patches
+    (compat/) and the eval backends share what crosses between them through workflow/engines/verl/contract.py (which
+    imports no verl), never by importing one another: each side can change inside without the others following, and
+    a module's folder says which process it runs in."""
     crossings = [f"{m} -> {t}" for m in MODULES for t, _ in imports_of(m)
                  if verl_side(m) and t.startswith(VERL) and verl_side(t) not in (None, verl_side(m))]
     assert crossings == []
+    sides = {verl_side(m) for m in MODULES if m.startswith(VERL + ".")} - {None}
+    assert sides == set(VERL_SIDES) - {"workflow.eval"}, sides  # every module of the wing in a side, or the top
     contract = [t for t, _ in imports_of(f"{VERL}.contract")]
     assert not [t for t in contract if t.split(".")[0] == "verl" or verl_side(t)], contract
 
@@ -380,32 +456,36 @@ def test_the_verl_wings_sides_meet_only_in_the_contract():
 def test_modules_verl_loads_by_name_import_and_hold_what_is_named():
     pytest.importorskip("verl")
     from workflow.engines.verl import contract
-    from workflow.engines.verl.driver import translate
+    from workflow.engines.verl.job import translate
     path, fn = contract.REWARD_FN
     assert path.startswith("pkg://")
     assert callable(getattr(importlib.import_module(path[len("pkg://"):]), fn))
-    worker = importlib.import_module(contract.WORKER_MODULE)
-    assert worker.RlsweepTrainer and worker.RuleActorRolloutRefWorker
+    trainer = importlib.import_module(contract.TRAINER_MODULE)
+    from workflow.registry import load_object
+    assert trainer.RlsweepTrainer and load_object(contract.WORKER_CLASS).actor_worker_cls.__name__ == "RuleTrainingWorker"
+    assert contract.WORKER_CLASS.startswith(contract.WORKER_MODULE + ":")
     sft = importlib.import_module(contract.SFT_TRAINER_MODULE)
     assert callable(sft.main)
+    from workflow.engines.verl.adapters import ADAPTERS, VerlAdapter
     from workflow.methods.registry import METHODS
-    for name, card in METHODS.items():  # a method's own verl modules (Prefix-RFT's agent loop registers itself)
-        for module in card.verl_modules:
+    for name, adapter in ADAPTERS.items():  # a method's verl adapter: its own modules import (Prefix-RFT's loop)
+        assert name in METHODS and isinstance(adapter, VerlAdapter), name
+        for module in adapter.modules:
             importlib.import_module(module)
-    assert METHODS.get("prefix_rft").verl_modules == ("workflow.methods.prefix_rft.verl",)
+    assert ADAPTERS.get("prefix_rft").modules == ("workflow.methods.prefix_rft.verl",)
     assert importlib.import_module("workflow.methods.prefix_rft.verl").PrefixAgentLoop
-    from workflow.methods.slow2fast import VERL_SAMPLER
-    path, name = VERL_SAMPLER  # verl's load_extern_type: a ReplayBuffer subclass
+    from workflow.methods.slow2fast.verl_adapter import SAMPLER
+    path, name = SAMPLER  # verl's load_extern_type: a ReplayBuffer subclass
     from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
     assert path.startswith("pkg://") and issubclass(getattr(importlib.import_module(path[6:]), name), ReplayBuffer)
-    from workflow.engines.verl.inside import preflight  # torchrun runs it by name: python -m MODULE
+    from workflow.engines.verl.torchrun import preflight  # torchrun runs it by name: python -m MODULE
     assert contract.PREFLIGHT_MODULE == preflight.__name__ and callable(preflight.main)
     # and the translated config names exactly these
     from workflow.config import RunConfig
     out = translate.translate(RunConfig.model_validate({"engine": {"name": "verl", "verl": {"model_path": "m"}},
                                                         "sft": {"enabled": False}}))
     assert out["ray_kwargs.ray_init.runtime_env.env_vars"]["VERL_USE_EXTERNAL_MODULES"] == \
-        f"{contract.VLLM_COMPAT_MODULE},{contract.WORKER_MODULE},{contract.ROLLOUTS_MODULE}"
+        f"{contract.VLLM_COMPAT_MODULE},{contract.TRAINER_MODULE},{contract.WORKER_MODULE},{contract.ROLLOUTS_MODULE}"
     importlib.import_module(contract.VLLM_COMPAT_MODULE)
     rollouts = importlib.import_module(contract.ROLLOUTS_MODULE)  # registers the seeded loop the config names
     assert out["actor_rollout_ref.rollout.agent.default_agent_loop"] == contract.SEEDED_AGENT_LOOP
@@ -413,6 +493,7 @@ def test_modules_verl_loads_by_name_import_and_hold_what_is_named():
     assert issubclass(rollouts.SeededAgentLoop, SingleTurnAgentLoop)
     assert (out["reward.custom_reward_function.path"], out["reward.custom_reward_function.name"]) == \
         contract.REWARD_FN
+    assert contract.reward_fn() is importlib.import_module(contract.REWARD_FN[0][6:]).compute_score
 
 
 def test_engines_and_builtin_methods_named_by_string_exist():
@@ -432,6 +513,14 @@ def test_engines_and_builtin_methods_named_by_string_exist():
         if "verl" in module and importlib.util.find_spec("verl") is None:
             continue
         assert getattr(importlib.import_module(module), cls)
+    from workflow.registry import load_object
+    from workflow.sweep.spec import BLOCK_CHECKS  # the checks a floor above registers for a block of the sweep file
+    for block, target in BLOCK_CHECKS.items():
+        assert callable(load_object(target)), block
+    from workflow.engines.verl.adapters import ADAPTERS  # light (no verl): a method's verl adapter, by its name
+    for name, adapter in ADAPTERS.items():
+        assert name in METHODS and adapter.name == name and ADAPTERS.builtins[name].startswith(
+            f"workflow.methods.{name}.verl_adapter:"), name
 
 
 def registries() -> dict[str, str]:
@@ -447,10 +536,12 @@ def registries() -> dict[str, str]:
 
 
 def test_every_pluggable_kind_is_one_registry_and_the_readme_lists_its_group():
-    """Rules, methods, graders, benchmarks, training sets, engines, samplers and pruners all sit in the one kind of
+    """Rules, methods, graders, benchmarks, training sets, engines, samplers, pruners and the verl engine's method
+    adapters all sit in the one kind of
     registry (workflow/registry.py), so each takes third-party units the same way, through its entry-point group."""
     groups = registries()
-    assert set(groups) == {"methods", "graders", "benchmarks", "datasets", "engines", "samplers", "pruners"}, groups
+    assert set(groups) == {"methods", "graders", "benchmarks", "datasets", "engines", "samplers", "pruners",
+                           "verl_adapters"}, groups
     readme = (REPO / "README.md").read_text()
     assert all(f"`rlsweep.{g}`" in readme for g in groups), [g for g in groups if f"`rlsweep.{g}`" not in readme]
 
@@ -506,23 +597,26 @@ def test_a_method_is_named_only_in_its_own_folder():
 
 def test_method_cards_are_light_and_algorithms_know_no_engine():
     """Reading a sweep loads every card (the run config's sections are theirs): a card imports no torch and nothing
-    above the registry; an algorithm builds on workflow.algos and nothing of an engine; a method's verl half (its
+    above the registry; an algorithm builds on workflow.algos and nothing of an engine; a method's verl adapter
+    (verl_adapter.py: what verl needs of it) imports only the verl engine's adapter type, no verl; its verl half (its
     folder's verl.py: Prefix-RFT's agent loop, Slow2Fast's sampler) meets the verl engine only through its contract,
-    and no engine module imports it (verl loads it by name: the card's verl_modules / verl_keys)."""
+    and no engine module imports either (the engine looks the adapter up by the method's name, verl loads the half by
+    the names the adapter gives)."""
     cards = ("workflow.methods", "workflow.registry", "workflow.strict")
     bad = []
     for m in [m for m in MODULES if m.startswith("workflow.methods")]:
-        algorithm, adapter = m.endswith(".algorithm"), m.endswith(".verl")
-        allowed = ((*cards, "workflow.algos", "workflow.engines.verl.contract") if adapter
+        algorithm, half, adapter = m.endswith(".algorithm"), m.endswith(".verl"), m.endswith(".verl_adapter")
+        allowed = ((*cards, "workflow.algos", "workflow.engines.verl.contract") if half
+                   else (*cards, "workflow.engines.verl.adapters") if adapter
                    else (*cards, "workflow.algos") if algorithm else cards)
         for target, _ in imports_of(m):
-            heavy = target.split(".")[0] in (() if adapter else ("verl", "vllm", "ray") if algorithm
+            heavy = target.split(".")[0] in (() if half else ("verl", "vllm", "ray") if algorithm
                                              else ("torch", "verl", "vllm", "ray"))
             above = target.startswith("workflow") and not any(target == a or target.startswith(a + ".") for a in allowed)
             if heavy or above:
                 bad.append(f"{m} imports {target}")
     bad += [f"{m} imports {t}" for m in MODULES if m.startswith("workflow.engines") for t, _ in imports_of(m)
-            if t.startswith("workflow.methods.") and t.endswith(".verl")]
+            if t.startswith("workflow.methods.") and t.rpartition(".")[2] in ("verl", "verl_adapter")]
     assert not bad, "\n".join(bad)
 
 

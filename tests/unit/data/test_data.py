@@ -224,8 +224,8 @@ def test_data_and_overlap_stages_then_the_rl_gate(data_sweep, tmp_path):
 @pytest.mark.slow
 def test_verl_reads_the_prepared_rows_through_the_prompt_template(data_sweep, tmp_path):
     _, sweep = data_sweep
-    from workflow.engines.verl.driver.data import rl_rows, sft_rows
-    from workflow.engines.verl.inside.reward import MATH_SOURCE, compute_score
+    from workflow.engines.verl.job.data import rl_rows, sft_rows
+    from workflow.engines.verl.rollout.reward import MATH_SOURCE, compute_score
     from workflow.benchmarks.prompts import SEED003_SYSTEM
     from workflow.stages import parse_stage
     run = sweep.runs[0]

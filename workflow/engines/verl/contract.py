@@ -1,16 +1,23 @@
-"""The contract of the verl wing: what its sides share, with no verl import. The sides:
+"""The contract of the verl wing: what its sides share, with no verl import. The sides, one folder per process kind:
 
-    driver/   the stage job: translates the run config into verl's, starts verl's trainers (torchrun, Ray), plans
-              the integrity preflight's probe, reads verl's checkpoints back;
-    inside/   what verl runs in its own processes: our worker and trainer, the reward, the mixed-policy driver, the
-              preflight's torchrun child (and, beside it, a method's own verl adapter in its folder:
-              workflow/methods/prefix_rft/verl.py's agent loop, workflow/methods/slow2fast/verl.py's sampler);
-    compat/   the patches verl and vLLM need here (the CPU platform, vLLM's CPU build);
+    job/          the stage job (rlsweep's process): translates the run config into verl's, starts verl's trainers
+                  (torchrun, Ray) as supervised children, plans the integrity preflight's probe, reads verl's
+                  checkpoints back;
+    controller/   verl's controller (its single-controller "driver" process, and the Ray task runner where the PPO
+                  trainer runs): our trainer, the update-rule gates, the mixed-policy hooks, the train_steps rows;
+    workers/      verl's FSDP workers (one Ray actor per rank): our update rules around verl's engine step, the
+                  mixed-policy loss;
+    rollout/      verl's agent-loop and reward workers: the seeded agent loop, the reward (a method's own verl
+                  adapter sits in its folder and is looked up through the method's adapter: workflow/methods/<name>/
+                  verl.py, e.g. Prefix-RFT's agent loop, Slow2Fast's sampler);
+    torchrun/     under torchrun: verl's SFT trainer with our rows, the integrity preflight's child;
+    compat/       the patches verl and vLLM need here, in every process (the CPU platform, vLLM's CPU build);
     and the eval backends (workflow/eval/backends.py), which run vLLM.
 
 Each side depends on this module and not on another side (tests/unit/core/test_structure.py checks it), so the shape of what
-crosses a process boundary (our section of verl's config, the batch fields of the mixed loss, the preflight's
-request, the modules verl loads by name, the environment vLLM's CPU build reads) is written down once, here.
+crosses a process boundary (our section of verl's config, the batch fields of an update and of the mixed loss, the
+preflight's request, the modules and classes verl loads by name, the environment vLLM's CPU build reads) is
+written down once, here.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ TRACKED_RUN = "tracked_run.json"  # in the stage's directory: the job's tracker 
 
 
 def train_log(where: Any, stage: str, total: int | None, until: int | None = None):
-    """The stage's TrainLog inside verl's trainer, from what the driver handed it (driver/engine.py log_where: the
+    """The stage's TrainLog inside verl's trainer, from what the job handed it (job/engine.py log_where: the
     results root, sweep and run id, and the file of the job's tracker run when it has one): the trainer records the
     steps, so it writes the tables, the live file and, live, the sweep's trackers."""
     import json
@@ -50,23 +57,34 @@ def train_log(where: Any, stage: str, total: int | None, until: int | None = Non
 
 
 # ------------------------------------------------------------------ what verl loads by name, in its own processes
-# the reward function (reward.custom_reward_function), our worker and trainer module (VERL_USE_EXTERNAL_MODULES,
-# imported by every Ray process), the SFT trainer torchrun runs, the preflight's child. tests/unit/core/test_structure.py
-# imports each.
-REWARD_FN = ("pkg://workflow.engines.verl.inside.reward", "compute_score")
-WORKER_MODULE = "workflow.engines.verl.inside.worker"
-SFT_TRAINER_MODULE = "workflow.engines.verl.inside.sft_trainer"
-PPO_MODULE = "workflow.engines.verl.inside.ppo"  # the RL stage's verl process
-PREFLIGHT_MODULE = "workflow.engines.verl.inside.preflight"  # the integrity preflight's torchrun child
-ROLLOUTS_MODULE = "workflow.engines.verl.inside.rollouts"  # the seeded agent loop, in verl's rollout workers
-# (a method's own modules, e.g. Prefix-RFT's agent loop, are on its card: Method.verl_modules)
+# the reward function (reward.custom_reward_function), our trainer (VERL_USE_EXTERNAL_MODULES, imported by every Ray
+# process: it registers trainer_mode rlsweep), the worker class the trainer puts in its resource pool, the SFT trainer
+# torchrun runs, the preflight's child. tests/unit/core/test_structure.py imports each.
+REWARD_FN = ("pkg://workflow.engines.verl.rollout.reward", "compute_score")
+TRAINER_MODULE = "workflow.engines.verl.controller.trainer"
+WORKER_MODULE = "workflow.engines.verl.workers.actor"  # our FSDP worker classes (Ray imports it in each worker)
+WORKER_CLASS = f"{WORKER_MODULE}:RuleActorRolloutRefWorker"  # what the trainer puts in place of verl's actor
+SFT_TRAINER_MODULE = "workflow.engines.verl.torchrun.sft_trainer"
+PPO_MODULE = "workflow.engines.verl.controller.ppo"  # the RL stage's verl process
+PREFLIGHT_MODULE = "workflow.engines.verl.torchrun.preflight"  # the integrity preflight's torchrun child
+ROLLOUTS_MODULE = "workflow.engines.verl.rollout.agent_loop"  # the seeded agent loop, in verl's rollout workers
+# (a method's own modules, e.g. Prefix-RFT's agent loop, come from its verl adapter: workflow/engines/verl/adapters.py)
 CPU_MODULE = "workflow.engines.verl.compat.cpu"  # engine.verl.device cpu: verl's CPU platform and the vLLM CPU shims
 VLLM_COMPAT_MODULE = "workflow.engines.verl.compat.vllm_compat"  # what verl 0.9.1 expects of vLLM that ours lacks
+
+
+def reward_fn():
+    """The reward verl calls on every response (REWARD_FN), for a process that scores responses verl did not
+    generate (the controller's expert traces: controller/mix_hooks.py): the same function, so the same scores."""
+    import importlib
+    module, name = REWARD_FN
+    return getattr(importlib.import_module(module.removeprefix("pkg://")), name)
+
 
 # what vLLM's CPU build reads when it is imported: the CPU target, and 1 GB of RAM for the KV cache (tiny models)
 VLLM_CPU_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1"}
 
-# ------------------------------------------------------------------ seeded rollouts (inside/rollouts.py)
+# ------------------------------------------------------------------ seeded rollouts (rollout/agent_loop.py)
 SEEDED_AGENT_LOOP = "rlsweep_seeded"  # verl's single-turn agent loop, each request seeded by rollout_seed
 
 
@@ -89,13 +107,13 @@ def seeded(sampling_params: dict, trainer_config, kwargs: dict) -> dict:
                                                     int(index), int(kwargs["session_id"]))}
 
 
-# ------------------------------------------------------------------ the reward's data sources (driver/data.py tags)
+# ------------------------------------------------------------------ the reward's data sources (job/data.py tags)
 DATA_SOURCE = "rlsweep/arithmetic"  # the arithmetic task: its exact-match reward
 MATH_SOURCE = "rlsweep/math"  # a datasets task: the eval scorer (math-verify)
 
 # ------------------------------------------------------------------ Slow2Fast's sampler -> the mixed-policy driver
 # what the sampler (workflow/methods/slow2fast/verl.py) evicted and refilled in a step, in verl's step metrics
-# (summed over its polls by verl), read by the driver (inside/mix_hooks.py, DriverMix.keep_groups)
+# (summed over its polls by verl), read by the controller (controller/mix_hooks.py, DriverMix.keep_groups)
 EVICTED_GROUPS = "rlsweep/slow2fast/evicted_groups"
 EVICTED_TOKENS = "rlsweep/slow2fast/evicted_tokens"  # prompt + response tokens generated for the evicted groups
 
@@ -106,7 +124,13 @@ def phase_progress(global_steps: int, total_steps: int) -> float:
     return (global_steps - 1) / total_steps
 
 
-# ------------------------------------------------------------------ a mixed-policy batch (inside/mix_loss.py)
+# ------------------------------------------------------------------ an update's spec (controller -> workers)
+# the batch's non-tensor entry with the update the controller decided (controller/gates.py DriverGates: the rule's
+# settings and whether its extra passes are on), which the workers follow (workers/actor.py)
+UPDATE_KEY = "rlsweep_update"
+METRIC_PREFIX = "rlsweep/"  # our StepStats in the workers' metrics (verl prefixes them with "actor/")
+
+# ------------------------------------------------------------------ a mixed-policy batch (workers/mix_loss.py)
 MIX_KEY = "rlsweep_mix"  # the batch's non-tensor entry: {"lam": f's constant}; present iff the batch is planned
 # in MIX_KEY's entry of an interleaved SFT batch (ReLIFT): its update's lr factor; such a batch leaves verl's lr
 # schedule where it is (one schedule step per RL step, as on the local engine)
@@ -124,3 +148,28 @@ WHOLE = "whole"  # the key of m = None in the request and the figures (JSON has 
 def split_key(m: int | None) -> str:
     """A micro-batch size as the preflight child's request and figures name it."""
     return WHOLE if m is None else str(m)
+
+
+# ------------------------------------------------------------------ verl's numbers as ours (both trainers' rows)
+def scalar(value: Any) -> float | None:
+    """A verl metric as one float: a list's mean; None for what is missing, not a number, a bool or NaN."""
+    import math
+    if isinstance(value, (list, tuple)):
+        value = sum(value) / len(value) if value else None
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(value) else value
+
+
+def param_count(model_path: str) -> int:
+    """N of the FLOPs model: the parameters of the Hugging Face model at `model_path` (tied weights once), as the
+    local engine counts its model's. Built on the meta device: no weights are read, nothing is allocated."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_path))
+    return sum(p.numel() for p in model.parameters())

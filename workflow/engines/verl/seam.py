@@ -133,12 +133,13 @@ def moved(seam: tuple[Use, ...] | None = None) -> list[str]:
     return out
 
 
-_D, _I, _C = "workflow/engines/verl/driver/", "workflow/engines/verl/inside/", "workflow/engines/verl/compat/"
-WORKER, MIX_LOSS, MIX_HOOKS, CPU = _I + "worker.py", _I + "mix_loss.py", _I + "mix_hooks.py", _C + "cpu.py"
-EXPORT, PPO = _D + "export.py", _I + "ppo.py"
+_V = "workflow/engines/verl/"
+TRAINER, MIX_HOOKS, PPO = _V + "controller/trainer.py", _V + "controller/mix_hooks.py", _V + "controller/ppo.py"
+ACTOR, MIX_LOSS = _V + "workers/actor.py", _V + "workers/mix_loss.py"
+ROLLOUTS, CPU = _V + "rollout/agent_loop.py", _V + "compat/cpu.py"
+PREFLIGHT, SFT = _V + "torchrun/preflight.py", _V + "torchrun/sft_trainer.py"
+EXPORT, COMPOSE = _V + "job/export.py", _V + "job/compose.py"
 SLOW2FAST, PREFIX = "workflow/methods/slow2fast/verl.py", "workflow/methods/prefix_rft/verl.py"
-ROLLOUTS = _I + "rollouts.py"
-COMPOSE, PREFLIGHT, SFT = _D + "compose.py", _I + "preflight.py", _I + "sft_trainer.py"
 
 
 def _w(*files: str) -> str:
@@ -149,27 +150,27 @@ def _w(*files: str) -> str:
 SEAM: tuple[Use, ...] = (
     # imports
     Use('verl', 'import', COMPOSE, None),
-    Use('verl.trainer.ppo.v1:register_trainer', 'import', WORKER, '(name: str)'),
-    Use('verl.trainer.ppo.utils:need_reference_policy', 'import', WORKER,
+    Use('verl.trainer.ppo.v1:register_trainer', 'import', TRAINER, '(name: str)'),
+    Use('verl.trainer.ppo.utils:need_reference_policy', 'import', TRAINER,
         '(config: omegaconf.dictconfig.DictConfig) -> bool'),
-    Use('verl.trainer.ppo.v1.trainer_sync:PPOTrainerSync', 'import', WORKER,
+    Use('verl.trainer.ppo.v1.trainer_sync:PPOTrainerSync', 'import', TRAINER,
         '(self, config: omegaconf.dictconfig.DictConfig)'),
-    Use('verl.utils:tensordict_utils', 'import', _w(WORKER, MIX_LOSS, MIX_HOOKS, PREFLIGHT, SFT), None),
-    Use('verl.utils.metric:reduce_metrics', 'import', WORKER,
+    Use('verl.utils:tensordict_utils', 'import', _w(ACTOR, MIX_LOSS, MIX_HOOKS, PREFLIGHT, SFT), None),
+    Use('verl.utils.metric:reduce_metrics', 'import', TRAINER,
         "(metrics: dict[str, typing.Union[ForwardRef('Metric'), list[typing.Any]]]) -> dict[str, typing.Any]"),
     Use('verl.utils.metric:AggregationType', 'import', MIX_LOSS, None),
     Use('verl.utils.metric:Metric', 'import', MIX_LOSS,
         '(self, aggregation: str | verl.utils.metric.utils.AggregationType, value: Union[int, float, torch.Tensor, '
         'numpy.ndarray, list[int | float | torch.Tensor | numpy.ndarray], NoneType] = None) -> None'),
-    Use('verl.utils.metric.utils:AggregationType', 'import', WORKER, None),
-    Use('verl.utils.metric.utils:Metric', 'import', WORKER,
+    Use('verl.utils.metric.utils:AggregationType', 'import', ACTOR, None),
+    Use('verl.utils.metric.utils:Metric', 'import', ACTOR,
         '(self, aggregation: str | verl.utils.metric.utils.AggregationType, value: Union[int, float, torch.Tensor, '
         'numpy.ndarray, list[int | float | torch.Tensor | numpy.ndarray], NoneType] = None) -> None'),
-    Use('verl.utils.py_functional:rename_dict', 'import', WORKER, "(data: dict, prefix: str = '') -> dict"),
-    Use('verl.workers.engine_workers:ActorRolloutRefWorker', 'import', WORKER,
+    Use('verl.utils.py_functional:rename_dict', 'import', TRAINER, "(data: dict, prefix: str = '') -> dict"),
+    Use('verl.workers.engine_workers:ActorRolloutRefWorker', 'import', _w(TRAINER, ACTOR),
         '(self, config: omegaconf.dictconfig.DictConfig, role: str, '
         'distillation_config: Optional[verl.workers.config.distillation.DistillationConfig] = None, **kwargs)'),
-    Use('verl.workers.engine_workers:TrainingWorker', 'import', WORKER,
+    Use('verl.workers.engine_workers:TrainingWorker', 'import', ACTOR,
         '(self, config: verl.workers.config.engine.TrainingWorkerConfig)'),
     Use('verl.workers.engine_workers:TrainingWorkerConfig', 'import', PREFLIGHT,
         "(self, _target_: str = '', model_type: str = None, "
@@ -222,12 +223,12 @@ SEAM: tuple[Use, ...] = (
         '(timeout_second=36000)'),
     Use('verl.utils.distributed:destroy_global_process_group', 'import', _w(PREFLIGHT, SFT), '()'),
     # subclasses
-    Use('verl.workers.engine_workers:TrainingWorker', 'subclass', WORKER,
+    Use('verl.workers.engine_workers:TrainingWorker', 'subclass', ACTOR,
         '(self, config: verl.workers.config.engine.TrainingWorkerConfig)'),
-    Use('verl.workers.engine_workers:ActorRolloutRefWorker', 'subclass', WORKER,
+    Use('verl.workers.engine_workers:ActorRolloutRefWorker', 'subclass', ACTOR,
         '(self, config: omegaconf.dictconfig.DictConfig, role: str, '
         'distillation_config: Optional[verl.workers.config.distillation.DistillationConfig] = None, **kwargs)'),
-    Use('verl.trainer.ppo.v1.trainer_sync:PPOTrainerSync', 'subclass', WORKER,
+    Use('verl.trainer.ppo.v1.trainer_sync:PPOTrainerSync', 'subclass', TRAINER,
         '(self, config: omegaconf.dictconfig.DictConfig)'),
     Use('verl.trainer.sft_trainer:SFTTrainer', 'subclass', SFT, '(self, config)'),
     Use('verl.trainer.ppo.v1.replay_buffer:ReplayBufferAsync', 'subclass', SLOW2FAST,
@@ -241,40 +242,40 @@ SEAM: tuple[Use, ...] = (
         '(self, *args, **kwargs)'),
     Use('verl.plugin.platform.platform_base:PlatformBase', 'subclass', CPU, None),
     # overrides: methods and class attributes our subclasses redefine (most of the trainer's are verl's private ones)
-    Use('verl.workers.engine_workers:TrainingWorker.reset', 'override', WORKER, '(self)'),
-    Use('verl.workers.engine_workers:ActorRolloutRefWorker.actor_worker_cls', 'override', WORKER,
+    Use('verl.workers.engine_workers:TrainingWorker.reset', 'override', ACTOR, '(self)'),
+    Use('verl.workers.engine_workers:ActorRolloutRefWorker.actor_worker_cls', 'override', ACTOR,
         '(self, config: verl.workers.config.engine.TrainingWorkerConfig)'),
     # the trainer's public hook after set-up (and resume): the method's saved state, the replay buffer's poll (these
     # were the private _load_checkpoint and _build_replay_buffer)
-    Use('verl.trainer.ppo.v1.trainer_sync:PPOTrainerSync.on_init_end', 'override', WORKER, '(self)'),
+    Use('verl.trainer.ppo.v1.trainer_sync:PPOTrainerSync.on_init_end', 'override', TRAINER, '(self)'),
     # the trainer's public loop: wrapped so the trackers get their bounded time to send what is queued after its last
     # step (verl returns from fit without a train-end hook the run's log could close in)
-    Use('verl.trainer.ppo.v1.trainer_sync:PPOTrainerSync.fit', 'override', WORKER,
+    Use('verl.trainer.ppo.v1.trainer_sync:PPOTrainerSync.fit', 'override', TRAINER,
         '(self, agent_loop_manager: verl.experimental.agent_loop.agent_loop.AgentLoopManager)'),
-    Use('verl.trainer.ppo.v1.trainer_sync:PPOTrainerSync._init_resource_pool_mgr', 'override', WORKER, '(self)',
+    Use('verl.trainer.ppo.v1.trainer_sync:PPOTrainerSync._init_resource_pool_mgr', 'override', TRAINER, '(self)',
         why="puts our RuleActorRolloutRefWorker (the update rules' and mixed losses' steps) in place of verl's actor "
             "worker: verl builds its role -> worker-class map here, from hard-coded classes, with no config key"),
-    Use('verl.trainer.ppo.v1.trainer_sync:PPOTrainerSync._balance_batch', 'override', WORKER,
+    Use('verl.trainer.ppo.v1.trainer_sync:PPOTrainerSync._balance_batch', 'override', TRAINER,
         "(self, batch: transfer_queue.metadata.KVBatchMeta, metrics, logging_prefix='global_seqlen', "
         'keep_minibatch=False)',
         why="the first point of a step that holds the sampled, scored batch: Slow2Fast drops groups, the "
             "method's expert traces replace rollouts and FAST-GRPO shapes scores before old log-probs and "
             "advantages see them; the public on_sample_end gets no batch"),
-    Use('verl.trainer.ppo.v1.trainer_sync:PPOTrainerSync._compute_advantage', 'override', WORKER,
+    Use('verl.trainer.ppo.v1.trainer_sync:PPOTrainerSync._compute_advantage', 'override', TRAINER,
         '(self, batch: transfer_queue.metadata.KVBatchMeta, metrics: dict) -> transfer_queue.metadata.KVBatchMeta',
         why="the mixed-policy method's loss plan needs verl's group advantages of the mixed groups (and may "
             "replace them, SRFT); verl's advantage registry (register_adv_est) gets tensors of one batch, not the "
             "driver's method and its state"),
-    Use('verl.trainer.ppo.v1.trainer_sync:PPOTrainerSync._update_actor', 'override', WORKER,
+    Use('verl.trainer.ppo.v1.trainer_sync:PPOTrainerSync._update_actor', 'override', TRAINER,
         '(self, batch: transfer_queue.metadata.KVBatchMeta, metrics: dict) -> transfer_queue.metadata.KVBatchMeta',
         why="the driver's gate decides once per step whether the rule's extra passes run and hands every rank "
             "that decision with the batch; ReLIFT's SFT update follows the RL one; a step Slow2Fast emptied "
             "takes none. No public hook sits around the actor update"),
-    Use('verl.trainer.ppo.v1.trainer_sync:PPOTrainerSync._save_checkpoint', 'override', WORKER, '(self)',
+    Use('verl.trainer.ppo.v1.trainer_sync:PPOTrainerSync._save_checkpoint', 'override', TRAINER, '(self)',
         why="verl saves a step before it computes the step's metrics, and our train_steps rows must be on disk "
             "before the checkpoint (else a resume skips rows never written): the save is deferred to after the "
             "flush. The public CheckpointCallback.on_save runs after the save, too late to reorder it"),
-    Use('verl.trainer.ppo.v1.trainer_sync:PPOTrainerSync._compute_metrics', 'override', WORKER,
+    Use('verl.trainer.ppo.v1.trainer_sync:PPOTrainerSync._compute_metrics', 'override', TRAINER,
         '(self, batch: transfer_queue.metadata.KVBatchMeta, metrics, timing_raw, global_steps, epoch)',
         why="the step's train_steps row needs verl's computed metrics (scores, timings, token counts), which "
             "exist only here, after on_step_end; verl's Tracking loggers are a fixed set of backends"),
@@ -329,9 +330,9 @@ SEAM: tuple[Use, ...] = (
     Use('verl.plugin.platform.platform_base:PlatformBase.rollout_env_vars', 'override', CPU,
         '(self) -> dict[str, str]'),
     # swaps: methods replaced on verl instances at run time (the class that defines them)
-    Use('verl.workers.engine.base:BaseEngine.train_batch', 'swap', WORKER,
+    Use('verl.workers.engine.base:BaseEngine.train_batch', 'swap', ACTOR,
         '(self, data: tensordict._td.TensorDict, loss_function: Callable) -> Any'),
-    Use('verl.workers.engine.base:BaseEngine.lr_scheduler_step', 'swap', WORKER, '(self)'),
+    Use('verl.workers.engine.base:BaseEngine.lr_scheduler_step', 'swap', ACTOR, '(self)'),
     Use('verl.workers.engine.base:BaseEngine.optimizer_step', 'swap', PREFLIGHT, '(self)'),
     Use('verl.workers.engine_workers:TrainingWorker.train_batch', 'swap', SFT,
         '(self, data: tensordict._td.TensorDict) -> tensordict._td.TensorDict'),

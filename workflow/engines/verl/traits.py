@@ -9,7 +9,7 @@ from typing import Any
 
 from workflow.atomic import write_text
 from workflow.engine_api.traits import EngineTraits
-from workflow.methods.registry import verl_hooks
+from workflow.engines.verl.adapters import method_keys
 from workflow.models import TINY
 from workflow.strict import ConfigProblem
 
@@ -27,17 +27,17 @@ STAGE_FIELDS = {
 
 
 class VerlTraits(EngineTraits):
-    trainer = "workflow.engines.verl.driver.engine:VerlEngine"
+    trainer = "workflow.engines.verl.job.engine:VerlEngine"
     settings = "verl"
     # a segment job resumes from verl's own checkpoint (optimizer, dataloader position, the method's state), as a
-    # requeued job does, and every rollout request is seeded from (seed, step, row, session) (inside/rollouts.py), so
+    # requeued job does, and every rollout request is seeded from (seed, step, row, session) (rollout/agent_loop.py), so
     # a chain draws one job's rollouts and ends as close to one job as one job to itself (bench/verl_chain.py). Each
     # job starts Ray, vLLM and the model (minutes on a CPU): rl.segment_steps 0 trains a run in one job
     trains_in_segments = True
     # extend links verl's own checkpoint of the donor's step (resume_state) and points verl's tracker file at it
     extends_finished_runs = True
     lora = True  # verl's own LoRA settings (translate.lora_keys)
-    integrity_preflight = True  # verl's SFT trainer, or the job's actor worker on a planned step (inside/preflight.py)
+    integrity_preflight = True  # verl's SFT trainer, or the job's actor worker on a planned step (torchrun/preflight.py)
     resumes_preempted = True  # verl's resume_mode auto, from its newest checkpoint
     multi_node = True  # Ray over the allocation's nodes (slurm/ray_cluster.py), torchrun for SFT
     lacks = {
@@ -47,7 +47,7 @@ class VerlTraits(EngineTraits):
 
     def resume_state(self, step: int) -> tuple[str, ...]:
         # verl's checkpoint of the step: the actor's FSDP shards and optimizer, the dataloader's position (data.pt),
-        # the method's and the gates' state (worker.py writes them into the same folder)
+        # the method's and the gates' state (controller/trainer.py writes them into the same folder)
         return (f"{CHECKPOINT_DIR}/global_step_{step}",)
 
     def mark_resume(self, run_dir: Path, step: int) -> None:
@@ -57,7 +57,7 @@ class VerlTraits(EngineTraits):
 
     def reads_total_steps(self, cfg) -> str | None:
         # verl computes a cosine decay and a warm-up given as a ratio from the optimizer's horizon, which our trainer
-        # sets to the run's rl.steps (inside/worker.py); translate.py asks for neither (constant, warm-up in steps)
+        # sets to the run's rl.steps (controller/trainer.py); translate.py asks for neither (constant, warm-up in steps)
         o = cfg.engine.verl.overrides
         schedule = o.get(f"{OPTIM}.lr_scheduler_type", o.get(f"{OPTIM}.warmup_style", "constant"))
         if schedule != "constant":
@@ -83,7 +83,7 @@ class VerlTraits(EngineTraits):
         _check_driver_side_methods(cfg)
 
     def sweep_problems(self, cfg) -> list[str]:
-        from workflow.engines.verl.driver.compose import VerlConfigError, validate  # verl's own checks: imports verl
+        from workflow.engines.verl.job.compose import VerlConfigError, validate  # verl's own checks: imports verl
         try:
             validate(cfg)
         except VerlConfigError as e:
@@ -129,11 +129,12 @@ def _check_driver_side_methods(cfg) -> None:
             raise ConfigProblem(f"engine.verl.overrides.{key}", f"{overrides[key]}: with {what} it must be {needed} "
                                 "(the step's token weights are computed once over the whole step batch, which then "
                                 "trains in one update)")
-    for method, owned in verl_hooks(rl):  # what a method sets in verl's config (its verl hook) is not the user's
+    for method, owned in method_keys(rl):  # what a method sets in verl's config (its verl adapter) is not the user's
         for key in owned:
             if key in overrides:
                 raise ConfigProblem(f"engine.verl.overrides.{key}", f"rlsweep sets it to {owned[key]!r} for the "
-                                    f"method {method} (its verl hook, workflow/methods/{method}/); leave it unset")
+                                    f"method {method} (its verl adapter, workflow/methods/{method}/verl_adapter.py); leave "
+                                    "it unset")
 
 
 VERL = VerlTraits()

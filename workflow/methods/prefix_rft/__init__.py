@@ -10,7 +10,6 @@ from workflow.methods.base import MIX_NUMBERS, Method, MethodSettings, numbers
 from workflow.strict import ConfigProblem
 
 # the name rlsweep's agent loop is registered under in verl (verl.py here)
-VERL_AGENT_LOOP = "rlsweep_prefix_rft"
 
 
 class PrefixRFTConfig(MethodSettings):
@@ -44,9 +43,6 @@ class PrefixRFTConfig(MethodSettings):
 
 METHOD = Method("mix", algorithm="workflow.methods.prefix_rft.algorithm:PrefixRFT", settings=PrefixRFTConfig,
                 headline="prefix_len",
-                # every training rollout through rlsweep's agent loop (it reads the run's RL config)
-                verl_keys=lambda cfg: {"actor_rollout_ref.rollout.agent.default_agent_loop": VERL_AGENT_LOOP},
-                verl_modules=("workflow.methods.prefix_rft.verl",),  # registers the loop in each verl process
                 reads_total_steps="Prefix-RFT's prefix schedule decays over rl.steps",
                 numbers=MIX_NUMBERS + numbers(
                     ("prefix_len", "float", "mean demonstration prefix length (tokens) of the prefixed rollouts")))

@@ -1,12 +1,12 @@
 """Prefix-RFT's rollouts inside verl 0.9's generation: an agent loop, registered in verl's agent-loop registry as
-workflow.methods.prefix_rft.VERL_AGENT_LOOP (the run's rollout.agent.default_agent_loop), that is verl's own
+verl_adapter.AGENT_LOOP (the run's rollout.agent.default_agent_loop), that is verl's own
 single-turn loop with one change. For a session the method's slot prefixes (mix_batch.prompt_slots: the same draw as the driver's), the
 LLM server is asked to continue prompt + the demonstration's first k tokens, and the k tokens are put in front of
 what it generated: the response is prefix + continuation, at most rollout.response_length tokens, scored as a whole
-by verl's reward loop, every token in the response mask (the driver marks the first k off-policy, mix_hooks.py).
+by verl's reward loop, every token in the response mask (the driver marks the first k off-policy, workflow/engines/verl/controller/mix_hooks.py).
 Every other session, and every row without a demonstration, is verl's single-turn loop unchanged.
 
-This is Prefix-RFT's verl half, beside its card (which names this module in `verl_modules`): a run that selects
+This is Prefix-RFT's verl half, beside its card (its verl adapter, verl_adapter.py, names this module): a run that selects
 prefix_rft has it imported in each Ray process of its verl run (VERL_USE_EXTERNAL_MODULES), which is what registers
 the loop where verl's agent-loop workers look it up. It meets the engine only through
 workflow/engines/verl/contract.py.
@@ -21,7 +21,7 @@ from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentL
 
 from workflow.algos.mix_batch import prefix_len, prompt_slots
 from workflow.engines.verl.contract import run_rl, seeded
-from workflow.methods.prefix_rft import VERL_AGENT_LOOP
+from workflow.methods.prefix_rft.verl_adapter import AGENT_LOOP
 from workflow.methods.registry import build_mix
 
 
@@ -60,12 +60,12 @@ def session_prefix(trainer_config, tokenizer, session_id: int, extra_info: dict 
     return tokens[: prefix_len(slot, response_length)] if slot.generate and slot.prefix else []
 
 
-@register(VERL_AGENT_LOOP)
+@register(AGENT_LOOP)
 class PrefixAgentLoop(SingleTurnAgentLoop):
     async def run(self, sampling_params: dict[str, Any], **kwargs):
         prefix = session_prefix(self.config, self.tokenizer, int(kwargs["session_id"]), kwargs.get("extra_info"),
                                 kwargs["global_steps"], self.response_length)
         if prefix:  # this loop object serves one session (verl builds one per call)
             self.server_manager = PrefixedServer(self.server_manager, prefix, self.response_length)
-        # seeded as every rollout of a verl run (contract.rollout_seed; the default loop: inside/rollouts.py)
+        # seeded as every rollout of a verl run (contract.rollout_seed; the default loop: workflow/engines/verl/rollout/agent_loop.py)
         return await super().run(seeded(sampling_params, self.config, kwargs), **kwargs)

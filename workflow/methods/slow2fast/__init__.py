@@ -12,8 +12,6 @@ from workflow.methods.base import Method, PartSettings, numbers
 from workflow.strict import ConfigProblem
 
 AccuracyBounds = tuple[float, float]
-# verl's sampler class that drops and refills groups inside verl's sampling (verl.py here)
-VERL_SAMPLER = ("pkg://workflow.methods.slow2fast.verl", "Slow2FastSampler")
 
 
 class Slow2FastConfig(PartSettings):
@@ -41,17 +39,9 @@ class Slow2FastConfig(PartSettings):
         return v
 
 
-def _verl_keys(cfg: Slow2FastConfig) -> dict:
-    """With refill resample, dropped groups are refilled inside verl's sampling, by rlsweep's sampler."""
-    if cfg.refill != "resample":
-        return {}
-    path, name = VERL_SAMPLER
-    return {"trainer.v1.sampler.custom_sampler.path": path, "trainer.v1.sampler.custom_sampler.name": name}
-
-
 METHOD = Method("part", algorithm="workflow.methods.slow2fast.algorithm:Slow2Fast", settings=Slow2FastConfig,
                 headline="kept_groups",
-                verl_keys=_verl_keys, reads_total_steps="Slow2Fast's phases depend on rl.steps", numbers=numbers(
+                reads_total_steps="Slow2Fast's phases depend on rl.steps", numbers=numbers(
                     ("kept_groups", "int", "groups the step trained on"),
                     ("dropped_groups", "int", "groups left out (accuracy outside the phase's band)"),
                     ("extra_rollouts", "int", "rollouts sampled in refill rounds")))

@@ -33,7 +33,7 @@ from workflow.methods.registry import build_parts
 
 class Slow2FastSampler(ReplayBufferAsync):
     """verl's replay buffer (trainer_mode rlsweep is not "sync", so ReplayBufferAsync) with Slow2Fast as its group
-    filter. verl builds it from `trainer.v1.sampler.custom_sampler` (the card's verl_keys set it) and passes the run's
+    filter. verl builds it from `trainer.v1.sampler.custom_sampler` (its verl adapter sets it: verl_adapter.py) and passes the run's
     `trainer.v1.rlsweep` section as `trainer_config` (contract.run_rl reads the run's RL config from it).
     ReplayBufferAsync.sample polls TransferQueue; on each poll it asks _dapo_filtered_keys which finished groups to
     evict, clears them and calls refill_fn with their number."""

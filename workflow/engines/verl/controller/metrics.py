@@ -9,12 +9,12 @@ from verl's `perf/total_num_tokens` (prompt + response tokens of the step's sequ
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from workflow.algos.flops import rl_step_flops, sft_flops
 from workflow.algos.mix import sft_loss_share
 from workflow.methods.base import StepNumber
+from workflow.engines.verl.contract import scalar
 from workflow.methods.registry import step_numbers
 
 # our column <- verl metric
@@ -32,7 +32,7 @@ _FROM_VERL = {
     "tokens": "perf/total_num_tokens",
     "rollout_probs_diff_max": "training/rollout_probs_diff_max",
 }
-# our StepStats' own fields <- the workers' "actor/rlsweep/<field>" (the rule's step, worker.py)
+# our StepStats' own fields <- the workers' "actor/rlsweep/<field>" (the rule's step, workers/actor.py)
 _FROM_RULE = ("loss", "grad_norm", "backward_passes", "optimizer_steps", "alpha")
 _INTS = {"backward_passes", "optimizer_steps", "tokens", "rollouts"}
 # the policy's own sequences only (an expert trace is not a rollout), as on the local engine
@@ -51,28 +51,6 @@ def method_number(metrics: dict[str, Any], number: StepNumber) -> float | int | 
     if value is None or number.type == "float":
         return value
     return bool(value) if number.type == "bool" else int(round(value))
-
-
-def scalar(value: Any) -> float | None:
-    if isinstance(value, (list, tuple)):
-        value = sum(value) / len(value) if value else None
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(value) else value
-
-
-def param_count(model_path: str) -> int:
-    """N of the FLOPs model: the parameters of the Hugging Face model at `model_path` (tied weights once), as the
-    local engine counts its model's. Built on the meta device: no weights are read, nothing is allocated."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_path))
-    return sum(p.numel() for p in model.parameters())
 
 
 def _mix_columns(row: dict[str, Any], metrics: dict[str, Any]) -> int | None:

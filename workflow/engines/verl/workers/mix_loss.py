@@ -1,5 +1,5 @@
 """The mixed-policy loss inside verl's workers, in place of verl's ppo_loss for a batch the driver planned
-(mix_hooks.py puts the per-token fields below into verl's TransferQueue; they reach the worker's TensorDict with
+(controller/mix_hooks.py puts the per-token fields below into verl's TransferQueue; they reach the worker's TensorDict with
 the rest of the row).
 
 Why not a policy loss registered with verl's `register_policy_loss`: verl 0.9's ppo_loss hands a policy loss only

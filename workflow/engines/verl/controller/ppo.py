@@ -1,4 +1,4 @@
-"""The RL stage's verl process: `python -m workflow.engines.verl.inside.ppo CONFIG.yaml` runs verl's run_ppo with its v1
+"""The RL stage's verl process: `python -m workflow.engines.verl.controller.ppo CONFIG.yaml` runs verl's run_ppo with its v1
 task runner (our trainer and workers, trainer_mode rlsweep) on the composed config the verl engine saved; the
 engine supervises it (process.py)."""
 

@@ -1,5 +1,5 @@
 """The reward verl calls on every response (contract.REWARD_FN, `reward.custom_reward_function`), inside verl's reward
-workers: `compute_score(data_source, solution_str, ground_truth, extra_info)`. The driver's data (driver/data.py)
+workers: `compute_score(data_source, solution_str, ground_truth, extra_info)`. The job's data (job/data.py)
 tags each row with the data source that picks the rule: the arithmetic task's exact \\boxed{} match, or for a
 datasets task the eval scorer (last \\boxed{} vs the gold by math-verify, in a worker process with a time limit).
 """

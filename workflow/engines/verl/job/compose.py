@@ -21,7 +21,7 @@ from functools import lru_cache
 from typing import Any
 
 from workflow.config import RunConfig
-from workflow.engines.verl.driver.translate import OURS, translate, translate_sft
+from workflow.engines.verl.job.translate import OURS, translate, translate_sft
 from workflow.engines.verl.contract import VLLM_COMPAT_MODULE
 from workflow.strict import value_types
 

@@ -1,5 +1,5 @@
 """The integrity preflight's probe on verl, as the stage job holds it (workflow/preflight.py checks it): its figures
-come from a torchrun child (inside/preflight.py) that the engine starts (engine.py, integrity_probe); the request
+come from a torchrun child (torchrun/preflight.py) that the engine starts (engine.py, integrity_probe); the request
 and figures name each split as the contract does (contract.split_key)."""
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""A mixed-policy method (rl.mix) in verl 0.9's driver: the hooks RlsweepTrainer (worker.py) calls around verl's
+"""A mixed-policy method (rl.mix) in verl 0.9's driver: the hooks RlsweepTrainer (trainer.py) calls around verl's
 own step, reading and rewriting the step's rows in verl's TransferQueue (mix_batch.py decides their content, the
 workers' loss is mix_loss.py). verl's PPOTrainer._step_once order, and where each hook sits:
 
     replay_buffer.sample (rollouts generated AND scored by verl's agent loop; Prefix-RFT's prefixed rollouts by
                           our agent loop, workflow/methods/prefix_rft/verl.py)
     _balance_batch        <- keep_groups: FAST-GRPO's Slow2Fast, the groups outside the phase's accuracy band
-                             leave the batch (those verl's sampling did not already drop and refill: slow2fast.py);
+                             leave the batch (those verl's sampling did not already drop and refill: workflow/methods/slow2fast/verl.py);
                              place_traces: expert-trace slots replace their session's rollout (scored here);
                              shape_rewards: the rows' own scores kept, FAST-GRPO's thinking bonus added to them
                              (verl then reorders the rows: what the hooks decided is kept by TransferQueue key)
@@ -37,15 +37,12 @@ from verl.utils import tensordict_utils as tu
 
 from workflow.algos import part
 from workflow.config import RLConfig
-from workflow.engines.verl.inside.gates import UPDATE_KEY
-from workflow.engines.verl.inside.reward import compute_score
 from workflow.methods.registry import build_mix, build_parts
 from workflow.algos.mix_batch import (StepRows, by_group, demo_positions, demonstration_row, group_positions,
                                              loss_plan, padded, prefix_len, prompt_slots, prompt_uid, rollout_metrics,
                                              sequence_fields, sft_weights, token_fields, trace_response, user_text)
 from workflow.engines.verl.contract import (EVICTED_GROUPS, EVICTED_TOKENS, FIELDS, KL_COEF, LR_SCALE, MIX_KEY, SHAPED,
-                                            W_KL, W_RL, W_SFT, phase_progress)
-from workflow.methods.prefix_rft import VERL_AGENT_LOOP
+                                            UPDATE_KEY, W_KL, W_RL, W_SFT, phase_progress, reward_fn)
 
 METRIC = "rlsweep/mix/"  # the driver's mix columns in verl's step metrics (metrics.py reads them)
 
@@ -144,6 +141,7 @@ class DriverMix:
         sources, golds = list(data["data_source"]), list(data["reward_model"])
         self.discarded_tokens = 0
         keys, fields, tags = [], [], []
+        compute_score = reward_fn()  # verl's reward (rollout/reward.py): a trace scores as a rollout would
         for p, g in enumerate(groups):
             for pos in g:
                 if self.slots[pos].generate:
@@ -216,8 +214,8 @@ class DriverMix:
                 if responses[pos][:k].tolist() != self.demos[p][:k]:
                     raise RuntimeError(f"rl.mix prefix_rft: rollout {pos} should start with the first {k} tokens of "
                                        "its demonstration, but verl's agent loop did not put them there (is "
-                                       "actor_rollout_ref.rollout.agent.default_agent_loop still "
-                                       f"{VERL_AGENT_LOOP}?)")
+                                       "actor_rollout_ref.rollout.agent.default_agent_loop still the one "
+                                       "Prefix-RFT's verl adapter sets?)")
                 self.off_len[pos] = k
 
     @staticmethod

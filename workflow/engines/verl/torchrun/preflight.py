@@ -9,7 +9,7 @@ torch.distributed process group and, on GPUs, device memory that a process canno
 the stage then starts torchrun for the training itself, whose ranks need those GPUs. A child leaves nothing behind,
 and it can have several data-parallel ranks, which is the only way to see a per-rank mean.
 
-    python -m workflow.engines.verl.inside.preflight CONFIG.yaml REQUEST.json OUT.pt      # on every torchrun rank
+    python -m workflow.engines.verl.torchrun.preflight CONFIG.yaml REQUEST.json OUT.pt      # on every torchrun rank
 
 Each rank builds the worker (FSDP engine, loss, optimizer), takes its share of the probe's rows and runs, for every
 split the request names, the worker's own train_batch:
@@ -170,7 +170,7 @@ class SFTRunner(Runner):
 
 
 class MixRunner(Runner):
-    """The actor of a mixed-policy RL job: our RuleTrainingWorker (worker.py: a planned batch trains with
+    """The actor of a mixed-policy RL job: our RuleTrainingWorker (workers/actor.py: a planned batch trains with
     mix_loss.mixed_loss) built from the job's PPO config as verl's ActorRolloutRefWorker builds its actor (model,
     FSDP engine, optimizer, micro-batch size, offload settings), on the planned rows of probe_batch.py."""
 
@@ -207,7 +207,7 @@ class MixRunner(Runner):
         meta data the trainer's _update_actor and the driver's plan give it."""
         from tensordict.tensorclass import NonTensorData
         from verl.utils import tensordict_utils as tu
-        from workflow.engines.verl.inside.mix_loss import MIX_KEY
+        from workflow.engines.verl.contract import MIX_KEY
         rows = [self.items[i] for i in self._rows(m)]
         fields = {k: torch.nested.as_nested_tensor([r[k] for r in rows], layout=torch.jagged) for k in rows[0]}
         actor = self.config.actor_rollout_ref.actor

@@ -15,7 +15,7 @@ PPO run (Ray, FSDP2 actor, vLLM rollouts) with our update rules.
          them by itself after a requeue: trainer.resume_mode auto)
       3. Ray: nnodes > 1 starts the head here and a worker on every other node of the SLURM allocation
          (slurm/ray_cluster.py); one node lets verl start a local Ray
-      4. verl's run_ppo with its v1 task runner -> our trainer (trainer_mode rlsweep) and workers (worker.py)
+      4. verl's run_ppo with its v1 task runner -> our trainer (trainer_mode rlsweep) and workers (controller/trainer.py, workers/actor.py)
       5. every verl checkpoint exported into out_dir/checkpoints/step_N (export.py) for the eval stage
     integrity_probe(stage): the integrity preflight's figures (workflow/preflight.py) from verl's SFT trainer (an
       SFT stage) or the job's actor worker on a planned step (a mixed-policy RL stage) built from the job's config,
@@ -37,17 +37,17 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from workflow.engines.verl.driver.compose import SFT, compose
-from workflow.engines.verl.driver.data import write_rl_data, write_sft_data
-from workflow.engines.verl.driver.export import export_all
+from workflow.engines.verl.job.compose import SFT, compose
+from workflow.engines.verl.job.data import write_rl_data, write_sft_data
+from workflow.engines.verl.job.export import export_all
 from workflow.capture import output_to
-from workflow.engines.verl.driver.process import run_supervised
-from workflow.engines.verl.driver.sft_launch import command as sft_command
-from workflow.engines.verl.driver.translate import FP32, external_modules, CPU_DROPPED_ENV, process_env, translate, \
+from workflow.engines.verl.job.process import run_supervised
+from workflow.engines.verl.job.sft_launch import command as sft_command
+from workflow.engines.verl.job.translate import FP32, external_modules, CPU_DROPPED_ENV, process_env, translate, \
     translate_sft
 from workflow.engines.verl.contract import CPU_MODULE, FIELDS as MIX_FIELDS, PPO_MODULE, PREFLIGHT_MODULE, TRACKED_RUN, \
     WORKER_MODULE
-from workflow.engines.verl.driver.probe import VerlProbe, probe_rows
+from workflow.engines.verl.job.probe import VerlProbe, probe_rows
 from workflow.engines.verl.traits import CHECKPOINT_DIR
 from workflow.layout import CHECKPOINTS
 from workflow.models import resolve_model
@@ -185,7 +185,7 @@ class VerlEngine:
         if stage.rl.mix == "none":  # plain GRPO is verl's own loss; the preflight is for SFT and mixed-policy jobs
             return None
         from omegaconf import OmegaConf, open_dict
-        from workflow.engines.verl.driver.probe_batch import stage_rows
+        from workflow.engines.verl.job.probe_batch import stage_rows
         from workflow.methods.registry import build_mix
         import torch
         v = stage.engine.verl
@@ -251,7 +251,7 @@ class VerlEngine:
         """`until`: a segment job (workflow/segments.py). verl's loop ends at trainer.total_training_steps, saving a
         checkpoint there, so a segment sets it to its end step; verl resumes from its newest checkpoint by itself
         (resume_mode auto: the segment before's, with the optimizer, the dataloader's position and, in its folder,
-        the method's state), and our trainer keeps the optimizer's horizon at rl.steps (worker.py)."""
+        the method's state), and our trainer keeps the optimizer's horizon at rl.steps (controller/trainer.py)."""
         from omegaconf import OmegaConf, open_dict
         out_dir, v = Path(out_dir), stage.engine.verl
         model = str(init_ckpt) if init_ckpt else resolve_model(v.model_path, out_dir)

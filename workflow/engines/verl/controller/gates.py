@@ -13,10 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 from workflow.algos.rule import MultiPassRule
+from workflow.engines.verl.contract import METRIC_PREFIX
 from workflow.methods.registry import rule_from_settings
 
-UPDATE_KEY = "rlsweep_update"
-METRIC_PREFIX = "rlsweep/"  # our StepStats in the workers' metrics (verl prefixes them with "actor/")
 
 
 class DriverGates:

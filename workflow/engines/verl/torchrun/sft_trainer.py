@@ -1,7 +1,7 @@
 """SFT on verl: verl 0.9's own SFT trainer (one process per GPU under torchrun, FSDP engine, sft_loss = the global
 token mean over the batch's assistant tokens), with its per-step metrics written to our `train_steps`.
 
-    python -m workflow.engines.verl.inside.sft_trainer CONFIG.yaml LOG.json     # what torchrun runs on every rank
+    python -m workflow.engines.verl.torchrun.sft_trainer CONFIG.yaml LOG.json     # what torchrun runs on every rank
 
 (sft_launch.py builds that launch.) verl's CheckpointHandler saves
 `global_step_N/` every trainer.save_freq steps and resumes from the newest by itself (trainer.resume_mode auto),
@@ -22,8 +22,7 @@ from verl.utils import tensordict_utils as tu
 from verl.utils.distributed import destroy_global_process_group, initialize_global_process_group
 
 from workflow.algos.flops import sft_flops
-from workflow.engines.verl.inside.metrics import param_count, scalar
-from workflow.engines.verl.contract import train_log
+from workflow.engines.verl.contract import param_count, scalar, train_log
 
 
 class RlsweepSFTTrainer(SFTTrainer):

@@ -1,4 +1,4 @@
-"""The batch the integrity preflight of a mixed-policy RL stage on verl trains on (inside/preflight.py's MixRunner,
+"""The batch the integrity preflight of a mixed-policy RL stage on verl trains on (torchrun/preflight.py's MixRunner,
 in the torchrun child): one step's rows as the driver hands them to the workers (mix_hooks.DriverMix.plan), from the job's own prompts and
 demonstrations and its own method, but without generating (the preflight must not start vLLM). Plain torch and
 numpy, no verl import.
@@ -114,7 +114,7 @@ def stage_rows(stage, model_path: str, data, ranks: int, micro: int) -> list[dic
     up to whole groups and whole micro-batches."""
     from transformers import AutoTokenizer
     from workflow.methods.registry import build_mix
-    from workflow.engines.verl.driver.data import rl_rows
+    from workflow.engines.verl.job.data import rl_rows
     rl, mix = stage.rl, build_mix(stage.rl)
     group = 1 if mix.interleaves_sft else rl.group_size  # one demonstration row per prompt in an SFT step
     share = rl.prompts_per_step * rl.group_size // (stage.engine.verl.n_gpus_per_node * stage.engine.verl.nnodes)

@@ -1,22 +1,15 @@
-"""rlsweep inside verl 0.9's Ray processes: the worker that runs our update rules and the trainer that decides
-their gates. verl loads this module in every process through VERL_USE_EXTERNAL_MODULES (set by the verl engine);
-no verl file is forked or edited.
-
-- RuleTrainingWorker: verl's TrainingWorker whose engine step (`engine.train_batch`, called once per mini-batch by
-  TrainingWorker.train_batch, which also steps the LR scheduler once) is replaced by our rule around verl's own
-  forward_backward_batch / optimizer (rule_step.rule_train_batch), following the driver's spec in the batch.
-  Batches without a spec (SFT, critic) take verl's own step.
-- RuleActorRolloutRefWorker: verl's ActorRolloutRefWorker with `actor_worker_cls = RuleTrainingWorker`.
-  A mixed-policy batch (rl.mix) trains with mix_loss.mixed_loss instead of verl's ppo_loss, in either step.
-- RlsweepTrainer (`trainer.v1.trainer_mode: rlsweep`): verl's sync PPO trainer that puts the worker class in its
-  resource pool and, around verl's `_update_actor`, asks DriverGates for the spec and feeds back the metrics;
-  with rl.mix it runs the method's driver hooks (mix_hooks.DriverMix) around verl's balance and advantage steps.
+"""rlsweep in verl 0.9's controller (its single-controller "driver" process, where the PPO trainer runs; verl
+imports this module there through VERL_USE_EXTERNAL_MODULES, set by the verl engine): RlsweepTrainer
+(`trainer.v1.trainer_mode: rlsweep`) is verl's sync PPO trainer that puts our worker class (contract.WORKER_CLASS,
+workflow/engines/verl/workers/actor.py) in its resource pool and, around verl's `_update_actor`, asks DriverGates for
+the update's spec and feeds back the metrics; with rl.mix it runs the method's hooks (mix_hooks.DriverMix) around
+verl's balance and advantage steps. It writes the run's train_steps rows and saves the method's and the gate's
+state with verl's checkpoints. No verl file is forked or edited.
 """
 
 from __future__ import annotations
 
 import json
-from functools import partial
 from pathlib import Path
 
 import ray
@@ -25,81 +18,18 @@ from omegaconf import open_dict
 from verl.trainer.ppo.v1 import register_trainer
 from verl.trainer.ppo.utils import need_reference_policy
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
-from verl.utils import tensordict_utils as tu
 from verl.utils.metric import reduce_metrics
-from verl.utils.metric.utils import AggregationType, Metric
 from verl.utils.py_functional import rename_dict
-from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
+from verl.workers.engine_workers import ActorRolloutRefWorker
 
-from workflow.algos.schedules import scaled_lr
-from workflow.engines.verl.contract import run_rl, train_log
-from workflow.engines.verl.inside.gates import METRIC_PREFIX, UPDATE_KEY, DriverGates
-from workflow.engines.verl.inside.metrics import param_count, train_steps_row
-from workflow.engines.verl.inside.mix_loss import LR_SCALE, mixed_loss, planned
-from workflow.engines.verl.inside.rule_step import rule_train_batch
-from workflow.methods.registry import rule_from_settings, rule_settings
+from workflow.engines.verl.contract import METRIC_PREFIX, UPDATE_KEY, WORKER_CLASS, param_count, run_rl, train_log
+from workflow.engines.verl.controller.gates import DriverGates
+from workflow.engines.verl.controller.metrics import train_steps_row
+from workflow.methods.registry import rule_settings
+from workflow.registry import load_object
 
 MIX_STATE = "rlsweep_mix.json"  # in verl's global_step_N folder: the driver's method state at that checkpoint
 GATE_STATE = "rlsweep_gate.json"  # beside it: the driver's gate (SFPO/GXPO's window, seen, tripped) at that checkpoint
-
-
-class RuleTrainingWorker(TrainingWorker):
-    def reset(self):
-        super().reset()  # builds the engine (engine.initialize())
-        self._install_rule_step()
-
-    def _install_rule_step(self) -> None:
-        engine = self.engine
-        if getattr(engine, "_rlsweep_verl_step", None) is not None:
-            return
-        engine._rlsweep_verl_step = verl_step = engine.train_batch
-        self._rlsweep_rules: dict[str, object] = {}
-
-        def train_batch(data, loss_function):
-            mix = planned(data)
-            if mix is not None:  # a mixed-policy batch: the driver's per-token weights, our loss (mix_loss.py)
-                loss_function = partial(mixed_loss, config=loss_function.keywords["config"], lam=mix["lam"])
-            # an interleaved SFT step (ReLIFT): verl's step at a scaled lr, and the schedule step that
-            # TrainingWorker.train_batch takes after it held back (the schedule counts RL steps)
-            self._rlsweep_hold_schedule = mix is not None and LR_SCALE in mix
-            if self._rlsweep_hold_schedule:
-                with scaled_lr(engine.optimizer, mix[LR_SCALE]):
-                    return verl_step(data, loss_function)
-            spec = tu.get_non_tensor_data(data=data, key=UPDATE_KEY, default=None)
-            if spec is None:
-                return verl_step(data, loss_function)
-            rule = self._rule_for(spec)
-            outputs, stats = rule_train_batch(engine, data, loss_function, rule)
-            if engine.is_mp_src_rank_with_outputs():
-                outputs["metrics"]["grad_norm"] = stats.grad_norm
-                for k, v in stats.as_row().items():  # the same on every rank; verl averages Metrics over ranks
-                    if isinstance(v, (int, float)):  # (a bool too: a rule's own number may be one)
-                        outputs["metrics"][METRIC_PREFIX + k] = Metric(AggregationType.MEAN, float(v))
-            return outputs
-
-        engine.train_batch = train_batch
-        schedule_step = engine.lr_scheduler_step
-
-        def lr_scheduler_step():
-            if self.__dict__.pop("_rlsweep_hold_schedule", False):  # (the lr the schedule stands at)
-                return engine.optimizer.param_groups[0]["lr"]
-            return schedule_step()
-
-        engine.lr_scheduler_step = lr_scheduler_step
-
-    def _rule_for(self, spec: dict):
-        """The run's rule without a gate of its own, told the driver's decision (a disabled rule is single-pass
-        GRPO and frees its snapshot buffers)."""
-        key = repr(sorted((k, v) for k, v in spec.items() if k != "enabled"))
-        if key not in self._rlsweep_rules:
-            self._rlsweep_rules[key] = rule_from_settings(spec, gate_here=False)
-        rule = self._rlsweep_rules[key]
-        rule.set_enabled(bool(spec.get("enabled", False)))
-        return rule
-
-
-class RuleActorRolloutRefWorker(ActorRolloutRefWorker):
-    actor_worker_cls = RuleTrainingWorker
 
 
 @register_trainer("rlsweep")
@@ -129,7 +59,7 @@ class RlsweepTrainer(PPOTrainerSync):
         with open_dict(self.config):
             self.config.actor_rollout_ref.actor.optim.total_training_steps = \
                 run_rl(self.config.trainer.v1.rlsweep).steps * self.parameter_sync_step
-        ours = ray.remote(RuleActorRolloutRefWorker)
+        ours = ray.remote(load_object(WORKER_CLASS))  # (the workers' side, by the contract's name)
         for role, cls in list(self.role_worker_mapping.items()):
             if getattr(cls, "__ray_actor_class__", None) is ActorRolloutRefWorker:
                 self.role_worker_mapping[role] = ours
@@ -140,7 +70,7 @@ class RlsweepTrainer(PPOTrainerSync):
             rl = run_rl(self.config.trainer.v1.rlsweep)
             self._rlsweep_mix = None
             if rl.mix != "none" or rl.fast_grpo_parts:  # FAST-GRPO's parts are driver hooks on plain GRPO
-                from workflow.engines.verl.inside.mix_hooks import DriverMix  # the driver only: it reads verl's TQ
+                from workflow.engines.verl.controller.mix_hooks import DriverMix  # the driver only: it reads verl's TQ
                 extra = (["ref_log_prob"] if need_reference_policy(self.config) else []) + \
                     (["rollout_log_probs"] if self.config.actor_rollout_ref.rollout.calculate_log_probs else [])
                 self._rlsweep_mix = DriverMix(rl, int(self.config.data.seed), self.tokenizer, tuple(extra))

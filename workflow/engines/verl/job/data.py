@@ -1,4 +1,4 @@
-"""The data a verl run reads, as verl's parquet files (the reward verl calls on it: inside/reward.py).
+"""The data a verl run reads, as verl's parquet files (the reward verl calls on it: rollout/reward.py).
 
 verl's RLHFDataset reads rows `{data_source, prompt: [chat messages], ability, reward_model: {style, ground_truth},
 extra_info}` (it applies the model's chat template itself) and its reward loop calls
@@ -9,7 +9,7 @@ loss on the assistant turn). `cfg` below is a stage's typed config (workflow/sta
 - arithmetic task: training problems are drawn exactly as the local engine draws them (step t's batch from the
   generator seeded by (seed, t, 1); SFT's from (sft.seed, t)); reward = the task's exact \\boxed{} match.
 - datasets task: the data stage's prepared rows (workflow/data/prepare.py), in epochs (a permutation per epoch
-  seeded by (seed, epoch)), each problem put to the model by `task.template` (eval/prompts.py: boxed, or the
+  seeded by (seed, epoch)), each problem put to the model by `task.template` (workflow/benchmarks/prompts.py: boxed, or the
   seed-003 system prompt); SFT trains on the rows' demonstrations; reward = the eval scorer (last \\boxed{}
   compared with the gold by math-verify, in a worker process with a time limit).
 `rl.steps x rl.prompts_per_step` rows in order, so verl (with shuffle off) sees the same problems in the same steps
@@ -56,7 +56,7 @@ def read_rows(path: Path) -> list[dict]:
 
 def rl_prompt_count(rl) -> int:
     """How many prompts a run may draw from its data stream: one batch a step, and with Slow2Fast's resample as many
-    refill prompts as its budget allows (max_rounds x prompts_per_step a step, slow2fast.py). verl refills from the
+    refill prompts as its budget allows (max_rounds x prompts_per_step a step, workflow/methods/slow2fast/verl.py). verl refills from the
     same stream, so a step after a refill starts further on in it; the rows are there so that it never wraps round
     to the first step's problems."""
     rounds = 1 + refill_rounds(build_parts(rl))

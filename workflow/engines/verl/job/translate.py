@@ -15,8 +15,9 @@ from typing import Any
 
 from workflow.config import RLConfig
 from workflow.engines.verl.contract import (CPU_MODULE, REWARD_FN, RL_SECTION, ROLLOUTS_MODULE, SEEDED_AGENT_LOOP,
-                                            VLLM_COMPAT_MODULE, VLLM_CPU_ENV, WORKER_MODULE)
-from workflow.methods.registry import get_update_rule, verl_hooks
+                                            TRAINER_MODULE, VLLM_COMPAT_MODULE, VLLM_CPU_ENV, WORKER_MODULE)
+from workflow.engines.verl.adapters import method_keys as adapter_keys, method_modules
+from workflow.methods.registry import get_update_rule
 
 # our aggregation -> (verl loss_agg_mode, needs loss_scale_factor = max response length). Ours: token-sum divides
 # by the constant n_seqs * max_len (Dr.GRPO); verl's seq-mean-token-sum-norm = sum / n_seqs / loss_scale_factor.
@@ -28,9 +29,9 @@ PLACEHOLDER = "<set by the job>"
 
 def external_modules(v, rl=None) -> str:
     """VERL_USE_EXTERNAL_MODULES for a run's verl processes (the CPU platform first: it must be set up before
-    anything asks verl for a device), then the modules of the methods the run selected (their cards' verl_modules)."""
-    methods = [m for card in (rl.selected if rl is not None else []) for m in card.verl_modules]
-    return ",".join(([CPU_MODULE] if v.device == "cpu" else []) + [VLLM_COMPAT_MODULE, WORKER_MODULE, ROLLOUTS_MODULE,
+    anything asks verl for a device), then the modules of the methods the run selected (their verl adapters')."""
+    methods = method_modules(rl) if rl is not None else []
+    return ",".join(([CPU_MODULE] if v.device == "cpu" else []) + [VLLM_COMPAT_MODULE, TRAINER_MODULE, WORKER_MODULE, ROLLOUTS_MODULE,
                                                                     *methods])
 
 
@@ -76,7 +77,7 @@ def cpu_overrides(cfg) -> dict[str, Any]:
         f"{rollout}.checkpoint_engine.update_weights_bucket_megabytes": 64,
         f"{rollout}.max_model_len": model_len,
         f"{rollout}.max_num_batched_tokens": max(512, model_len),
-        # a seeded request (inside/rollouts.py) must never be prefilled in chunks on a CPU: vLLM discards a chunk's
+        # a seeded request (rollout/agent_loop.py) must never be prefilled in chunks on a CPU: vLLM discards a chunk's
         # sample and rewinds the request's generator by its offset, which a CPU generator does not have (the engine
         # dies); unchunked, a prompt waits for room in the step's token budget (>= max_model_len) instead
         f"{rollout}.enable_chunked_prefill": False,
@@ -251,8 +252,8 @@ OURS = {
 
 
 def method_keys(rl: RLConfig) -> dict[str, Any]:
-    """The keys of verl's config the run's selected methods set (their verl hooks: workflow/methods/base.py)."""
+    """The keys of verl's config the run's selected methods set (their verl adapters: ../adapters.py)."""
     out: dict[str, Any] = {}
-    for _, keys in verl_hooks(rl):
+    for _, keys in adapter_keys(rl):
         out.update(keys)
     return out
