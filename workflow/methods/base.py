@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 import typing
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 from pydantic import Field
 
@@ -93,6 +93,9 @@ class Method:
     algorithm:  "module:Class" (imported only when a run trains, so the card stays light) or the class itself.
     settings:   the model of its `rl.<name>` section, or None for a method without settings.
     uses_reference: the step needs the reference policy's log-probs while the method is selected (a KL penalty).
+    passes:     an update rule's backward passes per step while its extra passes run, from its settings (SFPO: K + 1;
+                GXPO: 3); None: one. What a step costs scales with it (`rlsweep plan` estimates a rule's step at
+                another K from one measured at a first: workflow/sweep/plan.py).
     numbers:    the per-step numbers it logs (`numbers(...)`; a mixed-policy method's start with MIX_NUMBERS): its
                 columns of `train_steps`.
     reads_total_steps: why a step of it depends on rl.steps (it reads the training progress, step / rl.steps), in
@@ -107,6 +110,7 @@ class Method:
     algorithm: str | type | None = None
     settings: type[MethodSettings] | None = None
     uses_reference: bool = False
+    passes: Callable[[Any], int] | None = None
     numbers: tuple[StepNumber, ...] = ()
     reads_total_steps: str = ""
     headline: str = ""
@@ -132,8 +136,14 @@ class Method:
     def _key(self) -> tuple:
         def where(x: Any) -> Any:
             return f"{x.__module__}:{x.__qualname__}" if isinstance(x, type) else x
-        return (self.role, where(self.algorithm), where(self.settings), self.uses_reference, self.numbers,
-                self.reads_total_steps, self.headline)
+        return (self.role, where(self.algorithm), where(self.settings), self.uses_reference, self.passes is None,
+                self.numbers, self.reads_total_steps, self.headline)
+
+    def nominal_passes(self, section: dict | None) -> int:
+        """Backward passes per step while the rule's extra passes run, from its settings section as plain JSON."""
+        if self.passes is None:
+            return 1
+        return int(self.passes(self.settings.model_validate(section or {}) if self.settings else None))
 
     def load(self) -> Any:
         """The algorithm (imported on first call), checked against the role's base class."""

@@ -6,6 +6,9 @@ job to run asks of SLURM (the stage's resources), and an estimate of the GPU-hou
   key anywhere in the store (any sweep's: the store is shared), times the steps (jobs) left, times the job's GPUs;
   where SLURM's accounting gave those jobs' GPU-hours (runs.gpu_hours), their GPU-hours per step (job) instead, which
   include start-up, checkpoints and requeues. An optimistic figure: it leaves out queueing;
+- measured, scaled: an RL job with no finished job of its shape, but some that differ from it only in the update
+  rule's backward passes per step (SFPO at another K), from theirs: the update part of a step scaled by the passes
+  (scaled_seconds; bench/plan_estimate.py checks it against a run);
 - upper bound: the stage's time limit times its GPUs, for a job with no such finished job to go by;
 - nothing for a step-0 eval job that copies another run's evaluation of the same start (Sweep.start_sources), and
   nothing for the steps an RL run takes from a finished shorter run (workflow/extend.py).
@@ -33,6 +36,7 @@ from workflow.atomic import write_json
 from workflow.engine_api.registry import traits
 from workflow.extend import evaluations_to_copy, extensions
 from workflow.layout import CHECKPOINTS, done_path, latest_checkpoint, stage_dir, sweep_dir
+from workflow.methods.registry import METHODS
 from workflow.results.catalog import Catalog, QueryError
 from workflow.stages import STAGES as DECLARED, stage_of
 
@@ -54,11 +58,15 @@ class Job:
 @dataclass(frozen=True)
 class Measured:
     """What one finished job measured: seconds per step (SFT / RL) or per job, SLURM's GPU-hours per step (job)
-    where it accounted them; the job (stage, id) and the sweep that computed it."""
+    where it accounted them; the job (stage, id) and the sweep that computed it. An RL job's mean update seconds
+    and backward passes per step, and its rule's nominal passes, let a job of another K be estimated from it."""
     seconds: float | None
     gpu_hours: float | None
     job: tuple[str, str]
     sweep: str | None
+    update_s: float | None = None
+    passes: float | None = None
+    nominal: int | None = None
 
 
 @dataclass
@@ -76,9 +84,10 @@ class StagePlan:
     taken: int = 0  # RL steps taken from finished shorter runs (extensions): no cost
 
 
-def _recorded(catalog: Catalog) -> tuple[dict[tuple[str, str], str], dict[str, float], dict[tuple[str, str], float],
+def _recorded(catalog: Catalog) -> tuple[dict[tuple[str, str], str], dict[str, dict], dict[tuple[str, str], float],
                                          dict[tuple[str, str], float], dict[tuple[str, str], str]]:
-    """From the tables: each job's last recorded status, each finished SFT / RL job's mean wall-clock per step, each
+    """From the tables: each job's last recorded status, each finished SFT / RL job's mean wall-clock per step (s;
+    with its mean update seconds u and backward passes p), each
     finished data / eval job's wall-clock (by stage and id; an eval job by id, step and group), and each finished
     job's GPU-hours as SLURM accounted them (an SFT / RL job's per step), where sacct had them, and the sweep that
     computed each job (the shared store: another sweep's, for a job this sweep reuses)."""
@@ -86,8 +95,8 @@ def _recorded(catalog: Catalog) -> tuple[dict[tuple[str, str], str], dict[str, f
         # (eval_step / eval_group exist once an eval job has written its row: COLUMNS picks what exists)
         status = catalog.query("SELECT COLUMNS('^(stage|run_id|eval_step|eval_group|status|wall_s|gpu_hours|"
                                "computed_by)$') FROM runs").to_pylist()
-        per_step = catalog.query("SELECT run_id, avg(wall_s) AS s, count(DISTINCT step) AS n FROM train_steps "
-                                 "GROUP BY ALL").to_pylist()
+        per_step = catalog.query("SELECT run_id, avg(wall_s) AS s, avg(update_s) AS u, avg(backward_passes) AS p, "
+                                 "count(DISTINCT step) AS n FROM train_steps GROUP BY ALL").to_pylist()
     except QueryError:  # nothing has run yet
         return {}, {}, {}, {}, {}
     steps = {r["run_id"]: r["n"] for r in per_step}
@@ -102,7 +111,7 @@ def _recorded(catalog: Catalog) -> tuple[dict[tuple[str, str], str], dict[str, f
             n = steps.get(r["run_id"]) if r["stage"] in _TRAINING else 1
             if n:
                 gpu[(r["stage"], job)] = r["gpu_hours"] / n
-    return states, {r["run_id"]: r["s"] for r in per_step if r["s"] is not None}, wall, gpu, computed_by
+    return states, {r["run_id"]: r for r in per_step if r["s"] is not None}, wall, gpu, computed_by
 
 
 def _state(done: Path, checkpoints: Path | None, recorded: str | None) -> str:
@@ -130,21 +139,49 @@ def _model_key(cfg: dict) -> str:
 
 def cost_shape(stage: str, cfg: dict, group: str | None = None) -> tuple:
     """What, beyond the engine, the model and the GPUs, decides what a step (data / eval: a job) of `stage` costs,
-    from its stage config: two jobs of one shape cost the same per step. RL: the update rule and its inner passes
-    (its section's K: SFPO's and GXPO's passes per step), the mixed-policy method, the rollout shape and whether a
-    reference model runs (KL > 0); SFT and pretraining: the batch; eval: the benchmark group, samples per problem,
-    problems and longest response."""
+    from its stage config: two jobs of one shape cost the same per step. RL: the update rule and its backward passes
+    per step (its card's `passes`: SFPO's K + 1, GXPO's 3 whatever its K), the mixed-policy method, the rollout shape
+    and whether a reference model runs (KL > 0); SFT and pretraining: the batch; eval: the benchmark group, samples
+    per problem, problems and longest response. RL's passes are the shape's second entry (PASSES): a job with no
+    finished job of its shape is estimated from jobs that differ in it alone (scaled_seconds)."""
     if stage == "rl":
         rl = cfg.get("rl", {})
-        section = rl.get(rl.get("update"))
-        return (rl.get("update"), section.get("K") if isinstance(section, dict) else None, rl.get("mix", "none"),
-                rl.get("prompts_per_step"), rl.get("group_size"), rl.get("max_new_tokens"), bool(rl.get("kl_coef")))
+        return (rl.get("update"), nominal_passes(rl), rl.get("mix", "none"), rl.get("prompts_per_step"),
+                rl.get("group_size"), rl.get("max_new_tokens"), bool(rl.get("kl_coef")))
     if stage in ("sft", "pretrain"):
         return (cfg.get(stage, {}).get("batch_size"),)
     if stage == "eval":
         ev = cfg.get("eval", {})
         return (group, ev.get("k"), ev.get("n_problems"), ev.get("max_new_tokens"))
     return ()
+
+
+PASSES = 1  # where an RL cost shape holds the rule's backward passes per step
+
+
+def nominal_passes(rl: dict) -> int:
+    """The run's update rule's backward passes per step while its extra passes run (its card's), from the RL config
+    as plain JSON; 1 for a rule no registry knows here."""
+    name = rl.get("update")
+    if name not in METHODS:
+        return 1
+    return METHODS.get(name).nominal_passes(rl.get(name))
+
+
+def scaled_seconds(measured: "Measured", passes: int) -> float | None:
+    """A measured RL step's seconds at another number of backward passes per step: the update (its measured
+    update_s, all passes) scales with the passes the job would take, the rest (generation, scoring) not. The passes
+    it would take: the measured run's mean per step, its extra passes (those beyond one) scaled by the ratio of
+    nominal extras (a gated rule that ran its extra passes on a share of the steps is assumed to run them on the same
+    share). None: what the measured job logged cannot be scaled (no update time or passes)."""
+    m = measured
+    if m.seconds is None or m.update_s is None or not m.passes or not m.nominal:
+        return None
+    if m.nominal == 1:  # its share of steps with extra passes cannot be told apart: no scaling from one pass
+        return None
+    share = max(0.0, (m.passes - 1) / (m.nominal - 1))
+    would = 1 + share * (passes - 1)
+    return m.seconds + m.update_s * (would / m.passes - 1)
 
 
 def _key(stage: str, cfg: dict, gpus: int, group: str | None = None) -> tuple:
@@ -158,8 +195,8 @@ def store_measurements(root: Path, skip: set) -> list[tuple[tuple, Measured]]:
     try:
         rows = catalog.query("SELECT COLUMNS('^(stage|run_id|eval_step|eval_group|wall_s|gpu_hours|slurm_gpus|"
                              "config|computed_by)$') FROM runs WHERE status = 'completed'").to_pylist()
-        steps = catalog.query("SELECT stage, run_id, avg(wall_s) AS s, count(DISTINCT step) AS n FROM train_steps "
-                              "GROUP BY ALL").to_pylist()
+        steps = catalog.query("SELECT stage, run_id, avg(wall_s) AS s, avg(update_s) AS u, avg(backward_passes) AS p, "
+                              "count(DISTINCT step) AS n FROM train_steps GROUP BY ALL").to_pylist()
     except QueryError:  # nothing has run anywhere yet
         return []
     per_step = {(r["stage"], r["run_id"]): r for r in steps}
@@ -180,16 +217,18 @@ def store_measurements(root: Path, skip: set) -> list[tuple[tuple, Measured]]:
             cfg = json.loads(r["config"])
         except ValueError:
             continue
+        steps = {}
         if stage in _TRAINING:
-            measured = per_step.get((stage, job_id))
-            if not measured or measured["s"] is None:
+            steps = per_step.get((stage, job_id))
+            if not steps or steps["s"] is None:
                 continue
-            seconds, units = measured["s"], measured["n"]
+            seconds, units = steps["s"], steps["n"]
         else:
             seconds, units = r["wall_s"], 1
         gpu_hours = r["gpu_hours"] / units if r["gpu_hours"] is not None and units else None
         key = _key(stage if stage != "overlap" else "data", cfg, r["slurm_gpus"], r.get("eval_group"))
-        out.append((key, Measured(seconds, gpu_hours, (stage, job_id), r["computed_by"])))
+        out.append((key, Measured(seconds, gpu_hours, (stage, job_id), r["computed_by"], steps.get("u"), steps.get("p"),
+                                  key[3][PASSES] if stage == "rl" else None)))
     return out
 
 
@@ -243,10 +282,12 @@ def plan(sweep, root: Path) -> list[StagePlan]:
         if job.state != "done" or job.copy:
             continue
         mine.add((job.stage, job.stage_id))
-        seconds = per_step.get(job.stage_id) if job.stage in _TRAINING else wall.get((job.stage, job.stage_id))
+        steps = per_step.get(job.stage_id, {}) if job.stage in _TRAINING else {}
+        seconds = steps.get("s") if job.stage in _TRAINING else wall.get((job.stage, job.stage_id))
         if seconds is not None or (job.stage, job.stage_id) in accounted:
             add(job.cost_key, Measured(seconds, accounted.get((job.stage, job.stage_id)), (job.stage, job.stage_id),
-                                       computed_by.get((job.stage, job.stage_id)) or sweep.name))
+                                       computed_by.get((job.stage, job.stage_id)) or sweep.name, steps.get("u"),
+                                       steps.get("p"), job.cost_key[3][PASSES] if job.stage == "rl" else None))
     for key, measured in store_measurements(root, mine):
         add(key, measured)
     out = {s: StagePlan(s) for s in STAGES}
@@ -264,6 +305,13 @@ def plan(sweep, root: Path) -> list[StagePlan]:
                  if g is None or g == gpus]
         seconds = [m.seconds for m in found if m.seconds is not None]
         billed = [m.gpu_hours for m in found if m.gpu_hours is not None]
+        if not seconds and job.stage == "rl":  # none of its shape: those that differ in the passes alone, scaled
+            passes = job.cost_key[3][PASSES]
+            found = [m for (stage, model, shape), ms in samples.items() if (stage, model) == job.cost_key[:2]
+                     and shape[:PASSES] + shape[PASSES + 1:] == job.cost_key[3][:PASSES] + job.cost_key[3][PASSES + 1:]
+                     for g, m in ms if (g is None or g == gpus) and scaled_seconds(m, passes) is not None]
+            seconds = [scaled_seconds(m, passes) for m in found]
+            billed = [m.gpu_hours * s / m.seconds for m, s in zip(found, seconds) if m.gpu_hours is not None]
         units = job.steps_left if job.steps_left is not None else 1
         if seconds:
             hours = sum(seconds) / len(seconds) * units / 3600

@@ -90,14 +90,15 @@ def test_the_plan_reads_in_whole_words_at_80_columns(tmp_path):
     assert "rl: each job to run asks 1 node x 1 GPU" in " ".join(res.stdout.split())
 
 
-def finished_elsewhere(root, sweep, run, seconds_per_step: float, gpus=None):
+def finished_elsewhere(root, sweep, run, seconds_per_step: float, gpus=None, update_s=None, passes=None):
     """What a job of another sweep leaves in the store: its runs row (with its config, as every stage job writes it)
-    and its train_steps rows."""
+    and its train_steps rows (their update seconds and backward passes when given)."""
     from workflow.identity import canonical_json
     write_rows(root, "runs", f"rl_{run.run_id}", [dict(run_id=run.run_id, sweep=sweep, stage="rl", status="completed",
                wall_s=60.0, slurm_gpus=gpus, config=canonical_json(run.stage_config("rl")))])
     write_rows(root, "train_steps", train_steps_file("rl", run.run_id, 1, 4), [dict(
-        run_id=run.run_id, sweep=sweep, stage="rl", step=s, wall_s=seconds_per_step) for s in range(1, 5)])
+        run_id=run.run_id, sweep=sweep, stage="rl", step=s, wall_s=seconds_per_step, update_s=update_s,
+        backward_passes=passes[s - 1] if isinstance(passes, list) else passes) for s in range(1, 5)])
 
 
 def test_a_new_sweep_is_estimated_from_finished_jobs_of_its_shape_in_the_whole_store(tmp_path):
@@ -128,6 +129,36 @@ def test_a_new_sweep_is_estimated_from_finished_jobs_of_its_shape_in_the_whole_s
     assert res.returncode == 0, res.stderr
     assert "rl: each job to run asks 1 node x 2 GPU" in " ".join(res.stdout.split())
     assert "1 from time limits (upper bound)" in " ".join(res.stdout.split())
+
+
+def test_another_k_is_estimated_from_the_measured_k_with_the_update_scaled_by_the_passes(tmp_path):
+    """Issue 63, item 4: SFPO at K 5 (6 backward passes a step while active) from a run at K 3 (4): the step's update
+    time scales with the passes, its generation does not; GXPO takes 3 passes whatever its K, so another K is its
+    shape exactly; GRPO's one pass says nothing of how often a rule's extra passes run, so it is not scaled from."""
+    from workflow.sweep.expand import load_sweep
+    from workflow.sweep.plan import plan
+    root = tmp_path / "results"
+    base = "grid:\n  rl.update: [%s]\n  rl.%s.K: [%d]\n"
+    old = load_sweep(write_sweep(tmp_path / "old.yaml", "old", base % ("sfpo", "sfpo", 3)))
+    # 10 s a step, 8 of them in the update; every other step ran its extra passes (2.5 passes a step on average)
+    finished_elsewhere(root, "old", old.runs[0], 10.0, update_s=8.0, passes=[4, 1, 4, 1])
+    new = load_sweep(write_sweep(tmp_path / "new.yaml", "new", base % ("sfpo", "sfpo", 5)))
+    rl = next(p for p in plan(new, root) if p.stage == "rl")
+    would = 1 + 0.5 * 5  # the same share of steps with extra passes: 5 of them instead of 3
+    assert rl.measured == 1 and rl.bounded == 0 and rl.sources == {"old": {("rl", old.runs[0].run_id)}}
+    assert rl.hours == pytest.approx((10.0 + 8.0 * (would / 2.5 - 1)) * new.runs[0].config.rl.steps / 3600)
+
+    gxpo = load_sweep(write_sweep(tmp_path / "g3.yaml", "g3", base % ("gxpo", "gxpo", 3)))
+    finished_elsewhere(root, "g3", gxpo.runs[0], 7.0, update_s=5.0, passes=3)
+    rl = next(p for p in plan(load_sweep(write_sweep(tmp_path / "g5.yaml", "g5", base % ("gxpo", "gxpo", 5))), root)
+              if p.stage == "rl")
+    assert rl.measured == 1 and rl.hours == pytest.approx(7.0 * gxpo.runs[0].config.rl.steps / 3600)  # unscaled
+
+    grpo = load_sweep(write_sweep(tmp_path / "grpo.yaml", "grpo", "grid:\n  rl.update: [grpo]\n"))
+    finished_elsewhere(root, "grpo", grpo.runs[0], 3.0, update_s=1.0, passes=1)
+    rl = next(p for p in plan(load_sweep(write_sweep(tmp_path / "k7.yaml", "k7", base % ("sfpo", "sfpo", 7))), root)
+              if p.stage == "rl")
+    assert rl.sources == {"old": {("rl", old.runs[0].run_id)}}  # from SFPO's run, not GRPO's
 
 
 def test_a_measured_estimate_names_its_sources_and_says_it_leaves_out_queueing(tmp_path):

@@ -44,7 +44,8 @@ class GXPOConfig(MethodSettings):
 
 
 METHOD = Method("update", algorithm="workflow.methods.gxpo.algorithm:GXPO", settings=GXPOConfig,
-                headline="gxpo_scale_mean", numbers=numbers(
+                headline="gxpo_scale_mean", passes=lambda cfg: 3,  # two probes and the corrective step, whatever K
+                numbers=numbers(
     ("gxpo_ratio_p10", "float", "10th percentile of the estimated per-coordinate geometric ratio r"),
     ("gxpo_ratio_p50", "float", "median of the estimated ratio r"),
     ("gxpo_ratio_p90", "float", "90th percentile of the estimated ratio r"),

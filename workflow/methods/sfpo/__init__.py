@@ -23,4 +23,5 @@ class SFPOConfig(MethodSettings):
         "plain GRPO."))
 
 
-METHOD = Method("update", algorithm="workflow.methods.sfpo.algorithm:SFPO", settings=SFPOConfig, headline="alpha")
+METHOD = Method("update", algorithm="workflow.methods.sfpo.algorithm:SFPO", settings=SFPOConfig, headline="alpha",
+                passes=lambda cfg: cfg.K + 1)  # K fast steps and the slow one
