@@ -263,6 +263,9 @@ class TableFile:
         return f"{self.stage} {self.stage_id}"
 
 
+_EVAL_TABLES = ("eval_samples", "eval_scores", "eval_grades")
+
+
 def parse_table_file(table: str, stem: str) -> TableFile | None:
     """The stage job behind a table file's name (without .parquet); None for a name no stage writes."""
     m = _TABLE_FILE[table].match(stem) if table in _TABLE_FILE else None
@@ -270,7 +273,7 @@ def parse_table_file(table: str, stem: str) -> TableFile | None:
         return None
     g = {k: v for k, v in m.groupdict().items() if v is not None}
     ints = {k: int(g[k]) for k in ("step", "first", "last") if k in g}
-    if table in ("eval_samples", "eval_scores", "eval_grades"):
+    if table in _EVAL_TABLES:
         return TableFile("eval", g["stage_id"], run_id=g["run_id"], step=ints["step"], benchmark=g["benchmark"],
                          grader=g.get("grader"))
     if table == "runs" and (g["stage"] == "eval") != ("group" in g):
@@ -280,9 +283,16 @@ def parse_table_file(table: str, stem: str) -> TableFile | None:
 
 def table_file_key(table: str, stem: str) -> tuple[str, str] | None:
     """(stage, stage id) of the stage job whose rows a table file (or a pack's source) holds: what a sweep's
-    membership records (StageJob.key); None for a name no stage writes."""
-    owner = parse_table_file(table, stem)
-    return None if owner is None else (owner.stage, owner.stage_id)
+    membership records (StageJob.key); None for a name no stage writes. parse_table_file's answer, read from the
+    match alone: a sweep's query asks it of every stem a pack holds (tens of thousands at a thousand runs)."""
+    m = _TABLE_FILE[table].match(stem) if table in _TABLE_FILE else None
+    if m is None:
+        return None
+    if table in _EVAL_TABLES:
+        return "eval", m["stage_id"]
+    if table == "runs" and (m["stage"] == "eval") != (m["group"] is not None):
+        return None  # (as parse_table_file: only an eval job's runs file names a step and a group)
+    return m["stage"], m["stage_id"]
 
 
 # ---------------------------------------------------------------------------------------------- checkpoints

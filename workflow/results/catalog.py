@@ -272,7 +272,8 @@ class Catalog:
                 schemas[path] = schema.remove(schema.get_field_index(SOURCE)) if pack else schema
             layout = resolve(table, small, packs)
             if self.members is not None:
-                layout = layout.only(lambda stem, t=table: member_of(self.members, t, stem))
+                layout = layout.only(lambda stem, t=table: member_of(self.members, t, stem),
+                                     lambda key: key in self.members)
             self.layouts[table] = layout
             self.schemas[table] = _distinct(schemas[p] for p in layout.files)
             self.pack_schemas[table] = _distinct(schemas[p] for p in layout.packs)

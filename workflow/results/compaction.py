@@ -32,7 +32,7 @@ from workflow.errors import UserError
 from workflow.layout import DONE, is_pack, pack_file, pack_seq, parse_table_file, store_dir, table_dir, table_file_key
 from workflow.results.catalog import sql_str, table_files
 from workflow.results.doctor import owning_job
-from workflow.results.packs import META_KEY, SOURCE, TableLayout, fingerprint, pack_metadata, table_layout
+from workflow.results.packs import SOURCE, TableLayout, fingerprint, pack_metadata, table_layout
 from workflow.results.schemas import TABLES
 from workflow.runlock import LOCK_NAME
 
@@ -120,7 +120,7 @@ def compact_table(results_root: Path, table: str) -> Compacted:
         path = directory / f"{pack_file(seq, secrets.token_hex(4))}.parquet"
         try:
             with replacing(path) as tmp:
-                out.rows = _write_pack(tmp, eligible, merge, layout, sources, [p.name for p in merge])
+                out.rows = _write_pack(tmp, table, eligible, merge, layout, sources, [p.name for p in merge])
                 changed = [f for f in eligible if _fingerprint_or_none(f) != sources[f.stem]]
                 if changed:  # rewritten while being read: the pack may hold either version (the next round packs it)
                     raise _Changed(changed)
@@ -163,7 +163,7 @@ def drop_rows(results_root: str | Path, drop: set[tuple[str, str]]) -> int:
                 seq = 1 + max((pack_seq(p.stem) for p in [*layout.packs, *layout.retired]), default=0)
                 path = directory / f"{pack_file(seq, secrets.token_hex(4))}.parquet"
                 with replacing(path) as tmp:
-                    _write_pack(tmp, [], [pack], layout, sources, [pack.name])
+                    _write_pack(tmp, table, [], [pack], layout, sources, [pack.name])
                 _fsync_dir(directory)
                 _remove_if(pack, None)
                 layout.retired.append(pack)
@@ -176,8 +176,8 @@ class _Changed(Exception):
         super().__init__(f"{len(files)} file(s) changed while they were packed: {', '.join(f.name for f in files[:3])}")
 
 
-def _write_pack(tmp: Path, files: list[Path], packs: list[Path], layout: TableLayout, sources: dict,
-                replaces: list[str]) -> int:
+def _write_pack(tmp: Path, table: str, files: list[Path], packs: list[Path], layout: TableLayout,
+                sources: dict, replaces: list[str]) -> int:
     """The rows of `files` (each with its stem in SOURCE) and of `packs` (less their hidden rows) into one Parquet
     file whose footer says what it holds; returns its row count."""
     def listed(paths) -> str:
@@ -191,12 +191,11 @@ def _write_pack(tmp: Path, files: list[Path], packs: list[Path], layout: TableLa
         hidden = layout.hidden[pack]
         parts.append(f"SELECT * FROM read_parquet([{listed([pack])}])"
                      + (f" WHERE {SOURCE} NOT IN ({', '.join(map(sql_str, sorted(hidden)))})" if hidden else ""))
-    meta = pack_metadata(sources, replaces)
+    meta = ", ".join(f"{sql_str(k.decode())}: {sql_str(v)}" for k, v in pack_metadata(table, sources, replaces).items())
     con = duckdb.connect(":memory:")
     try:
         n = con.execute(f"COPY ({' UNION ALL BY NAME '.join(parts)}) TO {sql_str(str(tmp))} (FORMAT parquet, "
-                        f"COMPRESSION zstd, KV_METADATA {{{sql_str(META_KEY.decode())}: {sql_str(meta)}}})"
-                        ).fetchone()[0]
+                        f"COMPRESSION zstd, KV_METADATA {{{meta}}})").fetchone()[0]
     finally:
         con.close()
     with open(tmp, "rb") as f:

@@ -3,10 +3,15 @@
 Every stage job writes its own small files (layout.py names them after it). At a thousand runs that is tens of
 thousands of files, and a query's time grows with the file count, not only the rows. Compaction (compaction.py)
 merges finished stages' files into a pack per table and round: `<table>/packed-<seq>-<hex>.parquet`, every row with
-the stem of the file it came from in the column `packed_from`, and in the file's footer (key `rlsweep.pack`):
-
-    {"sources": {stem: [size, mtime_ns, inode], ...},   each packed file as it was when packed
-     "replaces": [pack file names]}                      older packs whose rows this one took over
+the stem of the file it came from in the column `packed_from`, and in the file's footer:
+    rlsweep.pack         {"owners": {"<stage>/<stage id>": [stem, ...], ...},   each packed file's name, by the
+                                                                                stage job that wrote it
+                          "replaces": [pack file names]}     older packs whose rows this one took over
+    rlsweep.pack.prints  [[size, mtime_ns, inode], ...]      each packed file as it was when packed (stems' order)
+Every query reads the stems; a sweep's query keeps its stage jobs' stems by owner, not by parsing each name; the
+fingerprints are decoded only when a small file of a packed name is still there (a leftover or a rewrite), which
+after a compaction is never. At a thousand runs those two were most of a query's fixed cost (issue 64). A pack written before them holds {"sources": {stem: fingerprint}, "replaces": [...]} under
+`rlsweep.pack` alone, and reads as before.
 
 Compaction writes the pack (atomically), then deletes what it packed. Whatever moment a reader looks at, or a crash
 stops compaction at, `resolve` gives every row exactly once:
@@ -23,13 +28,14 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from workflow.layout import is_pack, pack_seq, parse_table_file
+from workflow.layout import is_pack, pack_seq, parse_table_file, table_file_key
 from workflow.results.files import PositionalReader
 
 SOURCE = "packed_from"  # a pack's column: the stem of the file each row was written to
@@ -42,24 +48,72 @@ def fingerprint(path: Path) -> list[int]:
     return [st.st_size, st.st_mtime_ns, st.st_ino]
 
 
-def pack_metadata(sources: dict[str, list[int]], replaces: list[str]) -> str:
-    return json.dumps({"sources": sources, "replaces": replaces}, separators=(",", ":"))
+PRINTS_KEY = b"rlsweep.pack.prints"
+
+
+def pack_metadata(table: str, sources: Mapping[str, list[int]], replaces: list[str]) -> dict[bytes, str]:
+    """A pack's footer entries (module docstring) for the files of `table` it packs (stem -> fingerprint)."""
+    owners: dict[str, list[str]] = {}
+    for stem in sources:
+        key = table_file_key(table, stem)
+        owners.setdefault("/".join(key) if key else "", []).append(stem)
+    compact = {"separators": (",", ":")}
+    return {META_KEY: json.dumps({"owners": owners, "replaces": replaces}, **compact),
+            PRINTS_KEY: json.dumps([sources[stem] for stems in owners.values() for stem in stems], **compact)}
+
+
+class Sources(Mapping):
+    """A pack's stems -> the fingerprints of the files they were, the fingerprints decoded on first use; `owners`:
+    the stems by the stage job that wrote them ((stage, stage id); None for a name no stage writes)."""
+
+    def __init__(self, owners: dict[str, list[str]], prints: bytes | None):
+        self.owners = {tuple(k.split("/", 1)) if k else None: stems for k, stems in owners.items()}
+        self._stems = dict.fromkeys(stem for stems in owners.values() for stem in stems)
+        self._raw, self._prints = prints, None
+
+    def __contains__(self, stem: object) -> bool:
+        return stem in self._stems
+
+    def __iter__(self):
+        return iter(self._stems)
+
+    def __len__(self) -> int:
+        return len(self._stems)
+
+    def __getitem__(self, stem: str) -> list[int] | None:
+        if stem not in self._stems:
+            raise KeyError(stem)
+        return self.fingerprints()[stem]
+
+    def fingerprints(self) -> dict[str, list[int] | None]:
+        """Every stem's fingerprint (None for all when the footer lost them: no small file is then a leftover)."""
+        if self._prints is None:
+            prints = json.loads(self._raw) if self._raw is not None else None
+            ok = isinstance(prints, list) and len(prints) == len(self._stems)
+            self._prints = dict(zip(self._stems, prints)) if ok else dict.fromkeys(self._stems)
+        return self._prints
+
+    @property
+    def decoded(self) -> bool:
+        return self._prints is not None
 
 
 @dataclass(frozen=True)
 class Pack:
     path: Path
-    sources: dict[str, list[int]]  # stem -> fingerprint of the file when it was packed
+    sources: Mapping[str, list[int] | None]  # stem -> fingerprint of the file when it was packed
     replaces: tuple[str, ...] = ()  # file names of the packs whose rows this one holds
 
 
 def read_pack(path: Path, schema: pa.Schema) -> Pack | None:
     """The pack a readable table file is, from its schema's footer metadata; None for a stage's own file."""
-    raw = (schema.metadata or {}).get(META_KEY)
+    footer = schema.metadata or {}
+    raw = footer.get(META_KEY)
     if raw is None or not is_pack(path.stem) or SOURCE not in schema.names:
         return None
     meta = json.loads(raw)
-    return Pack(path, meta["sources"], tuple(meta.get("replaces", ())))
+    sources = Sources(meta["owners"], footer.get(PRINTS_KEY)) if "owners" in meta else meta["sources"]
+    return Pack(path, sources, tuple(meta.get("replaces", ())))
 
 
 def owner_key(table: str, stem: str) -> str:
@@ -78,7 +132,7 @@ class TableLayout:
     files: list[Path] = field(default_factory=list)  # live small files
     packs: list[Path] = field(default_factory=list)  # live packs, oldest first
     hidden: dict[Path, set[str]] = field(default_factory=dict)  # per live pack: the stems whose rows are superseded
-    sources: dict[Path, dict[str, list[int]]] = field(default_factory=dict)  # per live pack: what it holds
+    sources: dict[Path, Mapping[str, list[int] | None]] = field(default_factory=dict)  # per live pack: what it holds
     leftovers: list[Path] = field(default_factory=list)  # small files a live pack holds as they are (skip them)
     retired: list[Path] = field(default_factory=list)  # packs a live pack replaces (skip them)
 
@@ -86,13 +140,18 @@ class TableLayout:
     def readable(self) -> list[Path]:
         return [*self.files, *self.packs]
 
-    def only(self, keep) -> TableLayout:
+    def only(self, keep, keep_owner=None) -> TableLayout:
         """The layout of the rows written under the stems `keep(stem)` accepts (one sweep's stage jobs): other small
-        files left out, other stems hidden in the packs, packs with none of them left out."""
+        files left out, other stems hidden in the packs, packs with none of them left out. `keep_owner((stage,
+        stage id) or None)`: the same question by a stem's stage job, asked of a pack that groups its stems so
+        (once per stage job instead of once per stem: what `keep` would answer for each of its stems)."""
         out = TableLayout(files=[f for f in self.files if keep(f.stem)], leftovers=self.leftovers,
                           retired=self.retired)
         for p in self.packs:
-            hidden = self.hidden[p] | {stem for stem in self.sources[p] if not keep(stem)}
+            owners = getattr(self.sources[p], "owners", None) if keep_owner is not None else None
+            dropped = ({stem for key, stems in owners.items() if not keep_owner(key) for stem in stems}
+                       if owners is not None else {stem for stem in self.sources[p] if not keep(stem)})
+            hidden = self.hidden[p] | dropped
             if len(hidden) < len(self.sources[p]):
                 out.packs.append(p)
                 out.hidden[p], out.sources[p] = hidden, self.sources[p]

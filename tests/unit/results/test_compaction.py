@@ -239,3 +239,35 @@ def test_rlsweep_compact_and_the_aggregate_stage(sweep):
     out = subprocess.run([sys.executable, "-m", "workflow.cli", "compact", "--results", str(sweep)],
                          capture_output=True, text=True, cwd=REPO)
     assert out.returncode == 0 and "train_steps" in out.stdout, out.stderr
+
+
+def test_a_query_of_a_compacted_store_decodes_no_fingerprint_and_an_old_pack_still_reads(sweep, monkeypatch):
+    """Issue 64: a pack's fingerprints (what a leftover small file is told apart by) sit in their own footer entry,
+    decoded only when a small file of a packed name is there; a query after compaction never needs them (they were
+    most of its fixed cost at a thousand runs). A pack written in the format before (fingerprints in
+    `rlsweep.pack` itself) reads as before. (A leftover is still told apart by its fingerprint: the crash tests above.)"""
+    from workflow.results import packs
+    before = counts(sweep)
+    compact(sweep)
+    decoded, named = [], []
+    real = packs.Sources.fingerprints
+    monkeypatch.setattr(packs.Sources, "fingerprints", lambda self: decoded.append(1) or real(self))
+    from workflow.results import catalog
+    real_member_of = catalog.member_of  # a sweep's catalog keeps a pack's stems by their stage job, not name by name
+    monkeypatch.setattr(catalog, "member_of", lambda *a: named.append(a[2]) or real_member_of(*a))
+    assert counts(sweep) == before and decoded == []
+    packed = {stem for t in ("runs", "train_steps", "eval_scores", "eval_samples") for p in files(sweep, t)
+              if is_pack(p.stem) for stem in packs.read_pack(p, pq.read_schema(p)).sources}
+    assert packed and not set(named) & packed
+    pack = next(p for p in files(sweep, "eval_scores") if is_pack(p.stem))
+    stem = next(iter(packs.read_pack(pack, pq.read_schema(pack)).sources))
+    layout = Catalog(sweep, SWEEP).layouts["eval_scores"]
+    assert layout.holder(stem) == pack
+    # the old format: the same pack with its footer rewritten as {"sources": {stem: fingerprint}, "replaces": []}
+    table = pq.read_table(pack)
+    meta = packs.read_pack(pack, pq.read_schema(pack))
+    old = {packs.META_KEY: packs.json.dumps({"sources": dict(meta.sources.items()), "replaces": []})}
+    pq.write_table(table.replace_schema_metadata(old), pack)
+    monkeypatch.undo()
+    assert counts(sweep) == before
+    assert isinstance(packs.read_pack(pack, pq.read_schema(pack)).sources, dict)

@@ -223,3 +223,24 @@ def test_every_name_a_writer_produces_is_a_stage_jobs_and_names_its_stage_job():
         for grader in GRADERS:
             owner = parse_table_file("eval_grades", grades_file(run, job, 80, benchmark, grader))
             assert (owner.run_id, owner.stage_id, owner.benchmark, owner.grader) == (run, job, benchmark, grader)
+
+
+def test_a_files_stage_job_key_is_what_its_parsed_name_says():
+    """layout.table_file_key reads (stage, stage id) from the name's match alone (a sweep's query asks it of every
+    stem a pack holds); it must say what parse_table_file says, for the writers' names and for names no stage
+    writes (a runs file of a non-eval stage with a step and group, a stray name, another table's name)."""
+    from workflow.layout import STAGES, eval_file, grades_file, parse_table_file, table_file_key, train_steps_file
+    from workflow.identity import stable_id
+    run, job = stable_id({"run": 1}), stable_id({"eval": 1})
+    stems = [runs_file("eval", job, 40, "math"), f"rl_{job}_40_math", "notes", f"{run}_{job}_step000000_aime24",
+             eval_file(run, job, 0, "aime24"), grades_file(run, job, 80, "math500", "math_verify"),
+             *(runs_file(s, job) for s in STAGES if s != "eval"),
+             *(train_steps_file(s, job, 1, 20) for s in STAGES if s != "eval")]
+    checked = 0
+    for table in ("runs", "train_steps", "eval_samples", "eval_scores", "eval_grades", "no_such_table"):
+        for stem in stems:
+            owner = parse_table_file(table, stem)
+            assert table_file_key(table, stem) == (None if owner is None else (owner.stage, owner.stage_id)), \
+                (table, stem)
+            checked += owner is not None
+    assert checked >= len(stems) - 2  # (most stems are some table's)
