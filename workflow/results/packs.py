@@ -67,21 +67,34 @@ class Sources(Mapping):
     the stems by the stage job that wrote them ((stage, stage id); None for a name no stage writes)."""
 
     def __init__(self, owners: dict[str, list[str]], prints: bytes | None):
-        self.owners = {tuple(k.split("/", 1)) if k else None: stems for k, stems in owners.items()}
-        self._stems = dict.fromkeys(stem for stems in owners.values() for stem in stems)
+        # (each built on first use: a sweep's query of a compacted store asks only owners and the count)
+        self._raw_owners, self._owners, self._stems = owners, None, None
+        self._count = sum(map(len, owners.values()))
         self._raw, self._prints = prints, None
 
+    @property
+    def owners(self) -> dict[tuple[str, str] | None, list[str]]:
+        """The stems by the stage job that wrote them ((stage, stage id); None: a name no stage writes)."""
+        if self._owners is None:
+            self._owners = {tuple(k.split("/", 1)) if k else None: stems for k, stems in self._raw_owners.items()}
+        return self._owners
+
+    def stems(self) -> dict[str, None]:
+        if self._stems is None:
+            self._stems = dict.fromkeys(stem for stems in self._raw_owners.values() for stem in stems)
+        return self._stems
+
     def __contains__(self, stem: object) -> bool:
-        return stem in self._stems
+        return stem in self.stems()
 
     def __iter__(self):
-        return iter(self._stems)
+        return iter(self.stems())
 
     def __len__(self) -> int:
-        return len(self._stems)
+        return self._count
 
     def __getitem__(self, stem: str) -> list[int] | None:
-        if stem not in self._stems:
+        if stem not in self.stems():
             raise KeyError(stem)
         return self.fingerprints()[stem]
 
@@ -89,8 +102,8 @@ class Sources(Mapping):
         """Every stem's fingerprint (None for all when the footer lost them: no small file is then a leftover)."""
         if self._prints is None:
             prints = json.loads(self._raw) if self._raw is not None else None
-            ok = isinstance(prints, list) and len(prints) == len(self._stems)
-            self._prints = dict(zip(self._stems, prints)) if ok else dict.fromkeys(self._stems)
+            ok = isinstance(prints, list) and len(prints) == self._count
+            self._prints = dict(zip(self.stems(), prints)) if ok else dict.fromkeys(self.stems())
         return self._prints
 
     @property
