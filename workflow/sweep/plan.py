@@ -311,7 +311,8 @@ def plan(sweep, root: Path) -> list[StagePlan]:
                      and shape[:PASSES] + shape[PASSES + 1:] == job.cost_key[3][:PASSES] + job.cost_key[3][PASSES + 1:]
                      for g, m in ms if (g is None or g == gpus) and scaled_seconds(m, passes) is not None]
             seconds = [scaled_seconds(m, passes) for m in found]
-            billed = [m.gpu_hours * s / m.seconds for m, s in zip(found, seconds) if m.gpu_hours is not None]
+            billed = [m.gpu_hours * s / m.seconds for m, s in zip(found, seconds)
+                      if m.gpu_hours is not None and m.seconds]
         units = job.steps_left if job.steps_left is not None else 1
         if seconds:
             hours = sum(seconds) / len(seconds) * units / 3600
