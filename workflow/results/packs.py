@@ -10,8 +10,9 @@ the stem of the file it came from in the column `packed_from`, and in the file's
     rlsweep.pack.prints  [[size, mtime_ns, inode], ...]      each packed file as it was when packed (stems' order)
 Every query reads the stems; a sweep's query keeps its stage jobs' stems by owner, not by parsing each name; the
 fingerprints are decoded only when a small file of a packed name is still there (a leftover or a rewrite), which
-after a compaction is never. At a thousand runs those two were most of a query's fixed cost (issue 64). A pack written before them holds {"sources": {stem: fingerprint}, "replaces": [...]} under
-`rlsweep.pack` alone, and reads as before.
+after a compaction is never. At a thousand runs those two were most of a query's fixed cost (issue 64). A pack
+written before them holds {"sources": {stem: fingerprint}, "replaces": [...]} under `rlsweep.pack` alone, and reads
+as before.
 
 Compaction writes the pack (atomically), then deletes what it packed. Whatever moment a reader looks at, or a crash
 stops compaction at, `resolve` gives every row exactly once:
@@ -105,10 +106,6 @@ class Sources(Mapping):
             ok = isinstance(prints, list) and len(prints) == self._count
             self._prints = dict(zip(self.stems(), prints)) if ok else dict.fromkeys(self.stems())
         return self._prints
-
-    @property
-    def decoded(self) -> bool:
-        return self._prints is not None
 
 
 @dataclass(frozen=True)

@@ -76,9 +76,9 @@ VLLM_COMPAT_MODULE = "workflow.engines.verl.compat.vllm_compat"  # what verl 0.9
 def reward_fn():
     """The reward verl calls on every response (REWARD_FN), for a process that scores responses verl did not
     generate (the controller's expert traces: controller/mix_hooks.py): the same function, so the same scores."""
-    import importlib
+    from workflow.registry import load_object
     module, name = REWARD_FN
-    return getattr(importlib.import_module(module.removeprefix("pkg://")), name)
+    return load_object(f"{module.removeprefix('pkg://')}:{name}")
 
 
 # what vLLM's CPU build reads when it is imported: the CPU target, and 1 GB of RAM for the KV cache (tiny models)
