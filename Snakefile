@@ -34,6 +34,9 @@ RESULTS = config.get("results", "results")
 PYTHON = sys.executable  # the interpreter running Snakemake, i.e. the project's environment
 STAGE = f"{workflow.basedir}/scripts/stage.py"  # absolute, so `snakemake -d OTHER_DIR` works too
 STAGE_CMD = f"{shlex.quote(PYTHON)} {shlex.quote(STAGE)}"  # quoted once, not in every job's command
+# the same as the literal start of a rule's shell template (an f-string, braces doubled): Snakemake formats each
+# placeholder of every job's command several times while it plans, so the per-job ones are the only placeholders
+STAGE_SHELL = STAGE_CMD.replace("{", "{{").replace("}", "}}")
 
 try:
     SWEEP = load_sweep(SWEEP_FILE)

@@ -45,7 +45,7 @@ rule eval:  # the segment that ends at the evaluated step (workflow/segments.py)
     threads: SWEEP.spec.resources.eval.threads
     resources: **SWEEP.spec.resources.eval.snakemake_resources()
     shell:
-        "{STAGE_CMD} eval {params.args} --threads {threads}"
+        f"{STAGE_SHELL} eval {{params.args}} --threads {{threads}}"
 
 
 @job_function
@@ -65,7 +65,7 @@ rule eval_start:
     threads: SWEEP.spec.resources.eval.threads
     resources: **SWEEP.spec.resources.eval.snakemake_resources()
     shell:
-        "{STAGE_CMD} eval {params.args} --threads {threads}"
+        f"{STAGE_SHELL} eval {{params.args}} --threads {{threads}}"
 
 
 if START_FROM:
@@ -90,7 +90,7 @@ if START_FROM:
         params:
             args=_copy_args,
         shell:
-            "{STAGE_CMD} eval {params.args}"
+            f"{STAGE_SHELL} eval {{params.args}}"
 
 
 # Rescore: other graders judge a finished eval job's stored responses again (eval.graders, or `rlsweep rescore`'s
@@ -114,4 +114,4 @@ rule rescore:
     params:
         args=_rescore_args,
     shell:
-        "{STAGE_CMD} rescore {params.args}"
+        f"{STAGE_SHELL} rescore {{params.args}}"

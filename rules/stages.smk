@@ -50,5 +50,5 @@ for _stage in RULE_FROM_DECLARATION:
             args=_args,
         threads: _resources.threads
         resources: **_resources.snakemake_resources()
-        shell:  # {rule}, the stage's name: a shell command is formatted when its job runs, after the loop is over
-            "{STAGE_CMD} {rule} {params.args} --threads {threads}"
+        shell:  # (an f-string: the loop's stage now, not the last one when the job's command is formatted)
+            f"{STAGE_SHELL} {_stage.name} {{params.args}} --threads {{threads}}"

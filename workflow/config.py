@@ -525,8 +525,12 @@ class RunConfig(Strict):
         """`key: reason` for every local dataset file the run names that cannot be read: a sweep finds out when
         it loads, not when a job that reads the file runs. (A file system check, so not a validator: a stage
         job re-validates its config on a node that may see other files.)"""
-        named = {f"eval.paths.{b}": p for b, p in self.eval.paths.items()}
-        named.update({f"task.datasets[{i}].path": d.path for i, d in enumerate(self.task.datasets) if d.path})
         where = f" (a relative path is read from the working directory, {Path.cwd()})"
         return [f"{key}: {path!r}: {problem}" + ("" if Path(path).is_absolute() else where)
-                for key, path in named.items() if (problem := record_file_problem(path))]
+                for key, path in self.named_files().items() if (problem := record_file_problem(path))]
+
+    def named_files(self) -> dict[str, str]:
+        """Key -> path of every local dataset file the run names (eval.paths, task.datasets' paths)."""
+        named = {f"eval.paths.{b}": p for b, p in self.eval.paths.items()}
+        named.update({f"task.datasets[{i}].path": d.path for i, d in enumerate(self.task.datasets) if d.path})
+        return named

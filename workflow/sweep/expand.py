@@ -30,6 +30,7 @@ from workflow.strict import format_validation_error
 from workflow.identity import canonical_json, id_of_json, stable_id
 from workflow.sweep.keys import (apply, check_key, format_point, format_value, key_problem, lookup, same,
                                  unmet_condition, value_matches)
+from workflow.sweep import expansion_cache
 from workflow.sweep.passed_checks import passed_before, remember_passed
 from workflow.sweep.spec import BLOCK_CHECKS, ConditionalAxis, SweepError, SweepSpec, read_spec
 
@@ -160,24 +161,33 @@ class PointError(ValueError):
         super().__init__("; ".join(problems))
 
 
-def runs_for(spec: SweepSpec, point: dict[str, Any]) -> list[Run]:
+def runs_for(spec: SweepSpec, point: dict[str, Any], shared: dict[str, str] | None = None) -> list[Run]:
     """The runs of one grid point (or one Optuna trial's parameters): the point applied to the sweep's base, once
-    per seed of `seeds:`, each validated (and checked by verl's own code on the verl engine)."""
+    per seed of `seeds:`, validated (and checked by verl's own code on the verl engine).
+
+    The point is validated once, with its first seed: every check judges the RL seed by its type alone (a bounded
+    int, which `seeds:` already validated), so each other seed's config is the first one's with its seed replaced,
+    sharing the first one's sections (immutable). A 100-seed grid point then costs one validation, not 100
+    (tests/unit/sweep/test_expand_seeds.py holds each run equal to its own full validation). `shared`: the stage
+    JSON texts made so far, so runs whose stage configs are equal hold one string (the SFT job's of a 10,000-run
+    sweep: once, not 10,000 times, in memory and in the expansion's cache file)."""
+    shared = {} if shared is None else shared
+    first = {**point, "seed": spec.seeds[0]}
+    try:
+        cfg = RunConfig.model_validate(apply(spec.base, first))
+    except ValidationError as e:
+        raise PointError(format_validation_error(e), first) from None
+    # a point (or trial) that names a dataset file of its own; then the engine's heavy checks
+    problems = cfg.file_problems() or _engine_problems(cfg)
+    if problems:
+        raise PointError(problems, first)
+    dumped = cfg.model_dump(mode="json")
     runs = []
     for seed in spec.seeds:
-        assignment = {**point, "seed": seed}
-        try:
-            cfg = RunConfig.model_validate(apply(spec.base, assignment))
-        except ValidationError as e:
-            raise PointError(format_validation_error(e), assignment) from None
-        missing = cfg.file_problems()  # a point (or trial) that names a dataset file of its own
-        if missing:
-            raise PointError(missing, assignment)
-        heavy = _engine_problems(cfg)
-        if heavy:
-            raise PointError(heavy, assignment)
-        ids, texts = _stage_ids(cfg)
-        runs.append(Run(config=cfg, assignment=assignment, ids=ids, stage_json=texts))
+        seeded = cfg if seed == cfg.seed else cfg.model_copy(update={"seed": seed})
+        ids, texts = _stage_ids(seeded, {**dumped, "seed": seed})
+        texts = {stage: shared.setdefault(text, text) for stage, text in texts.items()}
+        runs.append(Run(config=seeded, assignment={**point, "seed": seed}, ids=ids, stage_json=texts))
     return runs
 
 
@@ -199,10 +209,10 @@ def _engine_problems(cfg: RunConfig) -> list[str]:
     return problems
 
 
-def _stage_ids(cfg: RunConfig) -> tuple[dict[str, str | None], dict[str, str]]:
+def _stage_ids(cfg: RunConfig, d: dict[str, Any]) -> tuple[dict[str, str | None], dict[str, str]]:
     """A run's id of every stage (None where it has none) and the canonical JSON each id hashes: the stages in
-    declaration order (workflow/stages.py STAGES), each config naming the ids of the stages before it."""
-    d = cfg.model_dump(mode="json")
+    declaration order (workflow/stages.py STAGES), each config naming the ids of the stages before it. `d`:
+    cfg.model_dump(mode="json"), which the stages' configs read (never change)."""
     ids: dict[str, str | None] = {}
     texts = {}
     for stage in STAGES.values():
@@ -338,7 +348,13 @@ class Sweep:
 
 def load_sweep(path: str | Path) -> Sweep:
     spec = read_spec(path)
-    return Sweep(name=spec.name, path=str(path), spec=spec, runs=expand(spec, path))
+    big = spec.optuna is None and expansion_cache.worth_caching(_product_size(spec) * len(spec.seeds))
+    runs = expansion_cache.load(spec) if big else None  # (workflow/sweep/expansion_cache.py)
+    if runs is None:
+        runs = expand(spec, path)
+        if big:
+            expansion_cache.save(spec, runs)
+    return Sweep(name=spec.name, path=str(path), spec=spec, runs=runs)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -372,9 +388,10 @@ def expand(spec: SweepSpec, path: str | Path = "<sweep>") -> list[Run]:
 
     runs: list[Run] = []
     seen: dict[tuple[str, str], dict] = {}
+    shared: dict[str, str] = {}
     for point in points:
         try:
-            point_runs = runs_for(spec, point)
+            point_runs = runs_for(spec, point, shared)
         except PointError as e:
             problems += [f"grid point {format_point(e.assignment)}: {line}" for line in e.problems]
             continue
