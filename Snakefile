@@ -35,7 +35,8 @@ PYTHON = sys.executable  # the interpreter running Snakemake, i.e. the project's
 STAGE = f"{workflow.basedir}/scripts/stage.py"  # absolute, so `snakemake -d OTHER_DIR` works too
 STAGE_CMD = f"{shlex.quote(PYTHON)} {shlex.quote(STAGE)}"  # quoted once, not in every job's command
 # the same as the literal start of a rule's shell template (an f-string, braces doubled): Snakemake formats each
-# placeholder of every job's command several times while it plans, so the per-job ones are the only placeholders
+# placeholder of every job's command several times while it plans, so a template holds only what varies per job
+# (an f-string may name only constants: Snakemake evaluates the template again when the job runs)
 STAGE_SHELL = STAGE_CMD.replace("{", "{{").replace("}", "}}")
 
 try:

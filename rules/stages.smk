@@ -50,5 +50,6 @@ for _stage in RULE_FROM_DECLARATION:
             args=_args,
         threads: _resources.threads
         resources: **_resources.snakemake_resources()
-        shell:  # (an f-string: the loop's stage now, not the last one when the job's command is formatted)
-            f"{STAGE_SHELL} {_stage.name} {{params.args}} --threads {{threads}}"
+        shell:  # {rule}, the stage's name, a placeholder: Snakemake evaluates this expression again when the job
+            # runs (after the loop is over: `_stage` is the last stage then), and `-n -p` prints its first evaluation
+            f"{STAGE_SHELL} {{rule}} {{params.args}} --threads {{threads}}"
