@@ -322,7 +322,10 @@ class Catalog:
                                  f"(sweeps with results: {', '.join(known) or 'none'})")
             raise QueryError(f"no result tables under {self.root} yet")
 
-    def connect(self, limits: QueryLimits = QueryLimits()) -> duckdb.DuckDBPyConnection:
+    def connect(self, limits: QueryLimits = QueryLimits(), tables=TABLES) -> duckdb.DuckDBPyConnection:
+        """A read-only connection with the view of each of `tables` (every table by default) and `membership`.
+        Creating a view binds it (opens the first file of each part), so a query makes only the views it reads
+        (`tables_read`)."""
         self.check_available()
         con = duckdb.connect(":memory:")
         try:  # no spilling to disk: the catalog writes nothing (past the bound a query stops, saying so)
@@ -335,7 +338,7 @@ class Catalog:
         self.file_system = ReadOnlyFiles({**readable, **{str(p): None for p in self.member_files}})
         con.register_filesystem(self.file_system)
         self._create_membership(con)
-        for table in TABLES:
+        for table in tables:
             self._create_view(con, table, table_schema(table))
         # this order: disabling the file system first would refuse the next SET; the lock makes all of it final
         con.execute(f"SET allowed_directories = [{sql_str(f'{PROTOCOL}://{self.root}/')}]")
@@ -387,13 +390,15 @@ class Catalog:
         return self.queries({"": sql}, limits)[""]
 
     def queries(self, sqls: Mapping[str, str], limits: QueryLimits = QueryLimits()) -> dict[str, pa.Table]:
-        """Several queries by name, over one connection: each connection binds every view again (~0.1 s), a report's
-        dozen queries paid that a dozen times. Each query has the time bound of its own."""
+        """Several queries by name, over one connection: each connection binds the views its queries read again
+        (~0.1 s for all of them), a report's dozen queries paid that a dozen times. Each query has the time bound of
+        its own."""
         parsed = {name: _read_only_statements(sql) for name, sql in sqls.items()}
+        tables = tables_read([s for statements in parsed.values() for s in statements])
         for attempt in (1, 2):
             con = None
             try:
-                con = self.connect(limits)  # (binding the views opens the first file of each)
+                con = self.connect(limits, tables)  # (binding the views opens the first file of each)
                 return {name: _bounded(con, statements, limits) for name, statements in parsed.items()}
             except duckdb.Error as e:
                 if attempt == 1 and self.file_system.vanished:  # packed and removed since the listing: list again
@@ -507,6 +512,28 @@ def _message(e: duckdb.Error) -> str:
     if isinstance(e, duckdb.OutOfMemoryException):  # (DuckDB's advice that follows is about its own settings)
         return f"{text.splitlines()[0]} (the query's memory bound; `rlsweep query --memory SIZE` raises it)"
     return text
+
+
+# what a statement that reads the catalog itself names (the views it lists are every table's only when all are made)
+_CATALOG_READS = ("duckdb_", "information_schema", "pg_catalog", "sqlite_master", "show", "describe", "summarize",
+                  "pragma")
+
+
+def tables_read(statements: list) -> tuple[str, ...]:
+    """The result tables whose views these statements read, in TABLES' order: the tables they name, or every table
+    for a statement that names none of them, or reads the catalog's own listings (SHOW TABLES, duckdb_views(),
+    ...), or that DuckDB cannot list the tables of (its error then comes from running it)."""
+    named: set[str] = set()
+    for s in statements:
+        text = s.query.lower()
+        try:
+            found = duckdb.get_table_names(s.query)
+        except duckdb.Error:
+            return TABLES
+        if any(word in text for word in _CATALOG_READS) or not found & {*TABLES, "membership"}:
+            return TABLES
+        named |= found
+    return tuple(t for t in TABLES if t in named)
 
 
 def _read_only_statements(sql: str) -> list:

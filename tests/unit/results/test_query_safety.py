@@ -114,3 +114,25 @@ def test_many_row_groups_read_by_several_threads_give_the_files_rows(tmp_path):
     assert got.to_pylist() == sorted(({"run_id": r["run_id"], "n": r["run_id_count"], "l": r["response_len_sum"],
                                        "chars": r["chars_sum"]} for r in expected.to_pylist()),
                                      key=lambda r: r["run_id"])
+
+
+def test_a_query_binds_the_views_it_reads_and_a_listing_still_sees_every_table(results):
+    """A connection makes only the views its statements name (binding a view opens files), yet nothing a user
+    can see changes: the rows are the same, and a query that lists the catalog's tables sees all of them."""
+    from duckdb import extract_statements
+
+    from workflow.results.catalog import tables_read
+    from workflow.results.schemas import TABLES
+
+    def read(sql):
+        return tables_read(extract_statements(sql))
+
+    assert read("WITH f AS (SELECT * FROM eval_scores) SELECT * FROM f JOIN runs r ON r.run_id = f.run_id") == \
+        ("runs", "eval_scores")
+    assert read("SELECT count(*) FROM train_steps; SELECT * FROM eval_grades") == ("train_steps", "eval_grades")
+    for everything in ("SELECT 1", "SELECT * FROM information_schema.tables", "SELECT * FROM duckdb_views()",
+                       "SELECT * FROM runs JOIN eval_scores USING (run_id)"):  # (DuckDB cannot list a USING join's)
+        assert read(everything) == TABLES, everything
+    assert query("SELECT sum(step) AS s FROM train_steps", results).column("s").to_pylist() == [3]
+    listed = query("SELECT table_name FROM information_schema.tables", results).column("table_name").to_pylist()
+    assert {*TABLES, "membership"} <= set(listed)
