@@ -3,7 +3,9 @@
 not the backward passes, the gradient clipping or the optimizer, which GRPO's step has too), at a real model's
 tensor list. On a GPU each op is at least one kernel
 launch, and a step there is launch-bound (docs/gpu-check.md: GXPO 1.29-1.39x GRPO per pass on an H200): this count is
-what issue 64's bucketing of small tensors cuts, measured without a GPU.
+what issue 64 cuts (small tensors packed into shared chunks; then each chunk's work done by foreach ops over its pieces,
+so a chunk's op count no longer depends on how many tensors it holds and a GPU's chunks could grow to 16M elements),
+measured without a GPU.
 
     python bench/gxpo_ops.py [--shape qwen2-0.5b] [--chunk gpu|cpu] [--dtype bfloat16]
     PYTHONPATH=<another checkout> python bench/gxpo_ops.py     # the same count for that checkout's GXPO

@@ -21,9 +21,13 @@ except ImportError:  # pragma: no cover
 # extra peak memory stays at the documented number of parameter copies.
 CHUNK = 1 << 18
 # On a GPU each op on a chunk costs a kernel launch and its dispatch (~10 us of CPU): cache-sized chunks of a 0.5B
-# model made GXPO's step ~68k launches, 3x a GRPO pass on an H200 (bench/update_rules.py --device cuda). Bigger chunks
-# there: 4 workspaces of 16 MiB.
-GPU_CHUNK = 1 << 22
+# model made GXPO's step ~68k launches, 3x a GRPO pass on an H200 (bench/update_rules.py --device cuda), and 4M-element
+# ones still ~4.2k ops (bench/gxpo_ops.py). Chunks of 16M elements there: Qwen2-0.5B's 494M parameters make 33 chunks
+# (~700 ops a step). GXPO's temporaries, three chunk-sized workspaces and the float64 copy that summing a chunk in
+# float64 makes (3 x 64 + 128 MiB for fp32 weights, ~0.17x that model's parameter bytes), live only while it
+# extrapolates, between backward passes, with the passes' activations freed; 32M elements would halve the ops again
+# for twice the temporaries (unmeasured on a GPU: the memory goal is 2x parameter bytes).
+GPU_CHUNK = 1 << 24
 
 
 def chunk_size(device: torch.device) -> int:

@@ -59,14 +59,29 @@ class Chunk:
     sample: Tensor | None  # several pieces: the chunk positions of their sampled coordinates (on the device)
 
     def slices(self, flat: list[Tensor]) -> list[Tensor]:
-        """The chunk's pieces of tensors given as their flat views, in order."""
-        return [flat[i][lo:hi] for i, lo, hi in self.pieces]
+        """The chunk's pieces of tensors given as their flat views, in order (a whole tensor as itself: a view
+        costs the host a dispatch, and a GPU step waits on the host)."""
+        return [flat[i] if lo == 0 and hi == flat[i].numel() else flat[i][lo:hi] for i, lo, hi in self.pieces]
+
+    @property
+    def sizes(self) -> list[int]:
+        return [hi - lo for _, lo, hi in self.pieces]
+
+    def runs(self, flat: Tensor | None, tensors: list[Tensor]) -> tuple[Tensor | None, list[Tensor]]:
+        """A snapshot's part of the chunk: as one contiguous run where it has one (a chunk of one piece, or a
+        snapshot in one flat buffer; None otherwise), and as the chunk's pieces (what a foreach op pairs with the
+        pieces of the parameters)."""
+        if flat is not None:
+            run = flat[self.offset:self.offset + self.size]
+            return run, (list(run.split(self.sizes)) if len(self.pieces) > 1 else [run])
+        pieces = self.slices(tensors)
+        return (pieces[0] if len(pieces) == 1 else None), pieces
 
 
 def chunk_plan(sizes: list[int], chunk: int, packed: bool, device: torch.device) -> tuple[Chunk, ...]:
     """Chunks of at most `chunk` elements over tensors of `sizes`: a tensor of a chunk or more is worked in chunks
-    of its own; the rest (small tensors, the tails of big ones) are packed together when `packed` (their copies lie
-    in flat snapshots), each alone otherwise. Each tensor's sampled coordinates (every max(1, n // 256)-th, for the
+    of its own; the rest (small tensors, the tails of big ones) are packed together when `packed` (all of one dtype
+    and device), each alone otherwise. Each tensor's sampled coordinates (every max(1, n // 256)-th, for the
     ratio quantiles) are the same whatever the packing."""
     strides = [max(1, n // 256) for n in sizes]
     out: list[Chunk] = []
@@ -148,9 +163,9 @@ class GXPO(MultiPassRule):
         self.clamp_max = default[1] if clamp_max is None else clamp_max
         if gate_here:
             self.gate = ZGate(window, tau, warmup=warmup, inclusive=False)  # the paper's gate is z > tau
-        self._plan_key: tuple | None = None  # the tensors' sizes, device and packing the chunks below are for
+        self._plan_key: tuple | None = None  # the tensors' sizes, dtypes, device and packing the chunks are for
         self._chunks: tuple[Chunk, ...] = ()
-        self._workspaces: dict[tuple, list[Tensor]] = {}  # per (dtype, device): six chunk-sized buffers and a 1
+        self._workspaces: dict[tuple, list[Tensor]] = {}  # per (dtype, device): three chunk-sized buffers and a 1
 
     def moves(self) -> bool:
         return self.alpha != 0.0
@@ -170,7 +185,7 @@ class GXPO(MultiPassRule):
         loss = float(closure().detach())  # probe 1 at theta0
         active = with_grad(params)
         with torch.no_grad():
-            # copied before in-place clipping; flat, so that small tensors' work runs together (chunk_plan)
+            # copied before in-place clipping; flat, so that a chunk of several tensors finds them in one run
             g0 = self.snapshot("g0", [local(p.grad).detach() for p in active], flat=True)
             theta0 = self.snapshot("theta0", [local(p).detach() for p in active], flat=True)
         norm0, _ = clip_and_step(params, optimizer, self.max_grad_norm, group)
@@ -197,23 +212,24 @@ class GXPO(MultiPassRule):
                          diagnostics=diag)
 
     def _plan(self, tensors: list[Tensor]) -> tuple[Chunk, ...]:
-        """The chunks of this step's tensors (kept while their sizes and device stay; packed when g0 and theta0 lie
-        in flat snapshots, and d0 too for the displacement ratio)."""
-        packed = self.flat_buffer("g0") is not None and self.flat_buffer("theta0") is not None and (
-            self.ratio_source != "displacement" or self.flat_buffer("d0") is not None)
+        """The chunks of this step's tensors (kept while their sizes, dtypes and device stay). Tensors share chunks
+        when they all have one dtype and device: a chunk's work runs as foreach ops over its pieces and in
+        workspaces of one dtype, which need that."""
         dev = tensors[0].device if tensors else torch.device("cpu")
-        key = (tuple(t.numel() for t in tensors), dev, packed)
+        packed = len({(t.dtype, t.device) for t in tensors}) <= 1
+        key = (tuple((t.numel(), t.dtype) for t in tensors), dev, packed)
         if self._plan_key != key:
-            self._plan_key, self._chunks = key, chunk_plan(list(key[0]), chunk_size(dev), packed, dev)
+            self._plan_key, self._chunks = key, chunk_plan([t.numel() for t in tensors], chunk_size(dev), packed,
+                                                           dev)
         return self._chunks
 
     def _work(self, like: Tensor, n: int) -> list[Tensor]:
-        """Six workspaces of `n` elements (the plan's largest chunk) of `like`'s dtype and device, kept between
+        """Three workspaces of `n` elements (the plan's largest chunk) of `like`'s dtype and device, kept between
         steps, and a 0-dim one."""
         key = (like.dtype, like.device)
         work = self._workspaces.get(key)
         if work is None or work[0].numel() < n:
-            work = [torch.empty(n, dtype=like.dtype, device=like.device) for _ in range(6)]
+            work = [torch.empty(n, dtype=like.dtype, device=like.device) for _ in range(3)]
             work.append(torch.ones((), dtype=like.dtype, device=like.device))
             self._workspaces[key] = work
         return work
@@ -223,106 +239,124 @@ class GXPO(MultiPassRule):
         self._workspaces = {}
 
     def _done_with_work(self, dev: torch.device) -> None:
-        """Off the CPU, let the workspaces go after each use: kept, their six chunks (6 x 16 MiB at a GPU's 4M
-        elements) stayed allocated through the next forward and backward pass and added ~0.05x Qwen2-0.5B's
-        parameter bytes to the step's peak (2.05x on an H200, goal 2). The CUDA caching allocator hands the same
-        blocks back at the next use without a device allocation. On the CPU they are kept: fresh memory there costs
-        a page fault per page at every first touch."""
+        """Off the CPU, let the workspaces go after each use: kept, they stayed allocated through the next forward
+        and backward pass and added to the step's peak (six chunks of 16 MiB, before chunks were worked as lists of
+        pieces, added ~0.05x Qwen2-0.5B's parameter bytes: 2.05x on an H200, goal 2). The CUDA caching allocator
+        hands the same blocks back at the next use without a device allocation. On the CPU they are kept: fresh
+        memory there costs a page fault per page at every first touch."""
         if dev.type != "cpu":
             self._workspaces = {k: w for k, w in self._workspaces.items() if k[1] != dev}
 
     def _dot_g0(self, grads: list[Tensor], g0: list[Tensor]) -> Tensor:
-        """<g0, grads> accumulated in float64 on the device, chunk by chunk as the extrapolation went."""
-        total = torch.zeros((), dtype=torch.float64, device=grads[0].device if grads else "cpu")
+        """<g0, grads> in float64 on the device: a dot per chunk, summed once at the end."""
+        dev = grads[0].device if grads else torch.device("cpu")
         flat = self.flat_buffer("g0")
         plan = self._plan(grads)
         largest = max((c.size for c in plan), default=0)
-        grads, g0 = [t.view(-1) for t in grads], [t.view(-1) for t in g0]
+        grads = [t.view(-1) for t in grads]
+        g0 = [t.view(-1) for t in g0] if flat is None else g0  # (a chunk takes the flat buffer's run otherwise)
+        dots = []
         for c in plan:
-            if len(c.pieces) == 1:
-                i, lo, hi = c.pieces[0]
-                total += torch.dot(g0[i][lo:hi], grads[i][lo:hi]).double()
+            pieces = c.slices(grads)
+            run0, pieces0 = c.runs(flat, g0)
+            if len(pieces) > 1:  # several tensors: gathered into workspaces (g0 already lies in one run when flat)
+                work = self._work(pieces[0], largest)
+                run = torch.cat(pieces, out=work[0][:c.size])
+                if run0 is None:
+                    run0 = torch.cat(pieces0, out=work[1][:c.size])
             else:
-                gathered = torch.cat(c.slices(grads), out=self._work(grads[c.pieces[0][0]], largest)[0][:c.size])
-                total += torch.dot(flat[c.offset:c.offset + c.size], gathered).double()
-        self._done_with_work(total.device)
-        return total
+                run = pieces[0]
+            dots.append(torch.dot(run0, run))
+        self._done_with_work(dev)
+        return (torch.stack(dots).sum(dtype=torch.float64) if dots
+                else torch.zeros((), dtype=torch.float64, device=dev))
 
     def _extrapolate(self, theta: list[Tensor], g1: list[Tensor], g0: list[Tensor], theta0: list[Tensor],
                      d0: list[Tensor] | None, coef1: float, group) -> dict[str, float]:
         """Reposition `theta` (holding theta2) in place to theta0 + alpha * s * (theta2 - theta0); return the
-        diagnostics. `g1` holds the clipped second gradient (clip coefficient coef1).
+        diagnostics. `g1` holds the clipped second gradient (clip coefficient coef1). theta0's buffers are
+        overwritten (the snapshot is taken afresh each step).
 
-        Works chunk by chunk over the tensors taken as one flat run (`chunk_plan`) and repositions each chunk while
-        its s is still in cache: s is never written to memory, so the extrapolation reads theta2, theta0, g0 and g1
-        once and writes theta once. A chunk inside one tensor works on views of it; a chunk of several tensors (the
-        small ones: norms, biases, tails) gathers theta2 and g1 into workspaces and scatters the new theta back, so
-        the number of ops per step follows the parameter count, not the tensor count (a GPU step is launch-bound)."""
+        Works chunk by chunk over the tensors taken as one flat run (`chunk_plan`): per chunk, the ratio r and the
+        scale s in three chunk-sized workspaces, and the reposition. The ops that meet the tensors themselves are
+        foreach ops over the chunk's pieces (or one torch.cat gathering them), the rest run on the workspaces whole,
+        so a chunk costs the same ~20 ops whether it holds one tensor's part or a hundred small tensors: the ops per
+        step follow the chunk count, i.e. the parameter count over the chunk size, not the tensor count (a GPU step
+        is launch-bound; a GPU's chunks are large: `sharded.GPU_CHUNK`)."""
         # Everything below stays on the parameters' device: the sums accumulate there (no host sync per chunk) and
         # the quantile sample is masked once at the end, so a GPU step waits for the host only for its diagnostics.
         dev = theta[0].device if theta else torch.device("cpu")
-        s_sum = torch.zeros((), dtype=torch.float64, device=dev)
-        active_count = torch.zeros((), dtype=torch.float64, device=dev)
         total = sum(t.numel() for t in theta)
         samples: list[Tensor] = []
-        sampled_active: list[Tensor] = []
+        sampled_act: list[Tensor] = []  # act at the sampled coordinates (1 active, 0 not)
+        scale_sums: list[Tensor] = []  # per chunk, float64: the sum of s
+        active_counts: list[Tensor] = []  # per chunk, float64: the coordinates on the active set
         flat_g0, flat_t0 = self.flat_buffer("g0"), self.flat_buffer("theta0")
         flat_d0 = self.flat_buffer("d0") if d0 is not None else None
-        # each tensor's flat view once (a chunk takes a slice of it)
-        theta, g1, g0, theta0 = ([t.view(-1) for t in ts] for ts in (theta, g1, g0, theta0))
-        d0 = [t.view(-1) for t in d0] if d0 is not None else None
+        # each tensor's flat view once (a chunk takes a slice of it; of a flat snapshot, a chunk takes its run)
+        theta, g1 = [t.view(-1) for t in theta], [t.view(-1) for t in g1]
+        g0, theta0, d0 = ([t.view(-1) for t in ts] if ts is not None and flat is None else ts
+                          for ts, flat in ((g0, flat_g0), (theta0, flat_t0), (d0, flat_d0)))
         plan = self._plan(theta)
         largest = max((c.size for c in plan), default=0)
         for c in plan:
-            n = c.size
+            n, several = c.size, len(c.pieces) > 1
             *work, one = self._work(theta[c.pieces[0][0]], largest)
-            act, r, q, s, th_ws, b_ws = (w[:n] for w in work)
-            if len(c.pieces) == 1:  # inside one tensor: views
-                i, lo, hi = c.pieces[0]
-                th, b, a, t0 = theta[i][lo:hi], g1[i][lo:hi], g0[i][lo:hi], theta0[i][lo:hi]
-                dd = d0[i][lo:hi] if d0 is not None else None
-            else:  # several tensors: gathered (g0, theta0 and d0 are contiguous in their flat snapshots)
-                th, b = torch.cat(c.slices(theta), out=th_ws), torch.cat(c.slices(g1), out=b_ws)
-                a, t0 = flat_g0[c.offset:c.offset + n], flat_t0[c.offset:c.offset + n]
-                dd = flat_d0[c.offset:c.offset + n] if d0 is not None else None
-            if dd is None:  # r = g1 / g0 on |g0| > eps; g1 unclipped = clipped g1 / clip coefficient
-                den, num = a, b
+            act, r, s = (w[:n] for w in work)
+            th, b = c.slices(theta), c.slices(g1)
+            _, t0 = c.runs(flat_t0, theta0)
+            den_run, den = c.runs(flat_g0, g0) if d0 is None else c.runs(flat_d0, d0)
+            # the workspaces cut as the pieces are, for the foreach ops that pair them with the pieces
+            r_pieces, s_pieces = ([r], [s]) if not several else (list(r.split(c.sizes)), list(s.split(c.sizes)))
+            if d0 is None:  # r = g1 / g0 on |g0| > eps; g1 unclipped = clipped g1 / clip coefficient
+                num = torch.cat(b, out=r) if several else b[0]
             else:  # r = (theta2 - theta1) / (theta1 - theta0), with theta1 - theta0 = d0
-                den = dd
-                num = torch.sub(th, t0, out=q).sub_(den)
+                if several:
+                    torch.cat(th, out=r)
+                    torch._foreach_sub_(r_pieces, t0)
+                else:
+                    torch.sub(th[0], t0[0], out=r)
+                torch._foreach_sub_(r_pieces, den)
+                num = r
             # Off the active set r = 0, which gives s = 1 exactly (keep the observed displacement). Float masks, not
             # boolean ones: on CPU, comparisons into bool tensors and masked_fill are several times slower than
             # arithmetic. (1 - act) + den is den itself, exactly, on the active set, and never 0 off it.
-            torch.abs(den, out=act).gt_(self.eps)
-            torch.mul(num, act, out=r).div_(torch.sub(one, act, out=s).add_(den))
-            if dd is None and coef1 != 1.0:
+            torch.abs(den_run if den_run is not None else torch.cat(den, out=act), out=act).gt_(self.eps)
+            torch.sub(one, act, out=s)
+            torch._foreach_add_(s_pieces, den)
+            torch.mul(num, act, out=r).div_(s)
+            if d0 is None and coef1 != 1.0:
                 r.mul_(1.0 / coef1)
             if self.clamp == "r":
                 r.clamp_(self.clamp_min, self.clamp_max)
-            # a few hundred ratios per tensor for the quantile diagnostics (copied: r is scratch below)
+            # a few hundred ratios per tensor for the quantile diagnostics (copied: r and act are scratch below)
             if c.sample is None:
                 first, stride = c.sample_slice
                 samples.append(r[first::stride].clone())
-                sampled_active.append(act[first::stride] > 0)
+                sampled_act.append(act[first::stride].clone())
             else:
                 samples.append(r.index_select(0, c.sample))
-                sampled_active.append(act.index_select(0, c.sample) > 0)
-            active_count += act.sum(dtype=torch.float64)
-            s = geometric_scale(r, self.K, out=s, q=q, one=one)
+                sampled_act.append(act.index_select(0, c.sample))
+            active_counts.append(act.sum(dtype=torch.float64))
+            s = geometric_scale(r, self.K, out=s, q=act, one=one)  # act is free: its count and sample are taken
             if self.clamp == "s":
                 s.clamp_(self.clamp_min, self.clamp_max)
             elif self.clamp == "none":
                 torch.nan_to_num_(s, nan=1.0, posinf=1.0, neginf=1.0)
-            s_sum += s.sum(dtype=torch.float64)
-            # theta <- theta0 + alpha * s * (theta2 - theta0) = lerp(theta0, theta2, alpha * s), while s is in cache
-            torch.lerp(t0, th, s.mul_(self.alpha), out=th)
-            if len(c.pieces) > 1:  # back into the tensors: one kernel for all of them
-                torch._foreach_copy_(c.slices(theta),
-                                     list(th.split([hi - lo for _, lo, hi in c.pieces])))
+            scale_sums.append(s.sum(dtype=torch.float64))
+            # theta <- theta0 + alpha * s * (theta2 - theta0) = lerp(theta0, theta2, alpha * s)
+            s.mul_(self.alpha)
+            if several:  # into theta0's pieces, then copied into the tensors (a foreach op has no out=)
+                torch._foreach_lerp_(t0, th, s_pieces)
+                torch._foreach_copy_(th, t0)
+            else:
+                torch.lerp(t0[0], th[0], s, out=th[0])
         self._done_with_work(dev)
-        sums = all_reduce_sum(torch.stack([s_sum, active_count,
-                                           torch.tensor(float(total), dtype=torch.float64, device=dev)]), group)
-        sample = (torch.cat(samples)[torch.cat(sampled_active)] if samples
+        per_chunk = (torch.stack(scale_sums + active_counts).view(2, -1) if plan
+                     else torch.zeros(2, 1, dtype=torch.float64, device=dev))
+        sums = all_reduce_sum(torch.cat([per_chunk.sum(1),
+                                         torch.tensor([float(total)], dtype=torch.float64, device=dev)]), group)
+        sample = (torch.cat(samples)[torch.cat(sampled_act) > 0] if samples
                   else torch.zeros(0, dtype=torch.float64, device=dev))
         if sample.numel() > QUANTILE_SAMPLE:
             sample = sample[torch.linspace(0, sample.numel() - 1, QUANTILE_SAMPLE, device=sample.device).long()]
@@ -336,5 +370,3 @@ class GXPO(MultiPassRule):
              if sample.numel() else [math.nan] * 3)
         return {"gxpo_ratio_p10": q[0], "gxpo_ratio_p50": q[1], "gxpo_ratio_p90": q[2],
                 "gxpo_scale_mean": float(sums[0] / sums[2]), "gxpo_inactive_frac": float(1.0 - sums[1] / sums[2])}
-
-
