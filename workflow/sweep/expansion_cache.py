@@ -96,8 +96,8 @@ def _private(path: Path) -> bool:
 def load(spec: SweepSpec) -> list | None:
     """The runs of an earlier expansion of this spec with this code, these packages and plug-ins; None: expand it
     (nothing kept, unreadable, not private, or a file the runs name is missing now)."""
-    path = _path(spec)
     try:
+        path = _path(spec)  # (a plug-in's file gone while its fingerprint is taken: a miss, like any other failure)
         if path is None or not path.is_file() or not _private(path):
             return None
         with path.open("rb") as f:
@@ -115,12 +115,12 @@ def load(spec: SweepSpec) -> list | None:
 def save(spec: SweepSpec, runs: list) -> None:
     """Keep a successful expansion (atomically: a reader sees the whole file or none). Never fails a sweep: a cache
     that cannot be written costs the next read the expansion."""
-    path = _path(spec)
-    if path is None:
-        return
-    files = sorted({p for r in runs for p in r.config.named_files().values()})
     tmp = None
     try:
+        path = _path(spec)
+        if path is None:
+            return
+        files = sorted({p for r in runs for p in r.config.named_files().values()})
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
@@ -128,7 +128,7 @@ def save(spec: SweepSpec, runs: list) -> None:
         os.replace(tmp, path)
         tmp = None
         _prune(path.parent)
-    except (OSError, pickle.PicklingError):
+    except (OSError, ValueError, pickle.PicklingError):  # (ValueError: find_spec of a broken plug-in's name)
         pass
     finally:
         if tmp is not None:
