@@ -115,6 +115,16 @@ def test_gxpo_step_equals_the_per_tensor_reference(K, ratio_source, clamp, chunk
         assert diag[k] == pytest.approx(want, rel=tolerance, abs=tolerance), k
 
 
+@pytest.mark.parametrize("K", [3, 5])
+def test_gxpo_clamping_ratios_in_bfloat16_keeps_an_odd_ks_weights_finite(K):
+    """clamp r's default floor, -1 + 1e-3, is -1 in bfloat16, where an odd K's scale 1/(1 + r) is infinite."""
+    params = _params([torch.bfloat16])
+    rule = GXPO(K=K, alpha=0.7, ratio_source="grad", clamp="r", max_grad_norm=3.0)
+    points, _, _, diag = _recorded_step(rule, params)
+    assert diag["gxpo_ratio_p10"] < -0.5  # the step's ratios reach towards -1
+    assert all(torch.isfinite(p).all() for p in points[2]) and all(math.isfinite(v) for v in diag.values())
+
+
 class LargestAllocation(TorchDispatchMode):
     """The largest tensor an op made while active (not a view, not an op's output into its own or given memory)."""
 

@@ -32,7 +32,9 @@ class GXPOConfig(MethodSettings):
         "What the geometric ratio r is estimated from: the probes' gradients or their parameter displacements."))
     clamp: Literal["s", "r", "none"] = Field("s", description=(
         "What is clamped: the extrapolation factor s, the ratio r, or nothing."))
-    clamp_min: float | None = Field(None, description="Lower clamp bound; null: s in [0, K], r in [-0.999, 1].")
+    clamp_min: float | None = Field(None, description=(
+        "Lower clamp bound; null: s in [0, K], r in [-0.999, 1] (r in bfloat16: [-1 + 2^-7, 1], as -0.999 is -1 "
+        "there)."))
     clamp_max: float | None = Field(None, description=(
         "Upper clamp bound; null: the default of `clamp` (see clamp_min)."))
 

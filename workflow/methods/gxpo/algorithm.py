@@ -223,6 +223,14 @@ class GXPO(MultiPassRule):
                                                            dev)
         return self._chunks
 
+    def _ratio_floor(self, dtype: torch.dtype) -> float:
+        """clamp_min for ratios held in `dtype`, above -1 in that dtype: at r = -1 and an odd K the scale is
+        1/(1 + r) = inf and the weights NaN, and the default -1 + 1e-3 rounds to -1 in bfloat16 (then the next
+        value above -1 that a bfloat16 holds, -1 + 2^-7). A bound set at -1 or below is the user's."""
+        if self.clamp_min != -1.0 + 1e-3 or float(torch.tensor(self.clamp_min, dtype=dtype)) > -1.0:
+            return self.clamp_min
+        return -1.0 + torch.finfo(dtype).eps
+
     def _work(self, like: Tensor, n: int) -> list[Tensor]:
         """Three workspaces of `n` elements (the plan's largest chunk) of `like`'s dtype and device, kept between
         steps, and a 0-dim one."""
@@ -328,7 +336,7 @@ class GXPO(MultiPassRule):
             if d0 is None and coef1 != 1.0:
                 r.mul_(1.0 / coef1)
             if self.clamp == "r":
-                r.clamp_(self.clamp_min, self.clamp_max)
+                r.clamp_(self._ratio_floor(r.dtype), self.clamp_max)
             # a few hundred ratios per tensor for the quantile diagnostics (copied: r and act are scratch below)
             if c.sample is None:
                 first, stride = c.sample_slice
