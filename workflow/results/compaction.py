@@ -27,7 +27,7 @@ from typing import Iterator
 
 import duckdb
 
-from workflow.atomic import replacing
+from workflow.atomic import discard, parse_temporary, replacing, temporary_sibling
 from workflow.errors import UserError
 from workflow.layout import DONE, is_pack, pack_file, pack_seq, parse_table_file, store_dir, table_dir, table_file_key
 from workflow.results.catalog import sql_str, table_files
@@ -36,6 +36,11 @@ from workflow.results.packs import SOURCE, TableLayout, fingerprint, pack_metada
 from workflow.results.schemas import TABLES
 from workflow.runlock import LOCK_NAME
 
+# small files read by one DuckDB statement: with union_by_name DuckDB keeps a reader of every file listed until the
+# statement ends (~150 KB each) and binds them in time growing with the square of their number (10,000 files 10 s,
+# 20,000 files 40 s; a 10,000-run sweep's 200,000 eval files took 23 GB and were killed for memory). More files are
+# packed in parts of this many, each written to a temporary file, then merged.
+BATCH = 4096
 AUTO_FILES = 256  # the aggregate stage compacts the tables with at least this many small files (fewer: a query is fast)
 MAX_PACKS = 4  # a table with this many live packs has them merged into its next one
 LOCK = ".compact.lock"
@@ -183,21 +188,36 @@ def _write_pack(tmp: Path, table: str, files: list[Path], packs: list[Path], lay
     def listed(paths) -> str:
         return ", ".join(sql_str(str(p)) for p in paths)
 
-    parts = []
-    if files:
-        parts.append(f"SELECT * EXCLUDE (rlsweep_path), parse_filename(rlsweep_path, true) AS {SOURCE} "
-                     f"FROM read_parquet([{listed(files)}], union_by_name = true, filename = 'rlsweep_path')")
-    for pack in packs:
-        hidden = layout.hidden[pack]
-        parts.append(f"SELECT * FROM read_parquet([{listed([pack])}])"
-                     + (f" WHERE {SOURCE} NOT IN ({', '.join(map(sql_str, sorted(hidden)))})" if hidden else ""))
+    def rows_of(some: list[Path]) -> str:  # each row with the stem of the file it comes from
+        return (f"SELECT * EXCLUDE (rlsweep_path), parse_filename(rlsweep_path, true) AS {SOURCE} "
+                f"FROM read_parquet([{listed(some)}], union_by_name = true, filename = 'rlsweep_path')")
+
     meta = ", ".join(f"{sql_str(k.decode())}: {sql_str(v)}" for k, v in pack_metadata(table, sources, replaces).items())
+    # the parts of many files: a temporary beside the pack's (the same file system), removed however this ends
+    batches = temporary_sibling(tmp.parent / f"{parse_temporary(tmp)[0]}.parts") if len(files) > BATCH else None
     con = duckdb.connect(":memory:")
     try:
+        parts = []
+        if batches is not None:
+            discard(batches)
+            batches.mkdir()
+            written = []
+            for i in range(0, len(files), BATCH):
+                written.append(batches / f"{i // BATCH:06d}.parquet")
+                con.execute(f"COPY ({rows_of(files[i:i + BATCH])}) TO {sql_str(str(written[-1]))} (FORMAT parquet)")
+            parts.append(f"SELECT * FROM read_parquet([{listed(written)}], union_by_name = true)")
+        elif files:
+            parts.append(rows_of(files))
+        for pack in packs:
+            hidden = layout.hidden[pack]
+            parts.append(f"SELECT * FROM read_parquet([{listed([pack])}])"
+                         + (f" WHERE {SOURCE} NOT IN ({', '.join(map(sql_str, sorted(hidden)))})" if hidden else ""))
         n = con.execute(f"COPY ({' UNION ALL BY NAME '.join(parts)}) TO {sql_str(str(tmp))} (FORMAT parquet, "
                         f"COMPRESSION zstd, KV_METADATA {{{meta}}})").fetchone()[0]
     finally:
         con.close()
+        if batches is not None:
+            discard(batches)
     with open(tmp, "rb") as f:
         os.fsync(f.fileno())
     return int(n)

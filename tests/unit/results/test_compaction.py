@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pyarrow.parquet as pq
 import pytest
@@ -94,6 +95,43 @@ def test_compaction_packs_finished_stages_and_every_query_gives_the_same_rows(sw
     # a second round with nothing new to pack changes nothing
     again = compact(sweep)
     assert sum(c.packed for c in again) == 0 and counts(sweep) == before
+
+
+def test_many_files_are_packed_in_parts_with_every_row_once_and_nothing_left_beside(sweep, monkeypatch):
+    """More small files than one DuckDB statement reads (BATCH) go through temporary parts, whose columns differ (an
+    eval stage's runs rows lack the RL hyperparameters): the same rows, each with its source, and no part left."""
+    monkeypatch.setattr(compaction, "BATCH", 2)
+    before = counts(sweep)
+    sources = query("SELECT run_id, stage, count(*) AS n FROM runs GROUP BY ALL ORDER BY ALL", sweep, SWEEP)
+    done = {c.table: c for c in compact(sweep)}
+    assert done["train_steps"].packed == 6 and done["runs"].packed == 9  # several parts each
+    assert counts(sweep) == before
+    assert query("SELECT run_id, stage, count(*) AS n FROM runs GROUP BY ALL ORDER BY ALL", sweep, SWEEP) == sources
+    for table in ("runs", "train_steps", "eval_scores", "eval_samples"):
+        assert not [p.name for p in table_dir(sweep, table).iterdir() if p.name.startswith(".")]
+    write_run(sweep, 3)  # and a crash while the parts are written leaves neither a pack nor a part
+    record(sweep, SWEEP, [Member("rl", f"{0xd3:012x}"), Member("eval", f"{0xe3:012x}")])
+    real = compaction.duckdb.connect
+
+    class FailsOnTheSecondCopy:  # compaction's connection: its second COPY is a part's
+        def __init__(self, *args):
+            self.con, self.copies = real(*args), 0
+
+        def execute(self, sql):
+            self.copies += sql.startswith("COPY")
+            if self.copies == 2:
+                raise OSError("disk full")
+            return self.con.execute(sql)
+
+        def close(self):
+            self.con.close()
+
+    before, listed = counts(sweep), {t: files(sweep, t) for t in ("runs", "train_steps", "eval_scores", "eval_samples")}
+    with monkeypatch.context() as m, pytest.raises(OSError, match="disk full"):
+        m.setattr(compaction, "duckdb", SimpleNamespace(connect=FailsOnTheSecondCopy))
+        compact(sweep)
+    assert counts(sweep) == before and {t: files(sweep, t) for t in listed} == listed
+    assert not [p for t in listed for p in table_dir(sweep, t).iterdir() if p.name.startswith(".")]
 
 
 def test_compaction_leaves_a_training_stages_files_alone(sweep):
