@@ -227,7 +227,7 @@ class GXPO(MultiPassRule):
         """clamp_min for ratios held in `dtype`, above -1 in that dtype: at r = -1 and an odd K the scale is
         1/(1 + r) = inf and the weights NaN, and the default -1 + 1e-3 rounds to -1 in bfloat16 (then the next
         value above -1 that a bfloat16 holds, -1 + 2^-7). A bound set at -1 or below is the user's."""
-        if self.clamp_min != -1.0 + 1e-3 or float(torch.tensor(self.clamp_min, dtype=dtype)) > -1.0:
+        if self.clamp_min != -1.0 + 1e-3 or float(torch.tensor(self.clamp_min, dtype=dtype, device="cpu")) > -1.0:
             return self.clamp_min
         return -1.0 + torch.finfo(dtype).eps
 
