@@ -119,6 +119,57 @@ def test_another_jobs_named_semaphores_and_open_segments_are_kept():
     assert name in remove_leaked_segments(before)  # its process gone, the segment it left is a leak
 
 
+# the vLLM CPU worker's end of a weight sync (compat/cpu.py): a bucket's segment closed at once when no view of it is
+# left, a view kept by a reference cycle collected first (and the worker's objects frozen once, so that the next
+# collections walk only what a step made), and a segment still viewed left mapped for its sender to unlink
+SYNC_END = textwrap.dedent("""
+    import gc, logging, sys
+    from multiprocessing import shared_memory
+    import torch
+    from workflow.engines.verl.compat import cpu
+    handler = logging.StreamHandler(sys.stdout)
+    cpu.log.addHandler(handler)
+    gc.disable()  # only the collections close() asks for
+    full = []
+    gc.callbacks.append(lambda phase, info: phase == "start" and info["generation"] == 2 and full.append(1))
+
+    def bucket():
+        shm = shared_memory.SharedMemory(create=True, size=64)
+        return shm, torch.frombuffer(shm.buf[:64], dtype=torch.uint8)
+
+    def close(shm):
+        before = len(full)
+        cpu.LenientSharedMemory(shm).close()
+        shm.unlink()
+        return len(full) - before
+
+    shm, buf = bucket()
+    weight = buf[8:16].view(torch.int64).clone()  # loaded: a copy
+    del buf
+    print("freed", close(shm), gc.get_freeze_count() > 0)
+    shm, buf = bucket()
+    cycle = [buf[8:16].view(torch.int64)]
+    cycle.append(cycle)
+    del buf, cycle
+    print("cycle", close(shm), gc.get_freeze_count() > 0)
+    shm, buf = bucket()
+    kept = buf[:8]
+    del buf
+    print("kept", close(shm), int(kept.fill_(7).sum()))  # still mapped: the view reads and writes
+""")
+
+
+def test_a_cpu_weight_sync_closes_its_bucket_collecting_only_when_a_cycle_holds_a_view():
+    pytest.importorskip("verl")
+    out = subprocess.run([sys.executable, "-c", SYNC_END], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = [line for line in out.stdout.splitlines() if line.startswith(("freed", "cycle", "kept", "rlsweep"))]
+    assert lines == ["freed 0 False",  # no collection at all: the common case
+                     "cycle 1 True",  # one, then closed; what lived then is frozen
+                     "rlsweep cpu: a shared-memory weight bucket is still referenced; left mapped",
+                     "kept 1 56"], out.stdout
+
+
 def test_a_cpu_runs_verl_processes_let_mkl_follow_their_openmp_threads(monkeypatch):
     """vLLM's CPU worker pins itself to one core and sets OMP_NUM_THREADS=1; Snakemake sets MKL_NUM_THREADS to the
     rule's threads, which MKL obeys first: two MKL threads on one core made rollouts ~40x slower. A CPU run's verl
@@ -155,8 +206,7 @@ def test_a_one_node_run_starts_its_own_ray_whatever_cluster_the_machine_last_sta
 def test_cpu_runs_translate_to_verls_cpu_settings_and_device_is_part_of_the_id():
     pytest.importorskip("verl")
     from workflow.engines.verl.job.compose import compose, validate
-    from workflow.engines.verl.contract import (CPU_MODULE, ROLLOUTS_MODULE, TRAINER_MODULE, VLLM_COMPAT_MODULE,
-                                                WORKER_MODULE)
+    from workflow.engines.verl.contract import CPU_MODULE, ROLLOUTS_MODULE, VLLM_COMPAT_MODULE
     from workflow.engines.verl.job.translate import translate, translate_sft
     base = {"engine": {"name": "verl", "verl": {"model_path": "m", "device": "cpu"}},
             "rl": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 32}}
@@ -169,8 +219,8 @@ def test_cpu_runs_translate_to_verls_cpu_settings_and_device_is_part_of_the_id()
     assert config.actor_rollout_ref.rollout.agent.default_agent_loop == "rlsweep_seeded"
     assert config.actor_rollout_ref.rollout.max_model_len == 1024 + 32 and config.ray_kwargs.ray_init.num_gpus == 1
     env = config.ray_kwargs.ray_init.runtime_env.env_vars
-    assert env["VERL_USE_EXTERNAL_MODULES"] == \
-        f"{CPU_MODULE},{VLLM_COMPAT_MODULE},{TRAINER_MODULE},{WORKER_MODULE},{ROLLOUTS_MODULE}"
+    # what every verl process imports: not our trainer nor our workers (Ray imports them where they run)
+    assert env["VERL_USE_EXTERNAL_MODULES"] == f"{CPU_MODULE},{VLLM_COMPAT_MODULE},{ROLLOUTS_MODULE}"
     # a method's own verl module joins them only when the run selects the method (Prefix-RFT's agent loop)
     prefix = compose(translate(RunConfig.model_validate({**base, "rl": {**base["rl"], "mix": "prefix_rft"},
                                                          "sft": {"enabled": False}})), set())

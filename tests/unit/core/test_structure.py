@@ -463,6 +463,13 @@ def test_modules_verl_loads_by_name_import_and_hold_what_is_named():
     trainer = importlib.import_module(contract.TRAINER_MODULE)
     from workflow.registry import load_object
     assert trainer.RlsweepTrainer and load_object(contract.WORKER_CLASS).actor_worker_cls.__name__ == "RuleTrainingWorker"
+    # the task runner the RL process hands verl is defined in the trainer's module, so that Ray imports it (and with
+    # it trainer_mode rlsweep) where the runner runs: not listed in VERL_USE_EXTERNAL_MODULES any more
+    from verl.trainer.main_ppo import TaskRunnerV1
+    from verl.trainer.ppo.v1 import get_trainer_cls
+    runner = trainer.TASK_RUNNER.__ray_actor_class__
+    assert runner.__module__ == contract.TRAINER_MODULE and issubclass(runner, TaskRunnerV1.__ray_actor_class__)
+    assert get_trainer_cls("rlsweep") is trainer.RlsweepTrainer
     assert contract.WORKER_CLASS.startswith(contract.WORKER_MODULE + ":")
     sft = importlib.import_module(contract.SFT_TRAINER_MODULE)
     assert callable(sft.main)
@@ -485,7 +492,7 @@ def test_modules_verl_loads_by_name_import_and_hold_what_is_named():
     out = translate.translate(RunConfig.model_validate({"engine": {"name": "verl", "verl": {"model_path": "m"}},
                                                         "sft": {"enabled": False}}))
     assert out["ray_kwargs.ray_init.runtime_env.env_vars"]["VERL_USE_EXTERNAL_MODULES"] == \
-        f"{contract.VLLM_COMPAT_MODULE},{contract.TRAINER_MODULE},{contract.WORKER_MODULE},{contract.ROLLOUTS_MODULE}"
+        f"{contract.VLLM_COMPAT_MODULE},{contract.ROLLOUTS_MODULE}"
     importlib.import_module(contract.VLLM_COMPAT_MODULE)
     rollouts = importlib.import_module(contract.ROLLOUTS_MODULE)  # registers the seeded loop the config names
     assert out["actor_rollout_ref.rollout.agent.default_agent_loop"] == contract.SEEDED_AGENT_LOOP

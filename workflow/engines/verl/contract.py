@@ -57,9 +57,9 @@ def train_log(where: Any, stage: str, total: int | None, until: int | None = Non
 
 
 # ------------------------------------------------------------------ what verl loads by name, in its own processes
-# the reward function (reward.custom_reward_function), our trainer (VERL_USE_EXTERNAL_MODULES, imported by every Ray
-# process: it registers trainer_mode rlsweep), the worker class the trainer puts in its resource pool, the SFT trainer
-# torchrun runs, the preflight's child. tests/unit/core/test_structure.py imports each.
+# the reward function (reward.custom_reward_function), our trainer (imported in the task runner's process, whose
+# class it defines: it registers trainer_mode rlsweep), the worker class the trainer puts in its resource pool, the SFT
+# trainer torchrun runs, the preflight's child. tests/unit/core/test_structure.py imports each.
 REWARD_FN = ("pkg://workflow.engines.verl.rollout.reward", "compute_score")
 TRAINER_MODULE = "workflow.engines.verl.controller.trainer"
 WORKER_MODULE = "workflow.engines.verl.workers.actor"  # our FSDP worker classes (Ray imports it in each worker)

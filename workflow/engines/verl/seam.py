@@ -212,7 +212,7 @@ SEAM: tuple[Use, ...] = (
     Use('verl.experimental.agent_loop.agent_loop:register', 'import', _w(PREFIX, ROLLOUTS), '(agent_name: str)'),
     Use('verl.experimental.agent_loop.single_turn_agent_loop:SingleTurnAgentLoop', 'import', _w(PREFIX, ROLLOUTS),
         '(self, *args, **kwargs)'),
-    Use('verl.trainer.main_ppo:TaskRunnerV1', 'import', PPO, '(*args: Any, **kwargs: Any)'),
+    Use('verl.trainer.main_ppo:TaskRunnerV1', 'import', TRAINER, '(*args: Any, **kwargs: Any)'),
     Use('verl.trainer.main_ppo:run_ppo', 'import', PPO, '(config, task_runner_class) -> None'),
     Use('verl.utils.config:omega_conf_to_dataclass', 'import', _w(COMPOSE, PREFLIGHT),
         '(config: omegaconf.dictconfig.DictConfig | dict, dataclass_type: Optional[type[Any]] = None) -> Any'),

@@ -15,7 +15,7 @@ from typing import Any
 
 from workflow.config import RLConfig
 from workflow.engines.verl.contract import (CPU_MODULE, REWARD_FN, RL_SECTION, ROLLOUTS_MODULE, SEEDED_AGENT_LOOP,
-                                            TRAINER_MODULE, VLLM_COMPAT_MODULE, VLLM_CPU_ENV, WORKER_MODULE)
+                                            VLLM_COMPAT_MODULE, VLLM_CPU_ENV)
 from workflow.engines.verl.adapters import method_keys as adapter_keys, method_modules
 from workflow.methods.registry import get_update_rule
 
@@ -28,11 +28,14 @@ PLACEHOLDER = "<set by the job>"
 
 
 def external_modules(v, rl=None) -> str:
-    """VERL_USE_EXTERNAL_MODULES for a run's verl processes (the CPU platform first: it must be set up before
-    anything asks verl for a device), then the modules of the methods the run selected (their verl adapters')."""
+    """VERL_USE_EXTERNAL_MODULES for a run's verl processes, what every one of them imports: the CPU platform first
+    (it must be set up before anything asks verl for a device), the vLLM names verl expects, the seeded agent loop
+    (registered by name, which verl's agent-loop workers look up), then the modules of the methods the run selected
+    (their verl adapters'). Not our trainer nor our workers: Ray imports each in the process that runs it (the task
+    runner controller/ppo.py hands verl, the worker class the trainer puts in its pool), and a module listed here
+    costs every verl process its imports and every full garbage collection there its objects."""
     methods = method_modules(rl) if rl is not None else []
-    return ",".join(([CPU_MODULE] if v.device == "cpu" else []) + [VLLM_COMPAT_MODULE, TRAINER_MODULE, WORKER_MODULE, ROLLOUTS_MODULE,
-                                                                    *methods])
+    return ",".join(([CPU_MODULE] if v.device == "cpu" else []) + [VLLM_COMPAT_MODULE, ROLLOUTS_MODULE, *methods])
 
 
 # inherited variables a CPU run's verl processes must not see. MKL_NUM_THREADS: vLLM's CPU worker pins itself to
