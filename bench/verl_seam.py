@@ -3,13 +3,15 @@
 same run through verl's stock one? (Issue 64, item 4: the seam at most 2 % of a verl step.)
 
 One GRPO run on CPU (verl 0.9.1, Ray, FSDP2, vLLM's CPU build; the tiny model `rlsweep:tiny` from its seeded random
-init, the tiny GSM8K fixture, 4 prompts x 4 rollouts of up to 40 tokens, no checkpoints), in three arms, interleaved
-(stock, ours-off, ours-sfpo, stock, ...), each a fresh verl process on its own Ray:
+init, the tiny GSM8K fixture, 4 prompts x 4 rollouts of up to 40 tokens, no checkpoints), in four arms, interleaved
+(stock, ours-plain, ours-off, ours-sfpo, stock, ...), each a fresh verl process on its own Ray:
   stock      `python -m verl.trainer.main_ppo` (Hydra, verl's validate_config, TaskRunnerV1) on the config our job
              composed for ours-off less our parts: trainer_mode sync (verl's PPOTrainerSync and stock worker
              classes), verl's single_turn_agent loop, verl's default reward (the rows' data_source set to
              HuggingFaceH4/MATH-500: verl's \\boxed{} math scorer), no trainer.v1.rlsweep section, only the CPU shims
              in VERL_USE_EXTERNAL_MODULES (compat/cpu.py, compat/vllm_compat.py: what verl needs on a CPU at all)
+  ours-plain ours-off's run with verl's rollouts and reward (its single_turn_agent loop, its default reward on the
+             stock arm's data): the seam alone (our trainer, workers, rows, gates, modules) against stock
   ours-off   our job's own path: VerlEngine.rl composes the config (in a fresh process, timed: `prep`) and its
              child runs controller/ppo.py: RlsweepTrainer, RuleActorRolloutRefWorker, the seeded agent loop, our
              reward (math-verify in a worker process), the train_steps rows; rl.update grpo (one closure + step)
@@ -28,7 +30,7 @@ against stock; the fixed cost: prep (ours: VerlEngine.rl's work before it starts
 step 1 (warm-up) and last log -> exit; then every phase's median timing_s/* per arm, with "(step, outside its phases)"
 (prepare_step: prompts to the rollout; balance) and "(wall, after verl's step timer)" (_compute_metrics, the log).
 
-    python bench/verl_seam.py [--steps 5] [--repeat 3] [--arms stock,ours-off,ours-sfpo] [--poll 0.05] [--threads 2]
+    python bench/verl_seam.py [--steps 5] [--repeat 3] [--arms stock,ours-plain,ours-off,ours-sfpo] [--poll 0.05] [--threads 2]
                               [--gc] [--profile] [--json FILE] [--keep DIR]
 
 --steps counts verl's steps, the first a warm-up (not measured). --gc logs every full garbage collection of every verl
@@ -237,8 +239,8 @@ import threading  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-ARMS = ("stock", "ours-off", "ours-sfpo")
-UPDATE = {"ours-off": "grpo", "ours-sfpo": "sfpo"}
+ARMS = ("stock", "ours-plain", "ours-off", "ours-sfpo")
+UPDATE = {"ours-plain": "grpo", "ours-off": "grpo", "ours-sfpo": "sfpo"}
 REST = "timing_s/(step, outside its phases)"  # prepare_step (prompts to the rollout), balance, the loop's own
 AFTER = "(wall, after verl's step timer)"  # _compute_metrics (our train_steps row), dump, TQ clear, the log call
 STOCK_SOURCE = "HuggingFaceH4/MATH-500"  # a data source verl's default reward scores by its \boxed{} math rule
@@ -295,25 +297,35 @@ def prepare(sweep: Path, update: str, data: Path, out_dir: Path) -> None:
                                                      "modules": external_modules(stage.engine.verl, stage.rl)}))
 
 
-def stock_config(ours: Path, out: Path, data_dir: Path) -> None:
-    """verl's stock run of ours-off's composed config: our trainer, worker, agent loop, reward and section out."""
+def plain_rollouts(config, data_dir: Path) -> None:
+    """verl's own rollouts and reward in a composed config: its single_turn_agent loop (no per-request seeds) and
+    its default reward on the data (the rows' data source made one its \\boxed{} rule scores), written to data_dir."""
     import pyarrow as pa
     import pyarrow.parquet as pq
+    from omegaconf import open_dict
+    data_dir.mkdir(parents=True, exist_ok=True)
+    for key in ("train_files", "val_files"):
+        copy = data_dir / Path(config.data[key]).name
+        if not copy.exists():
+            table = pq.read_table(config.data[key])
+            table = table.set_column(table.schema.get_field_index("data_source"), "data_source",
+                                     pa.array([STOCK_SOURCE] * table.num_rows, pa.string()))
+            pq.write_table(table, copy)
+        config.data[key] = str(copy)
+    with open_dict(config):
+        config.actor_rollout_ref.rollout.agent.default_agent_loop = "single_turn_agent"
+        config.reward.custom_reward_function.path = None
+
+
+def stock_config(ours: Path, out: Path, data_dir: Path) -> None:
+    """verl's stock run of ours-off's composed config: our trainer, worker, agent loop, reward and section out."""
     from omegaconf import OmegaConf, open_dict
     from workflow.engines.verl.contract import CPU_MODULE, VLLM_COMPAT_MODULE
     config = OmegaConf.load(ours)
-    data_dir.mkdir(parents=True, exist_ok=True)
-    for key in ("train_files", "val_files"):
-        table = pq.read_table(config.data[key])
-        table = table.set_column(table.schema.get_field_index("data_source"), "data_source",
-                                 pa.array([STOCK_SOURCE] * table.num_rows, pa.string()))
-        pq.write_table(table, data_dir / Path(config.data[key]).name)
-        config.data[key] = str(data_dir / Path(config.data[key]).name)
+    plain_rollouts(config, data_dir)
     with open_dict(config):
         config.trainer.v1.trainer_mode = "sync"
         config.trainer.v1.rlsweep = None
-        config.actor_rollout_ref.rollout.agent.default_agent_loop = "single_turn_agent"
-        config.reward.custom_reward_function.path = None
         config.ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES = \
             f"{CPU_MODULE},{VLLM_COMPAT_MODULE}"
     OmegaConf.save(config, out)
@@ -385,6 +397,8 @@ def run_arm(arm: str, run_dir: Path, work: Path, v, args) -> dict:
     extra.update({POLL_ENV: str(args.poll)} if args.poll else {})
     config = OmegaConf.load(config_path)  # this run's own folders; the stamps module in every verl process
     config.trainer.default_local_dir = str(run_dir / "verl")
+    if arm == "ours-plain":  # our trainer and workers with verl's rollouts and reward: the seam alone against stock
+        plain_rollouts(config, work / "stock-data")
     env_vars = config.ray_kwargs.ray_init.runtime_env.env_vars
     env_vars.VERL_USE_EXTERNAL_MODULES = f"{modules},{STAMPS_MODULE}"
     for k, value in extra.items():

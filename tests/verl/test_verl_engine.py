@@ -212,8 +212,7 @@ def test_verl_rl_stage_runs_up_to_run_ppo_and_exports_what_verl_saved(ranks, ver
     assert trainer["default_local_dir"] == str(out / "verl") and trainer["v1"]["trainer_mode"] == "rlsweep"
     assert trainer["v1"]["rlsweep"]["log"] == {"results_root": str(tmp_path), "sweep": "v", "run_id": "000000000abc"}
     assert seen["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]["VERL_USE_EXTERNAL_MODULES"] == \
-        "workflow.engines.verl.compat.vllm_compat,workflow.engines.verl.controller.trainer," \
-        "workflow.engines.verl.workers.actor,workflow.engines.verl.rollout.agent_loop"
+        "workflow.engines.verl.compat.vllm_compat,workflow.engines.verl.rollout.agent_loop"
 
     def first_segment(config):  # verl's loop ends (and saves) at trainer.total_training_steps
         seen.update(OmegaConf.to_container(config, resolve=False))

@@ -124,6 +124,12 @@ class UpdateRule:
             return self._enabled
         return self.gate is None or not self.gate.tripped
 
+    def single_pass(self) -> bool:
+        """Whether the coming step calls its closure once (plain GRPO): an engine that must hand each pass a fresh
+        copy of its batch (verl's annotates it) copies nothing then. A rule with a `step` of its own is taken to
+        call it more than once unless it says otherwise."""
+        return type(self).step is UpdateRule.step
+
     def grpo_step(self, params, optimizer, closure) -> StepStats:
         loss = closure()
         norm, _ = clip_and_step(params, optimizer, self.max_grad_norm, process_group(params))
@@ -160,7 +166,7 @@ class MultiPassRule(UpdateRule):
 
     def step(self, params, optimizer, closure) -> StepStats:
         gate, self._pending = self._pending, NO_GATE
-        if not (self.enabled and self.moves()):
+        if self.single_pass():
             self.release_buffers()
             stats = self.grpo_step(params, optimizer, closure)
             stats.alpha = 0.0
@@ -170,6 +176,9 @@ class MultiPassRule(UpdateRule):
                 gate = self.feed_gate(stats.as_row()) or NO_GATE
         stats.z, stats.gate_tripped = gate.z, gate.tripped_now
         return stats
+
+    def single_pass(self) -> bool:
+        return not (self.enabled and self.moves())
 
     def moves(self) -> bool:
         return True

@@ -143,6 +143,29 @@ def test_backward_passes_per_active_step(K):
     assert calls == 2 * (K + 1) and [s.backward_passes for s in stats] == [K + 1, K + 1]
 
 
+def _told(rule, enabled: bool):
+    rule.set_enabled(enabled)
+    return rule
+
+
+class TwoPasses(GRPOStep):  # a plug-in's rule with a step of its own
+    def step(self, params, optimizer, closure):
+        closure()
+        return super().step(params, optimizer, closure)
+
+
+@pytest.mark.parametrize("rule", [GRPOStep(), SFPO(K=3, alpha=0.5), GXPO(K=3, alpha=0.5), SFPO(K=3, alpha=0.0),
+                                  _told(GXPO(K=3, alpha=0.5, gate_here=False), False),
+                                  _told(SFPO(K=3, alpha=0.5, gate_here=False), True), TwoPasses()],
+                         ids=["grpo", "sfpo", "gxpo", "sfpo-alpha0", "gxpo-driver-off", "sfpo-driver-on", "own-step"])
+def test_a_rule_says_beforehand_whether_its_step_takes_one_pass(rule):
+    """What verl's worker relies on to hand a single pass the batch itself (workflow/engines/verl/workers/rule_step.py):
+    a rule that says one pass calls its closure once; one that calls it more says so."""
+    said = rule.single_pass()
+    _, _, calls = run_rule(rule, steps=1)
+    assert said == (calls == 1)
+
+
 def spike_sequence(n, at, base=1.0, jitter=0.01, spike=5.0):
     return [base + jitter * math.sin(i * 1.7) + (spike if i == at else 0.0) for i in range(n)]
 
