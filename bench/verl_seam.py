@@ -40,44 +40,24 @@ them with pstats; they slow what they profile, so take the figures from a run wi
 worker's update_weights_from_ipc (one file per method and process). Run it alone: ~8 GB and both cores per run,
 ~2 min a run (9 runs ~19 min); every run's verl output (verl_ppo.log) stays in --keep.
 
-Measured on 2 cores (issue 64, item 4; 2026-11-30, the cores shared with other jobs throughout: load 3-7 besides
-this bench; one GRPO run's medians ranged 1.48-2.48 s a step):
+Measured on 2 quiet cores (issue 64, item 4; 2026-11-30, at ed45774, --gc --repeat 3, arms stock,ours-plain,ours-off):
 
     a step     steps   verl s  ratio   wall s  ratio    CPU s  ratio   (median; CPU: the run's processes, all cores)
-    stock         12    1.618  1.000    1.637  1.000     2.82  1.000
-    ours-off      12    1.791  1.107    1.813  1.107     3.19  1.134
-    ours-sfpo     12    2.547  1.574    2.567  1.568     4.43  1.572
+    stock         12    0.943  1.000    0.960  1.000     1.83  1.000
+    ours-plain    12    0.931  0.987    0.950  0.989     1.76  0.966
+    ours-off      12    0.910  0.965    0.927  0.966     1.78  0.975
 
     to step 1   prep s  start s  fixed s  ratio   CPU s  ratio  step 1 s  exit s
-    stock          0.0     82.3     82.3  1.000    83.4  1.000      16.7     6.6
-    ours-off       4.3     84.8     89.2  1.083    89.8  1.076      18.4     7.2
-    ours-sfpo      4.3     85.0     89.3  1.084    87.4  1.047      19.2     7.4
+    stock          0.0     62.2     62.2  1.000    74.7  1.000      16.0     5.2
+    ours-plain     3.4     65.3     68.7  1.104    78.5  1.051      16.9     5.3
+    ours-off       3.4     65.6     69.0  1.109    78.2  1.047      16.1     5.5
 
-    per run, median wall s/step: stock [1.801, 1.478, 1.581]; ours-off [1.581, 1.732, 2.475];
-                                 ours-sfpo [3.167, 2.668, 2.334]
+    per run, median wall s/step: stock [0.966, 0.901, 1.182]; ours-plain [0.913, 1.025, 0.95];
+                                 ours-off [0.985, 0.938, 0.838]
 
-    median timing_s/* (steps 2..N)          stock   ours-off  ours-sfpo  ours-off-stock ours-sfpo-stock
-    step                                    1.618      1.791      2.547          +0.173          +0.929
-    update_actor                            0.268      0.340      1.255          +0.072          +0.987
-    update_weights                          0.526      0.573      0.555          +0.047          +0.029
-    gen                                     0.534      0.545      0.493          +0.012          -0.041
-    old_log_prob                            0.180      0.177      0.159          -0.004          -0.021
-    adv                                     0.039      0.044      0.038          +0.005          -0.001
-    (step, outside its phases)              0.016      0.023      0.021          +0.007          +0.005
-    (wall, after verl's step timer)         0.019      0.021      0.021          +0.002          +0.001
-
-Reading (docs/verl.md, "What our seam costs"): ours-off came out 11 % over stock a step, which these shared cores do
-not resolve (two OMP threads per process wait on a busy core: single steps' update_actor took 0.17-0.63 s in stock,
-0.22-1.18 s in ours-off; a second pair of runs, --gc, gave ours-off 1.07 by wall clock and 0.98 by CPU). What the seam
-costs, measured apart: the FSDP worker's update through our rule step against verl's own, in one process (--worker 40
---threads 1: 40 interleaved pairs, ~144 ms each): +0.0 ms paired median; the vLLM worker's full garbage collection
-at each weight sync (compat/cpu.py's gc.collect, 0.53 s a step in both arms) +19 ms a step (--gc: 0.531 -> 0.550 s),
-as our modules are imported in that process too (+5-10 % objects); outside verl's phases +3-7 ms (our trainer_mode
-is not "sync": verl fetches the prompts one by one and persists them in its TransferQueue); our train_steps row
-+0-2 ms. Together ~30 ms, ~2 % of a 1.6 s step; the rest of the 0.17 s is in no phase measured apart. The fixed
-cost: prep 4.3 s (imports and verl's config composed, once per job) and +2.5 s to fit() (every verl process imports
-all our modules: +0.1-3.2 s of CPU each). SFPO's update is 3.9x GRPO's (--worker 10 --update sfpo: 584 against
-148 ms): its 4 backward passes, by design.
+Reading, and what it took to get there (a full collection at every CPU weight sync; a copy of verl's batch before a
+single-pass update; our trainer imported in every verl process): docs/verl.md, "What our seam costs". Before those, on
+the same quiet cores: stock 0.948 s a step (already without the collection), ours-off 1.135 s (1.197x).
 """
 
 from __future__ import annotations
