@@ -195,8 +195,11 @@ def _write_pack(tmp: Path, table: str, files: list[Path], packs: list[Path], lay
     meta = ", ".join(f"{sql_str(k.decode())}: {sql_str(v)}" for k, v in pack_metadata(table, sources, replaces).items())
     # the parts of many files: a temporary beside the pack's (the same file system), removed however this ends
     batches = temporary_sibling(tmp.parent / f"{parse_temporary(tmp)[0]}.parts") if len(files) > BATCH else None
+    # what DuckDB spills (a big merge does), beside the pack too: by default it spills into the working directory
+    spill = temporary_sibling(tmp.parent / f"{parse_temporary(tmp)[0]}.spill")
     con = duckdb.connect(":memory:")
     try:
+        con.execute(f"SET temp_directory = {sql_str(str(spill))}")
         parts = []
         if batches is not None:
             discard(batches)
@@ -216,6 +219,7 @@ def _write_pack(tmp: Path, table: str, files: list[Path], packs: list[Path], lay
                         f"COMPRESSION zstd, KV_METADATA {{{meta}}})").fetchone()[0]
     finally:
         con.close()
+        discard(spill)
         if batches is not None:
             discard(batches)
     with open(tmp, "rb") as f:
