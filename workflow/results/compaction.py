@@ -193,10 +193,11 @@ def _write_pack(tmp: Path, table: str, files: list[Path], packs: list[Path], lay
                 f"FROM read_parquet([{listed(some)}], union_by_name = true, filename = 'rlsweep_path')")
 
     meta = ", ".join(f"{sql_str(k.decode())}: {sql_str(v)}" for k, v in pack_metadata(table, sources, replaces).items())
+    pack_name = parse_temporary(tmp)[0]
     # the parts of many files: a temporary beside the pack's (the same file system), removed however this ends
-    batches = temporary_sibling(tmp.parent / f"{parse_temporary(tmp)[0]}.parts") if len(files) > BATCH else None
+    batches = temporary_sibling(tmp.parent / f"{pack_name}.parts") if len(files) > BATCH else None
     # what DuckDB spills (a big merge does), beside the pack too: by default it spills into the working directory
-    spill = temporary_sibling(tmp.parent / f"{parse_temporary(tmp)[0]}.spill")
+    spill = temporary_sibling(tmp.parent / f"{pack_name}.spill")
     con = duckdb.connect(":memory:")
     try:
         con.execute(f"SET temp_directory = {sql_str(str(spill))}")

@@ -1,6 +1,6 @@
 """The RL stage's verl process: `python -m workflow.engines.verl.controller.ppo CONFIG.yaml` runs verl's run_ppo with its v1
-task runner (controller/trainer.py's, whose process alone imports our trainer: trainer_mode rlsweep) on the composed config the verl engine saved; the
-engine supervises it (process.py)."""
+task runner (controller/trainer.py's, whose process alone imports our trainer: trainer_mode rlsweep) on the composed
+config the verl engine saved; the engine supervises it (process.py)."""
 
 from __future__ import annotations
 
