@@ -10,11 +10,15 @@
 # NB: Snakemake defines a global named `workflow` in this file; import from our package with `from workflow.x
 # import y` only (a bare `import workflow...` would shadow Snakemake's object).
 
+# the names Snakemake itself keeps here: a Snakefile runs in the namespace of Snakemake's workflow module, so none of
+# these may be dropped (workflow/big_dag.py forget_load_time_names)
+SNAKEMAKE_NAMES = frozenset(globals())
+
 import shlex
 import sys
 from pathlib import Path
 
-from workflow.big_dag import cache_resource_signature, job_function, tune_gc
+from workflow.big_dag import cache_resource_signature, forget_load_time_names, job_function, tune_gc
 from workflow.dry_run import dry_run
 from workflow.job_args import job_args
 from workflow.layout import done_path, report_dir, rescore_path, segment_done, summary_path
@@ -128,12 +132,15 @@ except KeyError as err:
     sys.exit(1)
 
 
-def stage_args(stage, stage_id, input=None, **options):
-    """A stage job's options for scripts/stage.py, quoted, as ONE string (workflow/job_args.py: from the stage's
-    declaration in workflow/stages.py); each rule has one `params` function that returns it. `input`: the rule's
-    named inputs, the files of the stages the job reads."""
-    return job_args(stage, stage_id, sweep=SWEEP.name, results=RESULTS, inputs=input,
+def stage_command(stage, stage_id, input=None, threads=None, **options):
+    """What follows scripts/stage.py in a stage job's command, as ONE string: the stage, its options quoted
+    (workflow/job_args.py: from the stage's declaration in workflow/stages.py), the job's threads. Each rule's shell
+    is `STAGE_SHELL {params.args}` and its one params function returns this: Snakemake formats every placeholder of
+    every job's command three times while it plans, so the command has one. `input`: the files of the stages the
+    job reads, by option name. `threads`: the job's (Snakemake's, capped at --cores); None: no --threads."""
+    args = job_args(stage, stage_id, sweep=SWEEP.name, results=RESULTS, inputs=input,
                     max_train_overlap=SWEEP.spec.checks.max_train_overlap, **options)
+    return f"{stage} {args}" if threads is None else f"{stage} {args} --threads {threads}"
 
 
 wildcard_constraints:
@@ -152,3 +159,18 @@ rule all:
     input: STUDY_DONE if SWEEP.spec.optuna is not None else str(report_dir(RESULTS, SWEEP.name) / "index.html")
 
 tune_gc()  # workflow/big_dag.py: planning a 10,000-run sweep near bare Snakemake's time
+# what only loading needed (workflow/big_dag.py: Snakemake copies this namespace into every formatting of a job's
+# command). Kept, because jobs read them: SWEEP, RUNS, EVAL_OF, RESULTS, SWEEP_FILE, PYTHON, STAGE_CMD, shlex,
+# done_of, _DONE_OF, _ID, stage_command, job_args, SEGMENT_OF, SEGMENT_HOLDING, START_FROM, _EVAL_PATTERN, and
+# STAGE_SHELL (a running job evaluates its rule's `shell:` expression again).
+forget_load_time_names(globals(), SNAKEMAKE_NAMES, [
+    "SNAKEMAKE_NAMES", "cache_resource_signature", "forget_load_time_names", "job_function", "tune_gc", "dry_run",
+    "done_path", "report_dir", "rescore_path", "segment_done", "summary_path", "study_dir", "record_members",
+    "record_tracking", "legacy_sweeps", "migrate_if_needed", "record_finished", "unrecorded_finished",
+    "evaluations_to_copy", "extend", "extensions", "index_finished", "load_sweep", "record_plan", "SweepError",
+    "STAGES", "run_stage", "nested_snakemake_args",  # imports
+    "STAGE", "RULE_FROM_DECLARATION", "EVAL_DONE", "RESCORE_DONE", "SELF_STARTS", "STUDY_DONE",
+    "pattern", "_stage_rule_functions", "_starts", "_extra", "_sources", "_source", "_ext", "_copies", "_refused",
+    "_step", "_group", "_stage", "_inputs", "_args", "_resources", "_wildcard", "_output",  # the rules' definitions
+    "_eval_args", "_segment_holding", "_start_input", "_copy_source", "_copy_args", "_rescore_args",  # held by rules
+])

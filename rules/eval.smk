@@ -15,12 +15,12 @@ SELF_STARTS = "|".join(sorted(r.eval_id for r in _starts))
 
 
 @job_function
-def _eval_args(wc, input):
+def _eval_args(wc, input, threads):
     """What the eval job reads (a stage's DONE.json, or at step 0 without SFT verl's model_path), and how."""
     evaluated = ({"checkpoint_from": input[0]} if input else
                  {"start_model": EVAL_OF[wc.eval_id].config.engine.verl.model_path})
-    return stage_args("eval", wc.eval_id, **evaluated, step=wc.get("step", 0), group=wc.group,
-                      label=EVAL_OF[wc.eval_id].label, config=EVAL_OF[wc.eval_id].stage_config_json("eval"))
+    return stage_command("eval", wc.eval_id, threads=threads, **evaluated, step=wc.get("step", 0), group=wc.group,
+                         label=EVAL_OF[wc.eval_id].label, config=EVAL_OF[wc.eval_id].stage_config_json("eval"))
 
 
 # A run trained in one job (on an engine without segments, or rl.segment_steps 0) has no segment that ends at an
@@ -45,7 +45,7 @@ rule eval:  # the segment that ends at the evaluated step (workflow/segments.py)
     threads: SWEEP.spec.resources.eval.threads
     resources: **SWEEP.spec.resources.eval.snakemake_resources()
     shell:
-        f"{STAGE_SHELL} eval {{params.args}} --threads {{threads}}"
+        f"{STAGE_SHELL} {{params.args}}"
 
 
 @job_function
@@ -65,21 +65,28 @@ rule eval_start:
     threads: SWEEP.spec.resources.eval.threads
     resources: **SWEEP.spec.resources.eval.snakemake_resources()
     shell:
-        f"{STAGE_SHELL} eval {{params.args}} --threads {{threads}}"
+        f"{STAGE_SHELL} {{params.args}}"
 
 
 if START_FROM:
     localrules: eval_copy
 
-    @job_function
-    def _copy_source(wc):
-        source = START_FROM[wc.eval_id]
-        return _EVAL_PATTERN.format(eval_id=source.eval_id, run_id=source.run_id, step=0, group=wc.group)
+    # the step-0 file each copy reads: runs that all start from one model (one SFT job, the usual sweep) copy from
+    # one start, whose file of the job's group is a plain pattern (no input function to call for each run)
+    _sources = {(r.eval_id, r.run_id): r for r in START_FROM.values()}
+    if len(_sources) == 1:
+        [_source] = _sources.values()
+        _copy_source = _EVAL_PATTERN.format(eval_id=_source.eval_id, run_id=_source.run_id, step=0, group="{group}")
+    else:
+        @job_function
+        def _copy_source(wc):
+            source = START_FROM[wc.eval_id]
+            return _EVAL_PATTERN.format(eval_id=source.eval_id, run_id=source.run_id, step=0, group=wc.group)
 
     @job_function
     def _copy_args(wc, input):
-        return stage_args("eval", wc.eval_id, copy_from=input[0], step=0, group=wc.group,
-                          label=EVAL_OF[wc.eval_id].label, config=EVAL_OF[wc.eval_id].stage_config_json("eval"))
+        return stage_command("eval", wc.eval_id, copy_from=input[0], step=0, group=wc.group,
+                             label=EVAL_OF[wc.eval_id].label, config=EVAL_OF[wc.eval_id].stage_config_json("eval"))
 
     rule eval_copy:
         input: _copy_source
@@ -90,7 +97,7 @@ if START_FROM:
         params:
             args=_copy_args,
         shell:
-            f"{STAGE_SHELL} eval {{params.args}}"
+            f"{STAGE_SHELL} {{params.args}}"
 
 
 # Rescore: other graders judge a finished eval job's stored responses again (eval.graders, or `rlsweep rescore`'s

@@ -4,7 +4,9 @@
 # job its declared upstream options read (Sweep.upstream: a datasets task's SFT job waits for the prepared data and
 # the overlap checks of every run sharing it; an RL run for its SFT job), and its arguments come from
 # workflow/job_args.py. A stage trained in segments (RL: workflow/segments.py) has one job per (id, end step): its
-# output is DONE_<end>.json, and each segment after the first also waits for the one before (--after).
+# output is DONE_<end>.json, and each segment after the first waits for the one before (--after) and for nothing
+# else: the first segment already waits for the upstream jobs, so declaring them again would only cost planning a
+# file lookup per job (its command still names them: the same job as before).
 
 def _stage_rule_functions(stage):
     """The input and params functions of `stage`'s rule (one pair per stage, made here so that each rule of the
@@ -12,25 +14,27 @@ def _stage_rule_functions(stage):
     name, field = stage.name, stage.id_field
     segment = SEGMENT_OF[name] if stage.segments else None
 
+    def upstream_files(stage_id):  # option -> the DONE.json file(s) of the upstream job(s) it reads
+        return {option: ([done_of(upstream_of[option], i) for i in ids] if isinstance(ids, list)
+                         else done_of(upstream_of[option], ids))
+                for option, ids in SWEEP.upstream(name, stage_id).items()}
+
     @job_function
     def inputs(wc):
         stage_id = getattr(wc, field)
-        out = {option: ([done_of(upstream_of[option], i) for i in ids] if isinstance(ids, list)
-                        else done_of(upstream_of[option], ids))
-               for option, ids in SWEEP.upstream(name, stage_id).items()}
         if segment is not None:
             ends = SWEEP.segment_ends(name, stage_id)
-            at = ends.index(int(wc.end))
-            if at:
-                out["after"] = segment.format(stage_id, ends[at - 1])
-        return out
+            if at := ends.index(int(wc.end)):
+                return {"after": segment.format(stage_id, ends[at - 1])}
+        return upstream_files(stage_id)
 
     @job_function
-    def args(wc, input):
+    def args(wc, input, threads):
         stage_id = getattr(wc, field)
         label = {"label": SWEEP.label(name, stage_id)} if stage.labelled else {}
         until = {"until": wc.end} if segment is not None else {}
-        return stage_args(name, stage_id, input, **label, **until, config=SWEEP.config_json(name, stage_id))
+        read = {**upstream_files(stage_id), "after": input.after} if "after" in input.keys() else input
+        return stage_command(name, stage_id, read, threads, **label, **until, config=SWEEP.config_json(name, stage_id))
 
     upstream_of = {o.name: o.upstream for o in stage.upstream}
     return inputs, args
@@ -50,6 +54,5 @@ for _stage in RULE_FROM_DECLARATION:
             args=_args,
         threads: _resources.threads
         resources: **_resources.snakemake_resources()
-        shell:  # {rule}, the stage's name, a placeholder: Snakemake evaluates this expression again when the job
-            # runs (after the loop is over: `_stage` is the last stage then), and `-n -p` prints its first evaluation
-            f"{STAGE_SHELL} {{rule}} {{params.args}} --threads {{threads}}"
+        shell:
+            f"{STAGE_SHELL} {{params.args}}"

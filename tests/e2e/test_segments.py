@@ -140,6 +140,10 @@ def test_each_evaluation_waits_for_the_segment_that_ends_at_its_step(tmp_path):
     assert sorted(rl) == [2, 4, 6]
     assert _option(rl[2], "--after") is None
     assert _option(rl[4], "--after").endswith("/DONE_2.json") and _option(rl[6], "--after").endswith("/DONE_4.json")
+    # every segment names the SFT checkpoint it starts from, though only the first waits for it (the rest wait for
+    # the segment before): one job's identity, however many segments it is cut into
+    [sft] = {_option(j, "--init") for j in rl.values()}
+    assert sft is not None and Path(sft).name == "DONE.json" and "/sft/" in sft
     evals = {int(_option(j, "--step")): _option(j, "--checkpoint-from") for j in jobs if j[2] == "eval"}
     assert {s: Path(p).name for s, p in evals.items() if s} == {2: "DONE_2.json", 4: "DONE_4.json", 6: "DONE_6.json"}
 
@@ -152,6 +156,28 @@ def test_each_evaluation_waits_for_the_segment_that_ends_at_its_step(tmp_path):
     assert _option(rl, "--until") == "6" and _option(rl, "--after") is None
     evals = {int(_option(j, "--step")): _option(j, "--checkpoint-from") for j in jobs if j[2] == "eval"}
     assert {s: Path(p).name for s, p in evals.items() if s} == {2: "DONE_6.json", 4: "DONE_6.json", 6: "DONE_6.json"}
+
+
+@pytest.mark.slow
+def test_each_step0_copy_reads_the_evaluation_of_its_own_start(tmp_path):
+    """eval.at_start: a run's step-0 job copies the evaluation of the first run that starts from the same SFT
+    checkpoint. With one SFT job every copy reads the one start (a plain input pattern: rules/eval.smk); with two,
+    each copy reads its own checkpoint's (an input function), never the other's."""
+    at_start = _chain_base().replace("eval: {every: 2,", "eval: {at_start: true, every: 2,")
+    for name, body, starts in (("one", "seeds: [0, 1, 2]\n", 1),
+                               ("two", "grid:\n  sft.lr: [1.0e-3, 2.0e-3]\nseeds: [0, 1]\n", 2)):
+        sweep = write_sweep(tmp_path / f"{name}.yaml", name, body, base=at_start)
+        out = snakemake(tmp_path, sweep, "-n", "-p")
+        assert out.returncode == 0, out.stderr[-2000:]
+        step0 = [j for j in _jobs(out.stdout) if j[2] == "eval" and _option(j, "--step") == "0"]
+        own = {_option(j, "--id"): j for j in step0 if "--copy-from" not in j}
+        copies = [j for j in step0 if "--copy-from" in j]
+        assert len(own) == starts and len(copies) == len(load_sweep(sweep).runs) - starts
+        runs = {r.eval_id: r for r in load_sweep(sweep).runs}
+        for copy in copies:
+            source = _option(copy, "--copy-from")
+            start = next(runs[i] for i in own if f"/{i}/" in source)  # the start whose file it reads
+            assert start.sft_id == runs[_option(copy, "--id")].sft_id and source.endswith("/DONE.json")
 
 
 @pytest.mark.slow
