@@ -70,7 +70,7 @@ def test_a_stage_added_by_declaration_gets_its_jobs_command_line(monkeypatch):
 
 
 def test_no_rule_spells_a_stage_options_flag_by_hand():
-    """Every job's arguments come from stage_args (the rescore job is no stage: it has its own parser)."""
+    """Every job's arguments come from stage_command (the rescore job is no stage: it has its own parser)."""
     rules = "\n".join(p.read_text() for p in sorted((REPO / "rules").glob("*.smk"))).split("def _rescore_args")[0]
     flags = {o.flag for s in STAGES.values() for o in s.options}
     handwritten = [f for f in flags if f'"{f}"' in rules]
