@@ -17,6 +17,12 @@ from workflow.layout import stage_dir
 
 torch.set_num_threads(1)
 
+# the catalog's verdict cache (workflow/results/verdicts.py) of the suite's thousands of temporary results directories
+# goes to a folder of the run's own, not the user's ~/.cache (what the tests start inherits it)
+if "RLSWEEP_VERDICT_CACHE" not in os.environ:
+    import tempfile
+    os.environ["RLSWEEP_VERDICT_CACHE"] = tempfile.mkdtemp(prefix="rlsweep-verdicts-")
+
 # The fast tier: every test not marked `slow` or `long`, selected with `pytest -m fast`. Each of its tests has this
 # limit of its own (the suite's is pytest-timeout's 600 s), so a test that grows slow fails loudly instead of
 # creeping into the tier: mark it `slow` (a Snakemake sweep, SLURM, verl / vLLM / Ray / torchrun, or seconds of work).

@@ -11,10 +11,12 @@ baseline RL run) reuses it. A sweep's own directory keeps what is the sweep's al
       sft/<sft_id>/                     one SFT stage: DONE.json, RUNNING.lock, config.json, checkpoints/step_N/,
                                         LIVE.json (its step between checkpoints), SLURM.json (its SLURM job),
                                         job.log (a local job's stderr; a SLURM job's is submitit's log)
-      rl/<run_id>/                      one RL stage (the same files; PRUNED.json when an Optuna pruner stopped it)
+      rl/<run_id>/                      one RL stage (the same files; PRUNED.json when an Optuna pruner stopped it;
+                                        rows/<table>/*.parquet: its table files that compaction packed, kept)
       eval/<run_id>/<eval_id>/step_<N>/<group>/DONE.json   one eval job: an RL checkpoint x a benchmark group
       tables/<table>/*.parquet          runs, train_steps, eval_samples, eval_scores (file names: below); one row
-                                        set per stage job, whichever sweep ran it (its `sweep` column)
+                                        set per stage job, whichever sweep ran it (its `sweep` column); each file
+                                        sealed with its digest (results/digest.py); packs with their manifests
       quarantine/<time>/...             what `rlsweep doctor --fix` moved aside (same relative paths)
     results/<sweep>/
       members/<digest>.parquet          the stage jobs the sweep planned (results/membership.py): its views
@@ -199,6 +201,15 @@ def train_steps_file(stage: str, run_id: str, first: int, last: int) -> str:
     return f"{stage}_{run_id}_{first:06d}-{last:06d}"
 
 
+KEPT_ROWS = "rows"  # a stage job's folder of its small table files that compaction packed (results/compaction.py)
+
+
+def archived_table_file(job_dir: str | Path, table: str, name: str) -> Path:
+    """Where compaction keeps a stage job's packed small file `name` (`<stem>.parquet`) of `table`: in the job's own
+    directory, `rows/<table>/<name>`, from where `rlsweep doctor --fix` puts it back if the pack is damaged."""
+    return Path(job_dir) / KEPT_ROWS / table / name
+
+
 def train_steps_files(results_root: str | Path, stage: str, run_id: str) -> list[Path]:
     """Every train_steps file of one training stage, in step order."""
     return sorted(table_dir(results_root, "train_steps").glob(f"{stage}_{run_id}_*.parquet"))
@@ -250,6 +261,11 @@ class TableFile:
     grader: str | None = None  # eval_grades (its rows come from the rescore job of the eval job)
     first: int | None = None  # train_steps: the steps the file holds
     last: int | None = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """(stage, stage id) of the stage job that wrote it (StageJob.key)."""
+        return self.stage, self.stage_id
 
     def __str__(self) -> str:
         if self.grader is not None:

@@ -32,7 +32,7 @@ import signal
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import duckdb
@@ -43,10 +43,11 @@ from fsspec import AbstractFileSystem
 from workflow.errors import UserError
 from workflow.layout import (SWEEP_NAME, SWEEP_NAME_RULE, TABLE_FILE_RULE, TableFile, is_pack, parse_table_file,
                              table_dir, table_file_key)
-from workflow.results.files import PositionalReader, open_regular
+from workflow.results.files import UNREADABLE, PositionalReader, open_regular
 from workflow.results.membership import MEMBERS, damage, member_files, members, recorded_sweeps
-from workflow.results.packs import SOURCE, TableLayout, read_pack, resolve
+from workflow.results.packs import SOURCE, TableLayout, pack_holders, read_manifest, read_pack, resolve
 from workflow.results.schemas import TABLES, schema as table_schema
+from workflow.results.verdicts import Verdicts, check_file
 
 _ALLOWED = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
 PROTOCOL = "rlsweep-ro"  # how the views name the table files: rlsweep-ro:///abs/path.parquet
@@ -74,11 +75,25 @@ class Damaged:
     path: Path
     reason: str
     foreign: bool = False
+    # a pack's: the stage jobs whose rows it held, (stage, stage id) (None: nothing says, a pack from before manifests
+    # whose footer is gone)
+    holds: list[tuple[str, str]] | None = field(default=None, compare=False)
+
+    @property
+    def is_pack(self) -> bool:
+        return is_pack(self.path.stem)
 
     @property
     def owner(self) -> TableFile | None:
         """The stage job whose rows the file was meant to hold (None: a name no stage writes)."""
         return parse_table_file(self.table, self.path.stem)
+
+    @property
+    def jobs(self) -> list[tuple[str, str]]:
+        """The stage jobs whose rows it held, (stage, stage id): a pack's many (none known: []), a file's one."""
+        if self.is_pack:
+            return list(self.holds or [])
+        return [self.owner.key] if self.owner is not None else []
 
 
 def sql_str(s: str) -> str:
@@ -119,20 +134,24 @@ def foreign_columns(table: str, schema: pa.Schema) -> str | None:
     return f"not a file of table {table}: {'; '.join(clashes)}" if clashes else None
 
 
-def read_schema(table: str, fd: int, deep: bool = False) -> tuple[pa.Schema | None, str | None]:
-    """(the schema of the file open as `fd`, None) when DuckDB can read it as part of `table`, else (None, why not).
-    The footer is enough for an empty, truncated or non-Parquet file; `deep` also decodes every page (rlsweep
-    doctor). `fd` stays open."""
+def read_schema(table: str, fd: int, deep: bool = False, path: Path | None = None,
+                verdicts: Verdicts | None = None) -> tuple[pa.Schema | None, str | None]:
+    """(the schema of the file open as `fd`, None) when DuckDB can read it as part of `table` and its bytes are those
+    written, else (None, why not). The footer tells an empty, truncated or non-Parquet file; the digest (digest.py)
+    changed bytes anywhere else, checked once per file identity (`verdicts`, keyed by `path`) or, `deep`, every time
+    (rlsweep doctor), which also decodes in full a file written before digests. `fd` stays open."""
     try:
         with PositionalReader(os.dup(fd)) as f:
             schema = pq.read_schema(f)
-            if deep:
-                f.seek(0)
-                pq.read_table(f)
-    except (pa.ArrowException, OSError) as e:
+        reason = foreign_columns(table, schema)
+        if reason:
+            return None, reason
+        reason = check_file(path, fd, verdicts, deep) if path is not None else None
+        if reason:
+            return None, reason
+    except UNREADABLE as e:
         return None, str(e).strip().rstrip(".") or type(e).__name__
-    reason = foreign_columns(table, schema)
-    return (None, reason) if reason else (schema, None)
+    return schema, None
 
 
 def descriptor_budget(wanted: int) -> int:
@@ -239,13 +258,15 @@ class Catalog:
         self.foreign: list[Damaged] = []  # readable, but under a name no stage job writes: in no view
         self.fds: dict[str, int | None] = {}  # every readable file: the descriptor it was listed with
         listing = table_files(self.root)
+        every = {str(p.relative_to(self.root)) for paths in listing.values() for p in paths}
+        self.verdicts = Verdicts(self.root)  # the files whose digest was checked (deep: checked again regardless)
         if self.members is not None:  # by name, before opening: another sweep's files cost nothing
             # (a name no stage writes belongs to no sweep: listed only to be reported)
             listing = {t: [p for p in paths if is_pack(p.stem) or table_file_key(t, p.stem) is None
                            or member_of(self.members, t, p.stem)] for t, paths in listing.items()}
         budget = descriptor_budget(sum(map(len, listing.values())))
         for table, paths in listing.items():
-            small, packs, schemas = [], [], {}
+            small, packs, broken, schemas = [], [], [], {}
             for path in paths:  # ~0.1 ms a file (threads do not help: building the schema holds the GIL)
                 try:
                     fd = open_regular(path)
@@ -254,7 +275,7 @@ class Catalog:
                 except OSError as e:  # a symlink, a FIFO: reported, never followed or read
                     self.damaged.append(Damaged(table, path, e.strerror or str(e)))
                     continue
-                schema, reason = read_schema(table, fd, deep)
+                schema, reason = read_schema(table, fd, deep, path, self.verdicts)
                 pack = read_pack(path, schema) if schema is not None else None
                 # a readable file under a name no stage writes is no stage job's: in no view, whoever asks
                 foreign = pack is None and table_file_key(table, path.stem) is None
@@ -262,6 +283,9 @@ class Catalog:
                     os.close(fd)
                 if schema is None:
                     self.damaged.append(Damaged(table, path, reason))
+                    manifest = read_manifest(path) if is_pack(path.stem) else None
+                    if manifest is not None:
+                        broken.append(manifest.pack(path))
                     continue
                 if foreign:
                     self.foreign.append(Damaged(table, path, f"no stage job writes this name ({TABLE_FILE_RULE})",
@@ -270,13 +294,16 @@ class Catalog:
                 self.fds[str(path)] = fd if len(self.fds) < budget else None
                 (packs if pack else small).append(pack or path)
                 schemas[path] = schema.remove(schema.get_field_index(SOURCE)) if pack else schema
-            layout = resolve(table, small, packs)
+            layout = resolve(table, small, packs, broken)
             if self.members is not None:
                 layout = layout.only(lambda stem, t=table: member_of(self.members, t, stem),
                                      lambda key: key in self.members)
             self.layouts[table] = layout
             self.schemas[table] = _distinct(schemas[p] for p in layout.files)
             self.pack_schemas[table] = _distinct(schemas[p] for p in layout.packs)
+        self.verdicts.save(listed=every)
+        # a damaged pack: whose rows it held, from its manifest (its footer may be gone)
+        self.damaged = [replace(d, holds=pack_holders(d.path)) if is_pack(d.path.stem) else d for d in self.damaged]
 
     def close(self) -> None:
         """Close the table files (a catalog holds each readable one open from its listing on)."""
@@ -386,6 +413,16 @@ class Catalog:
             rows = f"SELECT *, sweep AS computed_by FROM ({rows})"
         con.execute(f"CREATE VIEW {table} AS {rows}")
 
+    def recheck(self) -> bool:
+        """List the files again, checking every one in full whatever the verdicts say (as `rlsweep doctor` does);
+        True when that finds damage the listing had not (those files are then left out, and in `damaged`). What
+        a query that DuckDB cannot decode does: a file whose bytes changed beneath an unchanged identity (bit rot on
+        the disk) passed its verdict, and DuckDB's message would not name it."""
+        before = {d.path for d in self.damaged}
+        self.close()
+        self.__init__(self.root, self.sweep, True, self._planned)
+        return bool({d.path for d in self.damaged} - before)
+
     def query(self, sql: str, limits: QueryLimits = QueryLimits()) -> pa.Table:
         return self.queries({"": sql}, limits)[""]
 
@@ -405,7 +442,9 @@ class Catalog:
                     self.close()
                     self.__init__(self.root, self.sweep, self.deep, self._planned)
                     continue
-                raise QueryError(_message(e)) from None
+                if attempt == 1 and _maybe_damage(e) and self.recheck():  # bytes that changed after their verdict
+                    continue
+                raise QueryError(_message(e) + (_DAMAGE_HINT if self.deep and _maybe_damage(e) else "")) from None
             finally:
                 if con is not None:
                     con.close()
@@ -499,6 +538,20 @@ def _no_rows(schema: pa.Schema) -> str:
     (register / from_arrow) makes it import pandas, ~0.3 s of every `rlsweep query`."""
     columns = ", ".join(f"CAST(NULL AS {_SQL_TYPES[f.type]}) AS {f.name}" for f in schema)
     return f"SELECT {columns} WHERE false"
+
+
+# errors of the statement itself: no table file's bytes can be their cause
+_STATEMENT_ERRORS = tuple(getattr(duckdb, n) for n in (
+    "ParserException", "SyntaxException", "BinderException", "CatalogException", "PermissionException",
+    "InterruptException", "OutOfMemoryException", "NotImplementedException") if hasattr(duckdb, n))
+_DAMAGE_HINT = (" (DuckDB could not read the rows; every table file was checked again in full and each one's bytes "
+                "are those written, so a cause in the files is one from before digests: `rlsweep doctor` decodes "
+                "every file and names a damaged one)")
+
+
+def _maybe_damage(e: duckdb.Error) -> bool:
+    """Whether a failed query may have met a damaged file (DuckDB's decoders say so only in their own words)."""
+    return not isinstance(e, _STATEMENT_ERRORS) and "(read-only catalog)" not in str(e)
 
 
 def _message(e: duckdb.Error) -> str:

@@ -8,10 +8,20 @@ of a results directory at a time):
 1. list the table's files (packs.table_layout); the small files of finished stage jobs (DONE.json written, no
    RUNNING.lock) are packed, with their fingerprints taken before they are read; once a table has MAX_PACKS live
    packs, the new pack also takes over their rows (less the superseded ones) and `replaces` them;
-2. write the pack with DuckDB to a temporary, fsync it, and if any packed file changed meanwhile, drop it (the
-   next compaction packs the new file); else rename it into place and fsync the directory;
-3. only then delete: each packed file still as it was packed, the replaced packs, and leftovers of earlier
-   rounds. A crash anywhere leaves a state packs.resolve reads as every row exactly once.
+2. check every file it would copy in full (its digest, digest.py; a file from before digests decoded whole): one that
+   fails is refused, left where it is and named in the result's note, so damage is never rewritten into a pack that
+   every check would then believe (`rlsweep doctor` names whose rows it held);
+3. write the pack with DuckDB to a temporary, seal it with its digest, write its manifest (packs.py), fsync, and if
+   any packed file changed meanwhile, drop it (the next compaction packs the new file); else rename it into place
+   and fsync the directory;
+4. only then put aside what it packed: each packed small file still as it was packed moves into its stage job's
+   `rows/<table>/` folder (a rename: the same bytes, digest and mtime), where `rlsweep doctor --fix` takes it back
+   from should the pack be damaged later, so rows that only retraining could recompute come back as they were
+   written; the replaced packs (and their manifests) and leftovers of earlier rounds are deleted. A crash anywhere
+   leaves a state packs.resolve reads as every row exactly once.
+
+The kept small files cost the disk what the rows cost before compaction (the packs are zstd, so somewhat less
+again); a query never lists them, and `rlsweep gc` removes them with their stage job's directory.
 """
 
 from __future__ import annotations
@@ -21,18 +31,25 @@ import os
 import secrets
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
 import duckdb
 
+import pyarrow as pa
+
 from workflow.atomic import discard, parse_temporary, replacing, temporary_sibling
 from workflow.errors import UserError
-from workflow.layout import DONE, is_pack, pack_file, pack_seq, parse_table_file, store_dir, table_dir, table_file_key
+from workflow.layout import (DONE, archived_table_file, is_pack, pack_file, pack_seq, parse_table_file, store_dir,
+                             table_dir, table_file_key)
+from workflow.results import digest
 from workflow.results.catalog import sql_str, table_files
 from workflow.results.doctor import owning_job
-from workflow.results.packs import SOURCE, TableLayout, fingerprint, pack_metadata, table_layout
+from workflow.results.packs import (SOURCE, TableLayout, fingerprint, manifest_path, pack_metadata, table_layout,
+                                    write_manifest)
+from workflow.results.files import UNREADABLE, open_regular
+from workflow.results.verdicts import Verdicts, check_file
 from workflow.results.schemas import TABLES
 from workflow.runlock import LOCK_NAME
 
@@ -62,19 +79,34 @@ class Compacted:
     rows: int = 0  # rows in the new pack
     removed: int = 0  # files deleted (packed files, replaced packs, leftovers)
     skipped: int = 0  # small files left as they are (their stage job is not finished, or changed while packing)
+    refused: list[Path] = field(default_factory=list)  # files that failed their check: left where they are
     pack: Path | None = None
     seconds: float = 0.0
-    note: str = ""  # why nothing was packed though files were eligible
+    note: str = ""  # why nothing was packed though files were eligible, and what was refused
 
 
-def finished(results_root: Path, table: str, stem: str) -> bool:
-    """Whether the stage job that wrote a table file is done with it: DONE.json written and no RUNNING.lock."""
+def finished(results_root: Path, table: str, stem: str) -> Path | None:
+    """The directory of the stage job that wrote a table file if it is done with it (DONE.json written and no
+    RUNNING.lock); None otherwise."""
     owner = parse_table_file(table, stem)
     job = owning_job(results_root, owner) if owner else None
     if job is None:
-        return False
+        return None
     directory = job.dir(results_root)
-    return (directory / DONE).is_file() and not (directory / LOCK_NAME).exists()
+    return directory if (directory / DONE).is_file() and not (directory / LOCK_NAME).exists() else None
+
+
+def damage(path: Path) -> str | None:
+    """Why a table file may not be copied (None: it may): its digest does not match, or (a file from before
+    digests) it does not decode in full. Checked every time: what it copies, a digest vouches for from then on."""
+    try:
+        fd = open_regular(path)
+        try:
+            return check_file(path, fd, deep=True)
+        finally:
+            os.close(fd)
+    except UNREADABLE as e:
+        return str(e).strip().rstrip(".") or type(e).__name__
 
 
 def small_file_count(results_root: str | Path) -> int:
@@ -114,9 +146,21 @@ def compact_table(results_root: Path, table: str) -> Compacted:
     directory = table_dir(results_root, table)
     layout = table_layout(directory, table)
     out = Compacted(table, files_before=len(layout.readable))
-    eligible = [f for f in layout.files if finished(results_root, table, f.stem)]
+    homes = {f: finished(results_root, table, f.stem) for f in layout.files}  # each file's stage job's directory
+    eligible = [f for f in layout.files if homes[f] is not None]
     merge = layout.packs if len(layout.packs) >= MAX_PACKS else []
     out.skipped = len(layout.files) - len(eligible)
+    reasons = {p: why for p in [*eligible, *merge] if (why := damage(p)) is not None}
+    if reasons:  # never copied: the new pack would hold the damage with a digest that vouches for it
+        out.refused = list(reasons)
+        eligible = [f for f in eligible if f not in reasons]
+        merge = [p for p in merge if p not in reasons]
+        out.skipped += sum(1 for f in reasons if not is_pack(f.stem))
+    # a merge that stopped before its deletes: the packs it replaced go once the pack replacing them checks (if it
+    # is damaged, they hold what it was made of: packs.resolve reads them then)
+    replacers = {p for p in layout.packs if set(layout.replaces.get(p, ())) & {r.name for r in layout.retired}}
+    sound = {p for p in replacers if p not in reasons and (p in merge or damage(p) is None)}
+    retire = [r for r in layout.retired if any(r.name in layout.replaces[p] for p in sound)]
     if eligible or merge:
         sources = {f.stem: fingerprint(f) for f in eligible}
         for pack in merge:
@@ -125,27 +169,48 @@ def compact_table(results_root: Path, table: str) -> Compacted:
         path = directory / f"{pack_file(seq, secrets.token_hex(4))}.parquet"
         try:
             with replacing(path) as tmp:
-                out.rows = _write_pack(tmp, table, eligible, merge, layout, sources, [p.name for p in merge])
+                out.rows = _write_pack(tmp, path, table, eligible, merge, layout, sources, [p.name for p in merge])
                 changed = [f for f in eligible if _fingerprint_or_none(f) != sources[f.stem]]
                 if changed:  # rewritten while being read: the pack may hold either version (the next round packs it)
                     raise _Changed(changed)
         except _Changed as e:
+            discard(manifest_path(path))
             out.skipped, out.rows = len(layout.files), 0
             out.note = str(e)
         else:
             _fsync_dir(directory)
+            _trust(results_root, path)
             out.pack, out.packed, out.merged = path, len(eligible), len(merge)
             for f in eligible:
-                out.removed += _remove_if(f, sources[f.stem])
+                out.removed += _archive_if(results_root, table, f, sources[f.stem], homes[f])
             for pack in merge:
-                out.removed += _remove_if(pack, None)
-    for f in layout.leftovers:  # leftovers of an earlier round whose deletes did not finish
-        out.removed += _remove_if(f, None)
-    for pack in layout.retired:
-        out.removed += _remove_if(pack, None)
+                out.removed += _remove_pack(pack)
+    for f in layout.leftovers:  # leftovers of an earlier round whose moves did not finish
+        out.removed += _archive_if(results_root, table, f, None, finished(results_root, table, f.stem))
+    for pack in retire:
+        out.removed += _remove_pack(pack)
+    if out.refused:
+        note = (f"refused {len(out.refused)} damaged file(s), left as they are: "
+                + "; ".join(f"{p.name} ({reasons[p]})" for p in out.refused[:3])
+                + (" ..." if len(out.refused) > 3 else "") + "; `rlsweep doctor` names whose rows they hold")
+        out.note = f"{out.note}; {note}" if out.note else note
     out.files_after = len(table_layout(directory, table).readable)
     out.seconds = time.monotonic() - t0
     return out
+
+
+def _trust(results_root: Path, pack: Path) -> None:
+    """The verdict for the pack just written (its digest taken of the bytes now on disk): the first query after a
+    compaction need not hash it again."""
+    try:
+        st = os.stat(pack)
+        found = digest.check_path(pack)
+    except OSError:
+        return
+    if found.ok and found.sealed:
+        verdicts = Verdicts(results_root)
+        verdicts.remember(pack, st, found.digest)
+        verdicts.save()
 
 
 def drop_rows(results_root: str | Path, drop: set[tuple[str, str]]) -> int:
@@ -163,14 +228,19 @@ def drop_rows(results_root: str | Path, drop: set[tuple[str, str]]) -> int:
                 gone = {stem for stem in layout.sources[pack] if table_file_key(table, stem) in drop}
                 if not gone:
                     continue
+                why = damage(pack)
+                if why is not None:  # rewriting it would launder the damage (`rlsweep doctor` says what to do)
+                    raise UserError(f"{pack}: damaged ({why}); its rows of the stage jobs to remove stay until "
+                                    "`rlsweep doctor --fix` has dealt with it")
                 layout.hidden[pack] |= gone
                 sources = {st: fp for st, fp in layout.sources[pack].items() if st not in layout.hidden[pack]}
                 seq = 1 + max((pack_seq(p.stem) for p in [*layout.packs, *layout.retired]), default=0)
                 path = directory / f"{pack_file(seq, secrets.token_hex(4))}.parquet"
                 with replacing(path) as tmp:
-                    _write_pack(tmp, table, [], [pack], layout, sources, [pack.name])
+                    _write_pack(tmp, path, table, [], [pack], layout, sources, [pack.name])
                 _fsync_dir(directory)
-                _remove_if(pack, None)
+                _trust(root, path)
+                _remove_pack(pack)
                 layout.retired.append(pack)
                 rewritten += 1
     return rewritten
@@ -181,10 +251,11 @@ class _Changed(Exception):
         super().__init__(f"{len(files)} file(s) changed while they were packed: {', '.join(f.name for f in files[:3])}")
 
 
-def _write_pack(tmp: Path, table: str, files: list[Path], packs: list[Path], layout: TableLayout,
+def _write_pack(tmp: Path, path: Path, table: str, files: list[Path], packs: list[Path], layout: TableLayout,
                 sources: dict, replaces: list[str]) -> int:
     """The rows of `files` (each with its stem in SOURCE) and of `packs` (less their hidden rows) into one Parquet
-    file whose footer says what it holds; returns its row count."""
+    file whose footer says what it holds, sealed with its digest, and the manifest of `path` (what `tmp` becomes)
+    beside it; returns its row count."""
     def listed(paths) -> str:
         return ", ".join(sql_str(str(p)) for p in paths)
 
@@ -192,7 +263,9 @@ def _write_pack(tmp: Path, table: str, files: list[Path], packs: list[Path], lay
         return (f"SELECT * EXCLUDE (rlsweep_path), parse_filename(rlsweep_path, true) AS {SOURCE} "
                 f"FROM read_parquet([{listed(some)}], union_by_name = true, filename = 'rlsweep_path')")
 
-    meta = ", ".join(f"{sql_str(k.decode())}: {sql_str(v)}" for k, v in pack_metadata(table, sources, replaces).items())
+    entries = pack_metadata(table, sources, replaces)
+    meta = ", ".join(f"{sql_str(k.decode())}: {sql_str(v)}"
+                     for k, v in [*entries.items(), *((k.encode(), v) for k, v in digest.METADATA.items())])
     pack_name = parse_temporary(tmp)[0]
     # the parts of many files: a temporary beside the pack's (the same file system), removed however this ends
     batches = temporary_sibling(tmp.parent / f"{pack_name}.parts") if len(files) > BATCH else None
@@ -223,8 +296,10 @@ def _write_pack(tmp: Path, table: str, files: list[Path], packs: list[Path], lay
         discard(spill)
         if batches is not None:
             discard(batches)
+    sha256 = digest.seal(tmp)
     with open(tmp, "rb") as f:
         os.fsync(f.fileno())
+    write_manifest(path, table, entries, tmp.stat().st_size, sha256)  # before the pack has its name (it outlives it)
     return int(n)
 
 
@@ -235,12 +310,30 @@ def _fingerprint_or_none(path: Path) -> list[int] | None:
         return None
 
 
-def _remove_if(path: Path, was: list[int] | None) -> int:
-    """Delete `path` if it is still the file that was packed (`was`: its fingerprint then; None: any)."""
+def _archive_if(results_root: Path, table: str, path: Path, was: list[int] | None, home: Path | None) -> int:
+    """Move a packed small file into its stage job's `rows/` folder (`home`: the job's directory) if it is still the
+    file that was packed (`was`: its fingerprint then; None: any); deleted instead when its job has no directory."""
+    return _remove_if(path, was, archived_table_file(home, table, path.name) if home is not None else None)
+
+
+def _remove_pack(pack: Path) -> int:
+    """Delete a replaced pack and its manifest (the manifest last: a pack is never without one)."""
+    removed = _remove_if(pack, None)
+    manifest_path(pack).unlink(missing_ok=True)
+    return removed
+
+
+def _remove_if(path: Path, was: list[int] | None, keep_at: Path | None = None) -> int:
+    """Delete `path`, or move it to `keep_at`, if it is still the file that was packed (`was`: its fingerprint then;
+    None: any)."""
     if was is not None and _fingerprint_or_none(path) != was:
         return 0  # rewritten since: the new file is live and supersedes its stage job's rows in the pack
     try:
-        path.unlink()
+        if keep_at is None:
+            path.unlink()
+        else:
+            keep_at.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(path, keep_at)  # (the same file system: the store)
         return 1
     except FileNotFoundError:
         return 0

@@ -80,11 +80,11 @@ class Report:
 
 
 def affected_runs(damaged: Damaged, runs) -> list[str]:
-    """The ids of the sweep's runs (workflow.sweep.expand.Run) whose stage wrote the damaged file."""
-    owner = damaged.owner
-    if owner is None:
-        return []
-    return [r.run_id for r in runs if getattr(r, _RUN_KEY.get(owner.stage, ""), None) == owner.stage_id]
+    """The ids of the sweep's runs (workflow.sweep.expand.Run) whose stage wrote the damaged file (a pack: whose
+    stage jobs' rows it held)."""
+    wanted = set(damaged.jobs)
+    return [r.run_id for r in runs
+            if any((stage, getattr(r, key, None)) in wanted for stage, key in _RUN_KEY.items())]
 
 
 # ------------------------------------------------------------------------------------------------- examine

@@ -19,6 +19,12 @@ import stat
 import threading
 from pathlib import Path
 
+import pyarrow as pa
+
+# what reading a damaged Parquet file raises: Arrow's errors, the OS's, and a footer whose bytes decode as no text
+# (pyarrow's UnicodeDecodeError: a ValueError, as ArrowInvalid is)
+UNREADABLE = (pa.ArrowException, OSError, ValueError)
+
 
 class NotARegularFile(OSError):
     """A table directory entry that is not a regular file (a symlink, a FIFO, a device, a directory)."""

@@ -30,8 +30,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from workflow.layout import SWEEP_NAME, members_dir
-from workflow.results.files import PositionalReader
-from workflow.results.writer import write_parquet
+from workflow.results import digest
+from workflow.results.files import UNREADABLE, PositionalReader
+from workflow.results.writer import parquet_bytes, write_parquet
 
 MEMBERS = pa.schema([("sweep", pa.string()), ("stage", pa.string()), ("stage_id", pa.string()),
                      ("label", pa.string()), ("recorded_at", pa.timestamp("us", tz="UTC"))])
@@ -66,9 +67,7 @@ def record(results_root: str | Path, sweep: str, members: Iterable[Member]) -> P
 def record_bytes(sweep: str, members: Iterable[Member]) -> bytes:
     """A members file's content for these stage jobs (`rlsweep doctor --fix` rebuilds a damaged one from the sweep
     file's plan)."""
-    sink = pa.BufferOutputStream()
-    pq.write_table(_table(sweep, _rows(members)), sink)
-    return sink.getvalue().to_pybytes()
+    return parquet_bytes(_table(sweep, _rows(members)))
 
 
 def _rows(members: Iterable[Member]) -> list[tuple]:
@@ -85,7 +84,7 @@ def _keys(path: Path) -> set[tuple] | None:
     """A members file's rows as (stage, stage_id, label); None if it does not read (left alone)."""
     try:
         t = _read(path)
-    except (pa.ArrowException, OSError):
+    except UNREADABLE:
         return None
     return set(zip(t["stage"].to_pylist(), t["stage_id"].to_pylist(), t["label"].to_pylist()))
 
@@ -101,7 +100,10 @@ def damage(path: Path, deep: bool = True) -> str | None:
                 missing = set(MEMBERS.names) - set(pq.read_schema(f).names)
             if missing:
                 return f"not a members file: no column {', '.join(sorted(missing))}"
-    except (pa.ArrowException, OSError) as e:
+        verdict = digest.check_path(path)  # (a record is a few KB: checked in full every time)
+        if not verdict.ok:
+            return verdict.reason
+    except UNREADABLE as e:
         return str(e).strip().rstrip(".") or type(e).__name__
     return None
 
@@ -126,7 +128,7 @@ def members(results_root: str | Path, sweep: str) -> dict[tuple[str, str], str |
     for path in member_files(results_root, sweep):
         try:
             t = _read(path)
-        except (pa.ArrowException, OSError):
+        except UNREADABLE:
             continue  # a damaged record: queries warn and `rlsweep doctor` lists it; planning the sweep again
             # (`snakemake`, not a dry run) writes it anew, `rlsweep doctor --fix` from the runs rows or the sweep file
         # the recording times compared as integers (microseconds): as datetimes, with their time zone, they cost
@@ -136,6 +138,18 @@ def members(results_root: str | Path, sweep: str) -> dict[tuple[str, str], str |
             if (stage, stage_id) not in out or at >= out[(stage, stage_id)][1]:
                 out[(stage, stage_id)] = (label, at)
     return {k: v[0] for k, v in out.items()}
+
+
+def sweeps_of(results_root: str | Path, jobs) -> dict[str, list[tuple[str, str]]]:
+    """Of these stage jobs ((stage, stage id) pairs), which each sweep of the results directory planned: sweep ->
+    its jobs among them (a job no sweep planned is in none)."""
+    wanted = set(jobs)
+    out = {}
+    for sweep in recorded_sweeps(results_root):
+        mine = [key for key in members(results_root, sweep) if key in wanted]
+        if mine:
+            out[sweep] = sorted(mine)
+    return out
 
 
 def recorded_sweeps(results_root: str | Path) -> list[str]:

@@ -14,7 +14,13 @@ after a compaction is never. At a thousand runs those two were most of a query's
 written before them holds {"sources": {stem: fingerprint}, "replaces": [...]} under `rlsweep.pack` alone, and reads
 as before.
 
-Compaction writes the pack (atomically), then deletes what it packed. Whatever moment a reader looks at, or a crash
+Beside each pack, its manifest `<pack stem>.manifest.json` (written before the pack takes its name) holds the same
+owners, fingerprints and replaced packs, with the pack's size and digest (digest.py): a pack cut short loses its
+footer, and with it the list of whose rows it held; the manifest keeps it where damage to the pack cannot take it, so
+`rlsweep doctor` can name those stage jobs and their sweeps, and put back each one's packed files from where
+compaction kept them (compaction.py: the stage job's `rows/` folder). No query reads a manifest.
+
+Compaction writes the pack (atomically), then moves what it packed aside. Whatever moment a reader looks at, or a crash
 stops compaction at, `resolve` gives every row exactly once:
 - a pack that another readable pack replaces is retired: its rows are read from the newer one;
 - a small file still there exactly as it was packed (same size, mtime and inode) is a leftover: its rows are read
@@ -37,10 +43,78 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from workflow.layout import is_pack, pack_seq, parse_table_file, table_file_key
-from workflow.results.files import PositionalReader
+from workflow.results.files import UNREADABLE, PositionalReader
 
 SOURCE = "packed_from"  # a pack's column: the stem of the file each row was written to
 META_KEY = b"rlsweep.pack"
+
+
+MANIFEST = ".manifest.json"
+
+
+def manifest_path(pack: Path) -> Path:
+    return pack.with_name(pack.stem + MANIFEST)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What a pack held, as its manifest says: the stems by stage job ("<stage>/<id>"; "" for names no stage writes),
+    each stem's fingerprint (owners' order), the packs it replaced, and its own size and digest."""
+
+    table: str
+    owners: dict[str, list[str]]
+    prints: list
+    replaces: tuple[str, ...]
+    size: int | None
+    sha256: str | None
+
+    @property
+    def jobs(self) -> list[tuple[str, str]]:
+        """The stage jobs whose rows the pack held, (stage, stage id)."""
+        return [tuple(k.split("/", 1)) for k in self.owners if k]
+
+    def pack(self, path: Path) -> "Pack":
+        """The pack as readers would take it if it read (resolve: which of its rows are superseded)."""
+        return Pack(path, Sources(self.owners, json.dumps(self.prints).encode()), self.replaces)
+
+
+def write_manifest(pack: Path, table: str, meta: Mapping[bytes, str], size: int, sha256: str) -> Path:
+    """The manifest of `pack` (meta: its footer entries, pack_metadata), written atomically."""
+    from workflow.atomic import write_text  # noqa: PLC0415 - (kept out of the query's imports)
+    body = json.loads(meta[META_KEY])
+    return write_text(manifest_path(pack), json.dumps(
+        {"table": table, "owners": body["owners"], "replaces": body["replaces"], "prints": json.loads(meta[PRINTS_KEY]),
+         "size": size, "sha256": sha256}, separators=(",", ":")))
+
+
+def read_manifest(pack: Path) -> Manifest | None:
+    """A pack's manifest; None when it has none (a pack written before manifests) or it does not read."""
+    try:
+        m = json.loads(manifest_path(pack).read_text())
+        return Manifest(m["table"], dict(m["owners"]), list(m["prints"]), tuple(m.get("replaces", ())),
+                        m.get("size"), m.get("sha256"))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def pack_holders(pack: Path) -> list[tuple[str, str]] | None:
+    """The stage jobs whose rows a pack holds, from its manifest, else from its footer if that reads; None: neither
+    says (a pack from before manifests whose footer is gone)."""
+    manifest = read_manifest(pack)
+    if manifest is not None:
+        return manifest.jobs
+    try:
+        with PositionalReader.of(pack) as f:
+            raw = (pq.read_schema(f).metadata or {}).get(META_KEY)
+        meta = json.loads(raw) if raw is not None else None
+    except UNREADABLE:
+        return None
+    if not isinstance(meta, dict):
+        return None
+    if "owners" in meta:
+        return [tuple(k.split("/", 1)) for k in meta["owners"] if k]
+    table = pack.parent.name
+    return list(dict.fromkeys(key for stem in meta.get("sources", {}) if (key := table_file_key(table, stem))))
 
 
 def fingerprint(path: Path) -> list[int]:
@@ -145,6 +219,7 @@ class TableLayout:
     sources: dict[Path, Mapping[str, list[int] | None]] = field(default_factory=dict)  # per live pack: what it holds
     leftovers: list[Path] = field(default_factory=list)  # small files a live pack holds as they are (skip them)
     retired: list[Path] = field(default_factory=list)  # packs a live pack replaces (skip them)
+    replaces: dict[Path, tuple[str, ...]] = field(default_factory=dict)  # per live pack: the packs it replaced
 
     @property
     def readable(self) -> list[Path]:
@@ -164,7 +239,7 @@ class TableLayout:
             hidden = self.hidden[p] | dropped
             if len(hidden) < len(self.sources[p]):
                 out.packs.append(p)
-                out.hidden[p], out.sources[p] = hidden, self.sources[p]
+                out.hidden[p], out.sources[p], out.replaces[p] = hidden, self.sources[p], self.replaces.get(p, ())
         return out
 
     def holder(self, stem: str) -> Path | None:
@@ -175,16 +250,25 @@ class TableLayout:
         return next((p for p in self.packs if stem in self.sources[p] and stem not in self.hidden[p]), None)
 
 
-def resolve(table: str, files: list[Path], packs: list[Pack]) -> TableLayout:
+def resolve(table: str, files: list[Path], packs: list[Pack], damaged: list[Pack] = ()) -> TableLayout:
     """Which of one table's readable files (`files`: stages' own, `packs`) a reader takes, and which rows of the
-    packs it leaves out (module docstring)."""
+    packs it leaves out (module docstring). `damaged`: packs that do not read, as their manifests describe them; they
+    still decide what they would have (the packs they replaced stay retired, the older writings of their stage jobs
+    stay hidden: a damaged pack never brings superseded rows back), but none of their rows is read, and a small file
+    is no leftover of theirs (it is the intact copy). A damaged pack whose replaced packs are still there (a
+    compaction stopped before deleting them) is left out altogether: they hold what it was made of."""
+    present = {p.path.name for p in packs}
+    damaged = [d for d in damaged if not set(d.replaces) & present]
+    broken = {p.path for p in damaged}
+    packs = [*packs, *damaged]
     replaced = {name for p in packs for name in p.replaces}
     live = sorted((p for p in packs if p.path.name not in replaced), key=lambda p: pack_seq(p.path.stem))
     out = TableLayout(packs=[p.path for p in live], retired=[p.path for p in packs if p.path.name in replaced],
-                      sources={p.path: p.sources for p in live}, hidden={p.path: set() for p in live})
+                      sources={p.path: p.sources for p in live}, hidden={p.path: set() for p in live},
+                      replaces={p.path: p.replaces for p in live})
     live_owners = set()
     for f in files:
-        packed = [p.sources[f.stem] for p in live if f.stem in p.sources]
+        packed = [p.sources[f.stem] for p in live if f.stem in p.sources and p.path not in broken]
         try:
             leftover = bool(packed) and fingerprint(f) in packed
         except FileNotFoundError:  # deleted since it was listed: compaction finished with it
@@ -200,19 +284,26 @@ def resolve(table: str, files: list[Path], packs: list[Pack]) -> TableLayout:
         newest.update(dict.fromkeys(live_owners))
         for p in live:
             out.hidden[p.path] = {stem for stem in p.sources if newest[keys[stem]] != p.path}
+    for path in broken & set(out.packs):  # (decided with; read never)
+        out.packs.remove(path)
+        del out.hidden[path], out.sources[path], out.replaces[path]
     return out
 
 
 def table_layout(directory: Path, table: str) -> TableLayout:
     """One table directory's layout, from its files' footers (unreadable files are left out: the catalog lists
-    them as damaged)."""
-    files, packs = [], []
+    them as damaged; an unreadable pack's manifest still takes part). Bytes are not checked here: compaction
+    checks what it copies."""
+    files, packs, broken = [], [], []
     for path in sorted(Path(directory).glob("*.parquet")):
         try:
             with PositionalReader.of(path) as f:  # regular files only: a FIFO would block, a symlink lead out
                 schema = pq.read_schema(f)
-        except (pa.ArrowException, OSError):
+        except UNREADABLE:
+            manifest = read_manifest(path) if is_pack(path.stem) else None
+            if manifest is not None:  # (still decides what it superseded: resolve)
+                broken.append(manifest.pack(path))
             continue
         pack = read_pack(path, schema)
         (packs if pack else files).append(pack or path)
-    return resolve(table, files, packs)
+    return resolve(table, files, packs, broken)

@@ -20,8 +20,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from workflow.layout import is_pack, runs_file, table_dir, table_file_key
-from workflow.results.files import PositionalReader
-from workflow.results.packs import SOURCE, TableLayout, read_pack, resolve
+from workflow.results.files import UNREADABLE, PositionalReader
+from workflow.results.packs import SOURCE, TableLayout, read_manifest, read_pack, resolve
+from workflow.results.verdicts import Verdicts, check_file
 
 
 class _Vanished(Exception):
@@ -34,27 +35,36 @@ def layout_of(results_root: str | Path, table: str, job: tuple[str, str],
     that `keep(stem)` accepts: its live small files and the live packs that hold them, less the rows a newer writing
     supersedes. Every small file of the job takes part in that decision (a retrained stage's first new train_steps
     file hides all of its packed steps: packs.owner_key), so the job is chosen before `keep` narrows. Unreadable
-    files are left out (the catalog and `rlsweep doctor` name them)."""
+    files, and files whose digest does not match, are left out (the catalog and `rlsweep doctor` name them)."""
     def own(stem: str) -> bool:
         return table_file_key(table, stem) == job
 
-    files, packs = [], []
-    for path in sorted(table_dir(results_root, table).glob("*.parquet")):
+    files, packs, broken = [], [], []
+    root = Path(results_root).resolve()
+    verdicts = Verdicts(root)
+    for path in sorted(table_dir(root, table).glob("*.parquet")):
         if not is_pack(path.stem) and not own(path.stem):
             continue  # another stage job's file: never opened
         try:
             with PositionalReader.of(path) as f:  # regular files only: a FIFO would block, a symlink lead out
                 schema = pq.read_schema(f)
+                damaged = check_file(path, f.fd, verdicts)  # (its digest, once per identity: verdicts.py)
         except FileNotFoundError:  # removed since the glob: a compaction packed it (the caller lists again)
             raise _Vanished(path) from None
-        except (pa.ArrowException, OSError):
+        except UNREADABLE:
+            damaged = "unreadable"
+        if damaged:
+            manifest = read_manifest(path) if is_pack(path.stem) else None
+            if manifest is not None:  # (still decides what it superseded: packs.resolve)
+                broken.append(manifest.pack(path))
             continue
         pack = read_pack(path, schema)
         if pack is not None:
             packs.append(pack)
         elif not is_pack(path.stem):
             files.append(path)
-    return resolve(table, files, packs).only(lambda stem: own(stem) and (keep is None or keep(stem)))
+    verdicts.save()
+    return resolve(table, files, packs, broken).only(lambda stem: own(stem) and (keep is None or keep(stem)))
 
 
 def read_layout(layout: TableLayout) -> pa.Table | None:

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 
 from workflow.atomic import replacing
 from workflow.layout import TABLE_FILE_RULE, parse_table_file, table_dir
+from workflow.results import digest
 from workflow.results.schemas import schema as table_schema
 
 
@@ -31,10 +32,25 @@ def to_arrow(table: str, rows: list[dict[str, Any]], allow_extra: bool = False) 
     return pa.table(columns)
 
 
+def _write_unsealed(data: pa.Table, sink) -> None:
+    """`data` as Parquet with the digest's placeholder in its footer (what pq.write_table writes, and that)."""
+    with pq.ParquetWriter(sink, data.schema) as w:
+        w.write_table(data)
+        w.add_key_value_metadata(digest.METADATA)
+
+
+def parquet_bytes(data: pa.Table) -> bytes:
+    """The bytes write_parquet would write (sealed), for a caller that puts them in place itself."""
+    sink = pa.BufferOutputStream()
+    _write_unsealed(data, sink)
+    return digest.seal_bytes(sink.getvalue().to_pybytes())
+
+
 def write_parquet(data: pa.Table, path: str | Path) -> Path:
-    """One Parquet file, flushed to disk before it takes its final name."""
+    """One Parquet file, sealed with its digest (digest.py) and flushed to disk before it takes its final name."""
     with replacing(path) as tmp:
-        pq.write_table(data, tmp)
+        _write_unsealed(data, tmp)
+        digest.seal(tmp)
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
     return Path(path)

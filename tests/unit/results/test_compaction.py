@@ -158,11 +158,11 @@ def test_a_crash_at_any_point_of_compaction_loses_and_duplicates_nothing(sweep, 
     before = counts(sweep)
     real, calls = compaction._remove_if, []
 
-    def dies_after_some_deletes(path, was):
+    def dies_after_some_deletes(path, was, keep_at=None):  # (a packed file moved aside, or a replaced pack deleted)
         if len(calls) == deletes_before_crash:
             raise KeyboardInterrupt("killed")
         calls.append(path)
-        return real(path, was)
+        return real(path, was, keep_at)
 
     monkeypatch.setattr(compaction, "_remove_if", dies_after_some_deletes)
     with pytest.raises(KeyboardInterrupt):
@@ -218,7 +218,7 @@ def test_packs_are_merged_once_a_table_has_max_packs(sweep, monkeypatch):
     expected = counts(sweep)
     monkeypatch.setattr(compaction, "MAX_PACKS", 1)  # the one pack there is merged into the next
     real = compaction._remove_if
-    monkeypatch.setattr(compaction, "_remove_if", lambda path, was: 0 if is_pack(path.stem) else real(path, was))
+    monkeypatch.setattr(compaction, "_remove_if", lambda path, was, keep_at=None: 0 if is_pack(path.stem) else real(path, was, keep_at))
     compact(sweep)
     assert sum(is_pack(p.stem) for p in files(sweep, "runs")) == 2 and counts(sweep) == expected
     monkeypatch.setattr(compaction, "_remove_if", real)

@@ -141,13 +141,10 @@ def test_a_healthy_sweep_is_healthy(sweep):
 
 CRASHING_WRITER = r"""
 import os, sys
-import pyarrow.parquet as pq
 from workflow.results import writer
-real = pq.write_table
-def write_then_die(table, where, **kw):  # killed mid-write: the temporary stays behind, its process is gone
-    real(table, where, **kw)
+def write_then_die(where):  # killed mid-write, before the digest: the temporary stays behind, its process is gone
     os._exit(9)
-writer.pq.write_table = write_then_die
+writer.digest.seal = write_then_die
 writer.write_rows(sys.argv[1], "runs", "rl_0123456789ab", [dict(run_id="0123456789ab", sweep="s", stage="rl")])
 """
 

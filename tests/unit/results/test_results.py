@@ -18,18 +18,15 @@ from workflow.results.writer import to_arrow, write_rows
 
 CRASHING_WRITER = r"""
 import os, sys
-import pyarrow.parquet as pq
 from workflow.results import writer
 
-real = pq.write_table
-def write_then_die(table, where, **kw):
-    # write the real bytes, but only half of them, then die the way a killed job does (no cleanup handlers)
-    real(table, where, **kw)
+def write_then_die(where):
+    # the real bytes written, then only half of them kept, and death the way a killed job dies (no cleanup handlers)
     size = os.path.getsize(where)
     with open(where, "r+b") as f:
         f.truncate(size // 2)
     os._exit(9)
-writer.pq.write_table = write_then_die
+writer.digest.seal = write_then_die
 rows = [dict(run_id="0000000000a0", sweep="s", stage="rl", step=i, loss=float(i)) for i in range(100_000)]
 writer.write_rows(sys.argv[1], "train_steps", "rl_0000000000a0_000001-100000", rows)
 """
