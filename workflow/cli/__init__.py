@@ -34,12 +34,14 @@
     rlsweep smoke SWEEP.yaml [--steps 2] [--dry-run] [--snakemake ARGS]
                                          the sweep's DAG shrunk to minutes on this machine (tiny model, a few
                                          steps) before it spends a GPU allocation: results/<name>-smoke
-    rlsweep doctor SWEEP.yaml | --sweep NAME [--fix]
-                                         damaged table files, leftover temporaries, DONE.json vs the tables, and how
-                                         to recompute; --fix moves what must go to quarantine (exit 1: problems)
+    rlsweep doctor SWEEP.yaml | --sweep NAME [--fix [--also SWEEP]]
+                                         damaged table files (each checked in full), leftover temporaries, DONE.json
+                                         vs the tables, and how to recompute; --fix moves what must go to quarantine
+                                         and puts back a damaged pack's kept files (exit 1: problems found)
     rlsweep compact                      merge the finished stages' table files (every sweep's) into a few packs per
                                          table (the aggregate stage does it once there are 256 files); queries stay
-                                         fast
+                                         fast. Every file is checked in full first: a damaged one is left as it is,
+                                         never copied (exit 1)
     rlsweep gc [SWEEP.yaml ...] [--remove [--yes]]
                                          the stage outputs in results/_store/ that no sweep references (the sweep
                                          files given, default sweeps/*.yaml; a sweep without one keeps what it
@@ -114,7 +116,11 @@ def main(argv: list[str] | None = None) -> int:
     d = sub.add_parser("doctor", parents=[common], help="find damaged or inconsistent results; say how to recompute")
     d.add_argument("sweep_file", nargs="?", help="the sweep file (or --sweep NAME)")
     d.add_argument("--sweep", type=sweep_name, help="the sweep's name, when its file is not at hand")
-    d.add_argument("--fix", action="store_true", help="move what each problem lists to results/_store/quarantine/")
+    d.add_argument("--fix", action="store_true", help="move what each problem lists to results/_store/quarantine/, "
+                   "and put back from the stage jobs' rows/ folders what a damaged pack held")
+    d.add_argument("--also", action="append", default=[], type=sweep_name, metavar="SWEEP",
+                   help="with --fix: where a damaged pack holds rows of another sweep's stage jobs that only rerunning "
+                   "brings back, mark that sweep's too (without, they are named and the pack stays); repeatable")
     d.set_defaults(fn="doctor:cmd_doctor")
     c = sub.add_parser("compact", parents=[common], help="merge finished stages' table files into a few packs")
     c.set_defaults(fn="compact:cmd_compact")

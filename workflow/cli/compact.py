@@ -28,4 +28,4 @@ def cmd_compact(a) -> int:
                       str(c.skipped), f"{c.seconds:.2f}")
     Console(highlight=False).print(table)
     print(compaction_line(done), file=sys.stderr)
-    return 0
+    return 1 if any(c.refused for c in done) else 0  # (damage found: `rlsweep doctor` says whose rows, and what to do)

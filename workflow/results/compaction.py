@@ -145,27 +145,27 @@ def compact_table(results_root: Path, table: str) -> Compacted:
     t0 = time.monotonic()
     directory = table_dir(results_root, table)
     layout = table_layout(directory, table)
-    out = Compacted(table, files_before=len(layout.readable))
+    # every pack is checked in full first (it costs a hash, ~1 s a GB): a damaged one is never merged into a new pack
+    # (which every check would then believe), and its word decides nothing: a leftover small file is deleted for a
+    # pack's rows, a retired pack for a newer pack's. Taken as unreadable, its leftovers are live files (the intact
+    # copies) and the packs it replaced live again (packs.resolve); and the compaction says it found it
+    reasons = {p: why for p in layout.packs if (why := damage(p)) is not None}
+    if reasons:
+        layout = table_layout(directory, table, damaged=set(reasons))
+    out = Compacted(table, files_before=len(layout.readable) + len(reasons))
     homes = {f: finished(results_root, table, f.stem) for f in layout.files}  # each file's stage job's directory
     eligible = [f for f in layout.files if homes[f] is not None]
-    merge = layout.packs if len(layout.packs) >= MAX_PACKS else []
     out.skipped = len(layout.files) - len(eligible)
-    reasons = {p: why for p in [*eligible, *merge] if (why := damage(p)) is not None}
-    if reasons:  # never copied: the new pack would hold the damage with a digest that vouches for it
-        out.refused = list(reasons)
-        eligible = [f for f in eligible if f not in reasons]
-        merge = [p for p in merge if p not in reasons]
-        out.skipped += sum(1 for f in reasons if not is_pack(f.stem))
-    # a merge that stopped before its deletes: the packs it replaced go once the pack replacing them checks (if it
-    # is damaged, they hold what it was made of: packs.resolve reads them then)
-    replacers = {p for p in layout.packs if set(layout.replaces.get(p, ())) & {r.name for r in layout.retired}}
-    sound = {p for p in replacers if p not in reasons and (p in merge or damage(p) is None)}
-    retire = [r for r in layout.retired if any(r.name in layout.replaces[p] for p in sound)]
+    reasons.update({f: why for f in eligible if (why := damage(f)) is not None})
+    eligible = [f for f in eligible if f not in reasons]  # never copied: a new pack would vouch for the damage
+    out.refused = list(reasons)
+    out.skipped += sum(1 for f in reasons if not is_pack(f.stem))
+    merge = layout.packs if len(layout.packs) >= MAX_PACKS else []
     if eligible or merge:
         sources = {f.stem: fingerprint(f) for f in eligible}
         for pack in merge:
             sources.update({s: fp for s, fp in layout.sources[pack].items() if s not in layout.hidden[pack]})
-        seq = 1 + max((pack_seq(p.stem) for p in [*layout.packs, *layout.retired]), default=0)
+        seq = _next_seq(directory)
         path = directory / f"{pack_file(seq, secrets.token_hex(4))}.parquet"
         try:
             with replacing(path) as tmp:
@@ -187,7 +187,7 @@ def compact_table(results_root: Path, table: str) -> Compacted:
                 out.removed += _remove_pack(pack)
     for f in layout.leftovers:  # leftovers of an earlier round whose moves did not finish
         out.removed += _archive_if(results_root, table, f, None, finished(results_root, table, f.stem))
-    for pack in retire:
+    for pack in layout.retired:
         out.removed += _remove_pack(pack)
     if out.refused:
         note = (f"refused {len(out.refused)} damaged file(s), left as they are: "
@@ -197,6 +197,12 @@ def compact_table(results_root: Path, table: str) -> Compacted:
     out.files_after = len(table_layout(directory, table).readable)
     out.seconds = time.monotonic() - t0
     return out
+
+
+def _next_seq(directory: Path) -> int:
+    """The next pack's sequence number: above every pack there, damaged ones included (a damaged pack still decides
+    what it superseded, by its place in the sequence: packs.resolve)."""
+    return 1 + max((pack_seq(p.stem) for p in directory.glob("*.parquet") if is_pack(p.stem)), default=0)
 
 
 def _trust(results_root: Path, pack: Path) -> None:
@@ -234,7 +240,7 @@ def drop_rows(results_root: str | Path, drop: set[tuple[str, str]]) -> int:
                                     "`rlsweep doctor --fix` has dealt with it")
                 layout.hidden[pack] |= gone
                 sources = {st: fp for st, fp in layout.sources[pack].items() if st not in layout.hidden[pack]}
-                seq = 1 + max((pack_seq(p.stem) for p in [*layout.packs, *layout.retired]), default=0)
+                seq = _next_seq(directory)
                 path = directory / f"{pack_file(seq, secrets.token_hex(4))}.parquet"
                 with replacing(path) as tmp:
                     _write_pack(tmp, path, table, [], [pack], layout, sources, [pack.name])

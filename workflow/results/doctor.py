@@ -42,10 +42,16 @@ from pathlib import Path
 
 from workflow.atomic import parse_temporary, write_bytes
 from workflow.benchmarks.catalog import REGISTRY
-from workflow.layout import (CHECKPOINTS, DONE, StageJob, TableFile, default_journal, is_pack, parse_table_file,
-                             quarantine_dir, stage_jobs, store_dir, sweep_dir, tables_dir,
-                             train_steps_files)
+import pyarrow.parquet as pq
+
+from workflow.layout import (CHECKPOINTS, DONE, KEPT_ROWS, StageJob, TableFile, archived_table_file,
+                             default_journal, parse_table_file, quarantine_dir, stage_jobs, store_dir, sweep_dir,
+                             table_dir, tables_dir, train_steps_files)
 from workflow.results.catalog import Catalog, Damaged, QueryError, sql_str
+from workflow.results.files import UNREADABLE, PositionalReader, open_regular
+from workflow.results.membership import sweeps_of
+from workflow.results.packs import Pack, manifest_path, read_manifest, read_pack, resolve, table_layout
+from workflow.results.verdicts import check_file
 from workflow.runlock import LOCK_NAME
 from workflow.results.journal import inspect as inspect_journal
 
@@ -66,6 +72,8 @@ class Problem:
     locked: Path | None = None  # the RUNNING.lock that keeps --fix away
     target: Path | None = None  # the DONE.json to ask Snakemake for
     restore: bytes | None = None  # what --fix writes in place of the moved file (a study journal's intact records)
+    put_back: list[tuple[Path, Path]] = field(default_factory=list)  # (kept copy, its place): what --fix moves back
+    covers: set[StageJob] = field(default_factory=set)  # stage jobs whose missing rows this problem accounts for
 
 
 @dataclass
@@ -89,14 +97,17 @@ def affected_runs(damaged: Damaged, runs) -> list[str]:
 
 # ------------------------------------------------------------------------------------------------- examine
 def examine(results_root: str | Path, sweep: str, sweep_file: str | None = None,
-            planned: Callable[[], list] | None = None) -> Report:
+            planned: Callable[[], list] | None = None, also: tuple[str, ...] = ()) -> Report:
     """The sweep's problems. `sweep_file` and `planned` (the stage jobs its plan lists, membership.Member: the
     caller that read the sweep file passes them, called only for a damaged record) let --fix rebuild a damaged record
-    of the sweep from its plan."""
+    of the sweep from its plan. `also`: other sweeps whose stage jobs --fix may mark for recomputing too, where a
+    damaged pack holds rows of theirs that no kept copy brings back (without, they are named and left alone)."""
     root = Path(results_root).resolve()
     catalog = Catalog(root, sweep, deep=True)
     jobs = [j for j in stage_jobs(root) if j.key in catalog.members]
-    problems = [damaged_file(root, d) for d in catalog.damaged]
+    problems = []
+    for d in catalog.damaged:
+        problems += damaged_pack(root, d, sweep, catalog.members, also) if d.is_pack else [damaged_file(root, d)]
     problems += [foreign_file(d) for d in catalog.foreign]
     problems += [damaged_record(root, d, sweep, sweep_file, planned) for d in catalog.damaged_members]
     if not (catalog.member_files or catalog.damaged_members or default_journal(root, sweep).exists()):
@@ -107,7 +118,8 @@ def examine(results_root: str | Path, sweep: str, sweep_file: str | None = None,
                                 "sweep=SWEEP.yaml`; a dry run, -n, writes nothing)"))
     problems += leftover_temporaries(root, sweep)
     problems += damaged_journal(root, sweep)
-    problems += disagreements(root, catalog, jobs, done_with={p.job for p in problems if p.job})
+    problems += disagreements(root, catalog, jobs,
+                              done_with={p.job for p in problems if p.job} | {j for p in problems for j in p.covers})
     return Report(sweep, str(results_root), root, problems, sum(map(len, catalog.files.values())), len(jobs),
                   sweep_file)
 
@@ -169,10 +181,6 @@ def owning_job(root: Path, owner: TableFile) -> StageJob | None:
 def damaged_file(root: Path, d: Damaged) -> Problem:
     where = f"{d.table} file {d.path.name}"
     owner = d.owner
-    if is_pack(d.path.stem):
-        return Problem("damaged", d.path, f"unreadable {d.table} pack {d.path.name} (many finished stages' rows, "
-                       f"compacted): {d.reason}", "its stages' rows are gone from the queries; each of those stages "
-                       "is listed below as having DONE.json without its rows, and recomputes as that says", [d.path])
     if owner is None:
         return Problem("damaged", d.path, f"unreadable {where}: {d.reason}",
                        "not a file of rlsweep's (no stage writes that name): nothing to recompute", [d.path])
@@ -182,6 +190,165 @@ def damaged_file(root: Path, d: Damaged) -> Problem:
         return Problem("damaged", d.path, what, "no stage directory holds its stage, so nothing reruns "
                        "it: its rows are gone from the queries either way", [d.path], job)
     return rerun(root, job, "damaged", d.path, what, [d.path], retrain=d.table == "train_steps")
+
+
+def damaged_pack(root: Path, d: Damaged, sweep: str, mine, also: tuple[str, ...]) -> list[Problem]:
+    """A pack that does not read, or whose bytes are not those written: the rows of many stage jobs, often of several
+    sweeps. What its manifest (packs.py) says it held, each stage job's rows as a reader would have taken them
+    (less what newer writings superseded) comes back one of two ways:
+    - put back: the packed small files compaction kept in the job's `rows/` folder, each as it was packed (its size
+      and mtime as the manifest recorded them, its own digest intact): --fix moves them back into the table, for
+      every sweep's stage job alike (nothing is lost: the rows return as they were written, nothing retrains);
+    - recomputed: a stage job with no intact kept copy is marked to run again (`rerun`: its DONE.json, and for
+      train_steps its checkpoints, moved aside), with what runs after it listed. For this sweep's stage jobs --fix
+      does that; another sweep's it only names, and acts on with `--also SWEEP`, since they are that sweep's results
+      to lose.
+    The pack (with its manifest) goes to quarantine once every stage job whose rows it held has them back or is
+    marked; until then it stays where it is, and queries go on leaving it out with a warning that names it."""
+    table, pack = d.table, d.path
+    contents = packed_contents(pack)
+    header = f"damaged {table} pack {pack.name}: {d.reason}"
+    if contents is None:
+        return [Problem("damaged", pack, f"{header}; neither a manifest nor its footer says whose rows it held (a pack "
+                        "from before manifests)", "its stages' rows are gone from the queries; each of those stages "
+                        "is listed below as having DONE.json without its rows, and recomputes as that says", [pack])]
+    visible = visible_stems(root, table, contents)
+    by_job: dict[StageJob | tuple[str, str], list[str]] = {}  # (a stage job without a directory: by its key)
+    for stem in visible:
+        owner = parse_table_file(table, stem)
+        if owner is not None:
+            by_job.setdefault(owning_job(root, owner) or owner.key, []).append(stem)
+    prints = contents.sources.fingerprints() if hasattr(contents.sources, "fingerprints") else dict(contents.sources)
+    back, lost = [], []  # (kept, place) of every stem of a job whose kept copies are all intact; the other jobs
+    for job, stems in by_job.items():
+        moves = [kept_copy(root, table, stem, prints.get(stem)) for stem in stems]
+        if all(m is not None for m in moves):
+            back += moves
+        else:
+            lost.append(job)
+    keys = {job: job.key if isinstance(job, StageJob) else job for job in by_job}
+    sweeps = sweeps_of(root, set(keys.values()))
+    names = {job: [s for s, ks in sweeps.items() if keys[job] in ks] for job in by_job}
+    held = ", ".join(f"{s} ({sum(s in names[job] for job in by_job)})" for s in sweeps) or "none"
+    listed = sorted(by_job, key=str)
+    what = (f"{header}; it held the rows of {len(by_job)} stage job(s), of sweep(s) {held}: "
+            + "; ".join(f"{job if isinstance(job, StageJob) else ' '.join(job)} ({', '.join(names[job]) or 'no sweep'}"
+                        f"{', no intact kept copy' if job in lost else ', kept copy intact'})" for job in listed))
+    if not visible:
+        what = f"{header}; every row it held is read from elsewhere (a newer pack or files)"
+    problems, left = [], {}
+    for job in lost:
+        if not isinstance(job, StageJob) or not job.dir(root).is_dir() or not names[job]:
+            continue  # no stage directory, or no sweep plans it: nothing to rerun, and no one's results to lose
+        if not (job.key in mine or any(s in also for s in names[job])):
+            left[job] = names[job]
+            continue
+        p = rerun(root, job, "damaged", pack, f"{job}: its {table} rows were in damaged pack {pack.name} and no "
+                  f"intact copy of them was kept{downstream_note(root, job, mine)}", [],
+                  retrain=table == "train_steps")
+        if table == "train_steps":  # (its kept files go with its checkpoints: they are of the training redone)
+            p.move += [r for r in (job.dir(root) / KEPT_ROWS,) if r.exists() and r not in p.move]
+        problems.append(p)
+    recompute = []
+    if back:
+        recompute.append(f"--fix puts back the {len(back)} packed file(s) kept in the stage jobs' rows/ folders, "
+                         "every sweep's alike: their rows return as they were written, nothing reruns")
+    if problems:
+        recompute.append(f"{len(problems)} stage job(s) of this sweep have no intact kept copy and rerun (below)")
+    if left:
+        others = sorted({s for ss in left.values() for s in ss})
+        recompute.append(
+            f"the rows of {len(left)} stage job(s) of other sweeps come back only by running them again, which --fix "
+            f"for {sweep!r} does not decide: " + "; ".join(f"{job} ({', '.join(v)})" for job, v in left.items())
+            + f". The pack stays in place (queries go on naming it) until `rlsweep doctor --sweep OTHER --fix` for "
+            f"each of {', '.join(others)}, or this --fix with {' '.join(f'--also {s}' for s in others)}, marks them")
+    move = [] if left else [p for p in (pack, manifest_path(pack)) if p.exists()]
+    covers = {job for job in by_job if isinstance(job, StageJob) and job.key in mine}
+    problems.insert(0, Problem("damaged", pack, what, "; ".join(recompute) or "nothing to recompute", move,
+                               put_back=back, covers=covers))
+    return problems
+
+
+def packed_contents(pack: Path):
+    """What a pack held (packs.Pack: stems, fingerprints, packs it replaced): from its manifest, else from its footer
+    if that reads; None when neither says."""
+    manifest = read_manifest(pack)
+    if manifest is not None:
+        return manifest.pack(pack)
+    try:
+        with PositionalReader.of(pack) as f:
+            return read_pack(pack, pq.read_schema(f))
+    except UNREADABLE:
+        return None
+
+
+def visible_stems(root: Path, table: str, pack) -> list[str]:
+    """The stems of a damaged pack whose rows readers would take from it if it read (less what newer packs or small
+    files supersede; none if a newer pack replaced it)."""
+    layout = table_layout(table_dir(root, table), table)
+    others = [Pack(p, layout.sources[p], layout.replaces.get(p, ())) for p in layout.packs if p != pack.path]
+    view = resolve(table, [*layout.files, *layout.leftovers], [*others, pack])
+    if pack.path not in view.packs:
+        return []
+    return [stem for stem in pack.sources if stem not in view.hidden[pack.path]]
+
+
+def kept_copy(root: Path, table: str, stem: str, packed_as: list[int] | None) -> tuple[Path, Path] | None:
+    """(the kept copy of a packed file, where it goes back) when the kept file is the one packed (its size and mtime
+    as the pack recorded them) and its bytes are intact; None otherwise."""
+    owner = parse_table_file(table, stem)
+    job = owning_job(root, owner) if owner else None
+    if job is None or not packed_as:
+        return None
+    kept = archived_table_file(job.dir(root), table, f"{stem}.parquet")
+    try:
+        st = kept.stat()
+        if [st.st_size, st.st_mtime_ns] != list(packed_as[:2]):
+            return None
+        fd = open_regular(kept)
+        try:
+            if check_file(kept, fd, deep=True) is not None:
+                return None
+        finally:
+            os.close(fd)
+    except UNREADABLE:
+        return None
+    return kept, table_dir(root, table) / f"{stem}.parquet"
+
+
+def downstream_note(root: Path, job: StageJob, mine) -> str:
+    """What reruns after `job` once it has run again (their input is newer): the stage jobs made from it, at any
+    remove, this sweep's named and other sweeps' counted."""
+    after = downstream(root, job)
+    if not after:
+        return ""
+    ours = [j for j in after if j.key in mine]
+    shown = ", ".join(map(str, ours[:6])) + (f" and {len(ours) - 6} more" if len(ours) > 6 else "")
+    theirs = len(after) - len(ours)
+    return (f"; after it, {len(ours)} stage job(s) of this sweep rerun too" + (f" ({shown})" if ours else "")
+            + (f", and {theirs} of other sweeps when those run next" if theirs else ""))
+
+
+def downstream(root: Path, job: StageJob) -> list[StageJob]:
+    """The stage jobs made from `job`, directly or not: a stage's config names what it was made from by id
+    (`<stage>_id`), an eval job's directory the run it evaluates."""
+    made_from: dict[StageJob, set[tuple[str, str]]] = {}
+    for j in stage_jobs(root):
+        try:
+            cfg = json.loads((j.dir(root) / "config.json").read_text())
+        except (OSError, ValueError):
+            cfg = {}
+        parents = {(stage, cfg[key]) for stage, key in _RUN_KEY.items()
+                   if stage not in ("eval", "rl") and isinstance(cfg, dict) and isinstance(cfg.get(key), str)}
+        if j.stage == "eval" and j.run_id:
+            parents.add(("rl", j.run_id))
+        made_from[j] = parents - {j.key}
+    found, frontier = [], {job.key}
+    while frontier:
+        step = [j for j, parents in made_from.items() if parents & frontier and j not in found]
+        found += step
+        frontier = {j.key for j in step}
+    return found
 
 
 def foreign_file(d: Damaged) -> Problem:
@@ -365,6 +532,10 @@ def quarantine(report: Report) -> tuple[Path, list[tuple[Path, Path]]]:
     for problem in report.problems:
         if problem.locked is not None:
             continue
+        for kept, place in problem.put_back:  # (before the pack moves: a reader never lacks the rows meanwhile)
+            if kept.exists() and not place.exists():
+                os.replace(kept, place)
+                moved.append((kept, place))
         for src in problem.move:
             if not (src.exists() or src.is_symlink()):  # listed by an earlier problem too, and moved with it
                 continue
@@ -403,11 +574,26 @@ def report_lines(report: Report, moved: list[tuple[Path, Path]] | None = None) -
             lines.append(f"  recompute: {p.recompute}")
         if p.locked is not None:
             lines.append(f"  --fix leaves it alone: {rel(p.locked)} exists (the stage is running, or its job died)")
-        elif p.move:
-            lines.append(f"  --fix moves: {', '.join(rel(m) for m in p.move)}")
-    if moved:
-        lines += ["moved to quarantine:", *(f"  {rel(src)} -> {rel(dst)}" for src, dst in moved)]
+        else:
+            if p.put_back:
+                lines.append(f"  --fix puts back {len(p.put_back)} kept file(s): "
+                             + ", ".join(f"{rel(kept)} -> {rel(place)}" for kept, place in p.put_back[:3])
+                             + (f" and {len(p.put_back) - 3} more" if len(p.put_back) > 3 else ""))
+            if p.move:
+                lines.append(f"  --fix moves: {', '.join(rel(m) for m in p.move)}")
+    aside = quarantine_dir(report.root)
+    back = [(src, dst) for src, dst in moved or [] if aside not in dst.parents]
+    if back:
+        lines += ["put back:", *(f"  {rel(src)} -> {rel(dst)}" for src, dst in back)]
+    if moved and len(back) < len(moved):
+        lines += ["moved to quarantine:", *(f"  {rel(src)} -> {rel(dst)}" for src, dst in moved if (src, dst) not in back)]
     return lines
+
+
+def nothing_left(report: Report) -> bool:
+    """Whether --fix, once done, leaves nothing to do: every problem moved aside, rewritten or put back, none locked,
+    no stage job to recompute, no damaged pack left in place."""
+    return all((p.move or p.restore is not None) and p.locked is None and p.target is None for p in report.problems)
 
 
 def summary_line(report: Report, fixed: bool) -> str:
@@ -418,7 +604,7 @@ def summary_line(report: Report, fixed: bool) -> str:
                 f"agree with the tables)")
     targets = list(dict.fromkeys(p.target for p in report.problems if p.target is not None and p.locked is None))
     rebuild = f"`{snakemake_command(report, targets)}`, then `snakemake`" if targets else "`snakemake`"
-    if fixed and not targets and all((p.move or p.restore) and not p.locked for p in report.problems):
+    if fixed and nothing_left(report):
         # each was moved aside (or rewritten) and no stage job has to run again
         return f"{report.sweep}: {len(report.problems)} problem(s) under {report.root} fixed; nothing to recompute"
     then = (f"now run {rebuild} to recompute" if fixed else

@@ -290,13 +290,15 @@ def resolve(table: str, files: list[Path], packs: list[Pack], damaged: list[Pack
     return out
 
 
-def table_layout(directory: Path, table: str) -> TableLayout:
+def table_layout(directory: Path, table: str, damaged: set[Path] = frozenset()) -> TableLayout:
     """One table directory's layout, from its files' footers (unreadable files are left out: the catalog lists
-    them as damaged; an unreadable pack's manifest still takes part). Bytes are not checked here: compaction
-    checks what it copies."""
+    them as damaged; an unreadable pack's manifest still takes part). Bytes are not checked here (compaction checks
+    what it relies on): `damaged` names packs to take as unreadable."""
     files, packs, broken = [], [], []
     for path in sorted(Path(directory).glob("*.parquet")):
         try:
+            if path in damaged:
+                raise OSError(f"{path}: damaged")
             with PositionalReader.of(path) as f:  # regular files only: a FIFO would block, a symlink lead out
                 schema = pq.read_schema(f)
         except UNREADABLE:

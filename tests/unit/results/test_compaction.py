@@ -6,6 +6,7 @@ trial's runs row) finds them in a pack; `rlsweep doctor` understands packs."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,9 +22,10 @@ from workflow.layout import DONE, eval_file, is_pack, runs_file, stage_dir, stor
 from workflow.results import compaction
 from workflow.results.catalog import Catalog, query
 from workflow.results.compaction import CompactionBusy, compact
-from workflow.results.doctor import examine
+from workflow.results.doctor import examine, quarantine
 from workflow.results.rows import rows_written_as, stage_rows
 from workflow.results.membership import Member, record
+from workflow.results.schemas import schema as table_schema
 from workflow.results.writer import write_rows
 from workflow.runlock import LOCK_NAME
 
@@ -250,16 +252,117 @@ def test_a_step0_evaluation_is_copied_from_a_pack(sweep):
     assert "packed_from" not in copied.column_names
 
 
-def test_doctor_reads_packs_and_names_the_stages_a_damaged_pack_takes_with_it(sweep):
+def every_row(root: Path, sweep: str = SWEEP) -> dict:
+    """Every column of every row of each table, hashed and summed per stage job (the issue's query, per table). Of
+    runs, the table's own columns: a flattened hyperparameter column takes its type from the files a view reads (an
+    integer in one sweep's small files, a double once packed with other sweeps' rows), with or without damage."""
+    def columns(t: str) -> str:
+        return f"COLUMNS(lambda c: c IN ({', '.join(repr(n) for n in table_schema(t).names)}))" if t == "runs" else "COLUMNS(*)"
+
+    return {t: query(f"SELECT run_id, count(*) AS n, sum(hash({columns(t)})) FROM {t} GROUP BY ALL ORDER BY ALL",
+                     root, sweep).to_pylist() for t in ("runs", "train_steps", "eval_scores", "eval_samples")}
+
+
+def pack_of(root: Path, table: str) -> Path:
+    return next(p for p in files(root, table) if is_pack(p.stem))
+
+
+def flip(path: Path) -> None:
+    """256 bytes inverted at a third of the pack's data, its footer as it was (issue 80's damage)."""
+    data = bytearray(path.read_bytes())
+    end = len(data) - 8 - int.from_bytes(data[-8:-4], "little")
+    i = 4 + (end - 4) // 3
+    data[i:min(i + 256, end)] = bytes(b ^ 0xFF for b in data[i:min(i + 256, end)])
+    path.write_bytes(bytes(data))
+
+
+PACK_DAMAGE = {"flipped": flip, "truncated": lambda p: p.write_bytes(p.read_bytes()[:100]),
+               "zero bytes": lambda p: p.write_bytes(b"")}
+
+
+@pytest.mark.parametrize("damage", list(PACK_DAMAGE))
+def test_doctor_names_a_damaged_packs_stage_jobs_and_fix_puts_their_rows_back_as_written(sweep, damage):
+    """A pack cut short has lost its footer, and with it the list of whose rows it held: its manifest keeps it. The
+    small files compaction packed wait in their stage jobs' rows/ folders; --fix puts them back, and every query
+    answers as before the damage, byte for byte, with nothing retrained."""
     compact(sweep)
     assert examine(sweep, SWEEP).problems == []
-    pack = next(p for p in files(sweep, "runs") if is_pack(p.stem))
-    pack.write_bytes(pack.read_bytes()[:100])  # truncated
+    before = every_row(sweep)
+    pack = pack_of(sweep, "train_steps")
+    PACK_DAMAGE[damage](pack)
+    report = examine(sweep, SWEEP)
+    assert [p.kind for p in report.problems] == ["damaged"]  # the pack alone: no stage job left without its rows
+    (problem,) = report.problems
+    assert "it held the rows of 3 stage job(s), of sweep(s) s (3)" in problem.what
+    assert all(f"rl {0xd0 + i:012x} (s, kept copy intact)" in problem.what for i in range(3))
+    assert len(problem.put_back) == 6 and "nothing reruns" in problem.recompute
+    target, moved = quarantine(report)
+    assert every_row(sweep) == before and examine(sweep, SWEEP).problems == []
+    assert (target / pack.relative_to(store_dir(sweep))).is_file() and not pack.exists()
+    compact(sweep)  # packed again, intact
+    assert every_row(sweep) == before and examine(sweep, SWEEP).problems == []
+
+
+def test_a_damaged_packs_rows_with_no_kept_copy_are_recomputed_with_what_runs_after_them(sweep):
+    """No intact kept copy (a pack made before compaction kept them; or the copy damaged too): the stage jobs that
+    wrote the rows rerun, and the doctor says first which ones, and which jobs rerun after them."""
+    compact(sweep)
+    for i in range(3):
+        shutil.rmtree(stage_dir(sweep, "rl", f"{0xd0 + i:012x}") / "rows" / "train_steps")
+    PACK_DAMAGE["truncated"](pack_of(sweep, "train_steps"))
     problems = examine(sweep, SWEEP).problems
-    damaged = [p for p in problems if p.kind == "damaged"]
-    assert len(damaged) == 1 and "pack" in damaged[0].what and damaged[0].move == [pack]
-    lacking = {str(p.job) for p in problems if p.kind == "done-without-rows"}
-    assert {f"rl {0xd0 + i:012x}" for i in range(3)} <= lacking  # their runs rows were in the pack
+    assert "rl 0000000000d0 (s, no intact kept copy)" in problems[0].what
+    reruns = {str(p.job): p for p in problems[1:]}
+    assert set(reruns) == {f"rl {0xd0 + i:012x}" for i in range(3)}
+    first = reruns["rl 0000000000d0"]
+    assert "trains again from scratch" in first.recompute and first.target.name == DONE
+    assert "after it, 2 stage job(s) of this sweep rerun too (eval 0000000000e0 of run 0000000000d0 (step 0" in first.what
+
+
+def two_sweeps(root: Path) -> None:
+    """Sweep t's run 5, finished and compacted with sweep s's runs: one pack holds rows of both sweeps."""
+    write_run(root, 5)
+    record(root, "t", [Member("rl", f"{0xd5:012x}"), Member("eval", f"{0xe5:012x}")])
+    compact(root)
+
+
+def test_fix_for_one_sweep_never_takes_another_sweeps_rows_without_being_told(sweep):
+    """Issue 80: `doctor --sweep s --fix` on a damaged pack moved the whole pack aside, and the rows it held of sweep t
+    vanished from t's views without a word. Now, where only rerunning brings rows back, it marks s's stage jobs, names
+    t's and what t would lose, and leaves the pack (which t's queries go on naming); `--also t` marks t's too."""
+    two_sweeps(sweep)
+    for kept in store_dir(sweep).glob("eval/*/*/step_*/*/rows/eval_scores"):
+        shutil.rmtree(kept)  # no kept copy: only rerunning the eval jobs brings their scores back
+    pack = pack_of(sweep, "eval_scores")
+    flip(pack)
+    report = examine(sweep, SWEEP)
+    (problem, *reruns) = report.problems
+    assert "of sweep(s) s (6), t (2)" in problem.what and problem.move == []  # eval jobs, two steps each
+    assert "--also t" in problem.recompute and f"eval {0xe5:012x} of run {0xd5:012x} (step 0" in problem.recompute
+    assert {p.job.stage_id for p in reruns} == {f"{0xe0 + i:012x}" for i in range(3)}  # s's six eval jobs only
+    assert len(reruns) == 6
+    quarantine(report)
+    assert pack.is_file()
+    assert [d.path for d in Catalog(sweep, "t").damaged] == [pack]  # t is still told, not silently short
+    t_done = [stage_dir(sweep, "eval", f"{0xe5:012x}", f"{0xd5:012x}", step, GROUP) / DONE for step in (0, 4)]
+    assert all(p.is_file() for p in t_done)
+    report = examine(sweep, SWEEP, also=("t",))  # told to (s's, marked already, are listed again until they rerun)
+    assert {f"eval {0xe5:012x} of run {0xd5:012x} (step {s}, {GROUP})" for s in (0, 4)} <= {
+        str(p.job) for p in report.problems[1:]}
+    quarantine(report)
+    assert not pack.exists() and not any(p.is_file() for p in t_done)
+
+
+def test_fix_for_one_sweep_puts_back_every_sweeps_kept_rows(sweep):
+    """Where the kept copies are intact, nobody loses anything: fixing sweep s puts back sweep t's rows too, and t's
+    views answer exactly as before."""
+    two_sweeps(sweep)
+    before = every_row(sweep, "t")
+    PACK_DAMAGE["zero bytes"](pack_of(sweep, "runs"))
+    report = examine(sweep, SWEEP)
+    assert "of sweep(s) s (9), t (3)" in report.problems[0].what and len(report.problems) == 1  # RL + eval jobs
+    quarantine(report)
+    assert every_row(sweep, "t") == before and examine(sweep, "t").problems == []
 
 
 @pytest.mark.slow
