@@ -287,3 +287,127 @@ def test_two_drivers_on_one_results_directory_both_finish_and_every_stage_runs_o
     assert runs and all(r["status"] == "completed" for r in runs), runs
     res = run_cli("--results", str(results), "doctor", "--sweep", "s", timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+# ------------------------------------------------------------------------ a damaged pack of a real store (issue 80)
+EVERY_COLUMN = "SELECT run_id, count(*), sum(hash(COLUMNS(*))) FROM train_steps GROUP BY ALL ORDER BY 1"
+STEPS = "SELECT run_id, stage, count(*) AS n, count(DISTINCT step) AS d FROM train_steps GROUP BY ALL ORDER BY ALL"
+
+
+def pack_damage(kind: str, path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    if kind == "flipped":  # 256 bytes at a third of its data, the footer intact (the issue's damage)
+        end = len(data) - 8 - int.from_bytes(data[-8:-4], "little")
+        i = 4 + (end - 4) // 3
+        data[i:i + 256] = bytes(b ^ 0xFF for b in data[i:i + 256])
+    elif kind == "truncated":
+        data = data[:len(data) // 2]
+    else:
+        data = bytearray()
+    path.write_bytes(bytes(data))
+
+
+@pytest.fixture(scope="module")
+def two_sweeps_packed(tmp_path_factory) -> Path:
+    """Sweeps `base` and `ablation` in one results directory, sharing the SFT job and one RL run (same config, same
+    content ids), run by Snakemake and packed by `rlsweep compact`."""
+    from helpers import snakemake, write_sweep
+    work = tmp_path_factory.mktemp("packed")
+    for name, lrs in (("base", "[1.0e-4]"), ("ablation", "[1.0e-4, 2.0e-4]")):
+        sweep = write_sweep(work / f"{name}.yaml", name, f"grid:\n  rl.lr: {lrs}\nseeds: [0]\n")
+        ran = snakemake(work, sweep)
+        assert ran.returncode == 0, ran.stderr[-3000:]
+    packed = run_cli("--results", str(work / "results"), "compact")
+    assert packed.returncode == 0, packed.stderr
+    return work
+
+
+def copy_of(work: Path, tmp_path: Path) -> Path:
+    import shutil
+    shutil.copytree(work, tmp_path / "w", symlinks=True)
+    return tmp_path / "w"
+
+
+def answers(results: Path, sql: str) -> dict:
+    """The CSV `rlsweep query` prints of every sweep and of each, and what it warned."""
+    out = {}
+    for sweep in (None, "base", "ablation"):
+        res = run_cli("--results", str(results), "query", "--format", "csv", sql, *(["--sweep", sweep] if sweep else []))
+        assert res.returncode == 0, res.stderr
+        out[sweep] = (res.stdout, res.stderr)
+    return out
+
+
+@pytest.mark.parametrize("kind", ["flipped", "truncated", "zero bytes"])
+def test_a_damaged_pack_is_named_refused_by_compaction_and_fixed_to_the_intact_answer(two_sweeps_packed, tmp_path,
+                                                                                       kind):
+    """Issue 80's "done when", on a real store: the query names the damaged pack (never a different answer in
+    silence), doctor names the sweeps and stage jobs whose rows it held, compaction refuses it, and `--fix` with the
+    next `snakemake` give the intact answer to the same query, byte for byte, with nothing retrained."""
+    from helpers import planned_jobs, snakemake
+    work = copy_of(two_sweeps_packed, tmp_path)
+    results = work / "results"
+    intact = answers(results, EVERY_COLUMN)
+    assert not any(err for _, err in intact.values())
+    (pack,) = sorted(table_dir(results, "train_steps").glob("packed-*.parquet"))
+    pack_damage(kind, pack)
+
+    damaged = answers(results, EVERY_COLUMN)
+    for sweep, (out, err) in damaged.items():
+        assert f"left out damaged train_steps pack {pack}" in err, (sweep, err)
+        assert "the rows of 3 stage jobs, of sweep(s) ablation (3), base (2)" in err
+    compacted = run_cli("--results", str(results), "compact")
+    assert compacted.returncode == 1 and f"refused 1 damaged file(s), left as they are: {pack.name}" in compacted.stderr
+    assert pack.is_file()
+
+    res = run_cli("--results", str(results), "doctor", str(work / "base.yaml"), cwd=work)
+    assert res.returncode == 1 and f"damaged train_steps pack {pack.name}" in res.stdout, res.stdout + res.stderr
+    assert "it held the rows of 3 stage job(s), of sweep(s) ablation (3), base (2)" in res.stdout
+    assert res.stdout.count("kept copy intact") == 3
+    fixed = run_cli("--results", str(results), "doctor", str(work / "base.yaml"), "--fix", cwd=work)
+    assert "put back:" in fixed.stdout and "fixed; nothing to recompute" in fixed.stderr, fixed.stdout + fixed.stderr
+    for name in ("base", "ablation"):
+        plan = snakemake(work, work / f"{name}.yaml", "-n")
+        assert set(planned_jobs(plan.stdout)) <= {"aggregate"}, plan.stdout  # nothing trains or evaluates again
+        assert snakemake(work, work / f"{name}.yaml").returncode == 0
+    assert answers(results, EVERY_COLUMN) == intact
+
+
+def test_a_shared_packs_rows_without_a_kept_copy_are_retrained_for_the_sweep_told_to(two_sweeps_packed, tmp_path):
+    """No kept copy (a store compacted before compaction kept them): fixing `base` marks base's stage jobs (the
+    shared SFT and RL run) to train again, names ablation's own run and leaves the pack, which ablation's queries go on
+    naming; `--also ablation` marks that one too. The printed `snakemake` calls then recompute every step once."""
+    import shutil
+    from helpers import snakemake
+    work = copy_of(two_sweeps_packed, tmp_path)
+    results = work / "results"
+    before = answers(results, STEPS)
+    for kept in (results / "_store").glob("*/*/rows/train_steps"):
+        shutil.rmtree(kept)
+    (pack,) = sorted(table_dir(results, "train_steps").glob("packed-*.parquet"))
+    pack_damage("truncated", pack)
+
+    fixed = run_cli("--results", str(results), "doctor", str(work / "base.yaml"), "--fix", cwd=work)
+    assert fixed.returncode == 1 and "no intact kept copy" in fixed.stdout, fixed.stdout
+    assert "--also ablation" in fixed.stdout and pack.is_file()  # ablation's run is ablation's to lose
+    assert "trains again from scratch" in fixed.stdout and "rerun too (eval" in fixed.stdout
+    assert f"left out damaged train_steps pack {pack}" in answers(results, STEPS)["ablation"][1]
+    told = run_cli("--results", str(results), "doctor", "--sweep", "base", "--fix", "--also", "ablation", cwd=work)
+    assert told.returncode == 1 and not pack.exists(), told.stdout
+    targets = sorted({line.split("run snakemake ", 1)[1].split(" --config")[0]
+                      for line in (fixed.stdout + told.stdout).splitlines() if "run snakemake " in line})
+    for name in ("base", "ablation"):  # each sweep's own targets, with its own file
+        mine = [t for t in targets if any(f"/rl/{rid}/" in t or f"/sft/{rid}/" in t for rid in planned_ids(work, name))]
+        ran = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--cores", "2",
+                              "-d", str(work), *mine, "--config", f"sweep={work / f'{name}.yaml'}", f"results={results}"],
+                             capture_output=True, text=True, timeout=600)
+        assert ran.returncode == 0, (mine, ran.stderr[-3000:])
+        assert snakemake(work, work / f"{name}.yaml").returncode == 0
+    after = answers(results, STEPS)
+    assert {k: v[0] for k, v in after.items()} == {k: v[0] for k, v in before.items()}  # every step, once
+    assert not any(err for _, err in after.values())
+
+
+def planned_ids(work: Path, name: str) -> set[str]:
+    from workflow.sweep.expand import load_sweep
+    return {m.stage_id for m in load_sweep(work / f"{name}.yaml").members()}

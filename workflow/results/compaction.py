@@ -113,8 +113,9 @@ def small_file_count(results_root: str | Path) -> int:
     return sum(1 for paths in table_files(results_root).values() for p in paths if not is_pack(p.stem))
 
 
-def compact(results_root: str | Path, min_files: int = 1) -> list[Compacted]:
-    """Compact every table (nothing when they have fewer than `min_files` small files)."""
+def compact(results_root: str | Path, min_files: int = 0) -> list[Compacted]:
+    """Compact every table (nothing when they have fewer than `min_files` small files; by default it runs whatever
+    there is, and checks every pack even with nothing to pack)."""
     root = Path(results_root).resolve()
     if small_file_count(root) < min_files:
         return []
@@ -189,6 +190,12 @@ def compact_table(results_root: Path, table: str) -> Compacted:
         out.removed += _archive_if(results_root, table, f, None, finished(results_root, table, f.stem))
     for pack in layout.retired:
         out.removed += _remove_pack(pack)
+    # what no layout holds (its footer does not read): never copied, and said, as a damaged pack is
+    known = {*layout.readable, *layout.leftovers, *layout.retired, *reasons}
+    for path in sorted(directory.glob("*.parquet")):
+        if path not in known and path.exists() and (why := damage(path)) is not None:
+            reasons[path] = why
+            out.refused.append(path)
     if out.refused:
         note = (f"refused {len(out.refused)} damaged file(s), left as they are: "
                 + "; ".join(f"{p.name} ({reasons[p]})" for p in out.refused[:3])

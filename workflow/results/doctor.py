@@ -363,21 +363,46 @@ def rerun(root: Path, job: StageJob, kind: str, subject: Path, what: str, files:
     """The problem, with what makes Snakemake recompute the stage's rows: its DONE.json gone (and asked for), and
     for train_steps rows a training from scratch."""
     jdir = job.dir(root)
+    segments = segment_files(root, job)
+    # a stage trained in segments (workflow/segments.py) is Snakemake's through DONE_<end>.json, the last segment's
+    # the target; its DONE.json no rule makes
+    target = max(segments, key=_segment_end) if segments else jdir / DONE
     move = [*files, *[p for p in (jdir / DONE,) if p.is_file()]]
     after = "; then a plain `snakemake` reruns the stages after it (their input is newer)"
     if retrain:
         # its small files by name are right: once it trains again, its first new file hides every row of it that
-        # a pack holds (packs.owner_key), so the packed rows need not move
+        # a pack holds (packs.owner_key), so the packed rows need not move; every segment trains again
         own = train_steps_files(root, job.stage, job.stage_id)
-        move += [p for p in (*own, jdir / CHECKPOINTS) if p.exists() and p not in move]
+        move += [p for p in (*own, jdir / CHECKPOINTS, *segments) if p.exists() and p not in move]
         how = (f"{job} trains again from scratch (with its checkpoints in place it would resume from the last one "
                f"and never log the earlier steps again){after}")
     elif job.stage in _TRAINING:
+        if segments and target.is_file():
+            move.append(target)  # (the last segment reruns: it resumes at its checkpoint, the run's final step)
         how = f"{job} resumes at its final checkpoint (no training) and writes its runs row again{after}"
     else:
         how = f"{job} runs again" + ("" if job.stage == "eval" else after)
     lock = jdir / LOCK_NAME
-    return Problem(kind, subject, what, how, move, job, lock if lock.exists() else None, jdir / DONE)
+    return Problem(kind, subject, what, how, move, job, lock if lock.exists() else None, target)
+
+
+def segment_files(root: Path, job: StageJob) -> list[Path]:
+    """A segmented stage's DONE_<end>.json files (workflow/segments.py): in its directory, or, once --fix moved them,
+    under the quarantine (the job's segments, whose last is the Snakemake target that retrains it)."""
+    if job.stage != "rl":
+        return []
+    jdir = job.dir(root)
+    found = sorted(jdir.glob("DONE_*.json"), key=_segment_end)
+    if found:
+        return found
+    rel = jdir.relative_to(store_dir(root))
+    moved = {p.name for p in quarantine_dir(root).glob(f"*/{rel}/DONE_*.json")}
+    return sorted((jdir / name for name in moved), key=_segment_end)
+
+
+def _segment_end(path: Path) -> int:
+    end = path.stem.removeprefix("DONE_")
+    return int(end) if end.isdigit() else -1
 
 
 def leftover_temporaries(root: Path, sweep: str) -> list[Problem]:
