@@ -8,7 +8,8 @@ seconds, and always at the job's first and last step:
     {"stage": "rl", "id": ..., "step": 37, "total": 500, "until": 100,      # until: this job's last step (a segment)
      "first_step": 21, "started_at": <epoch s>, "updated_at": <epoch s>,     # first_step: this job's first step
      "s_per_step": 41.2, "metrics": {"reward": 0.31, "entropy": 0.52, ...},  # the last recorded step's numbers
-     "host": ..., "pid": ..., "slurm_job_id": ..., "gpus": 8, "log": ...}   # log: the job's log file, when it has one
+     "host": ..., "pid": ..., "slurm_job_id": ..., "gpus": 8, "log": ...}   # log: the job's log file, when it has one,
+                                                                              # relative to the stage directory
 
 It is a view, never a source of truth: nothing reads it to decide anything, a missing or torn one is just absent,
 and the file stays after the job ends (its last state). Light on purpose (no torch, no pyarrow): the writer runs in
@@ -31,18 +32,27 @@ from workflow.capture import JOB_LOG_ENV
 from workflow.layout import LIVE
 
 
-def _log_file() -> str | None:
+def _log_file(directory: Path) -> str | None:
     """The job's log (capture.keep_log: the stage job's, which the processes it starts inherit), else the file this
-    process's stderr (else stdout) goes to when it is one. A terminal or a pipe is no file to point a user at."""
-    if os.environ.get(JOB_LOG_ENV):
-        return os.environ[JOB_LOG_ENV]
+    process's stderr (else stdout) goes to when it is one, as a path relative to the stage's `directory`: a log
+    outside it is not named (a machine path under results/ points at nothing once the results are copied or mounted
+    elsewhere). A terminal or a pipe is no file to point a user at."""
+    found = os.environ.get(JOB_LOG_ENV)
     for fd in (2, 1):
+        if found:
+            break
         try:
             if stat.S_ISREG(os.fstat(fd).st_mode):
-                return os.readlink(f"/proc/self/fd/{fd}")
+                found = os.readlink(f"/proc/self/fd/{fd}")
         except OSError:
             continue
-    return None
+    if not found:
+        return None
+    try:
+        return os.path.relpath(Path(found).resolve(), Path(directory).resolve()) if Path(directory).resolve() in \
+            Path(found).resolve().parents else None
+    except (OSError, ValueError):
+        return None
 
 
 def _gpus() -> int:
@@ -75,7 +85,7 @@ class LiveFile:
         self.state: dict[str, Any] = {
             "stage": stage, "id": stage_id, "total": int(total), "until": int(until or total),
             "host": socket.gethostname(), "pid": os.getpid(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
-            "gpus": _gpus(), "log": _log_file(), "started_at": clock()}
+            "gpus": _gpus(), "log": _log_file(Path(directory)), "started_at": clock()}
 
     def update(self, step: int, row: dict[str, Any]) -> None:
         now = self.clock()

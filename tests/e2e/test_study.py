@@ -24,8 +24,8 @@ import optuna
 import pytest
 import yaml
 
-from helpers import REPO, TINY_BASE, cli, write_sweep
-from workflow.layout import stage_dir, store_dir
+from helpers import REPO, TINY_BASE, cli, files_naming, write_sweep
+from workflow.layout import stage_dir, store_dir, trial_log
 from workflow.results.catalog import query
 from workflow.study.factory import make_storage
 
@@ -111,6 +111,11 @@ def test_a_study_keeps_its_trials_in_flight_and_records_them_as_runs(tmp_path):
     status = cli("status", str(sweep), "--results", str(tmp_path / "results"))
     assert status.returncode == 0 and "4/4 complete" in status.stderr, status.stderr
     assert (tmp_path / "results" / "study" / "summary.md").is_file()
+    # no machine path under results/ (issue 80): the trial logs write the directory the sweep ran from as `.`, the
+    # checkout's as `<rlsweep>` (and an absolute results directory as `<results>`)
+    assert files_naming(tmp_path / "results", tmp_path, REPO) == []
+    log = trial_log(tmp_path / "results", "study", 0).read_text()
+    assert "Working directory: ." in log and "-s <rlsweep>/Snakefile" in log, log[:2000]
     again = subprocess.run(snakemake_argv(sweep), cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
     assert len(load(tmp_path, sweep).trials) == 4

@@ -15,7 +15,7 @@ from collections import Counter
 
 import pytest
 
-from helpers import SNAKEMAKE, run_cli, write_sweep
+from helpers import REPO, SNAKEMAKE, files_naming, run_cli, write_sweep
 from workflow.layout import stage_dir
 from workflow.live import read_live
 from workflow.results.catalog import query
@@ -92,6 +92,12 @@ def test_one_tracker_run_per_training_run_every_step_once_and_no_secret_written(
     # the trackers hold everything: a second backfill sends nothing
     out = run_cli("--results", str(root), "track", str(first), env=SECRETS)
     assert out.returncode == 0 and out.stderr.count(" 0 points sent") == 3, out.stderr
+    # nothing under results/ names this machine's paths (issue 80): MLflow's artifact location is its own scheme,
+    # not `<cwd>/mlruns`; W&B's offline folder is W&B's own record of the run (its program, host and directory)
+    assert files_naming(root, tmp_path, REPO, skip=("wandb",)) == []
+    experiment = client.get_experiment_by_name("tt")
+    assert experiment.artifact_location.startswith("mlflow-artifacts:/") and rl_run.info.artifact_uri.startswith(
+        "mlflow-artifacts:/")
     # no file anywhere the project wrote holds a planted secret
     for path in [p for p in tmp_path.rglob("*") if p.is_file()]:
         data = path.read_bytes()

@@ -408,3 +408,36 @@ def test_a_job_that_times_out_without_requeues_left_is_retried_with_more_time(sl
     assert (tmp_path / "done.txt").read_text().strip() == second
     log = next((tmp_path / ".snakemake" / "slurm").glob(f"{first}/{first}_0_log.out")).read_text()
     assert "rlsweep: no requeue left" in log
+
+
+def test_a_results_root_run_locally_and_through_slurm_names_no_machine_path_and_works_copied(slurm, tmp_path):
+    """Issue 80: a SLURM job's SLURM.json and LIVE.json named its log by an absolute path under the checkout's
+    .snakemake/slurm/ (outside the results), and the results recorded other absolute paths: copied elsewhere, or
+    mounted at another path, they pointed at nothing. Now the stage job's own log (which the job tees its stderr into)
+    and a copy of submitit's log when the job ends lie in its stage directory, named relative to it. One sweep runs
+    locally and one through the profile into one results directory; the whole of it, copied, holds neither the old
+    working directory's path nor the checkout's, and `rlsweep watch` and `doctor` on the copy find each job's log."""
+    from helpers import files_naming, snakemake
+    work = tmp_path / "work"
+    local = write_sweep(tmp_path / "local.yaml", "local", "seeds: [0]\n")
+    remote = write_sweep(tmp_path / "remote.yaml", "remote", CPU_JOBS + "seeds: [1]\n")
+    ran = snakemake(work, local)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    ran = snakemake_slurm(work, remote)
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    run = load_sweep(remote).runs[0]
+    rl_dir = stage_dir(work / "results", "rl", run.run_id)
+    record = json.loads((rl_dir / "SLURM.json").read_text())
+    # (submitit's stderr goes to its stdout file here: the copy of that one is the job's log)
+    assert record["log"] in (f"slurm-{record['job_id']}.err", f"slurm-{record['job_id']}.out")
+    assert "rl " in (rl_dir / record["log"]).read_text()
+    assert json.loads((rl_dir / "LIVE.json").read_text())["log"] == "job.log" and (rl_dir / "job.log").stat().st_size
+
+    copied = tmp_path / "elsewhere" / "results"
+    shutil.copytree(work / "results", copied, symlinks=True)
+    assert files_naming(copied, work, REPO, tmp_path / "local.yaml", skip=("wandb",)) == []
+    shutil.rmtree(work)  # the old paths lead nowhere now
+    snapshot = run_cli("--results", str(copied), "watch", str(remote), "--once", env={"COLUMNS": "250"})
+    assert snapshot.returncode == 0 and "Traceback" not in snapshot.stderr, snapshot.stderr
+    assert run_cli("--results", str(copied), "doctor", str(remote)).returncode == 0
+    assert run_cli("--results", str(copied), "doctor", str(local)).returncode == 0

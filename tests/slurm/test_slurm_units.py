@@ -372,6 +372,7 @@ def test_a_failed_job_is_resubmitted_by_its_reason_as_its_policy_allows_and_the_
 
     class Submitter:  # what _retry needs of the executor: the job's parameters, sbatch, a logger
         logger = logging.getLogger("test")
+        path_names = [("/tmp", "<tmp>")]  # (capture.path_names: what the kept logs write this machine's paths as)
 
         def _params(self, job):
             return sbatch_parameters(job.resources, job_name="rl", threads=1)
@@ -379,7 +380,8 @@ def test_a_failed_job_is_resubmitted_by_its_reason_as_its_policy_allows_and_the_
         def _sbatch(self, jobs, params):
             sent.append(params)
             n = len(sent)
-            return [SimpleNamespace(job_id=str(100 + n), paths=SimpleNamespace(stdout=f"/l/{n}", result_pickle=f"/r/{n}"))]
+            return [SimpleNamespace(job_id=str(100 + n), paths=SimpleNamespace(stdout=f"/l/{n}", stderr=f"/e/{n}",
+                                                                                  result_pickle=f"/r/{n}"))]
 
     j, ex = SubmittedJobInfo(job, external_jobid="99", aux={}), Submitter()
     retry = lambda state, node=None: Executor._retry(ex, j, cluster.JobState(state, node=node))  # noqa: E731
@@ -456,30 +458,40 @@ def test_the_executor_leaves_each_stage_job_its_slurm_job_and_final_state_for_wa
 
     class Submitter:  # what _retry and _report_failure need of the executor
         logger = logging.getLogger("test")
+        path_names = [("/tmp", "<tmp>")]  # (capture.path_names: what the kept logs write this machine's paths as)
 
         def _params(self, job):
             return sbatch_parameters(job.resources, job_name="rl", threads=1)
 
         def _sbatch(self, jobs, params):
-            return [SimpleNamespace(job_id="202", paths=SimpleNamespace(stdout=str(tmp_path / "202.log"),
+            return [SimpleNamespace(job_id="202", paths=SimpleNamespace(stdout=str(tmp_path / "202.out"),
+                                                                        stderr=str(tmp_path / "202.err"),
                                                                         result_pickle="/r/202"))]
 
         def report_job_error(self, j, msg, aux_logs):
             errors.append(msg)
 
-    j, ex = SubmittedJobInfo(job, external_jobid="201", aux={"log": tmp_path / "201.log"}), Submitter()
+    # submitit's logs, in the executor's folder (outside the results)
+    for name, text in (("201.out", "first out"), ("201.err", "first err"), ("202.out", "out"), ("202.err", "oom")):
+        (tmp_path / name).write_text(text)
+    out_dir.mkdir(parents=True)
+    j = SubmittedJobInfo(job, external_jobid="201", aux={"log": tmp_path / "201.out", "err": tmp_path / "201.err"})
+    ex = Submitter()
 
     def view(queue):
         return stage_job(out_dir, out_dir / "DONE.json", out_dir / "none.parquet", lambda: queue, Files(), 0.0)
 
     assert Executor._retry(ex, j, cluster.JobState("TIMEOUT", node="n1"))  # resubmitted as 202
     assert json.loads((out_dir / "SLURM.json").read_text())["job_id"] == "202"
+    assert (out_dir / "slurm-201.err").read_text() == "first err"  # the failed attempt's log, kept with its stage
     queued = view({"202": cluster.JobState("PENDING", reason="Resources")})
-    assert (queued.state, queued.detail, queued.log) == ("queued", "job 202: Resources", str(tmp_path / "202.log"))
+    # the log named relative to the stage directory: the job's own log there, which the job tees its stderr into
+    assert (queued.state, queued.detail, queued.log) == ("queued", "job 202: Resources", str(out_dir / "job.log"))
     assert view({"202": cluster.JobState("RUNNING", node="gpu3")}).detail == "gpu3"
     assert view({}).state == "pending"  # left the queue, no word yet: the executor decides next poll
-    j.aux["log"] = tmp_path / "202.log"
     Executor._report_failure(ex, j, cluster.JobState("TIMEOUT", node="n2"))  # the policy's one retry is spent
     failed = view({})
-    assert (failed.state, failed.detail, failed.log) == ("failed", "TIMEOUT", str(tmp_path / "202.log"))
+    assert (failed.state, failed.detail, failed.log) == ("failed", "TIMEOUT", str(out_dir / "slurm-202.err"))
+    assert (out_dir / "slurm-202.err").read_text() == "oom" and (out_dir / "slurm-202.out").read_text() == "out"
+    assert str(tmp_path) not in (out_dir / "SLURM.json").read_text()  # no machine path: a copied root still finds it
     assert errors and "SLURM job 202 hit its time limit" in errors[0]

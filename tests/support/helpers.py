@@ -176,3 +176,12 @@ def kill_and_resume_rl(sweep: str, run_id: str, rcfg: dict, sft_done: Path, root
 SFT_FOR_RL = {"model": {"n_layers": 2, "hidden": 64, "n_heads": 4},
               "sft": {"steps": 300, "batch_size": 64, "checkpoint_every": 300},
               "task": {"n_heldout": 16, "two_step_fraction": 1.0}}
+
+
+def files_naming(root: Path, *paths: str | Path, skip: tuple[str, ...] = ()) -> list[Path]:
+    """The files under `root` whose bytes hold one of `paths` (absolute directories of this machine): what a results
+    directory must not record (issue 80: copied or mounted elsewhere, such a path points at nothing). `skip`: folder
+    names left out (a tracker's own files)."""
+    wanted = [str(p).encode() for p in paths]
+    return sorted(p for p in Path(root).rglob("*") if p.is_file() and not set(p.relative_to(root).parts) & set(skip)
+                  and any(w in p.read_bytes() for w in wanted))

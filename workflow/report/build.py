@@ -101,7 +101,8 @@ def write_report(sweep, results_root: str | Path) -> Path:
                 if s is not None]
     gain = [r for r in data["paired"] if r["versus"] == "start"]
     versus_baseline = [r for r in data["paired"] if r["versus"] == "baseline"]
-    context = {"sweep": sweep.name, "description": sweep.spec.description, "results": str(results_root),
+    # the results directory by its name (the report lies inside it): no machine path in what results/ holds
+    context = {"sweep": sweep.name, "description": sweep.spec.description, "results": Path(results_root).resolve().name,
                "generated": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                "accuracy": tables.accuracy(data["accuracy"], seeds_of), "runs": tables.runs(data["runs"]),
                "efficiency": tables.efficiency(data["efficiency"], baseline) if data["efficiency"] else None,

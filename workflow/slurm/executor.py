@@ -33,7 +33,8 @@ from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 from snakemake_interface_executor_plugins.settings import CommonSettings, ExecutorSettingsBase
 
 from workflow.atomic import write_json
-from workflow.layout import SLURM_RECORD
+from workflow.capture import copy_without_machine_paths, path_names
+from workflow.layout import JOB_LOG, SLURM_RECORD
 from workflow.slurm import cluster
 from workflow.slurm.command import direct_command, runs_directly
 from workflow.slurm.job import SnakemakeJob
@@ -93,25 +94,56 @@ def _failure(job_id: str, state: cluster.JobState) -> cluster.JobState:
 
 
 def _job_aux(submitted) -> dict:
-    """What status checks need of a submitted job: its log, submitit's result file, when it was submitted."""
-    return {"log": Path(str(submitted.paths.stdout)), "result": Path(str(submitted.paths.result_pickle)),
-            "submitted_at": time.time()}
+    """What status checks need of a submitted job: its log (stdout; stderr beside it), submitit's result file, when
+    it was submitted."""
+    return {"log": Path(str(submitted.paths.stdout)), "err": Path(str(submitted.paths.stderr)),
+            "result": Path(str(submitted.paths.result_pickle)), "submitted_at": time.time()}
+
+
+def _stage_dir(job: JobExecutorInterface) -> Path | None:
+    """The stage directory of a rule job (where its DONE file goes); None for a group or a job without one."""
+    if getattr(job, "is_group", lambda: False)():  # (a group's outputs are several jobs': none of them alone)
+        return None
+    outputs = [Path(str(o)) for o in getattr(job, "output", ()) if Path(str(o)).name.startswith("DONE")]
+    return outputs[0].parent if outputs else None
 
 
 def _record(job: JobExecutorInterface, **fields) -> None:
     """What `rlsweep watch` reads to tell a queued stage job from a pending one (one squeue call for all of them):
     SLURM.json beside the job's DONE file, naming the SLURM job last submitted for it and its log, and, once it
-    failed for good, its final state. A job without a stage directory (the aggregate) gets none. Never fails the
-    submission: it is a view."""
-    if getattr(job, "is_group", lambda: False)():  # (a group's outputs are several jobs': none of them alone)
-        return
-    outputs = [Path(str(o)) for o in getattr(job, "output", ()) if Path(str(o)).name.startswith("DONE")]
-    if not outputs:
+    failed for good, its final state. The log is named relative to the stage directory (`job.log`, which the job
+    keeps there, or the copy of submitit's log made when the job ended: `_keep_log`), never by the executor's
+    folder (outside the results: a copied or remounted results directory would point at nothing). A job without a
+    stage directory (the aggregate) gets none. Never fails the submission: it is a view."""
+    directory = _stage_dir(job)
+    if directory is None:
         return
     try:
-        write_json(outputs[0].parent / SLURM_RECORD, {"rule": job.name, "time": time.time(), **fields})
+        write_json(directory / SLURM_RECORD, {"rule": job.name, "time": time.time(), "log": JOB_LOG, **fields})
     except OSError:
         pass
+
+
+def _keep_log(j: SubmittedJobInfo, names: list[tuple[str, str]] = ()) -> str | None:
+    """Copy a finished SLURM job's submitit log (stdout and stderr, in the executor's folder) into its stage directory
+    as `slurm-<job id>.out` / `.err`, so the log travels with the stage job's results, each of this machine's
+    directories in it written as what it is (`names`: capture.path_names); returns the name of the last copy
+    (stderr's when submitit keeps one), relative to the stage directory, or None when there is nothing to copy."""
+    directory = _stage_dir(j.job)
+    if directory is None or not directory.is_dir():
+        return None
+    kept = None
+    for key, suffix in (("log", "out"), ("err", "err")):
+        source = j.aux.get(key)
+        if source is None or not Path(source).is_file():
+            continue
+        name = f"slurm-{j.external_jobid}.{suffix}"
+        try:
+            copy_without_machine_paths(Path(source), directory / name, names)
+        except OSError:
+            continue
+        kept = name
+    return kept
 
 
 def _job_label(job: JobExecutorInterface) -> str:
@@ -123,6 +155,9 @@ class Executor(RemoteExecutor):
     def __post_init__(self) -> None:
         self.settings: ExecutorSettings = self.workflow.executor_settings or ExecutorSettings()
         self.logdir = Path(self.settings.logdir).resolve()
+        # this machine's directories, as the logs kept under results/ write them (_keep_log)
+        self.path_names = path_names(getattr(self.workflow, "config", {}).get("results", "results"),
+                                     self.workflow.main_snakefile, Path.cwd())
         self.logdir.mkdir(parents=True, exist_ok=True)
         self._base_interval = self.workflow.remote_execution_settings.seconds_between_status_checks
         self._unanswered_since: float | None = None
@@ -208,7 +243,7 @@ class Executor(RemoteExecutor):
             self.logger.info(f"Job {job.jobid} ({_job_label(job)}) submitted as SLURM job {sj.job_id}; log: "
                              f"{sj.paths.stdout}")
             self.report_job_submission(SubmittedJobInfo(job, external_jobid=sj.job_id, aux=_job_aux(sj)))
-            _record(job, job_id=str(sj.job_id), log=str(sj.paths.stdout))
+            _record(job, job_id=str(sj.job_id))
 
     # ------------------------------------------------------------------------------------------------ status
     async def check_active_jobs(self, active_jobs: List[SubmittedJobInfo]) -> Generator[SubmittedJobInfo, None, None]:
@@ -237,6 +272,10 @@ class Executor(RemoteExecutor):
             if state is None or state.active:
                 yield j
             elif state.succeeded:
+                kept = _keep_log(j, self.path_names)
+                if kept:
+                    _record(j.job, job_id=str(j.external_jobid), log=kept, state="COMPLETED",
+                            attempts=j.aux.get("attempts", []))
                 self.report_job_success(j)
             else:
                 state = _failure(j.external_jobid, state)
@@ -265,9 +304,10 @@ class Executor(RemoteExecutor):
         self.logger.warning(f"SLURM job {j.external_jobid} ({_job_label(j.job)}) ended {state.state}"
                             f"{' on ' + state.node if state.node else ''}: retry {n} of {policy.retries(state.state)} "
                             f"as SLURM job {submitted.job_id}, {what}; log: {submitted.paths.stdout}")
+        _keep_log(j, self.path_names)  # the failed attempt's log, before the job is the new one
         j.external_jobid = submitted.job_id
         j.aux.update(_job_aux(submitted), params=params)
-        _record(j.job, job_id=str(submitted.job_id), log=str(submitted.paths.stdout), attempts=attempts)
+        _record(j.job, job_id=str(submitted.job_id), attempts=attempts)
         return True
 
     def _state_from_result(self, j: SubmittedJobInfo) -> cluster.JobState | None:
@@ -289,8 +329,9 @@ class Executor(RemoteExecutor):
                "BOOT_FAIL": "could not boot its node", "DEADLINE": "missed its deadline"}.get(state.state, "failed")
         detail = f" (exit {state.exit_code})" if state.exit_code and state.exit_code != "0:0" else ""
         log = j.aux["log"]
-        _record(j.job, job_id=str(j.external_jobid), log=str(log), state=state.state, exit_code=state.exit_code,
-                reason=state.reason, attempts=j.aux.get("attempts", []))
+        _record(j.job, job_id=str(j.external_jobid), state=state.state, exit_code=state.exit_code,
+                reason=state.reason, attempts=j.aux.get("attempts", []),
+                **({"log": kept} if (kept := _keep_log(j, self.path_names)) else {}))
         self.report_job_error(j, msg=f"SLURM job {j.external_jobid} {why}: state {state.state}{detail}"
                                      f"{'; ' + state.reason if state.reason else ''}. Log: {log}\n",
                               aux_logs=[str(log)])

@@ -38,6 +38,7 @@ from optuna.trial import TrialState
 from rich.console import Console
 
 from workflow.atomic import write_json
+from workflow.capture import path_names
 from workflow.errors import UserError
 from workflow.layout import runs_file, stage_dir, summary_path, trial_log
 from workflow.results.summary import write_summary
@@ -104,6 +105,7 @@ class Driver:
         self.study = open_study(self.spec, results_root, self.sweep.name)
         self.sql = objective_sql(self.spec.objective)
         self.running: dict[int, Running] = {}
+        self.relays: dict[int, subprocess.Popen] = {}  # per running trial: what writes its nested snakemake's log
 
     # ------------------------------------------------------------------------------------------------ the loop
     def run(self) -> dict[str, Any]:
@@ -165,7 +167,12 @@ class Driver:
                 *self.snakemake_args, "--config", f"sweep={self.sweep_file}", f"results={self.results}",
                 "--", *pruning.targets(self.results, r.runs, r.stop)]
         with open(r.log, "ab") as f:
-            r.proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT)
+            r.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            # the log is under results/: what it prints of this machine's paths is written relative (RELAY)
+            self.relays[r.number] = subprocess.Popen(
+                [sys.executable, "-c", RELAY, *(x for pair in path_names(self.results, self.snakefile) for x in pair)],
+                stdin=r.proc.stdout, stdout=f)
+        r.proc.stdout.close()  # (the relay's now: it ends when snakemake does)
         self.running[r.number] = r
 
     def _reached(self, r: Running) -> None:
@@ -187,6 +194,12 @@ class Driver:
         self._submit(r)
 
     def _tell(self, r: Running) -> None:
+        relay = self.relays.pop(r.number, None)
+        if relay is not None:  # (the log complete before anyone is pointed at it)
+            try:
+                relay.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                relay.kill()
         if r.proc.returncode == 0 and r.ahead:
             self._reached(r)
             return
@@ -270,6 +283,11 @@ class Driver:
 _PASSED = {"--profile": True, "--workflow-profile": True, "--executor": True, "-e": True, "--jobs": True,
            "-j": True, "--latency-wait": True, "--seconds-between-status-checks": True, "--keep-going": False,
            "-k": False, "--rerun-incomplete": False}
+
+
+# the process a trial's log is written through (workflow/capture.py relay): the log lies under results/, and what
+# snakemake prints of this machine's directories it writes relative
+RELAY = "import sys; from workflow.capture import relay; relay(sys.argv[1:])"
 
 
 def nested_snakemake_args(argv: list[str]) -> str:

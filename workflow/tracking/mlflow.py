@@ -8,12 +8,18 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 from workflow.layout import sweep_dir
 from workflow.tracking.base import Tracker
 from workflow.tracking.runs import Point, TrackedRun
 
 ID_TAG = "rlsweep_id"
+# where an experiment's artifacts would go. rlsweep logs none, but MLflow records a location per experiment and run,
+# and a local path it makes absolute (`<cwd>/mlruns/...`): a machine path in results/, pointing at nothing once the
+# results are copied. `mlflow-artifacts:/` is MLflow's own scheme for "the server's artifact store": no path, and a
+# `mlflow ui --backend-store-uri sqlite:///results/<sweep>/mlflow.db` serves it from wherever that runs.
+ARTIFACTS = "mlflow-artifacts:/"
 BATCH = 1000  # MLflow's limit of metrics per log_batch
 PARAM_CHARS = 6000  # and of a parameter's value
 
@@ -37,13 +43,14 @@ class MLflowTracker(Tracker):
         (a server, or a database of its own) is left to its owner."""
         if self.settings.get("uri") or self._default_db().is_file():
             return
-        from mlflow.tracking import MlflowClient
         db = self._default_db()
         db.parent.mkdir(parents=True, exist_ok=True)
         tmp = db.with_name(f".{db.name}.{os.getpid()}.tmp")
         tmp.unlink(missing_ok=True)
         try:
-            MlflowClient(tracking_uri=f"sqlite:///{tmp.resolve()}").search_experiments(max_results=1)  # migrates
+            from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+            # (made so: its Default experiment gets the artifact location above, not the working directory's)
+            SqlAlchemyStore(f"sqlite:///{tmp.resolve()}", ARTIFACTS).search_experiments(max_results=1)  # migrates
             try:
                 os.link(tmp, db)  # never over a store another planner linked first
             except FileExistsError:
@@ -71,7 +78,8 @@ class MLflowTracker(Tracker):
         client, run = self.client, self.run
         if self.experiment_id is None:
             try:
-                self.experiment_id = client.create_experiment(self.experiment)
+                self.experiment_id = client.create_experiment(
+                    self.experiment, artifact_location=ARTIFACTS + quote(self.experiment, safe=""))
             except Exception:  # noqa: BLE001 - another job created it meanwhile
                 self.experiment_id = client.get_experiment_by_name(self.experiment).experiment_id
         tags = {"rlsweep_stage": run.stage, "rlsweep_group": run.group, **{f"rlsweep_tag.{t}": "1" for t in run.tags}}

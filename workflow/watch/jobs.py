@@ -122,8 +122,9 @@ def stage_job(directory: Path, done: Path, runs_row: Path, squeue: Callable[[], 
     if PRUNED in names:
         return JobView("done", "pruned", live=live)
     record = files.json(directory / SLURM_RECORD) if SLURM_RECORD in names else None
-    log = (record or {}).get("log") or (live or {}).get("log") or (
-        str(directory / JOB_LOG) if JOB_LOG in names else None)
+    # (SLURM.json and LIVE.json name a log relative to the stage directory; an older one's absolute path still reads)
+    log = (record or {}).get("log") or (live or {}).get("log") or (JOB_LOG if JOB_LOG in names else None)
+    log = str(directory / log) if log else None
     queue = squeue() if record is not None else None
     if queue is not None:
         listed = queue.get(str(record.get("job_id")))
