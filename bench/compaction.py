@@ -11,7 +11,12 @@ in-process (the catalog listing the files and reading their footers, or bare Duc
   after    the same after `compact()` (whose own time is printed too)
   one file bare DuckDB `read_parquet` over one file per table holding the same rows
 Goals: after <= 2x one file, before >= 10x after (issue 27); after <= 1.5x one file at 1,000 runs and <= 2x at 10,000
-runs (issue 64; pass --compacted-only at 10,000 runs, where one query over the small files takes minutes).
+runs (issue 64; pass --compacted-only at 10,000 runs, where one query over the small files takes minutes), with the
+check of every file's digest on (issue 80: workflow/results/digest.py). What the check costs shows twice: the
+compacted query with its verdicts cached (as every query after compaction, which leaves the new pack's verdict), and
+with the cache off (RLSWEEP_VERDICT_CACHE=off: every pack hashed, what a first query on another machine pays).
+The small files are written as the stages write them (writer.write_parquet: sealed); the bench's verdicts go to a
+folder of its own.
 Phases are announced on stderr, so a long run shows where it is.
 
     python bench/compaction.py [--runs 1000] [--steps 4] [--benchmarks 5] [--problems 64] [--k 4] [--repeat 3]
@@ -20,6 +25,7 @@ Phases are announced on stderr, so a long run shows where it is.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -36,6 +42,7 @@ from workflow.results.catalog import query
 from workflow.results.compaction import compact, compaction_line
 from workflow.results.membership import Member, record
 from workflow.results.schemas import EVAL_SAMPLES, EVAL_SCORES, RUNS
+from workflow.results.writer import write_parquet
 
 SWEEP = "bench"
 BENCHMARKS = ["math500", "aime24", "amc23", "minerva", "olympiadbench"]
@@ -66,9 +73,9 @@ def generate(root: Path, a) -> int:
         rl = stage_dir(root, "rl", run_id)
         rl.mkdir(parents=True)
         (rl / DONE).write_text("{}")
-        pq.write_table(pa.Table.from_pylist([{"run_id": run_id, "sweep": SWEEP, "stage": "rl", "status": "completed",
-                                              "label": f"setting{r % 10}", "seed": r // 10}], schema=RUNS),
-                       table_dir(root, "runs") / f"{runs_file('rl', run_id)}.parquet")
+        write_parquet(pa.Table.from_pylist([{"run_id": run_id, "sweep": SWEEP, "stage": "rl", "status": "completed",
+                                             "label": f"setting{r % 10}", "seed": r // 10}], schema=RUNS),
+                      table_dir(root, "runs") / f"{runs_file('rl', run_id)}.parquet")
         count += 1
         for step in range(0, a.steps * 50, 50):
             job = stage_dir(root, "eval", eval_id, run_id, step, GROUP)
@@ -85,12 +92,12 @@ def generate(root: Path, a) -> int:
                            "response": const("Let me think. The answer is \\boxed{42}.", n, pa.string()),
                            "timed_out": const(False, n, pa.bool_()), "shuffle_seed": pa.nulls(n, pa.int64())}
                 name = eval_file(run_id, eval_id, step, b)
-                pq.write_table(pa.table(columns, schema=EVAL_SAMPLES), table_dir(root, "eval_samples")
-                               / f"{name}.parquet")
+                write_parquet(pa.table(columns, schema=EVAL_SAMPLES), table_dir(root, "eval_samples")
+                              / f"{name}.parquet")
                 scores = {**{f.name: None for f in EVAL_SCORES}, "run_id": run_id, "eval_id": eval_id,
                           "sweep": SWEEP, "step": step, "benchmark": b, "k": 1, "avg_at_k": float(correct.mean())}
-                pq.write_table(pa.Table.from_pylist([scores], schema=EVAL_SCORES),
-                               table_dir(root, "eval_scores") / f"{name}.parquet")
+                write_parquet(pa.Table.from_pylist([scores], schema=EVAL_SCORES),
+                              table_dir(root, "eval_scores") / f"{name}.parquet")
                 count += 2
         if r % 100 == 99:
             print(f"  generated {r + 1} runs ({count:,} files)", file=sys.stderr)
@@ -153,6 +160,8 @@ def main() -> None:
     del BENCHMARKS[a.benchmarks:]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "results"
+        verdicts = Path(tmp) / "verdicts"
+        os.environ["RLSWEEP_VERDICT_CACHE"] = str(verdicts)
         say(f"generating {a.runs:,} runs' files ...")
         t_gen, n_files = timed(generate, root, a)
         one = Path(tmp) / "one"
@@ -169,7 +178,7 @@ def main() -> None:
         t_compact, done = timed(compact, root)
         say(f"compacted in {t_compact:.0f} s; timing the compacted query against the reference ...")
         query(SQL, root, SWEEP)
-        one_times, after_times = [], []
+        one_times, after_times, unverified_times = [], [], []
         for _ in range(a.repeat):  # interleaved with the reference, so that a busy moment hits both
             t, _ = timed(bare, one, SQL)
             one_times.append(t)
@@ -177,7 +186,14 @@ def main() -> None:
             after_times.append(t)
             if got.to_pylist() != expected.to_pylist():
                 sys.exit("after compaction: the result changed")
+            os.environ["RLSWEEP_VERDICT_CACHE"] = "off"  # every pack hashed at every query
+            t, _ = timed(query, SQL, root, SWEEP)
+            unverified_times.append(t)
+            os.environ["RLSWEEP_VERDICT_CACHE"] = str(verdicts)
         t_one, t_after = statistics.median(one_times), statistics.median(after_times)
+        t_unverified = statistics.median(unverified_times)
+        packs = sum(p.stat().st_size for p in (root / "_store" / "tables").rglob("packed-*.parquet"))
+        kept = sum(p.stat().st_size for p in (root / "_store").rglob("rows/*/*.parquet"))
     samples = a.runs * a.steps * a.benchmarks * a.problems * a.k
 
     def row(label: str, t: float, times: list[float]) -> str:
@@ -190,7 +206,10 @@ def main() -> None:
         print(row("rlsweep query, stages' files:", t_before, before_times))
     print(f"{'compaction:':<34}{t_compact:8.3f} s  ({compaction_line(done)})")
     print(row("rlsweep query, compacted:", t_after, after_times))
-    print(f"compacted / one file:             {t_after / t_one:8.2f} x  (goal <= 2)")
+    print(row("  the same, no verdicts cached:", t_unverified, unverified_times))
+    print(f"compacted / one file:             {t_after / t_one:8.2f} x  (goal <= 1.5 at 1,000 runs, <= 2 at 10,000)")
+    print(f"  no verdicts cached / one file:  {t_unverified / t_one:8.2f} x  (each pack hashed: the check's cost)")
+    print(f"disk: packs {packs / 1e6:.1f} MB, the small files compaction kept in rows/ {kept / 1e6:.1f} MB")
     if before_times:
         print(f"before / after compaction:        {t_before / t_after:8.1f} x  (goal >= 10)")
 

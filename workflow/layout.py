@@ -11,12 +11,12 @@ baseline RL run) reuses it. A sweep's own directory keeps what is the sweep's al
       sft/<sft_id>/                     one SFT stage: DONE.json, RUNNING.lock, config.json, checkpoints/step_N/,
                                         LIVE.json (its step between checkpoints), SLURM.json (its SLURM job),
                                         job.log (a local job's stderr; a SLURM job's is submitit's log)
-      rl/<run_id>/                      one RL stage (the same files; PRUNED.json when an Optuna pruner stopped it;
-                                        rows/<table>/*.parquet: its table files that compaction packed, kept)
+      rl/<run_id>/                      one RL stage (the same files; PRUNED.json when an Optuna pruner stopped it)
       eval/<run_id>/<eval_id>/step_<N>/<group>/DONE.json   one eval job: an RL checkpoint x a benchmark group
       tables/<table>/*.parquet          runs, train_steps, eval_samples, eval_scores (file names: below); one row
                                         set per stage job, whichever sweep ran it (its `sweep` column); each file
                                         sealed with its digest (results/digest.py); packs with their manifests
+      mirrors/<table>/packed-*.parquet  a copy of each pack, what `rlsweep doctor --fix` restores a damaged one from
       quarantine/<time>/...             what `rlsweep doctor --fix` moved aside (same relative paths)
     results/<sweep>/
       members/<digest>.parquet          the stage jobs the sweep planned (results/membership.py): its views
@@ -201,13 +201,11 @@ def train_steps_file(stage: str, run_id: str, first: int, last: int) -> str:
     return f"{stage}_{run_id}_{first:06d}-{last:06d}"
 
 
-KEPT_ROWS = "rows"  # a stage job's folder of its small table files that compaction packed (results/compaction.py)
-
-
-def archived_table_file(job_dir: str | Path, table: str, name: str) -> Path:
-    """Where compaction keeps a stage job's packed small file `name` (`<stem>.parquet`) of `table`: in the job's own
-    directory, `rows/<table>/<name>`, from where `rlsweep doctor --fix` puts it back if the pack is damaged."""
-    return Path(job_dir) / KEPT_ROWS / table / name
+def pack_mirror(pack: str | Path) -> Path:
+    """The copy compaction keeps of a pack (`_store/tables/<table>/<pack>`): `_store/mirrors/<table>/<pack>`, out of
+    every table folder (no query lists it), from where `rlsweep doctor --fix` restores a damaged pack."""
+    pack = Path(pack)
+    return pack.parent.parent.parent / "mirrors" / pack.parent.name / pack.name
 
 
 def train_steps_files(results_root: str | Path, stage: str, run_id: str) -> list[Path]:

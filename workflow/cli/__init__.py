@@ -37,7 +37,7 @@
     rlsweep doctor SWEEP.yaml | --sweep NAME [--fix [--also SWEEP]]
                                          damaged table files (each checked in full), leftover temporaries, DONE.json
                                          vs the tables, and how to recompute; --fix moves what must go to quarantine
-                                         and puts back a damaged pack's kept files (exit 1: problems found)
+                                         and restores a damaged pack from its mirror (exit 1: problems found)
     rlsweep compact                      merge the finished stages' table files (every sweep's) into a few packs per
                                          table (the aggregate stage does it once there are 256 files); queries stay
                                          fast. Every file is checked in full first: a damaged one is left as it is,
@@ -117,10 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("sweep_file", nargs="?", help="the sweep file (or --sweep NAME)")
     d.add_argument("--sweep", type=sweep_name, help="the sweep's name, when its file is not at hand")
     d.add_argument("--fix", action="store_true", help="move what each problem lists to results/_store/quarantine/, "
-                   "and put back from the stage jobs' rows/ folders what a damaged pack held")
+                   "and restore a damaged pack from its mirror")
     d.add_argument("--also", action="append", default=[], type=sweep_name, metavar="SWEEP",
-                   help="with --fix: where a damaged pack holds rows of another sweep's stage jobs that only rerunning "
-                   "brings back, mark that sweep's too (without, they are named and the pack stays); repeatable")
+                   help="with --fix: where a damaged pack without an intact mirror holds rows of another sweep's stage "
+                   "jobs, mark that sweep's to rerun too (without, they are named and the pack stays); repeatable")
     d.set_defaults(fn="doctor:cmd_doctor")
     c = sub.add_parser("compact", parents=[common], help="merge finished stages' table files into a few packs")
     c.set_defaults(fn="compact:cmd_compact")

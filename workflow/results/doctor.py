@@ -36,17 +36,18 @@ import datetime as dt
 import json
 import os
 import shlex
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from workflow.atomic import parse_temporary, write_bytes
-from workflow.benchmarks.catalog import REGISTRY
 import pyarrow.parquet as pq
 
-from workflow.layout import (CHECKPOINTS, DONE, KEPT_ROWS, StageJob, TableFile, archived_table_file,
-                             default_journal, parse_table_file, quarantine_dir, stage_jobs, store_dir, sweep_dir,
-                             table_dir, tables_dir, train_steps_files)
+from workflow.atomic import parse_temporary, temporary_sibling, write_bytes
+from workflow.benchmarks.catalog import REGISTRY
+from workflow.layout import (CHECKPOINTS, DONE, StageJob, TableFile, default_journal, pack_mirror, parse_table_file,
+                             quarantine_dir, stage_jobs, store_dir, sweep_dir, table_dir, tables_dir, train_steps_files)
+from workflow.results import digest
 from workflow.results.catalog import Catalog, Damaged, QueryError, sql_str
 from workflow.results.files import UNREADABLE, PositionalReader, open_regular
 from workflow.results.membership import sweeps_of
@@ -72,7 +73,7 @@ class Problem:
     locked: Path | None = None  # the RUNNING.lock that keeps --fix away
     target: Path | None = None  # the DONE.json to ask Snakemake for
     restore: bytes | None = None  # what --fix writes in place of the moved file (a study journal's intact records)
-    put_back: list[tuple[Path, Path]] = field(default_factory=list)  # (kept copy, its place): what --fix moves back
+    replace_with: Path | None = None  # what --fix copies into the place of the (moved) subject: a pack's mirror
     covers: set[StageJob] = field(default_factory=set)  # stage jobs whose missing rows this problem accounts for
 
 
@@ -101,7 +102,7 @@ def examine(results_root: str | Path, sweep: str, sweep_file: str | None = None,
     """The sweep's problems. `sweep_file` and `planned` (the stage jobs its plan lists, membership.Member: the
     caller that read the sweep file passes them, called only for a damaged record) let --fix rebuild a damaged record
     of the sweep from its plan. `also`: other sweeps whose stage jobs --fix may mark for recomputing too, where a
-    damaged pack holds rows of theirs that no kept copy brings back (without, they are named and left alone)."""
+    damaged pack without an intact mirror holds rows of theirs (without, they are named and left alone)."""
     root = Path(results_root).resolve()
     catalog = Catalog(root, sweep, deep=True)
     jobs = [j for j in stage_jobs(root) if j.key in catalog.members]
@@ -194,79 +195,91 @@ def damaged_file(root: Path, d: Damaged) -> Problem:
 
 def damaged_pack(root: Path, d: Damaged, sweep: str, mine, also: tuple[str, ...]) -> list[Problem]:
     """A pack that does not read, or whose bytes are not those written: the rows of many stage jobs, often of several
-    sweeps. What its manifest (packs.py) says it held, each stage job's rows as a reader would have taken them
-    (less what newer writings superseded) comes back one of two ways:
-    - put back: the packed small files compaction kept in the job's `rows/` folder, each as it was packed (its size
-      and mtime as the manifest recorded them, its own digest intact): --fix moves them back into the table, for
-      every sweep's stage job alike (nothing is lost: the rows return as they were written, nothing retrains);
-    - recomputed: a stage job with no intact kept copy is marked to run again (`rerun`: its DONE.json, and for
+    sweeps. The doctor names each of them, from the pack's manifest (packs.py; its footer may be gone), as readers
+    would have taken their rows (less what newer writings superseded), with the sweeps that planned it. They come back
+    one of two ways:
+    - restored: the pack's mirror (compaction.py), when its bytes are intact and are the pack's (the manifest's
+      digest): --fix puts the damaged pack in quarantine and a copy of the mirror in its place, every sweep's rows
+      back byte for byte, nothing retrained;
+    - recomputed, without an intact mirror: a stage job is marked to run again (`rerun`: its DONE.json, and for
       train_steps its checkpoints, moved aside), with what runs after it listed. For this sweep's stage jobs --fix
       does that; another sweep's it only names, and acts on with `--also SWEEP`, since they are that sweep's results
-      to lose.
-    The pack (with its manifest) goes to quarantine once every stage job whose rows it held has them back or is
-    marked; until then it stays where it is, and queries go on leaving it out with a warning that names it."""
+      to lose. The pack (with its manifest and mirror) goes to quarantine once every stage job whose rows it held is
+      marked; until then it stays where it is, and queries go on leaving it out with a warning that names it."""
     table, pack = d.table, d.path
     contents = packed_contents(pack)
     header = f"damaged {table} pack {pack.name}: {d.reason}"
+    mirror = intact_mirror(pack)
     if contents is None:
+        if mirror is not None:
+            return [Problem("damaged", pack, f"{header}; whose rows it held neither a manifest nor its footer says",
+                            "--fix restores it from its mirror: nothing reruns", [pack], replace_with=mirror)]
         return [Problem("damaged", pack, f"{header}; neither a manifest nor its footer says whose rows it held (a pack "
                         "from before manifests)", "its stages' rows are gone from the queries; each of those stages "
                         "is listed below as having DONE.json without its rows, and recomputes as that says", [pack])]
     visible = visible_stems(root, table, contents)
-    by_job: dict[StageJob | tuple[str, str], list[str]] = {}  # (a stage job without a directory: by its key)
+    jobs: dict[StageJob | tuple[str, str], None] = {}  # (a stage job without a directory: by its key)
     for stem in visible:
         owner = parse_table_file(table, stem)
         if owner is not None:
-            by_job.setdefault(owning_job(root, owner) or owner.key, []).append(stem)
-    prints = contents.sources.fingerprints() if hasattr(contents.sources, "fingerprints") else dict(contents.sources)
-    back, lost = [], []  # (kept, place) of every stem of a job whose kept copies are all intact; the other jobs
-    for job, stems in by_job.items():
-        moves = [kept_copy(root, table, stem, prints.get(stem)) for stem in stems]
-        if all(m is not None for m in moves):
-            back += moves
-        else:
-            lost.append(job)
-    keys = {job: job.key if isinstance(job, StageJob) else job for job in by_job}
+            jobs[owning_job(root, owner) or owner.key] = None
+    keys = {job: job.key if isinstance(job, StageJob) else job for job in jobs}
     sweeps = sweeps_of(root, set(keys.values()))
-    names = {job: [s for s, ks in sweeps.items() if keys[job] in ks] for job in by_job}
-    held = ", ".join(f"{s} ({sum(s in names[job] for job in by_job)})" for s in sweeps) or "none"
-    listed = sorted(by_job, key=str)
-    what = (f"{header}; it held the rows of {len(by_job)} stage job(s), of sweep(s) {held}: "
-            + "; ".join(f"{job if isinstance(job, StageJob) else ' '.join(job)} ({', '.join(names[job]) or 'no sweep'}"
-                        f"{', no intact kept copy' if job in lost else ', kept copy intact'})" for job in listed))
+    names = {job: [s for s, ks in sweeps.items() if keys[job] in ks] for job in jobs}
+    held = ", ".join(f"{s} ({sum(s in names[job] for job in jobs)})" for s in sweeps) or "none"
+    what = (f"{header}; it held the rows of {len(jobs)} stage job(s), of sweep(s) {held}: "
+            + "; ".join(f"{job if isinstance(job, StageJob) else ' '.join(job)} ({', '.join(names[job]) or 'no sweep'})"
+                        for job in sorted(jobs, key=str)))
     if not visible:
         what = f"{header}; every row it held is read from elsewhere (a newer pack or files)"
+    covers = {job for job in jobs if isinstance(job, StageJob) and job.key in mine}
+    if mirror is not None:
+        return [Problem("damaged", pack, what, f"--fix restores it from its mirror ({mirror.relative_to(root)}), "
+                        "every sweep's rows back as they were written: nothing reruns", [pack], replace_with=mirror,
+                        covers=covers)]
     problems, left = [], {}
-    for job in lost:
+    for job in jobs:
         if not isinstance(job, StageJob) or not job.dir(root).is_dir() or not names[job]:
             continue  # no stage directory, or no sweep plans it: nothing to rerun, and no one's results to lose
         if not (job.key in mine or any(s in also for s in names[job])):
             left[job] = names[job]
             continue
-        p = rerun(root, job, "damaged", pack, f"{job}: its {table} rows were in damaged pack {pack.name} and no "
-                  f"intact copy of them was kept{downstream_note(root, job, mine)}", [],
-                  retrain=table == "train_steps")
-        if table == "train_steps":  # (its kept files go with its checkpoints: they are of the training redone)
-            p.move += [r for r in (job.dir(root) / KEPT_ROWS,) if r.exists() and r not in p.move]
-        problems.append(p)
-    recompute = []
-    if back:
-        recompute.append(f"--fix puts back the {len(back)} packed file(s) kept in the stage jobs' rows/ folders, "
-                         "every sweep's alike: their rows return as they were written, nothing reruns")
+        problems.append(rerun(root, job, "damaged", pack, f"{job}: its {table} rows were in damaged pack {pack.name}, "
+                              f"whose mirror is gone or damaged too{downstream_note(root, job, mine)}", [],
+                              retrain=table == "train_steps"))
+    recompute = [f"its mirror is gone or damaged too, so its rows come back only by running their stage jobs again"]
     if problems:
-        recompute.append(f"{len(problems)} stage job(s) of this sweep have no intact kept copy and rerun (below)")
+        recompute.append(f"{len(problems)} stage job(s) of this sweep rerun (below)")
     if left:
         others = sorted({s for ss in left.values() for s in ss})
         recompute.append(
-            f"the rows of {len(left)} stage job(s) of other sweeps come back only by running them again, which --fix "
-            f"for {sweep!r} does not decide: " + "; ".join(f"{job} ({', '.join(v)})" for job, v in left.items())
+            f"the rows of {len(left)} stage job(s) of other sweeps, which --fix for {sweep!r} does not decide: "
+            + "; ".join(f"{job} ({', '.join(v)})" for job, v in left.items())
             + f". The pack stays in place (queries go on naming it) until `rlsweep doctor --sweep OTHER --fix` for "
             f"each of {', '.join(others)}, or this --fix with {' '.join(f'--also {s}' for s in others)}, marks them")
-    move = [] if left else [p for p in (pack, manifest_path(pack)) if p.exists()]
-    covers = {job for job in by_job if isinstance(job, StageJob) and job.key in mine}
-    problems.insert(0, Problem("damaged", pack, what, "; ".join(recompute) or "nothing to recompute", move,
-                               put_back=back, covers=covers))
+    move = [] if left else [p for p in (pack, manifest_path(pack), pack_mirror(pack)) if p.exists()]
+    problems.insert(0, Problem("damaged", pack, what, "; ".join(recompute), move, covers=covers))
     return problems
+
+
+def intact_mirror(pack: Path) -> Path | None:
+    """The pack's mirror when it reads in full and is the pack compaction wrote (its digest the manifest's, when the
+    pack has a manifest); None otherwise."""
+    mirror = pack_mirror(pack)
+    try:
+        fd = open_regular(mirror)
+    except OSError:
+        return None
+    try:
+        if check_file(mirror, fd, deep=True) is not None:
+            return None
+        verdict = digest.check(fd)
+    except UNREADABLE:
+        return None
+    finally:
+        os.close(fd)
+    manifest = read_manifest(pack)
+    return mirror if manifest is None or manifest.sha256 in (None, verdict.digest) else None
 
 
 def packed_contents(pack: Path):
@@ -291,29 +304,6 @@ def visible_stems(root: Path, table: str, pack) -> list[str]:
     if pack.path not in view.packs:
         return []
     return [stem for stem in pack.sources if stem not in view.hidden[pack.path]]
-
-
-def kept_copy(root: Path, table: str, stem: str, packed_as: list[int] | None) -> tuple[Path, Path] | None:
-    """(the kept copy of a packed file, where it goes back) when the kept file is the one packed (its size and mtime
-    as the pack recorded them) and its bytes are intact; None otherwise."""
-    owner = parse_table_file(table, stem)
-    job = owning_job(root, owner) if owner else None
-    if job is None or not packed_as:
-        return None
-    kept = archived_table_file(job.dir(root), table, f"{stem}.parquet")
-    try:
-        st = kept.stat()
-        if [st.st_size, st.st_mtime_ns] != list(packed_as[:2]):
-            return None
-        fd = open_regular(kept)
-        try:
-            if check_file(kept, fd, deep=True) is not None:
-                return None
-        finally:
-            os.close(fd)
-    except UNREADABLE:
-        return None
-    return kept, table_dir(root, table) / f"{stem}.parquet"
 
 
 def downstream_note(root: Path, job: StageJob, mine) -> str:
@@ -550,23 +540,28 @@ def _group_benchmarks(job_dir: Path, group: str | None) -> list[str]:
 
 # ------------------------------------------------------------------------------------------------------ fix
 def quarantine(report: Report) -> tuple[Path, list[tuple[Path, Path]]]:
-    """Move what each problem lists (except a locked stage's) under quarantine/<UTC time>/; returns the moves."""
+    """Move what each problem lists (except a locked stage's) under quarantine/<UTC time>/, and copy a damaged pack's
+    mirror into its place; returns the moves and copies, (from, to)."""
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     target, store = quarantine_dir(report.root) / stamp, store_dir(report.root)
     moved = []
     for problem in report.problems:
         if problem.locked is not None:
             continue
-        for kept, place in problem.put_back:  # (before the pack moves: a reader never lacks the rows meanwhile)
-            if kept.exists() and not place.exists():
-                os.replace(kept, place)
-                moved.append((kept, place))
+        if problem.replace_with is not None:  # (the mirror copied in beside it first: a reader never lacks the rows)
+            copy = temporary_sibling(problem.subject)
+            shutil.copyfile(problem.replace_with, copy)
         for src in problem.move:
             if not (src.exists() or src.is_symlink()):  # listed by an earlier problem too, and moved with it
                 continue
             # a store path keeps its path in the store; a sweep's own file (its journal) its path in the results
             dst = target / src.relative_to(store if store in src.parents else report.root)
             dst.parent.mkdir(parents=True, exist_ok=True)
+            if problem.replace_with is not None and src == problem.subject:
+                os.link(src, dst)  # (aside by a second name, then the copy over it: never a moment without the pack)
+                os.replace(copy, src)
+                moved += [(src, dst), (problem.replace_with, src)]  # (aside, and the mirror copied in its place)
+                continue
             os.replace(src, dst)  # the same file system: a rename, however large a checkpoint directory is
             moved.append((src, dst))
         if problem.restore is not None:
@@ -600,16 +595,14 @@ def report_lines(report: Report, moved: list[tuple[Path, Path]] | None = None) -
         if p.locked is not None:
             lines.append(f"  --fix leaves it alone: {rel(p.locked)} exists (the stage is running, or its job died)")
         else:
-            if p.put_back:
-                lines.append(f"  --fix puts back {len(p.put_back)} kept file(s): "
-                             + ", ".join(f"{rel(kept)} -> {rel(place)}" for kept, place in p.put_back[:3])
-                             + (f" and {len(p.put_back) - 3} more" if len(p.put_back) > 3 else ""))
             if p.move:
                 lines.append(f"  --fix moves: {', '.join(rel(m) for m in p.move)}")
+            if p.replace_with is not None:
+                lines.append(f"  --fix then copies {rel(p.replace_with)} to {rel(p.subject)}")
     aside = quarantine_dir(report.root)
     back = [(src, dst) for src, dst in moved or [] if aside not in dst.parents]
     if back:
-        lines += ["put back:", *(f"  {rel(src)} -> {rel(dst)}" for src, dst in back)]
+        lines += ["restored from mirrors:", *(f"  {rel(src)} -> {rel(dst)}" for src, dst in back)]
     if moved and len(back) < len(moved):
         lines += ["moved to quarantine:", *(f"  {rel(src)} -> {rel(dst)}" for src, dst in moved if (src, dst) not in back)]
     return lines

@@ -78,8 +78,11 @@ class Verdicts:
 
     def save(self, listed: set[str] | None = None) -> None:
         """Write the new verdicts (merged into what another process saved meanwhile). `listed`: every table file
-        there is now (paths relative to the results): entries of files no longer there are dropped."""
-        if self.path is None or not self.added:
+        there is now (paths relative to the results): entries of files no longer there are dropped, and the cache is
+        written without them even with nothing new (after a compaction, the 41,000 small files' verdicts of a
+        1,000-run sweep took a query ~0.15 s to read)."""
+        stale = listed is not None and any(k not in listed for k in self.known)
+        if self.path is None or not (self.added or stale):
             return
         merged = {**self._load(), **self.added}
         if listed is not None:
@@ -92,6 +95,8 @@ class Verdicts:
         except OSError:
             return
         self.added = {}
+        if listed is not None:
+            self.known = {k: v for k, v in self.known.items() if k in listed}
 
 
 def check_file(path: Path, fd: int, verdicts: Verdicts | None = None, deep: bool = False) -> str | None:

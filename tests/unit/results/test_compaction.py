@@ -6,7 +6,6 @@ trial's runs row) finds them in a pack; `rlsweep doctor` understands packs."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,8 +17,9 @@ import pytest
 from helpers import REPO
 from workflow.benchmarks.catalog import REGISTRY
 from workflow.eval.harness import copy_evaluation
-from workflow.layout import DONE, eval_file, is_pack, runs_file, stage_dir, store_dir, table_dir, train_steps_file
-from workflow.results import compaction
+from workflow.layout import (DONE, eval_file, is_pack, pack_mirror, runs_file, stage_dir, store_dir, table_dir,
+                             train_steps_file)
+from workflow.results import compaction, digest
 from workflow.results.catalog import Catalog, query
 from workflow.results.compaction import CompactionBusy, compact
 from workflow.results.doctor import examine, quarantine
@@ -160,11 +160,11 @@ def test_a_crash_at_any_point_of_compaction_loses_and_duplicates_nothing(sweep, 
     before = counts(sweep)
     real, calls = compaction._remove_if, []
 
-    def dies_after_some_deletes(path, was, keep_at=None):  # (a packed file moved aside, or a replaced pack deleted)
+    def dies_after_some_deletes(path, was):
         if len(calls) == deletes_before_crash:
             raise KeyboardInterrupt("killed")
         calls.append(path)
-        return real(path, was, keep_at)
+        return real(path, was)
 
     monkeypatch.setattr(compaction, "_remove_if", dies_after_some_deletes)
     with pytest.raises(KeyboardInterrupt):
@@ -220,7 +220,7 @@ def test_packs_are_merged_once_a_table_has_max_packs(sweep, monkeypatch):
     expected = counts(sweep)
     monkeypatch.setattr(compaction, "MAX_PACKS", 1)  # the one pack there is merged into the next
     real = compaction._remove_if
-    monkeypatch.setattr(compaction, "_remove_if", lambda path, was, keep_at=None: 0 if is_pack(path.stem) else real(path, was, keep_at))
+    monkeypatch.setattr(compaction, "_remove_if", lambda path, was: 0 if is_pack(path.stem) else real(path, was))
     compact(sweep)
     assert sum(is_pack(p.stem) for p in files(sweep, "runs")) == 2 and counts(sweep) == expected
     monkeypatch.setattr(compaction, "_remove_if", real)
@@ -281,10 +281,10 @@ PACK_DAMAGE = {"flipped": flip, "truncated": lambda p: p.write_bytes(p.read_byte
 
 
 @pytest.mark.parametrize("damage", list(PACK_DAMAGE))
-def test_doctor_names_a_damaged_packs_stage_jobs_and_fix_puts_their_rows_back_as_written(sweep, damage):
+def test_doctor_names_a_damaged_packs_stage_jobs_and_fix_restores_it_from_its_mirror(sweep, damage):
     """A pack cut short has lost its footer, and with it the list of whose rows it held: its manifest keeps it. The
-    small files compaction packed wait in their stage jobs' rows/ folders; --fix puts them back, and every query
-    answers as before the damage, byte for byte, with nothing retrained."""
+    pack's mirror (a copy compaction keeps outside the table folders) restores it: every query answers as before the
+    damage, byte for byte, with nothing retrained."""
     compact(sweep)
     assert examine(sweep, SWEEP).problems == []
     before = every_row(sweep)
@@ -294,29 +294,30 @@ def test_doctor_names_a_damaged_packs_stage_jobs_and_fix_puts_their_rows_back_as
     assert [p.kind for p in report.problems] == ["damaged"]  # the pack alone: no stage job left without its rows
     (problem,) = report.problems
     assert "it held the rows of 3 stage job(s), of sweep(s) s (3)" in problem.what
-    assert all(f"rl {0xd0 + i:012x} (s, kept copy intact)" in problem.what for i in range(3))
-    assert len(problem.put_back) == 6 and "nothing reruns" in problem.recompute
+    assert all(f"rl {0xd0 + i:012x} (s)" in problem.what for i in range(3))
+    assert problem.replace_with == pack_mirror(pack) and "nothing reruns" in problem.recompute
     target, moved = quarantine(report)
     assert every_row(sweep) == before and examine(sweep, SWEEP).problems == []
-    assert (target / pack.relative_to(store_dir(sweep))).is_file() and not pack.exists()
-    compact(sweep)  # packed again, intact
+    assert (target / pack.relative_to(store_dir(sweep))).is_file() and digest.check_path(pack).ok
+    compact(sweep)  # and it packs on as before
     assert every_row(sweep) == before and examine(sweep, SWEEP).problems == []
 
 
-def test_a_damaged_packs_rows_with_no_kept_copy_are_recomputed_with_what_runs_after_them(sweep):
-    """No intact kept copy (a pack made before compaction kept them; or the copy damaged too): the stage jobs that
-    wrote the rows rerun, and the doctor says first which ones, and which jobs rerun after them."""
+def test_a_damaged_packs_rows_with_no_intact_mirror_are_recomputed_with_what_runs_after_them(sweep):
+    """No intact mirror (damaged too, or a pack from before mirrors): the stage jobs that wrote the rows rerun, and
+    the doctor says first which ones, and which jobs rerun after them."""
     compact(sweep)
-    for i in range(3):
-        shutil.rmtree(stage_dir(sweep, "rl", f"{0xd0 + i:012x}") / "rows" / "train_steps")
-    PACK_DAMAGE["truncated"](pack_of(sweep, "train_steps"))
+    pack = pack_of(sweep, "train_steps")
+    PACK_DAMAGE["truncated"](pack)
+    PACK_DAMAGE["flipped"](pack_mirror(pack))
     problems = examine(sweep, SWEEP).problems
-    assert "rl 0000000000d0 (s, no intact kept copy)" in problems[0].what
+    assert "rl 0000000000d0 (s)" in problems[0].what and "mirror is gone or damaged" in problems[0].recompute
     reruns = {str(p.job): p for p in problems[1:]}
     assert set(reruns) == {f"rl {0xd0 + i:012x}" for i in range(3)}
     first = reruns["rl 0000000000d0"]
     assert "trains again from scratch" in first.recompute and first.target.name == DONE
     assert "after it, 2 stage job(s) of this sweep rerun too (eval 0000000000e0 of run 0000000000d0 (step 0" in first.what
+    assert pack_mirror(pack) in problems[0].move  # (the damaged mirror goes to quarantine with its pack)
 
 
 def two_sweeps(root: Path) -> None:
@@ -331,9 +332,8 @@ def test_fix_for_one_sweep_never_takes_another_sweeps_rows_without_being_told(sw
     vanished from t's views without a word. Now, where only rerunning brings rows back, it marks s's stage jobs, names
     t's and what t would lose, and leaves the pack (which t's queries go on naming); `--also t` marks t's too."""
     two_sweeps(sweep)
-    for kept in store_dir(sweep).glob("eval/*/*/step_*/*/rows/eval_scores"):
-        shutil.rmtree(kept)  # no kept copy: only rerunning the eval jobs brings their scores back
     pack = pack_of(sweep, "eval_scores")
+    pack_mirror(pack).unlink()  # no mirror: only rerunning the eval jobs brings their scores back
     flip(pack)
     report = examine(sweep, SWEEP)
     (problem, *reruns) = report.problems
@@ -353,9 +353,9 @@ def test_fix_for_one_sweep_never_takes_another_sweeps_rows_without_being_told(sw
     assert not pack.exists() and not any(p.is_file() for p in t_done)
 
 
-def test_fix_for_one_sweep_puts_back_every_sweeps_kept_rows(sweep):
-    """Where the kept copies are intact, nobody loses anything: fixing sweep s puts back sweep t's rows too, and t's
-    views answer exactly as before."""
+def test_fix_for_one_sweep_restores_every_sweeps_rows_from_the_mirror(sweep):
+    """Where the mirror is intact, nobody loses anything: fixing sweep s restores sweep t's rows too, and t's views
+    answer exactly as before."""
     two_sweeps(sweep)
     before = every_row(sweep, "t")
     PACK_DAMAGE["zero bytes"](pack_of(sweep, "runs"))
