@@ -165,6 +165,7 @@ def main() -> None:
         say(f"generating {a.runs:,} runs' files ...")
         t_gen, n_files = timed(generate, root, a)
         one = Path(tmp) / "one"
+        n_bytes = sum(p.stat().st_size for p in (root / "_store" / "tables").rglob("*.parquet"))
         say(f"generated {n_files:,} files in {t_gen:.0f} s; writing the one-file reference ...")
         one_file_per_table(root, one)
         expected = bare(one, SQL)  # (and warms the page cache)
@@ -193,7 +194,8 @@ def main() -> None:
         t_one, t_after = statistics.median(one_times), statistics.median(after_times)
         t_unverified = statistics.median(unverified_times)
         packs = sum(p.stat().st_size for p in (root / "_store" / "tables").rglob("packed-*.parquet"))
-        kept = sum(p.stat().st_size for p in (root / "_store").rglob("rows/*/*.parquet"))
+        mirrors = sum(p.stat().st_size for p in (root / "_store" / "mirrors").rglob("*.parquet"))
+        small = n_bytes
     samples = a.runs * a.steps * a.benchmarks * a.problems * a.k
 
     def row(label: str, t: float, times: list[float]) -> str:
@@ -209,7 +211,8 @@ def main() -> None:
     print(row("  the same, no verdicts cached:", t_unverified, unverified_times))
     print(f"compacted / one file:             {t_after / t_one:8.2f} x  (goal <= 1.5 at 1,000 runs, <= 2 at 10,000)")
     print(f"  no verdicts cached / one file:  {t_unverified / t_one:8.2f} x  (each pack hashed: the check's cost)")
-    print(f"disk: packs {packs / 1e6:.1f} MB, the small files compaction kept in rows/ {kept / 1e6:.1f} MB")
+    print(f"disk: the small files {small / 1e6:.1f} MB; after compaction, packs {packs / 1e6:.1f} MB and their mirrors "
+          f"{mirrors / 1e6:.1f} MB")
     if before_times:
         print(f"before / after compaction:        {t_before / t_after:8.1f} x  (goal >= 10)")
 
