@@ -162,7 +162,9 @@ def compact_table(results_root: Path, table: str) -> Compacted:
     eligible = [f for f in eligible if f not in reasons]  # never copied: a new pack would vouch for the damage
     out.refused = list(reasons)
     out.skipped += sum(1 for f in reasons if not is_pack(f.stem))
-    merge = layout.packs if len(layout.packs) >= MAX_PACKS else []
+    # a pack from before digests is merged into the next (sealed) one, once decoded in full (`damage`): nothing can
+    # tell a change in it that still decodes, but from then on one is seen
+    merge = layout.packs if len(layout.packs) >= MAX_PACKS or not all(map(digest.is_sealed, layout.packs)) else []
     if eligible or merge:
         sources = {f.stem: fingerprint(f) for f in eligible}
         for pack in merge:

@@ -130,6 +130,18 @@ def check(fd: int, size: int | None = None) -> Verdict:
     return Verdict(True, value)
 
 
+def is_sealed(path: str | Path) -> bool:
+    """Whether a file's footer holds a digest entry (its bytes not checked: `check`)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return False
+    try:
+        return bool(locate(fd, os.fstat(fd).st_size))
+    finally:
+        os.close(fd)
+
+
 def check_path(path: str | Path) -> Verdict:
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     try:

@@ -86,6 +86,7 @@ class Report:
     n_files: int  # readable table files
     n_jobs: int  # the sweep's stage directories
     sweep_file: str | None = None
+    n_unsealed: int = 0  # readable table files without a digest (written before digests: results/digest.py)
 
 
 def affected_runs(damaged: Damaged, runs) -> list[str]:
@@ -121,8 +122,9 @@ def examine(results_root: str | Path, sweep: str, sweep_file: str | None = None,
     problems += damaged_journal(root, sweep)
     problems += disagreements(root, catalog, jobs,
                               done_with={p.job for p in problems if p.job} | {j for p in problems for j in p.covers})
+    unsealed = sum(not digest.is_sealed(p) for paths in catalog.files.values() for p in paths)
     return Report(sweep, str(results_root), root, problems, sum(map(len, catalog.files.values())), len(jobs),
-                  sweep_file)
+                  sweep_file, unsealed)
 
 
 def damaged_journal(root: Path, sweep: str) -> list[Problem]:
@@ -617,9 +619,12 @@ def nothing_left(report: Report) -> bool:
 def summary_line(report: Report, fixed: bool) -> str:
     if not report.problems and report.n_files == report.n_jobs == 0:
         return f"{report.sweep}: nothing run yet (no table files, no stage directories)"
+    unsealed = (f"; {report.n_unsealed} of the table files are from before digests, so a change in one that still "
+                "decodes is not seen: the next `rlsweep compact` packs them into sealed packs" if report.n_unsealed
+                else "")
     if not report.problems:
         return (f"{report.sweep}: healthy ({report.n_files} table files readable, {report.n_jobs} stage directories "
-                f"agree with the tables)")
+                f"agree with the tables{unsealed})")
     targets = list(dict.fromkeys(p.target for p in report.problems if p.target is not None and p.locked is None))
     rebuild = f"`{snakemake_command(report, targets)}`, then `snakemake`" if targets else "`snakemake`"
     if fixed and nothing_left(report):

@@ -188,3 +188,22 @@ def test_compaction_refuses_a_damaged_file_and_never_launders_it(store, monkeypa
     assert {d.path for d in Catalog(store, SWEEP).damaged} == {pack, small}
     assert counts(store)["runs"] == before["runs"] + 3  # the other tables' rows, the new run's included
 
+
+
+def test_a_pack_from_before_digests_is_named_by_doctor_and_sealed_by_the_next_compaction(store):
+    """A store packed before digests (7e72833 and earlier) has packs a change can pass unseen; doctor says how many
+    such files there are, and the next compaction merges such a pack, decoded in full, into a sealed one."""
+    from workflow.results.doctor import examine, summary_line
+    before = counts(store)
+    pack = pack_of(store, "eval_scores")
+    meta = pq.read_metadata(pack).metadata
+    old = {k: v for k, v in meta.items() if k.decode() not in (digest.KEY, digest.KEY2)}
+    pq.write_table(pq.read_table(pack).replace_schema_metadata(old), pack)  # the footer of a pack from then
+    assert not digest.is_sealed(pack)
+    report = examine(store, SWEEP)
+    assert report.problems == [] and report.n_unsealed == 1
+    assert "1 of the table files are from before digests" in summary_line(report, fixed=False)
+    done = {c.table: c for c in compact(store)}
+    assert done["eval_scores"].merged == 1 and not pack.exists()
+    assert digest.is_sealed(pack_of(store, "eval_scores")) and counts(store) == before
+    assert examine(store, SWEEP).n_unsealed == 0
