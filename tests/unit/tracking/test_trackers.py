@@ -46,7 +46,12 @@ def read_back(backend: str, root) -> dict[str, list[tuple[int, float]]]:
         assert runs[0].data.params["rl.update"] == "sfpo" and runs[0].info.run_name == RUN.name
         return {k: [(m.step, m.value) for m in client.get_metric_history(runs[0].info.run_id, k)]
                 for k in runs[0].data.metrics}
+    import wandb
     from wandb_offline import history
+    # The transaction logs are wandb-core's to close: once, under CI's load, a read straight after finish() found
+    # only the first process's rows (not reproduced on a quiet or a loaded machine since). Tearing the service
+    # down waits for it to close every file, as a job's exit does, so the read sees what a `wandb sync` would.
+    wandb.teardown()
     out: dict[str, list] = {}
     for row in history(root / "s" / "wandb", RUN.key):
         for k, v in row.items():
@@ -72,7 +77,9 @@ def test_a_resumed_job_continues_the_run_and_no_step_lands_twice(backend, tmp_pa
     found = read_back(backend, tmp_path)
     for key in ("train/loss", "train/reward", "train/entropy", "train/gate_tripped"):
         steps = Counter(s for s, _ in found[key])
-        assert steps == Counter(range(1, 7)), (key, found[key])  # every step, once
+        there = sorted((d.name, (d / f"run-{RUN.key}.wandb").stat().st_size)
+                       for d in (tmp_path / "s" / "wandb").glob("offline-run-*"))
+        assert steps == Counter(range(1, 7)), (key, found[key], there)  # every step, once
         column = key.split("/")[1]
         assert all(math.isclose(v, float(ROWS[s - 1][column]), rel_tol=1e-6) for s, v in found[key])
     assert found["eval/arithmetic/pass_at_4"] == [(6, 0.5)]
