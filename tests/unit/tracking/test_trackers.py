@@ -75,10 +75,11 @@ def test_a_resumed_job_continues_the_run_and_no_step_lands_twice(backend, tmp_pa
     again.log([p for p in train_points(ROWS[2:]) + eval_points(SCORES) if (p.key, p.step) not in held])
     again.close(finished=True)
     found = read_back(backend, tmp_path)
+    # what a failure prints beside the steps: W&B's offline directories and the size of each one's log
+    there = sorted((d.name, sum(f.stat().st_size for f in d.glob("*.wandb")))
+                   for d in (tmp_path / "s" / "wandb").glob("offline-run-*"))
     for key in ("train/loss", "train/reward", "train/entropy", "train/gate_tripped"):
         steps = Counter(s for s, _ in found[key])
-        there = sorted((d.name, (d / f"run-{RUN.key}.wandb").stat().st_size)
-                       for d in (tmp_path / "s" / "wandb").glob("offline-run-*"))
         assert steps == Counter(range(1, 7)), (key, found[key], there)  # every step, once
         column = key.split("/")[1]
         assert all(math.isclose(v, float(ROWS[s - 1][column]), rel_tol=1e-6) for s, v in found[key])
