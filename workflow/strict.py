@@ -49,13 +49,18 @@ def _bool_for_a_number(v: Any, alternatives: list[Any]) -> bool:
     return False
 
 
+# the names pydantic puts in an error's location for a member of a union, which a sweep file never writes (the tags of
+# spec.py's `seeds:` union among them)
+_UNION_TAGS = ("list[any]", "ConditionalAxis", "seed list", "seed design")
+
+
 def format_validation_error(err: ValidationError, prefix: str = "",
                             explain_unknown: Callable[[str], str | None] | None = None) -> list[str]:
     """Pydantic errors as `key.path: reason` lines, the key path dotted the way a sweep file writes it.
     `explain_unknown(dotted key)` may say more than "unknown key" (e.g. suggest the closest name)."""
     lines = []
     for e in err.errors():
-        parts = [p for p in e["loc"] if p not in ("list[any]", "ConditionalAxis")]
+        parts = [p for p in e["loc"] if p not in _UNION_TAGS]
         loc = ".".join(str(p) for p in parts).replace("zip_", "zip")
         msg = e["msg"]
         problem = e.get("ctx", {}).get("error")

@@ -32,6 +32,8 @@ from workflow.sweep.keys import (apply, check_key, format_point, format_value, k
                                  unmet_condition, value_matches)
 from workflow.sweep import expansion_cache
 from workflow.sweep.passed_checks import passed_before, remember_passed
+from workflow.sweep.design_spec import BASELINE
+from workflow.sweep.families import families
 from workflow.sweep.spec import BLOCK_CHECKS, ConditionalAxis, SweepError, SweepSpec, read_spec
 
 
@@ -161,9 +163,10 @@ class PointError(ValueError):
         super().__init__("; ".join(problems))
 
 
-def runs_for(spec: SweepSpec, point: dict[str, Any], shared: dict[str, str] | None = None) -> list[Run]:
+def runs_for(spec: SweepSpec, point: dict[str, Any], shared: dict[str, str] | None = None,
+             seeds: list[int] | None = None) -> list[Run]:
     """The runs of one grid point (or one Optuna trial's parameters): the point applied to the sweep's base, once
-    per seed of `seeds:`, validated (and checked by verl's own code on the verl engine).
+    per seed (`seeds`, default the sweep's: its list, or a design's first round), validated (and checked by verl's own code on the verl engine).
 
     The point is validated once, with its first seed: every check judges the RL seed by its type alone (a bounded
     int, which `seeds:` already validated), so each other seed's config is the first one's with its seed replaced,
@@ -172,7 +175,8 @@ def runs_for(spec: SweepSpec, point: dict[str, Any], shared: dict[str, str] | No
     JSON texts made so far, so runs whose stage configs are equal hold one string (the SFT job's of a 10,000-run
     sweep: once, not 10,000 times, in memory and in the expansion's cache file)."""
     shared = {} if shared is None else shared
-    first = {**point, "seed": spec.seeds[0]}
+    seeds = spec.seed_list if seeds is None else seeds
+    first = {**point, "seed": seeds[0]}
     try:
         cfg = RunConfig.model_validate(apply(spec.base, first))
     except ValidationError as e:
@@ -183,7 +187,7 @@ def runs_for(spec: SweepSpec, point: dict[str, Any], shared: dict[str, str] | No
         raise PointError(problems, first)
     dumped = cfg.model_dump(mode="json")
     runs = []
-    for seed in spec.seeds:
+    for seed in seeds:
         seeded = cfg if seed == cfg.seed else cfg.model_copy(update={"seed": seed})
         ids, texts = _stage_ids(seeded, {**dumped, "seed": seed})
         texts = {stage: shared.setdefault(text, text) for stage, text in texts.items()}
@@ -348,7 +352,7 @@ class Sweep:
 
 def load_sweep(path: str | Path) -> Sweep:
     spec = read_spec(path)
-    big = spec.optuna is None and expansion_cache.worth_caching(_product_size(spec) * len(spec.seeds))
+    big = spec.optuna is None and expansion_cache.worth_caching(_product_size(spec) * len(spec.seed_list))
     runs = expansion_cache.load(spec) if big else None  # (workflow/sweep/expansion_cache.py)
     if runs is None:
         runs = expand(spec, path)
@@ -378,7 +382,7 @@ def expand(spec: SweepSpec, path: str | Path = "<sweep>") -> list[Run]:
         return []  # an Optuna sweep's runs are its trials, made when the study asks for them
 
     size = _product_size(spec)
-    if size * len(spec.seeds) > MAX_RUNS:
+    if size * len(spec.seed_list) > MAX_RUNS:
         raise SweepError(path, [_too_many("grid", size, spec)])
     points, problems = _apply_conditionals(spec, base, _product(spec))
     if not problems:
@@ -407,9 +411,33 @@ def expand(spec: SweepSpec, path: str | Path = "<sweep>") -> list[Run]:
     if spec.report.baseline is not None and spec.report.baseline not in labels:
         problems.append(f"report.baseline: {spec.report.baseline!r} is none of the sweep's settings "
                         f"({', '.join(repr(label) for label in labels)})")
+    if spec.design is not None and not problems:
+        problems += _check_design(spec, runs)
     if problems:
         raise SweepError(path, problems)
     return runs
+
+
+def _check_design(spec: SweepSpec, runs: list[Run]) -> list[str]:
+    """Seeds on demand: what is compared must make pairs (workflow/sweep/families.py forms them)."""
+    design = spec.design
+    if design.compare == BASELINE:
+        if spec.report.baseline is None:
+            return ["seeds.compare: `baseline` compares every setting against report.baseline, which is not set"]
+    else:
+        varied = _varied(spec)
+        if design.compare not in varied:
+            named = ", ".join(varied) or "none: the sweep has one setting"
+            return [f"seeds.compare: {design.compare!r} is not a key the sweep varies (its grid / zip keys: {named}); "
+                    "or `baseline` (every setting against report.baseline)"]
+        where, values = varied[design.compare]
+        if len(values) < 2:
+            return [f"seeds.compare: {design.compare!r} has one value ({where}: {values}): a comparison needs two "
+                    "or more"]
+    found = families(spec, runs)
+    if not any(f.pairs for f in found):
+        return [f"seeds.compare: {design.compare!r} makes no pair of settings (every family has one setting)"]
+    return []
 
 
 def _check_base(spec: SweepSpec) -> tuple[RunConfig | None, list[str]]:
@@ -536,7 +564,7 @@ def _product_size(spec: SweepSpec) -> int:
 
 
 def _too_many(where: str, points: int, spec: SweepSpec) -> str:
-    return (f"{where}: {points:,} grid points x {len(spec.seeds)} seed(s) = {points * len(spec.seeds):,} runs (before "
+    return (f"{where}: {points:,} grid points x {len(spec.seed_list)} seed(s) = {points * len(spec.seed_list):,} runs (before "
             f"exclude); a sweep may make at most {MAX_RUNS:,} runs: split it, or search with an `optuna:` block")
 
 
@@ -562,7 +590,7 @@ def _apply_conditionals(spec: SweepSpec, base: RunConfig, points: list[dict]) ->
             return points, [f"grid.{k}.when: its conditions never hold together in one grid point, so {k} would "
                             "never be varied"]
         size = len(points) + sum(holds) * (len(axis.values) - 1)
-        if size * len(spec.seeds) > MAX_RUNS:
+        if size * len(spec.seed_list) > MAX_RUNS:
             return points, [_too_many(f"grid.{k}", size, spec)]
         points = [q for p, h in zip(points, holds) for q in ([{**p, k: v} for v in axis.values] if h else [p])]
     return points, []

@@ -34,16 +34,17 @@ from __future__ import annotations
 import re
 import shlex
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import Field, PositiveInt, ValidationError, field_validator, model_validator
+from pydantic import Discriminator, Field, Tag, PositiveInt, ValidationError, field_validator, model_validator
 
 from workflow.errors import UserError
 from workflow.registry import load_object
 from workflow.layout import SWEEP_NAME, SWEEP_NAME_RULE
 from workflow.slurm.retry import RETRY_RESOURCE
 from workflow.strict import ConfigProblem, Seed, Strict, format_validation_error
+from workflow.sweep.design_spec import SeedDesign
 from workflow.sweep.study_spec import OptunaSpec
 from workflow.sweep.loader import YAMLRefused, load_yaml
 
@@ -310,6 +311,18 @@ class Tracking(Strict):
         return [name for name in ("tensorboard", "mlflow", "wandb") if getattr(self, name) is not None]
 
 
+def _seeds_kind(v: Any) -> str | None:
+    """A list is fixed seeds, a mapping a design: one member's errors, not one set per member of the union."""
+    if isinstance(v, (dict, SeedDesign)):
+        return "seed design"
+    return "seed list" if isinstance(v, list) else None
+
+
+SeedsField = Annotated[Annotated[list[Seed], Tag("seed list")] | Annotated[SeedDesign, Tag("seed design")],
+                       Discriminator(_seeds_kind, custom_error_type="seeds", custom_error_message=(
+                           "must be a list of seeds, e.g. [0, 1], or a design {compare: KEY, per_round: N, rounds: K}"))]
+
+
 class SweepSpec(Strict):
     name: str = Field(description="The sweep's name: it names results/<name>/ (1-64 letters, digits, '_', '.', '-').")
     description: str = Field("", description="What the sweep is for (shown in its report).")
@@ -324,8 +337,10 @@ class SweepSpec(Strict):
         "such groups, each zipped and the groups crossed with the grid."))
     exclude: list[dict[str, Any]] = Field(default_factory=list, description=(
         "Grid points to drop: each a mapping of dotted keys to values; a point matching every key of one is left out."))
-    seeds: list[Seed] = Field(default_factory=lambda: [0], description=(
-        "RL seeds: every grid point runs once per seed (its run config's `seed`)."))
+    seeds: SeedsField = Field(default_factory=lambda: [0], description=(
+        "RL seeds: a list (every grid point runs once per seed, its run config's `seed`), or seeds on demand: a "
+        "design {compare, per_round, rounds, error, ...} that adds rounds of seeds only where a comparison is still "
+        "undecided (workflow/sweep/design_spec.py)."))
     resources: Resources = Field(Resources(), description=(
         "Per-stage job resources (threads locally; SLURM options on a cluster). Never part of a run's identity."))
     checks: Checks = Field(Checks(), description="Gates on what runs; never part of a run's identity.")
@@ -345,12 +360,33 @@ class SweepSpec(Strict):
 
     @field_validator("seeds")
     @classmethod
-    def _seeds(cls, v: list[int]) -> list[int]:
+    def _seeds(cls, v: list[int] | SeedDesign) -> list[int] | SeedDesign:
+        if isinstance(v, SeedDesign):
+            return v
         if not v:
             raise ValueError("empty list: give at least one seed")
         if len(set(v)) != len(v):
-            raise ValueError(f"repeated seed in {v}")
+            raise ConfigProblem("", f"repeated seed in {v}")
         return v
+
+    @model_validator(mode="after")
+    def _design_without_study(self) -> "SweepSpec":
+        if self.design is not None and self.optuna is not None:
+            raise ConfigProblem("seeds", "a design of seeds on demand compares a grid's settings; an `optuna:` block "
+                                         "searches instead of a grid: use one or the other (a study's trials take a "
+                                         "list of seeds)")
+        return self
+
+    @property
+    def design(self) -> SeedDesign | None:
+        """Seeds on demand (`seeds:` as a design), or None for a list of seeds."""
+        return self.seeds if isinstance(self.seeds, SeedDesign) else None
+
+    @property
+    def seed_list(self) -> list[int]:
+        """The seeds every grid point runs when the sweep is expanded: the list, or a design's first round (every
+        setting trains it; later rounds are added as the design's driver records them)."""
+        return self.design.seeds_of_round(1) if self.design is not None else list(self.seeds)
 
     @property
     def zip_groups(self) -> list[dict[str, list[Any]]]:

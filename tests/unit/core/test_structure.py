@@ -195,6 +195,8 @@ FLOORS = [
     ("sweep", "the sweep file: its schema (the optuna: block's included), its runs and their ids, its plan",
      ("workflow.sweep",)),
     ("study", "Optuna studies over a sweep's runs", ("workflow.study",)),
+    ("design", "seeds on demand: the sequential test (AdaStop), its simulation, the driver of a design's rounds",
+     ("workflow.design",)),
     ("report", "the report and its tables", ("workflow.report",)),
     ("commands", "what a user or Snakemake runs: the stage job (launch), the CLI, watch, the reference pages, "
      "smoke, gpu-check", ("workflow.launch", "workflow.cli", "workflow.watch", "workflow.reference", "workflow.smoke",
