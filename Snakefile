@@ -49,9 +49,9 @@ except SweepError as err:  # the message alone: a WorkflowError would add Snakem
     print(f"invalid sweep\n{err}", file=sys.stderr)
     sys.exit(1)
 
-if SWEEP.spec.optuna is not None:  # the trials the study driver has started so far are runs like any other
-    from workflow.study.trials import recorded_runs
-    SWEEP.add_runs(recorded_runs(SWEEP.spec, RESULTS, SWEEP.name))
+# the trials a study's driver has started, or a design's rounds recorded so far: runs like any other
+from workflow.design.recorded import add_recorded_runs
+add_recorded_runs(SWEEP, RESULTS)
 RUNS = SWEEP.by_run_id
 
 # Stage outputs live once in results/_store/, shared by every sweep (workflow/layout.py): a stage another sweep
@@ -78,8 +78,9 @@ else:
     # the sweep's trackers, where its jobs find them (never a job's argument: not part of any job's identity)
     record_tracking(RESULTS, SWEEP.name, SWEEP.spec.tracking.model_dump(mode="json"))
     # what the sweep had left to spend when it first ran (`rlsweep status` sets what it used against it), before
-    # extensions take their steps: written once, never again (not for a study: its trials are not known yet)
-    if SWEEP.spec.optuna is None:
+    # extensions take their steps: written once, never again (not for a study or a design: their trials or rounds
+    # are not known yet; a design's plan is its worst case, `rlsweep plan`)
+    if SWEEP.spec.optuna is None and SWEEP.spec.design is None:
         record_plan(SWEEP, Path(RESULTS))
     record_finished(RESULTS, SWEEP.runs)  # RL runs finished in one job before segments: their segment files
     index_finished(RESULTS)  # once per store: the RL runs finished before the index of donors existed
@@ -151,6 +152,7 @@ wildcard_constraints:
 
 include: "rules/stages.smk"
 include: "rules/eval.smk"
+include: "rules/design.smk"  # (before aggregate.smk, whose rule waits for a design's driver)
 include: "rules/aggregate.smk"
 include: "rules/study.smk"
 
@@ -168,8 +170,9 @@ forget_load_time_names(globals(), SNAKEMAKE_NAMES, [
     "done_path", "report_dir", "rescore_path", "segment_done", "summary_path", "study_dir", "record_members",
     "record_tracking", "legacy_sweeps", "migrate_if_needed", "record_finished", "unrecorded_finished",
     "evaluations_to_copy", "extend", "extensions", "index_finished", "load_sweep", "record_plan", "SweepError",
-    "STAGES", "run_stage", "nested_snakemake_args",  # imports
-    "STAGE", "RULE_FROM_DECLARATION", "EVAL_DONE", "RESCORE_DONE", "SELF_STARTS", "STUDY_DONE",
+    "STAGES", "run_stage", "nested_snakemake_args", "add_recorded_runs", "design_done", "design_key", "families",
+    # (imports)
+    "STAGE", "RULE_FROM_DECLARATION", "EVAL_DONE", "RESCORE_DONE", "SELF_STARTS", "STUDY_DONE", "DESIGN_DONE",
     "pattern", "_stage_rule_functions", "_starts", "_extra", "_sources", "_source", "_ext", "_copies", "_refused",
     "_step", "_group", "_stage", "_inputs", "_args", "_resources", "_wildcard", "_output",  # the rules' definitions
     "_eval_args", "_segment_holding", "_start_input", "_copy_source", "_copy_args", "_rescore_args",  # held by rules

@@ -6,7 +6,8 @@ localrules: aggregate, report
 
 
 rule aggregate:
-    input: EVAL_DONE + RESCORE_DONE
+    # a design's runs are its driver's (each round a nested snakemake): the outer DAG waits for the driver alone
+    input: [DESIGN_DONE] if DESIGN_DONE is not None else EVAL_DONE + RESCORE_DONE
     output: str(summary_path(RESULTS, SWEEP.name))
     shell:
         "{STAGE_CMD} aggregate --sweep {SWEEP.name} --results {RESULTS:q} --out {output:q}"

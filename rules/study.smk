@@ -8,7 +8,7 @@ STUDY_DONE = (str(study_dir(RESULTS, SWEEP.name) / f"DONE_n{SWEEP.spec.optuna.n_
               if SWEEP.spec.optuna is not None else None)
 
 if SWEEP.spec.optuna is not None:
-    from workflow.study.driver import nested_snakemake_args
+    from workflow.study.nested import nested_snakemake_args
 
     localrules: study
 

@@ -353,3 +353,31 @@ def trial_records(results_root: str | Path, sweep: str) -> list[Path]:
 def trial_log(results_root: str | Path, sweep: str, number: int) -> Path:
     return study_dir(results_root, sweep) / "logs" / f"trial_{number:05d}.log"
 
+
+def design_dir(results_root: str | Path, sweep: str) -> Path:
+    """results/<sweep>/design/: a design of seeds on demand, its rounds and decisions (workflow/design/)."""
+    return sweep_dir(results_root, sweep) / "design"
+
+
+def design_done(results_root: str | Path, sweep: str, key: str, budget: float | None) -> Path:
+    """A design driver's DONE file: named by the design (workflow/design/rounds.py design_key: a changed design is
+    another target, which the driver refuses with a message) and its budget (a raised one continues the design)."""
+    return design_dir(results_root, sweep) / (f"DONE_{key}" + (f"_b{budget:g}" if budget is not None else "") + ".json")
+
+
+def round_record(results_root: str | Path, sweep: str, number: int) -> Path:
+    return design_dir(results_root, sweep) / "rounds" / f"round_{number:03d}.json"
+
+
+def round_records(results_root: str | Path, sweep: str) -> list[Path]:
+    return sorted((design_dir(results_root, sweep) / "rounds").glob("round_*.json"))
+
+
+def round_log(results_root: str | Path, sweep: str, number: int) -> Path:
+    return design_dir(results_root, sweep) / "logs" / f"round_{number:03d}.log"
+
+
+def decisions_dir(results_root: str | Path, sweep: str) -> Path:
+    """results/<sweep>/design/decisions/: one Parquet file per look, the catalog's view `decisions`."""
+    return design_dir(results_root, sweep) / "decisions"
+

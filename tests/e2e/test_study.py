@@ -256,7 +256,7 @@ def test_validate_shows_the_study_plan_without_running_anything(tmp_path):
 
 
 def test_trials_get_the_outer_runs_executor_profile_and_jobs_not_its_targets():
-    from workflow.study.driver import nested_snakemake_args
+    from workflow.study.nested import nested_snakemake_args
     argv = ["snakemake", "--profile", "profiles/slurm", "-j=5", "--config", "sweep=x.yaml", "--executor",
             "rlsweep-slurm", "--seconds-between-status-checks", "2", "--dry-run", "results/x/summary.md"]
     assert nested_snakemake_args(argv) == ("--profile profiles/slurm -j=5 --executor rlsweep-slurm "

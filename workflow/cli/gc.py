@@ -16,7 +16,7 @@ from workflow.cli.common import err, results_root
 from workflow.errors import UserError
 from workflow.results.gc import find, remove
 from workflow.results.membership import members, recorded_sweeps
-from workflow.study.trials import recorded_runs
+from workflow.design.recorded import add_recorded_runs
 from workflow.sweep.expand import load_sweep
 from workflow.sweep.spec import SweepError
 
@@ -30,8 +30,7 @@ def referenced_by(root: Path, sweep_files: list[str]) -> tuple[set[tuple[str, st
             sweep = load_sweep(path)
         except SweepError as e:  # never guess: a sweep that does not load would have its stages listed as garbage
             raise UserError(f"{path} does not load, so gc cannot tell which stages it needs:\n{e}") from None
-        if sweep.spec.optuna is not None:
-            sweep.add_runs(recorded_runs(sweep.spec, root, sweep.name))
+        add_recorded_runs(sweep, root)
         keys |= {(m.stage, m.stage_id) for m in sweep.members()}
         named.append(sweep.name)
     kept = [name for name in recorded_sweeps(root) if name not in named]

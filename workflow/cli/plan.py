@@ -9,7 +9,7 @@ from rich.table import Table
 from workflow.cli.common import err, results_root
 from workflow.errors import UserError
 from workflow.extend import extensions
-from workflow.study.trials import recorded_runs
+from workflow.design.recorded import add_recorded_runs
 from workflow.sweep.expand import load_sweep
 from workflow.sweep.plan import STATES, plan
 
@@ -19,8 +19,8 @@ def cmd_plan(a) -> int:
         raise UserError(f"--detect: a difference of accuracy in (0, 1), e.g. 0.01, got {a.detect}")
     sweep = load_sweep(a.sweep_file)
     root = results_root(a)
-    if sweep.spec.optuna is not None:  # the trials started so far; the study may still ask for more
-        sweep.add_runs(recorded_runs(sweep.spec, root, sweep.name))
+    add_recorded_runs(sweep, root)  # a study's trials, a design's rounds: started so far
+    if sweep.spec.optuna is not None:  # the study may still ask for more
         err.print("[yellow]an Optuna study: only the trials it has started so far are planned[/]")
     stages = plan(sweep, root)
     # whole words at 80 columns: the counts and hours in the table, what a job asks and where the hours come from

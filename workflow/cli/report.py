@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from workflow.cli.common import err, results_root
 from workflow.report.build import write_report
-from workflow.study.trials import recorded_runs
+from workflow.design.recorded import add_recorded_runs
 from workflow.sweep.expand import load_sweep
 
 
 def cmd_report(a) -> int:
     sweep = load_sweep(a.sweep_file)
     root = results_root(a)
-    if sweep.spec.optuna is not None:  # the trials started so far are the sweep's runs
-        sweep.add_runs(recorded_runs(sweep.spec, root, sweep.name))
+    add_recorded_runs(sweep, root)  # a study's trials, a design's rounds: started so far
     index = write_report(sweep, root)
     err.print(f"report: {index} (and report.md, queries.sql, figures/ next to it)")
     return 0

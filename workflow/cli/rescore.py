@@ -18,6 +18,7 @@ from workflow.benchmarks import graders
 from workflow.layout import done_path, rescore_path
 from workflow.report.queries import own_grader_sql
 from workflow.results.catalog import Catalog, sql_str
+from workflow.design.recorded import add_recorded_runs
 from workflow.sweep.expand import load_sweep
 
 SNAKEFILE = Path(__file__).resolve().parents[2] / "Snakefile"
@@ -37,9 +38,7 @@ def cmd_rescore(a) -> int:
         raise UserError(f"--graders: unknown grader(s) {', '.join(unknown)}; known: {', '.join(graders.GRADERS)}")
     sweep = load_sweep(a.sweep_file)
     root = results_root(a)
-    if sweep.spec.optuna is not None:  # the trials the study has started are its runs (as the Snakefile adds them)
-        from workflow.study.trials import recorded_runs
-        sweep.add_runs(recorded_runs(sweep.spec, root, sweep.name))
+    add_recorded_runs(sweep, root)  # a study's trials, a design's rounds (as the Snakefile adds them)
     targets, waiting = [], 0
     for r in sweep.runs:
         for step, group, grader in r.rescore_jobs(a.graders):

@@ -16,7 +16,7 @@ from workflow.layout import CHECKPOINTS, DONE, done_path, latest_checkpoint, sta
 from workflow.live import read_live
 from workflow.results.catalog import Catalog, QueryError
 from workflow.results.doctor import affected_runs
-from workflow.study.trials import recorded_runs
+from workflow.design.recorded import add_recorded_runs
 from workflow.sweep.expand import load_sweep
 
 
@@ -57,8 +57,7 @@ def data_state(root: Path, sweep: str, run, status_by_id: dict[str, str]) -> str
 def cmd_status(a) -> int:
     sweep = load_sweep(a.sweep_file)
     root = results_root(a)
-    if sweep.spec.optuna is not None:  # the trials started so far are the sweep's runs
-        sweep.add_runs(recorded_runs(sweep.spec, root, sweep.name))
+    add_recorded_runs(sweep, root)  # a study's trials, a design's rounds: started so far
     catalog = Catalog(root, sweep.name, planned=sweep.members())
     try:
         rows = catalog.query("SELECT stage, run_id, status, computed_by FROM runs").to_pylist()

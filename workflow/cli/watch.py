@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.live import Live
 
 from workflow.cli.common import err, results_path
+from workflow.design.recorded import add_recorded_runs
 from workflow.sweep.expand import load_sweep
 from workflow.watch.snapshot import Watcher
 from workflow.watch.view import plain, rich_view, sort_key
@@ -23,9 +24,7 @@ def cmd_watch(a) -> int:
         return 2
     sweep = load_sweep(a.sweep_file)
     root = results_path(a)  # (not results_root: that may migrate old results, and watch writes nothing)
-    if sweep.spec.optuna is not None:  # the trials started so far are the sweep's runs
-        from workflow.study.trials import recorded_runs
-        sweep.add_runs(recorded_runs(sweep.spec, root, sweep.name))
+    add_recorded_runs(sweep, root)  # a study's trials, a design's rounds: started so far
     watcher = Watcher(sweep, root)
     if a.sort:
         try:

@@ -18,7 +18,8 @@ A table's files are the stages' own small files and the packs compaction merged 
 once, from where packs.resolve says it lives.
 
 The tables hold every sweep's rows once (results/_store/, layout.py); the view `membership` (sweep, stage, stage_id,
-label) says which sweeps planned which stage job (results/membership.py). A catalog of one sweep reads only its
+label) says which sweeps planned which stage job (results/membership.py); the view `decisions`, what designs of seeds
+on demand decided, round by round and pair by pair (results/decisions.py). A catalog of one sweep reads only its
 members' files (by name, before opening them) and rows, with `sweep` set to that sweep and an RL run's or eval's
 `label` to the sweep's own; a catalog of every sweep reads each row once, `sweep` naming the sweep that computed it.
 """
@@ -44,6 +45,7 @@ from workflow.errors import UserError
 from workflow.layout import (SWEEP_NAME, SWEEP_NAME_RULE, TABLE_FILE_RULE, TableFile, is_pack, parse_table_file,
                              table_dir, table_file_key)
 from workflow.results.files import UNREADABLE, PositionalReader, open_regular
+from workflow.results import decisions as design_decisions
 from workflow.results.membership import MEMBERS, damage, member_files, members, recorded_sweeps
 from workflow.results.packs import SOURCE, TableLayout, pack_holders, read_manifest, read_pack, resolve
 from workflow.results.schemas import TABLES, schema as table_schema
@@ -251,6 +253,12 @@ class Catalog:
                 self.member_files.append(path)
             else:
                 self.damaged_members.append(Damaged("members", path, reason))
+        # what designs of seeds on demand decided (the view `decisions`): a damaged file is left out and reported
+        self.decision_files, self.damaged_decisions = [], []
+        for path in design_decisions.decision_files(self.root, sweep):
+            reason = design_decisions.damage(path, deep)
+            (self.decision_files if reason is None else self.damaged_decisions).append(
+                path if reason is None else Damaged("decisions", path, reason))
         self.layouts: dict[str, TableLayout] = {}  # per table: the live small files and packs (packs.py)
         self.schemas: dict[str, list[pa.Schema]] = {}  # the distinct schemas of each table's small files
         self.pack_schemas: dict[str, list[pa.Schema]] = {}  # and of its packs (without their source column)
@@ -319,7 +327,7 @@ class Catalog:
     def left_out(self) -> list[Damaged]:
         """Every file under the store's table folders and the sweeps' records that no view reads: a query warns
         about each, `rlsweep doctor` lists each."""
-        return [*self.damaged_members, *self.damaged, *self.foreign]
+        return [*self.damaged_members, *self.damaged_decisions, *self.damaged, *self.foreign]
 
     @property
     def files(self) -> dict[str, list[Path]]:
@@ -362,9 +370,13 @@ class Catalog:
             con.close()
             raise QueryError(f"memory limit {limits.memory!r}: {_message(e)} (a size such as 4GB or 512MB)") from None
         readable = {str(p): self.fds[str(p)] for paths in self.files.values() for p in paths}
-        self.file_system = ReadOnlyFiles({**readable, **{str(p): None for p in self.member_files}})
+        self.file_system = ReadOnlyFiles({**readable, **{str(p): None for p in self.member_files},
+                                          **{str(p): None for p in self.decision_files}})
         con.register_filesystem(self.file_system)
         self._create_membership(con)
+        source = (_read(self.decision_files, [design_decisions.DECISIONS]) if self.decision_files else
+                  f"({_no_rows(design_decisions.DECISIONS)})")
+        con.execute(f"CREATE VIEW decisions AS SELECT * FROM {source}")
         for table in tables:
             self._create_view(con, table, table_schema(table))
         # this order: disabling the file system first would refuse the next SET; the lock makes all of it final
@@ -529,8 +541,9 @@ def _distinct(schemas) -> list[pa.Schema]:
     return out
 
 
-_SQL_TYPES = {pa.bool_(): "BOOLEAN", pa.int64(): "BIGINT", pa.float64(): "DOUBLE", pa.string(): "VARCHAR",
-              pa.timestamp("us", tz="UTC"): "TIMESTAMPTZ"}
+_SQL_TYPES = {pa.bool_(): "BOOLEAN", pa.int64(): "BIGINT", pa.int32(): "INTEGER", pa.float64(): "DOUBLE",
+              pa.string(): "VARCHAR", pa.timestamp("us", tz="UTC"): "TIMESTAMPTZ", pa.list_(pa.int64()): "BIGINT[]",
+              pa.list_(pa.float64()): "DOUBLE[]", pa.list_(pa.string()): "VARCHAR[]"}
 
 
 def _no_rows(schema: pa.Schema) -> str:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import signal
 import subprocess
 import sys
@@ -38,13 +37,13 @@ from optuna.trial import TrialState
 from rich.console import Console
 
 from workflow.atomic import write_json
-from workflow.capture import path_names
 from workflow.errors import UserError
 from workflow.layout import runs_file, stage_dir, summary_path, trial_log
 from workflow.results.summary import write_summary
 from workflow.results.rows import rows_written_as
 from workflow.results.writer import write_rows
 from workflow.study import pruning
+from workflow.study.nested import start_nested
 from workflow.study.factory import make_pruner, make_sampler, make_storage, study_name
 from workflow.study.objective import ObjectiveError, objective_sql, trial_values
 from workflow.study.space import suggest
@@ -162,17 +161,9 @@ class Driver:
 
     def _submit(self, r: Running) -> None:
         """The nested `snakemake` that takes the trial's runs to `r.stop` (segments and their evaluations)."""
-        r.log.parent.mkdir(parents=True, exist_ok=True)
-        argv = [sys.executable, "-m", "snakemake", "-s", self.snakefile, "--nolock", "--cores", str(self.cores),
-                *self.snakemake_args, "--config", f"sweep={self.sweep_file}", f"results={self.results}",
-                "--", *pruning.targets(self.results, r.runs, r.stop)]
-        with open(r.log, "ab") as f:
-            r.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-            # the log is under results/: what it prints of this machine's paths is written relative (RELAY)
-            self.relays[r.number] = subprocess.Popen(
-                [sys.executable, "-c", RELAY, *(x for pair in path_names(self.results, self.snakefile) for x in pair)],
-                stdin=r.proc.stdout, stdout=f)
-        r.proc.stdout.close()  # (the relay's now: it ends when snakemake does)
+        r.proc, self.relays[r.number] = start_nested(
+            self.snakefile, self.cores, self.snakemake_args, self.sweep_file, self.results,
+            pruning.targets(self.results, r.runs, r.stop), r.log)
         self.running[r.number] = r
 
     def _reached(self, r: Running) -> None:
@@ -277,31 +268,6 @@ class Driver:
                 r.proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 r.proc.kill()
-
-
-# options of the outer `snakemake` that decide where and how jobs run; every nested trial run gets them too
-_PASSED = {"--profile": True, "--workflow-profile": True, "--executor": True, "-e": True, "--jobs": True,
-           "-j": True, "--latency-wait": True, "--seconds-between-status-checks": True, "--keep-going": False,
-           "-k": False, "--rerun-incomplete": False}
-
-
-# the process a trial's log is written through (workflow/capture.py relay): the log lies under results/, and what
-# snakemake prints of this machine's directories it writes relative
-RELAY = "import sys; from workflow.capture import relay; relay(sys.argv[1:])"
-
-
-def nested_snakemake_args(argv: list[str]) -> str:
-    """The outer invocation's executor / profile / jobs options (shell-quoted) for the nested trial runs."""
-    out, i = [], 1
-    while i < len(argv):
-        name, eq, value = argv[i].partition("=")
-        if name in _PASSED:
-            out.append(argv[i])
-            if _PASSED[name] and not eq and i + 1 < len(argv):
-                out.append(argv[i + 1])
-                i += 1
-        i += 1
-    return " ".join(shlex.quote(a) for a in out)
 
 
 def main(argv: list[str] | None = None) -> int:
