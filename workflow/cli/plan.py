@@ -56,9 +56,30 @@ def cmd_plan(a) -> int:
     err.print(f"{total:.2f} GPU-hours left" + (" at most (some from time limits)" if bound else "")
               + ("; measured estimates leave out queueing" if measured else "")
               + "; run it with `snakemake --config sweep=" + sweep.path + "` (--profile slurm on a cluster)")
+    if sweep.spec.design is not None:
+        _design(sweep, root)
     if a.detect is not None:
         detect(sweep, root, a.detect)
     return 0
+
+
+def _design(sweep, root) -> None:
+    """Seeds on demand: the table above holds the rounds recorded so far; what the next round, the worst case and
+    the budget come to."""
+    from workflow.design.cost import price
+    from workflow.design.explain import budget_note, prices, worst_case_rounds
+    from workflow.design.rounds import round_runs
+    from workflow.design.status import design_state
+    state = design_state(sweep, root)
+    first, worst = prices(sweep, root)
+    later = worst_case_rounds(sweep)[1:2]  # round 2 of every compared setting
+    one = price(sweep, round_runs(sweep.spec, later[0]), root) if later else None
+    err.print(f"seeds on demand ({state.looked} of {state.K} round(s) tested): round 1 costs {first.text()}"
+              + (f"; a later round of every compared setting {one.text()}" if one else "")
+              + f"; the worst case ({state.K} rounds) {worst.text()}")
+    note = budget_note(sweep.spec.design, first, worst)
+    if note:
+        err.print(note)
 
 
 def _extensions(sweep, root, most: int = 10) -> None:

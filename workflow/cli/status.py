@@ -116,6 +116,12 @@ def cmd_status(a) -> int:
         if table is not None:
             Console(highlight=False).print(table)
         err.print(line)
+    if sweep.spec.design is not None:
+        from workflow.design.status import design_state, line as design_line, table as design_table
+        state = design_state(sweep, root)
+        if (t := design_table(state)) is not None:
+            Console(highlight=False).print(t)
+        err.print(design_line(state))
     return 0
 
 

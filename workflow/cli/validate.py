@@ -17,14 +17,24 @@ def cmd_validate(a) -> int:
         return _validate_study(sweep)
     data = (f", {len(sweep.jobs('data'))} data job(s) + {len(sweep.jobs('overlap'))} overlap check(s)"
             if sweep.jobs("data") else "")
-    t = Table(title=f"{sweep.name}: {len(sweep.runs)} runs, {len(sweep.jobs('sft'))} SFT jobs{data}")
+    first = " (a design's round 1)" if sweep.spec.design is not None else ""
+    t = Table(title=f"{sweep.name}: {len(sweep.runs)} runs{first}, {len(sweep.jobs('sft'))} SFT jobs{data}")
     for col in ("run_id", *(["data_id"] if data else []), "sft_id", "eval_id", "method", "setting", "seed"):
         t.add_column(col)
     for r in sweep.runs:
         t.add_row(r.run_id, *([r.data_id] if data else []), r.sft_id or "-", r.eval_id, r.method, r.label,
                   str(r.config.seed))
     Console(highlight=False).print(t)
+    if sweep.spec.design is not None:
+        _explain_design(sweep)
     return 0
+
+
+def _explain_design(sweep) -> None:
+    """Seeds on demand: the design in one screen (the table above is its first round)."""
+    from workflow.design.explain import lines  # (prices with the plan's estimates: DuckDB, for a design only)
+    for line, warning in lines(sweep, results_root(argparse.Namespace(results=None))):
+        err.print(f"[yellow]{line}[/]" if warning else line)
 
 
 def _validate_study(sweep) -> int:

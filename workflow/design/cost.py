@@ -28,8 +28,8 @@ class Price:
         if not self.bounded:
             return "measured"
         if not self.measured:
-            return "time limits (an upper bound)"
-        return f"measured for {self.measured} job(s), time limits for {self.bounded}"
+            return "from time limits: an upper bound"
+        return f"measured for {self.measured} job(s), time limits for {self.bounded}: an upper bound"
 
     def text(self) -> str:
         return f"{_short(self.hours)} {self.unit} ({self.basis})"

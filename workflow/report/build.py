@@ -12,7 +12,7 @@ from pathlib import Path
 from workflow.atomic import write_text
 from workflow.engine_api.registry import traits
 from workflow.layout import report_dir
-from workflow.report import cost, figures, graders, references, seeds, tables
+from workflow.report import comparisons, cost, figures, graders, references, seeds, tables
 from workflow.report.queries import BOOTSTRAP, PlannedRun, fill, run_all
 from workflow.report.render import render
 from workflow.results.catalog import Catalog
@@ -93,7 +93,7 @@ def write_report(sweep, results_root: str | Path) -> Path:
                 for d in catalog.damaged]
     missing += [f"Left out, no stage job's file: {d.table}/{d.path.name} (`rlsweep doctor --fix` moves it aside)."
                 for d in catalog.foreign]
-    sections = [s for s in [references_section(sweep.spec.report.references, data["accuracy"]),
+    sections = [s for s in [comparisons.section(sweep, results_root), references_section(sweep.spec.report.references, data["accuracy"]),
                             graders.section(data["graders"], data["grader_disagreement"], data["grader_examples"],
                                             baseline),
                             seeds.section(data["seed_variance"], data["paired"], max(seeds_of.values(), default=0)),

@@ -76,6 +76,7 @@ class Snapshot:
     notes: list[str]  # what limited this snapshot (squeue did not answer, ...)
     taken_at: float
     planned_gpu_hours: float | None = None  # what `rlsweep plan` estimated when the sweep first ran (plan.json)
+    design: str | None = None  # seeds on demand: the round, the pairs decided, seeds and GPU-hours (design/status.py)
 
     @property
     def failed(self) -> bool:
@@ -99,13 +100,29 @@ class Watcher:
         self.finished: dict[str, tuple[RunLine, dict[tuple, JobView]]] = {}  # runs whose every job is done
         # every stage job of the sweep, once (an SFT job several runs share is one): the header's pending are
         # those of them not seen started
+        self._know_runs()
+        planned = recorded_plan(self.root, sweep.name)  # written once, when the sweep first ran: read once
+        self.planned_gpu_hours = (sum(s["gpu_hours"] for s in planned["stages"].values()) if planned else None)
+
+    def _know_runs(self) -> None:
+        sweep = self.sweep
         self.eval_jobs = {r.run_id: r.eval_jobs for r in sweep.runs}  # (a property computed from the config)
         self.n_jobs = (sum(len(sweep.jobs(stage)) for stage in TRAINING)
                        + sum(map(len, self.eval_jobs.values())))
         self.headlines = {r.run_id: (*RL_HEADLINE, *(c.headline for c in r.config.rl.selected if c.headline))
                           for r in sweep.runs}
-        planned = recorded_plan(self.root, sweep.name)  # written once, when the sweep first ran: read once
-        self.planned_gpu_hours = (sum(s["gpu_hours"] for s in planned["stages"].values()) if planned else None)
+
+    def _follow_design(self) -> str | None:
+        """Seeds on demand: the rounds the driver recorded since the last refresh become lines; the design's line."""
+        if self.sweep.spec.design is None:
+            return None
+        from workflow.design.recorded import add_recorded_runs
+        from workflow.design.status import design_state, line
+        known = len(self.sweep.runs)
+        add_recorded_runs(self.sweep, self.root)
+        if len(self.sweep.runs) != known:
+            self._know_runs()
+        return line(design_state(self.sweep, self.root))
 
     # ----------------------------------------------------------------------------------------------------- jobs
     def _job(self, stage: str, stage_id: str, run_id: str | None = None, step: int | None = None,
@@ -221,6 +238,7 @@ class Watcher:
     # --------------------------------------------------------------------------------------------- a snapshot
     def snapshot(self) -> Snapshot:
         self._now, self._seen, self._queue, self._notes = self.clock(), {}, None, []
+        design = self._follow_design()
         lines, counted = [], {}
         for run in self.sweep.runs:
             kept = self.finished.get(run.run_id)
@@ -242,7 +260,7 @@ class Watcher:
         jobs_by_state["pending"] = max(self.n_jobs - sum(jobs_by_state.values()), 0)
         problems.sort(key=lambda p: p.when or 0.0, reverse=True)
         return Snapshot(self.sweep.name, lines, jobs_by_state, gpu_hours, problems, self._notes, self._now,
-                        self.planned_gpu_hours)
+                        self.planned_gpu_hours, design)
 
 
 def _urgency(state: str) -> int:
