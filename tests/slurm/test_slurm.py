@@ -310,6 +310,29 @@ def test_an_optuna_studys_trials_run_as_slurm_jobs_and_one_is_pruned_between_its
     assert [r["step"] for r in json.loads(steps.stdout)] == [1, 2]  # the pruned trial's second segment never ran
 
 
+@pytest.mark.long(covers=[*SLURM_CODE, "workflow/design/", "rules/design.smk", "workflow/study/nested.py"])
+def test_a_design_of_seeds_on_demand_runs_its_rounds_as_slurm_jobs(slurm, tmp_path):
+    """Seeds on demand through the profile: the design's driver runs where snakemake runs, each round's nested
+    snakemake gets the profile, so every round's stage jobs are SLURM jobs; the second round decides (the metric
+    puts SFPO one unit above GRPO; 2 seeds a round cannot decide in round 1 at error 0.2)."""
+    metric = ("SELECT run_id, CASE WHEN method = 'sfpo' THEN 1.0 ELSE 0.0 END + seed / 1000.0 AS value FROM runs "
+              "WHERE stage = 'rl'")
+    block = ("grid:\n  rl.update: [grpo, sfpo]\n"
+             f"seeds: {{compare: rl.update, metric: {{sql: \"{metric}\"}}, per_round: 2, rounds: 3, error: 0.2}}\n")
+    sweep = write_sweep(tmp_path / "sod.yaml", "sod", CPU_JOBS + block)
+    res = snakemake_slurm(tmp_path, sweep)
+    assert res.returncode == 0, res.stderr[-4000:]
+    done = json.loads(next((tmp_path / "results" / "sod" / "design").glob("DONE_*.json")).read_text())
+    assert done["decisions"] == {"rl.update=grpo | rl.update=sfpo": "smaller"} and done["rounds"] == 2
+    rows = runs_rows(tmp_path / "results", "stage = 'rl'")
+    assert sorted((r["method"], r["seed"]) for r in rows) == [(m, s) for m in ("grpo", "sfpo") for s in range(4)]
+    for r in runs_rows(tmp_path / "results"):
+        assert r["slurm_job_id"], r  # every round's stage jobs went through SLURM
+    out = run_cli("--results", str(tmp_path / "results"), "query", "select round, verdict from decisions order by "
+                  "round", "--format", "json")
+    assert [(r["round"], r["verdict"]) for r in json.loads(out.stdout)] == [(1, "continue"), (2, "smaller")]
+
+
 @pytest.mark.long(covers=SLURM_CODE)
 def test_a_controller_outage_mid_sweep_is_waited_out_not_fatal(slurm, tmp_path):
     """slurmctld goes away for 40 s while jobs are queued and running (a restart, a failover): each SLURM command

@@ -119,7 +119,7 @@ def cmd_status(a) -> int:
     if sweep.spec.design is not None:
         from workflow.design.status import design_state, line as design_line, table as design_table
         state = design_state(sweep, root)
-        if (t := design_table(state)) is not None:
+        if (t := design_table(state, sweep.spec.design)) is not None:
             Console(highlight=False).print(t)
         err.print(design_line(state))
     return 0

@@ -35,6 +35,7 @@ from rich.console import Console
 from workflow.atomic import write_json
 from workflow.design.adastop import CONTINUE, EQUAL, Comparator
 from workflow.design.cost import price, spent, unit_of
+from workflow.design.explain import first_round_note, worst_case_rounds
 from workflow.design.rounds import (Round, check_design, design_key, pair_name, read_rounds, round_runs, new_round,
                                     write_round)
 from workflow.errors import UserError
@@ -86,6 +87,8 @@ class DesignDriver:
             _say(f"design {self.sweep.name}: {len(c.pairs)} pair(s) of {len(c.settings)} settings, {c.n} seed(s) per "
                  f"setting per round, at most {c.K} rounds, error {c.alpha}; the worst case costs {worst.text()}"
                  + (f" against a budget of {self.design.gpu_hours:g}" if self.design.gpu_hours is not None else ""))
+            if self.design.first_deciding_round > 1:
+                _say(f"[yellow]{first_round_note(self.design)[0]}[/]")
         stopped = None
         while not c.finished and c.round < c.K:
             number = c.round + 1
@@ -157,10 +160,7 @@ class DesignDriver:
     # ------------------------------------------------------------------------------------------------ the budget
     def _worst_case(self):
         """Every round of every setting: the most the design can spend (K is fixed before the first look)."""
-        r1 = new_round(self.spec, self.sweep.runs, 1, [], self.key)
-        settings = [s.label for s in compared_settings(self.families)]
-        rounds = [r1] + [new_round(self.spec, self.sweep.runs, k, settings, self.key)
-                         for k in range(2, self.design.rounds + 1)]
+        rounds = worst_case_rounds(self.sweep)
         return price(self.sweep, [run for r in rounds for run in round_runs(self.spec, r)], self.results)
 
     def _over_budget(self, r: Round) -> str | None:

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from workflow.design.rounds import Round, pair_name, read_rounds
 from workflow.errors import UserError
-from workflow.sweep.families import families
+from workflow.sweep.families import families, shown
 
 BUDGET = "undecided (budget)"
 OPEN = "open"
@@ -60,13 +60,11 @@ def design_state(sweep, results_root: str | Path) -> DesignState:
                                != "continue"), None)
             if verdict == "continue":
                 verdict = BUDGET if stopped else OPEN
-            va = [v for r in looked for v in (r.values or {}).get(a, [])]
-            vb = [v for r in looked for v in (r.values or {}).get(b, [])]
-            # the seeds a side's test saw: a decided pair's at its decision
+            # what the test saw of the pair: at its decision (a side may train on for another pair)
             upto = looked[:decided_at] if decided_at else looked
-            sa = sum(len((r.values or {}).get(a, [])) for r in upto)
-            sb = sum(len((r.values or {}).get(b, [])) for r in upto)
-            pairs.append(PairState(f.fixed, a, b, verdict, decided_at, sa, sb, _mean(va), _mean(vb)))
+            va = [v for r in upto for v in (r.values or {}).get(a, [])]
+            vb = [v for r in upto for v in (r.values or {}).get(b, [])]
+            pairs.append(PairState(f.fixed, a, b, verdict, decided_at, len(va), len(vb), _mean(va), _mean(vb)))
     seeds = sum(len(ids) for r in rounds for ids in r.run_ids.values())
     spent = looked[-1].extra.get("spent") if looked else None
     return DesignState(d.rounds, len(looked), training, pairs, seeds, spent, stopped)
@@ -90,7 +88,7 @@ def line(s: DesignState) -> str:
     return (f"design: {now}{over}; {decided} of {len(s.pairs)} pair(s) decided; {s.seeds} RL run(s){spent}")
 
 
-def table(s: DesignState) -> Table | None:
+def table(s: DesignState, design) -> Table | None:
     if s.error or not s.pairs:
         return None
     t = Table(title="seeds on demand: the comparisons (rlsweep query \"select * from decisions\")")
@@ -98,7 +96,7 @@ def table(s: DesignState) -> Table | None:
         t.add_column(col, justify="right" if col.startswith(("mean", "seeds", "decided")) else "left")
     style = {"larger": "green", "smaller": "green", "equal": "cyan", OPEN: "yellow", BUDGET: "red"}
     for p in s.pairs:
-        t.add_row(p.family or "(all)", f"{p.a} vs {p.b}", f"[{style.get(p.verdict, '')}]{p.verdict}[/]",
+        t.add_row(p.family or "(all)", f"{shown(design, p.a)} vs {shown(design, p.b)}", f"[{style.get(p.verdict, '')}]{p.verdict}[/]",
                   f"round {p.decided_at}" if p.decided_at else "",
                   "" if p.mean_a is None else f"{p.mean_a:.4g}", "" if p.mean_b is None else f"{p.mean_b:.4g}",
                   f"{p.seeds_a}/{p.seeds_b}")

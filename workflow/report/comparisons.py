@@ -18,6 +18,7 @@ from workflow.design.status import BUDGET, design_state
 from workflow.errors import UserError
 from workflow.report import power
 from workflow.report.tables import Cell, Section, Table, fmt
+from workflow.sweep.families import shown
 
 POWER = 0.8
 
@@ -63,7 +64,7 @@ def section(sweep, results_root: str | Path) -> Section | None:
         fixed = (power.seeds_needed(abs(diff), pooled, POWER, d.error / n_pairs)
                  if diff != 0 and pooled is not None else None)
         t.rows.append([
-            Cell(p.family or "(all)"), Cell(f"{p.a} vs {p.b}"),
+            Cell(p.family or "(all)"), Cell(f"{shown(d, p.a)} vs {shown(d, p.b)}"),
             Cell(p.verdict, mark="best" if p.verdict in ("larger", "smaller") else ""),
             Cell(f"{diff:+.3f}" + (f" [{low:+.3f}, {high:+.3f}]" if low is not None else "")),
             Cell(f"{len(a)}/{len(b)}"), Cell(f"{len(upto)} of {d.rounds}"), Cell(fmt(spent, 3)),

@@ -436,7 +436,9 @@ def _check_design(spec: SweepSpec, runs: list[Run]) -> list[str]:
                     "or more"]
     found = families(spec, runs)
     if not any(f.pairs for f in found):
-        return [f"seeds.compare: {design.compare!r} makes no pair of settings (every family has one setting)"]
+        return [f"seeds.compare: {design.compare!r} makes no pair of settings (every family has one setting: the "
+                "settings that differ in it differ in another key too, e.g. one a conditional axis sets for some "
+                "values only); `compare: baseline` compares every setting with report.baseline"]
     return []
 
 

@@ -50,6 +50,15 @@ def families(spec, runs) -> list[Family]:
             for fixed, members in groups.items()]
 
 
+def shown(design, label: str) -> str:
+    """A setting as a table names it beside its family: the compared key's value alone (`sfpo`, the family saying
+    what else is fixed); the whole label for `compare: baseline`."""
+    if design.compare == BASELINE:
+        return label
+    prefix = f"{design.compare}="
+    return next((part[len(prefix):] for part in label.split(" ") if part.startswith(prefix)), label)
+
+
 def all_pairs(found: list[Family]) -> list[tuple[str, str]]:
     return [p for f in found for p in f.pairs]
 

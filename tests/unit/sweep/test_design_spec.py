@@ -49,6 +49,8 @@ def test_compare_baseline_pairs_every_setting_with_the_baseline(tmp_path):
     ("grid: {rl.update: [grpo]}\n" + design(), "seeds.compare", "has one value"),
     (GRID + design(compare="rl.kl_coef"), "seeds.compare", "is not a key the sweep varies"),
     (GRID + design(compare="baseline"), "seeds.compare", "report.baseline, which is not set"),
+    ("grid: {rl.update: [grpo, sfpo], rl.sfpo.K: {values: [2, 3], when: {rl.update: sfpo}}}\n" + design(),
+     "seeds.compare", "makes no pair"),
     (GRID + design(per_round=1, rounds=4), "seeds.per_round", "no round can ever decide"),
     (GRID + design(error=0), "seeds.error", "must be in (0, 1)"),
     (GRID + design(error=1.5), "seeds.error", "must be in (0, 1)"),
@@ -63,3 +65,25 @@ def test_compare_baseline_pairs_every_setting_with_the_baseline(tmp_path):
 def test_bad_designs_are_refused_naming_the_key(tmp_path, body, key, reason):
     msg = refusal(write_sweep(tmp_path / "bad.yaml", "bad", body))
     assert f": {key}: " in msg and reason in msg, msg
+
+
+def test_a_verl_design_validates_and_explains_itself(tmp_path):
+    """A design on the verl engine: the shipped verl sweep with seeds on demand instead of its three seeds; its round
+    1 is checked by verl's own config code like any run, and `rlsweep validate` explains it in one screen."""
+    import yaml
+
+    from helpers import REPO, run_cli
+    raw = yaml.safe_load((REPO / "sweeps" / "verl_grpo_gxpo.yaml").read_text())
+    raw["name"] = "verl_design"
+    # (its grid's rl.gxpo.K applies to GXPO only, so `compare: rl.update` would pair nothing: GRPO's point has no K)
+    raw["seeds"] = {"compare": "baseline", "per_round": 5, "rounds": 3, "error": 0.05, "gpu_hours": 500}
+    raw.setdefault("report", {})["baseline"] = "rl.update=grpo"
+    path = tmp_path / "verl_design.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    sweep = load_sweep(path)
+    assert {r.config.engine.name for r in sweep.runs} == {"verl"} and len(sweep.runs) == 15
+    out = run_cli("--results", str(tmp_path / "results"), "validate", str(path))
+    assert out.returncode == 0, out.stderr
+    assert "1 family, 2 pair(s), family-wise error 0.05" in out.stderr
+    assert "the first round can decide" in out.stderr and "at most 45 RL run(s)" in out.stderr
+    assert "budget 500 GPU-hours" in out.stderr
