@@ -642,6 +642,9 @@ def test_reading_a_sweep_imports_neither_torch_nor_optuna():
     (["query", "SELECT count(*) FROM runs"], ("torch", "optuna", "verl", "snakemake", "pandas", "transformers")),
     (["status", "sweeps/demo.yaml"], ("torch", "optuna", "verl", "snakemake")),
     (["validate", "sweeps/demo.yaml"], ("torch", "optuna", "verl", "snakemake", "duckdb")),
+    # (a design's screen prices its rounds with the plan: DuckDB, never the training stack nor pandas)
+    (["validate", "sweeps/seeds_on_demand.yaml"], ("torch", "optuna", "verl", "snakemake", "pandas")),
+    (["status", "sweeps/seeds_on_demand.yaml"], ("torch", "optuna", "verl", "snakemake", "pandas")),
     (["plan", "sweeps/demo.yaml"], ("torch", "optuna", "verl", "snakemake")),
     (["report", "sweeps/demo.yaml"], ("torch", "optuna", "verl", "snakemake")),
 ])

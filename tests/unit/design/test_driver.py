@@ -85,3 +85,26 @@ def test_a_raised_budget_is_another_target_and_continues_the_design(tmp_path):
     assert trained == [2] and done["stopped"] == "decided" and done["rounds"] == 2
     assert done["decisions"] == {"rl.update=grpo | rl.update=sfpo": "smaller"}
     assert verdicts(results) == [(1, "continue"), (2, "smaller")]
+
+
+def test_watch_and_status_follow_the_rounds_the_driver_records(tmp_path):
+    """`rlsweep watch` started before round 2 shows round 2's runs once the driver records it, and the design's
+    line says where it stands; `status` lists every pair."""
+    from workflow.design.status import design_state, line, table
+    from workflow.watch.snapshot import Watcher
+    from workflow.watch.view import plain
+    sweep_file, results = recorded_first_round(tmp_path, budget=1000)
+    sweep = load_sweep(sweep_file)
+    watcher = Watcher(sweep, results, squeue=lambda: {})
+    first = watcher.snapshot()
+    assert len(first.lines) == 4 and "round 1 of 3 tested; 0 of 1 pair(s) decided; 4 RL run(s)" in first.design
+    key = design_key(sweep.spec, families(sweep.spec, sweep.runs))
+    write_round(results, "b", new_round(sweep.spec, sweep.runs, 2, ["rl.update=grpo", "rl.update=sfpo"], key))
+    second = watcher.snapshot()
+    assert len(second.lines) == 8 and sorted({ln.seed for ln in second.lines}) == [0, 1, 2, 3]
+    assert "round 2 of 3 training (2 setting(s) x seeds 2-3)" in second.design
+    assert second.design in plain(second)
+    state = design_state(sweep, results)
+    assert [(p.a, p.b, p.verdict, p.seeds_a) for p in state.pairs] == [
+        ("rl.update=grpo", "rl.update=sfpo", "open", 2)]
+    assert table(state, sweep.spec.design).row_count == 1 and "8 RL run(s)" in line(state)

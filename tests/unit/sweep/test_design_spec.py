@@ -87,3 +87,13 @@ def test_a_verl_design_validates_and_explains_itself(tmp_path):
     assert "1 family, 2 pair(s), family-wise error 0.05" in out.stderr
     assert "the first round can decide" in out.stderr and "at most 45 RL run(s)" in out.stderr
     assert "budget 500 GPU-hours" in out.stderr
+
+
+def test_validate_warns_when_the_first_round_cannot_decide(tmp_path):
+    from helpers import run_cli
+    path = write_sweep(tmp_path / "w.yaml", "w", GRID + design(per_round=4, rounds=2))
+    out = run_cli("--results", str(tmp_path / "results"), "validate", str(path))
+    assert out.returncode == 0, out.stderr
+    assert ("warning: seeds.per_round 4 is too small for the first round to decide (C(8, 4) = 70 splits: 2/70 > "
+            "0.05/2); the earliest decision is at round 2 of 2. per_round >= 5 decides from the first round") in \
+        " ".join(out.stderr.split())
