@@ -435,13 +435,16 @@ class EvalConfig(Strict):
     at_start: bool = Field(False, description=(
         "Also evaluate the model RL starts from (step 0: the SFT checkpoint, or the model itself without SFT)."))
     seed: Seed = Field(0, description="The evaluation's sampling seed.")
-    graders: list[str] = Field([], description=(
+    graders: list[str] | Literal["all"] = Field([], description=(
         "Graders that judge the stored responses again, beside each benchmark's own (workflow/benchmarks/graders.py; "
-        "table eval_grades); scoring only, so not part of the eval id: adding one generates nothing."))
+        "table eval_grades), or `all`: every grader known (plug-ins' included); scoring only, so not part of the "
+        "eval id: adding one generates nothing."))
 
     @field_validator("graders")
     @classmethod
-    def _known_graders(cls, names: list[str]) -> list[str]:
+    def _known_graders(cls, names: list[str] | str) -> list[str]:
+        if names == "all":
+            return list(GRADERS)
         unknown = [g for g in names if g not in GRADERS]
         if unknown:
             raise ValueError(f"unknown grader(s) {unknown}; known: {', '.join(GRADERS)}")

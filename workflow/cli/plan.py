@@ -42,6 +42,9 @@ def cmd_plan(a) -> int:
             notes.append(f"{p.stage}: each job to run asks {p.asks}; hours of the {to_run} to run: {source}")
         if p.taken:
             notes.append(f"{p.stage}: {p.taken} steps taken from finished shorter runs, at no cost")
+        if p.copies:
+            notes.append(f"{p.stage}: {p.copies} evaluation(s) copied from another run's of the same model (a shared "
+                         "start, a finished shorter run), at no cost: not counted as new")
         total += p.gpu_hours
     out = Console(highlight=False)
     out.print(t)

@@ -82,6 +82,8 @@ class StagePlan:
     # the finished jobs the measured estimates came from, per the sweep that computed them
     sources: dict[str, set] = field(default_factory=dict)
     taken: int = 0  # RL steps taken from finished shorter runs (extensions): no cost
+    copies: int = 0  # eval jobs to make that copy another run's evaluation (a shared start, an extension's donor):
+    # no cost, and not among `counts` (a copy is not a job to run)
 
 
 def _recorded(catalog: Catalog) -> tuple[dict[tuple[str, str], str], dict[str, dict], dict[tuple[str, str], float],
@@ -293,6 +295,9 @@ def plan(sweep, root: Path) -> list[StagePlan]:
     out = {s: StagePlan(s) for s in STAGES}
     for job in jobs:
         p = out[job.stage]
+        if job.copy and job.state != "done":
+            p.copies += 1
+            continue
         p.counts[job.state] += 1
         by = computed_by.get((job.stage, job.stage_id))
         if job.state == "done" and by not in (None, sweep.name):
@@ -329,7 +334,7 @@ def plan(sweep, root: Path) -> list[StagePlan]:
         r = getattr(sweep.spec.resources, stage_of(stage).resources_key)
         p.asks = (f"{r.nodes} node x {r.gpus_per_node} GPU, {r.cpus_per_task or r.threads} CPUs, {r.time}"
                   + (f", {r.mem}" if r.mem else "") + (f", {r.partition}" if r.partition else ""))
-    return [p for p in out.values() if sum(p.counts.values())]
+    return [p for p in out.values() if sum(p.counts.values()) or p.copies]
 
 
 # ------------------------------------------------------------------------------------------ planned against used

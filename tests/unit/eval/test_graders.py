@@ -77,3 +77,15 @@ def test_listing_graders_changes_no_run_or_eval_id(tmp_path):
     assert after.runs[0].config.eval.graders == ["math_equal", "dapo"]
     assert [(r.run_id, r.eval_id, r.sft_id) for r in after.runs] == [(r.run_id, r.eval_id, r.sft_id)
                                                                       for r in before.runs]
+
+
+def test_eval_graders_all_is_every_known_grader_and_a_sweep_rescores_with_each(tmp_path):
+    """Issue 82, item 8: `eval.graders: all` instead of listing every grader's name."""
+    from helpers import write_sweep
+    from workflow.benchmarks.graders import GRADERS
+    from workflow.sweep.expand import load_sweep
+    [run] = load_sweep(write_sweep(tmp_path / "g.yaml", "g", "base:\n  eval: {graders: all}\n", base="")).runs
+    assert run.config.eval.graders == list(GRADERS)
+    named = load_sweep(write_sweep(tmp_path / "n.yaml", "g", "base:\n  eval: {graders: [%s]}\n"
+                                   % ", ".join(GRADERS), base="")).runs[0]
+    assert run.rescore_jobs() == named.rescore_jobs() and run.eval_id == named.eval_id
