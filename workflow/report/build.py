@@ -12,7 +12,7 @@ from pathlib import Path
 from workflow.atomic import write_text
 from workflow.engine_api.registry import traits
 from workflow.layout import report_dir
-from workflow.report import comparisons, cost, figures, graders, references, seeds, tables
+from workflow.report import comparisons, cost, figures, graders, latex, references, seeds, tables
 from workflow.report.queries import BOOTSTRAP, PlannedRun, fill, run_all
 from workflow.report.render import render
 from workflow.results.catalog import Catalog
@@ -61,6 +61,22 @@ def references_section(specs, accuracy: list[dict]) -> tables.Section | None:
         flags = references.check(references.load(spec.file))
         shown.append(references.table(rows, measured if not shown else None, flags))
     return tables.Section("Published references", "references", shown)
+
+
+def _write_tables(directory: Path, context: dict) -> None:
+    """Every table of the report as LaTeX and CSV (latex.py), named as the report's sections are; those an earlier
+    report wrote and this one does not are removed."""
+    named = {name: context[name] for name in ("accuracy", "runs", "efficiency", "gain", "paired", "study")
+             if isinstance(context.get(name), tables.Table)}
+    for section in context["sections"]:
+        for i, t in enumerate(section.tables):
+            named[section.name if len(section.tables) == 1 else f"{section.name}_{i + 1}"] = t
+    for name, t in named.items():
+        write_text(directory / f"{name}.tex", latex.latex_table(t))
+        write_text(directory / f"{name}.csv", latex.csv_table(t))
+    for stale in directory.glob("*.*"):
+        if stale.stem not in named:
+            stale.unlink()
 
 
 def write_report(sweep, results_root: str | Path) -> Path:
@@ -116,5 +132,6 @@ def write_report(sweep, results_root: str | Path) -> Path:
         if stale.stem not in {f.name for f in figs}:
             stale.unlink()
     write_text(out / "queries.sql", sql)
+    _write_tables(out / "tables", context)
     write_text(out / "report.md", markdown)
     return write_text(out / "index.html", html)

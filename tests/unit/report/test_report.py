@@ -462,3 +462,26 @@ def test_a_gain_holds_only_when_every_seed_ends_above_the_start_and_the_interval
     assert Gain("a", "math", start=None, finals={0: 0.4}).shortfalls() == ["a on math: no start evaluation"]
     wide = Gain("a", "math", start=0.3, finals={0: 0.35}, mean_diff=0.05, ci_low=-0.01, ci_high=0.1)
     assert wide.shortfalls() == ["a on math: the paired interval [-0.010, +0.100] does not exclude 0"]
+
+
+def test_every_table_is_also_latex_and_csv_with_the_reports_rows(sweep_results):
+    """Issue 82, item 6: report/tables/<name>.tex (booktabs) and .csv beside report.md, the same rows and cells; the
+    best of a column bold; LaTeX's special characters escaped, so each line has one & fewer than its columns."""
+    import csv
+    sweep, results = sweep_results
+    assert cli("report", sweep.path, "--results", str(results)).returncode == 0
+    out = results / "rep" / "report"
+    accuracy = cells((out / "report.md").read_text(), "Accuracy")
+    tex = (out / "tables" / "accuracy.tex").read_text()
+    assert tex.count(r"\begin{tabular}") == 1 and r"\toprule" in tex and r"\bottomrule" in tex
+    body = tex.split("\\midrule\n", 1)[1].split("\\bottomrule", 1)[0].strip().splitlines()
+    assert len(body) == len(accuracy)
+    header = tex.split("\\toprule\n", 1)[1].split("\n", 1)[0]
+    columns = len(re.split(r"(?<!\\)&", header))
+    assert all(len(re.split(r"(?<!\\)&", line)) == columns and line.endswith(r"\\") for line in body)
+    assert r"\textbf{" in tex and r"$\pm$" in tex and "±" not in tex
+    rows = list(csv.reader((out / "tables" / "accuracy.csv").open()))
+    assert len(rows) == len(accuracy) + 1 and len(rows[0]) == columns
+    assert {r[0] for r in rows[1:]} == set(accuracy)
+    names = {p.stem for p in (out / "tables").glob("*.tex")}
+    assert {"accuracy", "runs"} <= names and names == {p.stem for p in (out / "tables").glob("*.csv")}
