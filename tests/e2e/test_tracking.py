@@ -36,7 +36,12 @@ tracking:
   mlflow: {}
   wandb: {project: rlsweep-test, mode: offline}
 """
-SECRETS = {"WANDB_API_KEY": "planted0wandb0key0f3a9c1d2e4b5a6978", "MLFLOW_TRACKING_PASSWORD": "planted-mlflow-pw-77c1"}
+SECRETS = {"WANDB_API_KEY": "planted0wandb0key0f3a9c1d2e4b5a6978", "MLFLOW_TRACKING_PASSWORD": "planted-mlflow-pw-77c1",
+           # a tracking URI holding credentials is never used, so never written (issue 82)
+           "MLFLOW_TRACKING_URI": "http://planted-user:planted-uri-secret-5e2@127.0.0.1:9"}
+# the trackers' other variables (issue 82): the experiment is the sweep file's to leave unset, so the environment's
+# is used; the W&B block sets project and mode, which win over the environment's
+PLANTED = {"MLFLOW_EXPERIMENT_NAME": "lab-experiment", "WANDB_PROJECT": "planted-project", "WANDB_MODE": "online"}
 
 
 def tensorboard(root, sweep, folder):
@@ -47,7 +52,7 @@ def tensorboard(root, sweep, folder):
 
 
 def test_one_tracker_run_per_training_run_every_step_once_and_no_secret_written(tmp_path):
-    env = {**os.environ, **SECRETS, "WANDB_SILENT": "true"}
+    env = {**os.environ, **SECRETS, **PLANTED, "WANDB_SILENT": "true"}
     first = write_sweep(tmp_path / "tt.yaml", "tt", base=BASE.replace("STEPS", "24"))
     run = load_sweep(first).runs[0]
     root, work = tmp_path / "results", tmp_path / "work"
@@ -83,19 +88,20 @@ def test_one_tracker_run_per_training_run_every_step_once_and_no_secret_written(
     assert wandb_steps == Counter(range(1, 25))
     from mlflow.tracking import MlflowClient
     client = MlflowClient(tracking_uri=f"sqlite:///{root / 'tt' / 'mlflow.db'}")
-    runs = client.search_runs([client.get_experiment_by_name("tt").experiment_id])
+    runs = client.search_runs([client.get_experiment_by_name("lab-experiment").experiment_id])  # the environment's
+    assert client.get_experiment_by_name("tt") is None
     assert sorted(r.data.tags["rlsweep_id"] for r in runs) == sorted([f"rlsweep-sft-{run.sft_id}",
                                                                       f"rlsweep-rl-{run.run_id}"])
     rl_run = next(r for r in runs if r.data.tags["rlsweep_id"] == f"rlsweep-rl-{run.run_id}")
     losses = client.get_metric_history(rl_run.info.run_id, "train/loss")
     assert Counter(m.step for m in losses) == Counter(range(1, 25)) and rl_run.info.status == "FINISHED"
     # the trackers hold everything: a second backfill sends nothing
-    out = run_cli("--results", str(root), "track", str(first), env=SECRETS)
+    out = run_cli("--results", str(root), "track", str(first), env=SECRETS)  # (PLANTED unset: the record decides)
     assert out.returncode == 0 and out.stderr.count(" 0 points sent") == 3, out.stderr
     # nothing under results/ names this machine's paths (issue 80): MLflow's artifact location is its own scheme,
     # not `<cwd>/mlruns`; W&B's offline folder is W&B's own record of the run (its program, host and directory)
     assert files_naming(root, tmp_path, REPO, skip=("wandb",)) == []
-    experiment = client.get_experiment_by_name("tt")
+    experiment = client.get_experiment_by_name("lab-experiment")
     assert experiment.artifact_location.startswith("mlflow-artifacts:/") and rl_run.info.artifact_uri.startswith(
         "mlflow-artifacts:/")
     # no file anywhere the project wrote holds a planted secret

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import os
+
 from workflow.cli.common import err, results_root
 from workflow.sweep.expand import load_sweep
 from workflow.tracking.backfill import track
-
-NEEDS = {"wandb": "tracking.wandb.project"}  # what a backend cannot go without
+from workflow.tracking.destinations import resolve
+from workflow.tracking.hook import tracking_settings
 
 
 def cmd_track(a) -> int:
@@ -18,12 +20,11 @@ def cmd_track(a) -> int:
         err.print(f"[red]error:[/] {a.sweep_file}: tracking: no tracker set; add one (tracking: {{tensorboard: {{}}}}) "
                   "or name one with --to tensorboard|mlflow|wandb")
         return 2
-    settings = {}
-    for name in names:
-        if configured.get(name) is None and name in NEEDS:
-            err.print(f"[red]error:[/] {a.sweep_file}: {NEEDS[name]}: needed to send to {name} (the sweep's tracking "
-                      "block has none)")
-            return 2
-        settings[name] = configured.get(name) or {}
-    sent = track(results_root(a), sweep.name, settings, planned=sweep.members(), say=err.print)
+    root = results_root(a)
+    # where the sweep's jobs sent (tracking.json, resolved when it was planned); a tracker the record lacks (not
+    # planned yet, or `--to` one the block has not) resolved from the environment now
+    recorded = tracking_settings(root, sweep.name)
+    settings = {name: recorded.get(name) or resolve(name, configured.get(name), sweep.name, os.environ, err.print)
+                for name in names}
+    sent = track(root, sweep.name, settings, planned=sweep.members(), say=err.print)
     return 1 if any(s.errors for s in sent) else 0

@@ -25,9 +25,22 @@ def cmd_validate(a) -> int:
         t.add_row(r.run_id, *([r.data_id] if data else []), r.sft_id or "-", r.eval_id, r.method, r.label,
                   str(r.config.seed))
     Console(highlight=False).print(t)
+    _trackers(sweep)
     if sweep.spec.design is not None:
         _explain_design(sweep)
     return 0
+
+
+def _trackers(sweep) -> None:
+    """Where each tracker will send and which source said so (the sweep file, a variable, our default); never a
+    credential (a URI holding one is not used)."""
+    import os
+
+    from workflow.tracking.destinations import describe, resolve
+    for name, block in sweep.spec.tracking.model_dump(mode="json").items():
+        if block is not None:
+            err.print(describe(name, resolve(name, block, sweep.name, os.environ, err.print), sweep.name),
+                      markup=False)
 
 
 def _explain_design(sweep) -> None:

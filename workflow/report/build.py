@@ -132,6 +132,6 @@ def write_report(sweep, results_root: str | Path) -> Path:
         if stale.stem not in {f.name for f in figs}:
             stale.unlink()
     write_text(out / "queries.sql", sql)
-    _write_tables(out / "tables", context)
+    _write_tables(out / "exports", context)  # ("tables" would read as a table folder of the store)
     write_text(out / "report.md", markdown)
     return write_text(out / "index.html", html)

@@ -1,4 +1,4 @@
-"""The report's tables for a paper: LaTeX (booktabs) and CSV, one file each per table under report/tables/.
+"""The report's tables for a paper: LaTeX (booktabs) and CSV, one file each per table under report/exports/.
 
 The same cells as report.md and index.html (tables.py): a cell the report marks (the best of its column, a failed
 run) is bold; "mean ± std" stays as it reads, ± as $\\pm$. A table's notes are a LaTeX comment above it (the caption

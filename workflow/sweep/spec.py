@@ -47,6 +47,7 @@ from workflow.strict import ConfigProblem, Seed, Strict, format_validation_error
 from workflow.sweep.design_spec import SeedDesign
 from workflow.sweep.study_spec import OptunaSpec
 from workflow.sweep.loader import YAMLRefused, load_yaml
+from workflow.tracking.destinations import CREDENTIALS
 
 
 class SweepError(UserError):
@@ -256,9 +257,8 @@ class ReportSpec(Strict):
         "{file, papers, models})."))
 
 
-# what a tracker's URI may not hold: credentials (user:password@host, or a token in the query); they come from the
-# environment or the tool's own login file, so that the project never writes them anywhere
-_CREDENTIALS = re.compile(r"^[a-z][a-z0-9+.-]*://[^/@]*@|[?&](?:token|access_token|password|api_key)=", re.I)
+# what a tracker's URI may not hold (destinations.CREDENTIALS): credentials come from the environment or the tool's
+# own login file, so that the project never writes them anywhere
 
 
 class TensorBoardTracking(Strict):
@@ -273,15 +273,16 @@ class MLflowTracking(Strict):
     """An MLflow tracking server or database: one MLflow run per training run, in one experiment."""
 
     uri: str | None = Field(None, description=(
-        "The tracking URI (http://host:port, or a database such as sqlite:///path.db); null: a SQLite database "
-        "results/<sweep>/mlflow.db. Never credentials: MLflow reads MLFLOW_TRACKING_USERNAME / _PASSWORD / _TOKEN "
-        "from the environment."))
-    experiment: str | None = Field(None, description="The MLflow experiment; null: the sweep's name.")
+        "The tracking URI (http://host:port, or a database such as sqlite:///path.db); null: MLFLOW_TRACKING_URI, "
+        "else a SQLite database results/<sweep>/mlflow.db. Never credentials: MLflow reads MLFLOW_TRACKING_USERNAME / "
+        "_PASSWORD / _TOKEN from the environment."))
+    experiment: str | None = Field(None, description=(
+        "The MLflow experiment; null: MLFLOW_EXPERIMENT_NAME, else the sweep's name."))
 
     @field_validator("uri")
     @classmethod
     def _no_credentials(cls, uri: str | None) -> str | None:
-        if uri is not None and _CREDENTIALS.search(uri):
+        if uri is not None and CREDENTIALS.search(uri):
             # (a ConfigProblem: the message never repeats the value, which would print the secret)
             raise ConfigProblem("", "holds credentials; give them in the environment (MLFLOW_TRACKING_USERNAME, "
                                     "MLFLOW_TRACKING_PASSWORD or MLFLOW_TRACKING_TOKEN), never in the sweep file")
@@ -291,11 +292,15 @@ class MLflowTracking(Strict):
 class WandbTracking(Strict):
     """Weights & Biases: one W&B run per training run, in one project."""
 
-    project: str = Field(description="The W&B project.")
-    entity: str | None = Field(None, description="The W&B entity (team or user); null: the login's default.")
-    mode: Literal["online", "offline"] = Field("online", description=(
-        "online: sent as the job trains; offline: written under results/<sweep>/wandb/ for `wandb sync` later (compute "
-        "nodes without internet). The API key comes from WANDB_API_KEY or `wandb login`, never the sweep file."))
+    project: str | None = Field(None, description="The W&B project; null: WANDB_PROJECT, else the sweep's name.")
+    entity: str | None = Field(None, description=(
+        "The W&B entity (team or user); null: WANDB_ENTITY, else the login's default."))
+    mode: Literal["online", "offline"] | None = Field(None, description=(
+        "online: sent as the job trains; offline: written under `dir` for `wandb sync` later (compute nodes without "
+        "internet); null: WANDB_MODE, else online. The API key comes from WANDB_API_KEY or `wandb login`, never the "
+        "sweep file."))
+    dir: str | None = Field(None, description=(
+        "Where W&B writes its files (its wandb/ folder); null: WANDB_DIR, else results/<sweep>/."))
 
 
 class Tracking(Strict):

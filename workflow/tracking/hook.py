@@ -16,15 +16,17 @@ from __future__ import annotations
 import atexit
 import functools
 import json
+import os
 import queue
 import threading
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from workflow.atomic import write_text
 from workflow.layout import sweep_dir
 from workflow.tracking.base import Tracker, make
 from workflow.tracking.child import CLOSE_S, TrackerProcess
+from workflow.tracking.destinations import resolve
 from workflow.tracking.runs import Point, TrackedRun
 from workflow.tracking.sending import Item, print_warning, send
 
@@ -33,11 +35,13 @@ _warn = print_warning
 
 
 def record_tracking(results_root: str | Path, sweep: str, tracking: dict[str, Any],
-                    warn: Callable[[str], None] = _warn) -> None:
-    """The sweep's `tracking:` block (its set backends only) where its jobs find it, rewritten only on a change; and
-    what each backend prepares before any job (Tracker.prepare). A backend that cannot prepare is a warning, never a
-    failed plan: its jobs try again, and a tracker never fails a job."""
-    settings = {k: v for k, v in tracking.items() if v is not None}
+                    warn: Callable[[str], None] = _warn, environ: Mapping[str, str] | None = None) -> None:
+    """The sweep's `tracking:` block (its set backends only) where its jobs find it, each unset field resolved from
+    the environment or our default with its source (destinations.py), rewritten only on a change; and what each
+    backend prepares before any job (Tracker.prepare). A backend that cannot prepare is a warning, never a failed
+    plan: its jobs try again, and a tracker never fails a job."""
+    environ = os.environ if environ is None else environ
+    settings = {k: resolve(k, v, sweep, environ, warn) for k, v in tracking.items() if v is not None}
     path = sweep_dir(results_root, sweep) / TRACKING_FILE
     text = json.dumps(settings, sort_keys=True)
     try:

@@ -64,7 +64,7 @@ class MLflowTracker(Tracker):
         if not self.settings.get("uri"):
             sweep_dir(self.results_root, self.sweep).mkdir(parents=True, exist_ok=True)
         self.run, self.client, self.ready = run, MlflowClient(tracking_uri=self.uri()), False
-        self.experiment = self.settings.get("experiment") or self.sweep
+        self.experiment = self.settings.get("experiment") or self.sweep  # (resolved when planned: destinations.py)
         found = self.client.get_experiment_by_name(self.experiment)
         self.experiment_id = found.experiment_id if found is not None else None
         runs = (self.client.search_runs([self.experiment_id], filter_string=f"tags.{ID_TAG} = '{run.key}'",

@@ -39,10 +39,14 @@ class WandbTracker(Tracker):
         (self.home / "wandb").mkdir(parents=True, exist_ok=True)
         settings = wandb.Settings(console="off", silent=True, disable_git=True, disable_code=True,
                                   x_disable_stats=True, x_disable_meta=True, init_timeout=60)
-        self.run = wandb.init(project=self.settings["project"], entity=self.settings.get("entity"), id=run.key,
-                              name=run.name if run.seed is not None or run.stage != "rl" else None,
+        # project, mode and dir as resolved when the sweep was planned (destinations.py: the sweep file, the
+        # environment, our default), passed explicitly so that no job's own environment sends elsewhere
+        where = Path(self.settings.get("dir") or self.home)
+        where.mkdir(parents=True, exist_ok=True)
+        self.run = wandb.init(project=self.settings.get("project") or self.sweep, entity=self.settings.get("entity"),
+                              id=run.key, name=run.name if run.seed is not None or run.stage != "rl" else None,
                               group=run.group, tags=list(run.tags), config=run.config,
-                              resume="allow", mode=self.settings.get("mode", "online"), dir=str(self.home),
+                              resume="allow", mode=self.settings.get("mode") or "online", dir=str(where),
                               reinit="create_new", settings=settings)
         self.run.define_metric(STEP)
         self.run.define_metric("*", step_metric=STEP)

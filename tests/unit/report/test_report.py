@@ -465,14 +465,14 @@ def test_a_gain_holds_only_when_every_seed_ends_above_the_start_and_the_interval
 
 
 def test_every_table_is_also_latex_and_csv_with_the_reports_rows(sweep_results):
-    """Issue 82, item 6: report/tables/<name>.tex (booktabs) and .csv beside report.md, the same rows and cells; the
+    """Issue 82, item 6: report/exports/<name>.tex (booktabs) and .csv beside report.md, the same rows and cells; the
     best of a column bold; LaTeX's special characters escaped, so each line has one & fewer than its columns."""
     import csv
     sweep, results = sweep_results
     assert cli("report", sweep.path, "--results", str(results)).returncode == 0
     out = results / "rep" / "report"
     accuracy = cells((out / "report.md").read_text(), "Accuracy")
-    tex = (out / "tables" / "accuracy.tex").read_text()
+    tex = (out / "exports" / "accuracy.tex").read_text()
     assert tex.count(r"\begin{tabular}") == 1 and r"\toprule" in tex and r"\bottomrule" in tex
     body = tex.split("\\midrule\n", 1)[1].split("\\bottomrule", 1)[0].strip().splitlines()
     assert len(body) == len(accuracy)
@@ -480,8 +480,8 @@ def test_every_table_is_also_latex_and_csv_with_the_reports_rows(sweep_results):
     columns = len(re.split(r"(?<!\\)&", header))
     assert all(len(re.split(r"(?<!\\)&", line)) == columns and line.endswith(r"\\") for line in body)
     assert r"\textbf{" in tex and r"$\pm$" in tex and "±" not in tex
-    rows = list(csv.reader((out / "tables" / "accuracy.csv").open()))
+    rows = list(csv.reader((out / "exports" / "accuracy.csv").open()))
     assert len(rows) == len(accuracy) + 1 and len(rows[0]) == columns
     assert {r[0] for r in rows[1:]} == set(accuracy)
-    names = {p.stem for p in (out / "tables").glob("*.tex")}
-    assert {"accuracy", "runs"} <= names and names == {p.stem for p in (out / "tables").glob("*.csv")}
+    names = {p.stem for p in (out / "exports").glob("*.tex")}
+    assert {"accuracy", "runs"} <= names and names == {p.stem for p in (out / "exports").glob("*.csv")}
