@@ -39,7 +39,7 @@ class RunLocked(RuntimeError):
     """The stage is held by another process (the message names it)."""
 
 
-def _proc_start(pid: int) -> str | None:
+def process_start(pid: int) -> str | None:
     """The process's start time in clock ticks since boot (field 22 of /proc/<pid>/stat): tells a reused pid."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
@@ -48,26 +48,43 @@ def _proc_start(pid: int) -> str | None:
 
 
 def me() -> dict[str, Any]:
-    return {"host": socket.gethostname(), "pid": os.getpid(), "pid_start": _proc_start(os.getpid()),
+    return {"host": socket.gethostname(), "pid": os.getpid(), "pid_start": process_start(os.getpid()),
             "slurm_job_id": slurm_job_name(),
             "restart_count": slurm_restart_count(),
             "since": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
 
 
-def owner_is_gone(owner: dict[str, Any], mine: dict[str, Any]) -> bool:
+ASK = object()  # owner_alive's `queue`: ask squeue now (one call for this owner)
+
+
+def owner_alive(owner: dict[str, Any], host: str, queue: Any = ASK, heartbeat: bool | None = None) -> bool:
+    """The one liveness rule (run_lock's take-over, a twin's wait, `rlsweep watch` and `status`): whether the process
+    named in a stage's lock still runs. SLURM's word first, for an owner that is a SLURM job: `queue` is the caller's
+    one squeue answer for this refresh (job id -> JobState; None: the scheduler did not answer), or ASK; then, on
+    the same host, its pid (gone, or reused by another process: dead); then the lock's `heartbeat` (renewed within
+    STALE_S, as the caller measured it); with none of them to go by, alive (a lock is never taken from an owner
+    nobody can check)."""
     job = owner.get("slurm_job_id")
     if job:
-        if job == mine.get("slurm_job_id"):
-            return owner.get("restart_count", 0) < mine["restart_count"]
-        try:
-            state = cluster.job_states([job], retries=1).get(job)
-        except cluster.SlurmError:
-            return False  # cannot tell: keep the lock (safe), the message says how to clear it
-        return state is None or not state.active
-    if owner.get("host") == mine["host"]:
+        if queue is ASK:
+            try:
+                queue = cluster.job_states([job], retries=1)
+            except cluster.SlurmError:
+                queue = None
+        if queue is not None:
+            listed = queue.get(str(job))
+            return listed is not None and listed.active
+    if owner.get("host") == host:
         pid = owner.get("pid")
-        return not isinstance(pid, int) or _proc_start(pid) is None or _proc_start(pid) != owner.get("pid_start")
-    return False
+        return isinstance(pid, int) and process_start(pid) is not None and process_start(pid) == owner.get("pid_start")
+    return True if heartbeat is None else heartbeat
+
+
+def owner_is_gone(owner: dict[str, Any], mine: dict[str, Any]) -> bool:
+    job = owner.get("slurm_job_id")
+    if job and job == mine.get("slurm_job_id"):  # a requeued job's earlier incarnation
+        return owner.get("restart_count", 0) < mine["restart_count"]
+    return not owner_alive(owner, mine["host"])
 
 
 def describe(owner: dict[str, Any]) -> str:

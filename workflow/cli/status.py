@@ -21,7 +21,7 @@ from workflow.sweep.expand import load_sweep
 
 
 def stage_state(out_dir: Path, total_steps: int, status_by_id: dict[str, str], stage_id: str,
-                reused_from: str | None = None) -> str:
+                reused_from: str | None = None, queue=None) -> str:
     if (out_dir / DONE).is_file():
         return "[green]done[/]" + (f" [dim](from {reused_from})[/]" if reused_from else "")
     recorded = status_by_id.get(stage_id)
@@ -32,10 +32,49 @@ def stage_state(out_dir: Path, total_steps: int, status_by_id: dict[str, str], s
     step = max(found[0] if found else 0, live["step"] if live and recorded == "running" else 0)
     progress = f"step {step}/{total_steps}" if step else None
     if recorded == "running":
+        if not alive(out_dir, queue):
+            return f"[red]killed[/]{' at ' + progress if progress else ''} [dim](its process is gone)[/]"
         return f"[yellow]running{' ' + progress if progress else ''}[/]"
     if recorded == "paused":  # a segment ended; the next has not started (workflow/segments.py)
         return f"[yellow]{progress or 'paused'}, next segment pending[/]"
     return f"[yellow]{progress}[/]" if progress else "[dim]pending[/]"
+
+
+class OneSqueue:
+    """This user's jobs from one squeue call, made the first time a SLURM owner asks (none off SLURM); None when the
+    scheduler does not answer (runlock.owner_alive then goes by the pid or the heartbeat)."""
+
+    def __init__(self) -> None:
+        self.asked, self.answer = False, None
+
+    def get(self):
+        if not self.asked:
+            self.asked = True
+            from workflow.watch.snapshot import squeue_now
+            try:
+                self.answer = squeue_now()
+            except Exception:  # noqa: BLE001 - SlurmError, or no squeue on this machine
+                self.answer = None
+        return self.answer
+
+
+def alive(out_dir: Path, queue: OneSqueue | None) -> bool:
+    """Whether the process holding the stage's lock runs, by the one liveness rule (runlock.owner_alive, as watch
+    asks it); a stage recorded running without a lock was killed before it could release nothing: not alive."""
+    import os
+    import socket
+    import time
+
+    from workflow.runlock import LOCK_NAME, STALE_S, owner_alive
+    lock = out_dir / LOCK_NAME
+    try:
+        owner, age = json.loads(lock.read_text()), time.time() - os.stat(lock).st_mtime
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError):
+        return True  # being written: its owner is starting
+    answer = (queue or OneSqueue()).get() if isinstance(owner, dict) and owner.get("slurm_job_id") else None
+    return not isinstance(owner, dict) or owner_alive(owner, socket.gethostname(), answer, age < STALE_S)
 
 
 def data_state(root: Path, sweep: str, run, status_by_id: dict[str, str]) -> str:
@@ -76,17 +115,17 @@ def cmd_status(a) -> int:
     for col in ("run_id", "method", "setting", "seed", *(["data"] if with_data else []),
                 *(["base"] if with_base else []), "sft", "rl", "eval", "avg@k"):
         t.add_column(col)
-    n_evaluated = 0
+    n_evaluated, queue = 0, OneSqueue()  # (one squeue call for every stage a SLURM job holds)
     for r in sweep.runs:
         cfg = r.config
         data = [data_state(root, sweep.name, r, recorded)] if with_data else []
         base = ([stage_state(stage_dir(root, "pretrain", r.pretrain_id), cfg.pretrain.steps, recorded, r.pretrain_id,
-                             reused.get(("pretrain", r.pretrain_id))) if r.pretrain_id else "[dim]random[/]"]
+                             reused.get(("pretrain", r.pretrain_id)), queue) if r.pretrain_id else "[dim]random[/]"]
                 if with_base else [])
         sft = (stage_state(stage_dir(root, "sft", r.sft_id), cfg.sft.steps, recorded, r.sft_id,
-                           reused.get(("sft", r.sft_id))) if r.sft_id else "[dim]off[/]")
+                           reused.get(("sft", r.sft_id)), queue) if r.sft_id else "[dim]off[/]")
         rl = stage_state(stage_dir(root, "rl", r.run_id), cfg.rl.steps, recorded, r.run_id,
-                         reused.get(("rl", r.run_id)))
+                         reused.get(("rl", r.run_id)), queue)
         jobs = r.eval_jobs
         n_done = sum(done_path(root, "eval", r.eval_id, r.run_id, step, group).is_file()
                      for step, group in jobs)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -23,12 +24,13 @@ import pyarrow.parquet as pq
 
 from workflow.layout import JOB_LOG, LIVE, SLURM_RECORD
 from workflow.live import read_live
-from workflow.runlock import LOCK_NAME, STALE_S
+from workflow.runlock import LOCK_NAME, STALE_S, owner_alive
 from workflow.slurm.cluster import JobState
 from workflow.study.pruning import MARKER as PRUNED
 from workflow.watch.reasons import classify, log_tail
 
 STATES = ("pending", "queued", "running", "failed", "done")
+HOST = socket.gethostname()  # a lock's owner on this host is checked by its pid (runlock.owner_alive)
 RUNNING = ("RUNNING", "COMPLETING", "CONFIGURING", "STAGE_OUT")  # squeue states in which the job holds its nodes
 
 
@@ -134,8 +136,12 @@ def stage_job(directory: Path, done: Path, runs_row: Path, squeue: Callable[[], 
             return JobView("queued", f"job {record.get('job_id')}: {listed.reason or listed.state}", log, live)
     row = files.runs_row(runs_row)
     status, error = (row or {}).get("status"), (row or {}).get("error")
-    if LOCK_NAME in names and _heartbeat(directory, now):
-        owner = files.json(directory / LOCK_NAME) or {}
+    owner = files.json(directory / LOCK_NAME) if LOCK_NAME in names else None
+    # the one liveness rule (runlock.owner_alive): SLURM's word from this refresh's squeue answer, then this host's
+    # pid, then the lock's heartbeat; a lock nobody reads (being written) goes by its heartbeat alone
+    alive = owner is not None and (owner_alive(owner, HOST, queue if record is not None else None,
+                                               _heartbeat(directory, now)) if owner else _heartbeat(directory, now))
+    if alive:
         return JobView("running", str(owner.get("host") or ""), log, live)
     if record is not None and record.get("state"):  # the executor gave up on it
         return JobView("failed", classify(record["state"], error, files.tail(log)), log, live,
@@ -146,8 +152,9 @@ def stage_job(directory: Path, done: Path, runs_row: Path, squeue: Callable[[], 
     if status == "running":  # started, and now neither renews its lock nor is a SLURM job in the queue
         if record is not None and queue is None:
             return JobView("running", "(squeue did not answer)", log, live)
-        return JobView("failed", "killed (its heartbeat stopped)", log, live,
-                       when=(live or {}).get("updated_at"), error=error)
+        gone = ("its process is gone" if owner and owner.get("host") == HOST and not owner.get("slurm_job_id")
+                else "its heartbeat stopped")
+        return JobView("failed", f"killed ({gone})", log, live, when=(live or {}).get("updated_at"), error=error)
     if status == "preempted":
         return JobView("pending", "preempted: to be requeued", log, live)
     if status == "paused":

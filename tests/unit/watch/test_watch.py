@@ -218,3 +218,30 @@ def test_the_header_sets_the_gpu_hours_used_against_the_plan_when_the_sweep_firs
     snap = Watcher(sweep, root, squeue=squeue).snapshot()
     assert snap.planned_gpu_hours is not None and snap.planned_gpu_hours > 0
     assert f"GPU-hours {snap.gpu_hours:.1f} of {snap.planned_gpu_hours:.1f} planned" in header(snap)
+
+
+def test_a_killed_local_job_is_failed_at_the_next_refresh_and_in_status_with_no_heartbeat_wait(store, capsys):
+    """Issue 82, item 4: one liveness rule (runlock.owner_alive). A lock on this host whose process is gone is dead
+    at once, however fresh its heartbeat: watch says failed (with its log), status says killed; a live owner here
+    (this test's own process) is running."""
+    import socket
+    import subprocess
+    import sys
+
+    from workflow.runlock import process_start  # (the start time a lock records, as run_lock writes it)
+    sweep, root, runs = store
+    run = runs["grpo", 0]
+    lock = stage_dir(root, "rl", run.run_id) / LOCK_NAME
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    started = process_start(child.pid)
+    lock.write_text(json.dumps({"host": socket.gethostname(), "pid": child.pid, "pid_start": started}))
+    line = lambda: next(ln for ln in Watcher(sweep, root, squeue=squeue).snapshot().lines  # noqa: E731
+                        if ln.run_id == run.run_id)
+    assert line().state == "running"
+    child.kill()
+    child.wait()
+    os.utime(lock)  # its heartbeat is fresh: only the pid says it is gone
+    dead = line()
+    assert (dead.state, dead.detail) == ("failed", "killed (its process is gone)")
+    assert main(["--results", str(root), "status", sweep.path]) == 0
+    assert "killed" in capsys.readouterr().out
