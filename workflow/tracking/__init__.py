@@ -10,4 +10,5 @@
     child.py     the trackers in a child process of the job at the lowest CPU priority (the job's GIL stays free)
     sending.py   the loop they run in: what each tracker's run lacks, sent; a failing tracker switched off
     backfill.py  `rlsweep track`: whatever the store holds that a tracker lacks (idempotent)
+    bounds.py    how long an unreachable tracker may hold a job, the backfill or `rlsweep track` up
 """

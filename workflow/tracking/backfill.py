@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from workflow.results.catalog import Catalog, QueryError
 from workflow.tracking.base import make
+from workflow.tracking.bounds import bounded
 from workflow.tracking.runs import eval_points, grade_points, tracked_run, train_points
 
 TRAINING = ("pretrain", "sft", "rl")
@@ -32,11 +33,16 @@ class Sent:
     points: int = 0
     already: int = 0  # points it held before
     errors: list[str] = field(default_factory=list)
+    off: bool = False  # a failure switched it off for the rest of the call
 
 
 def track(results_root: str | Path, sweep: str, settings: dict[str, dict[str, Any]], planned=(),
           say: Callable[[str], None] = print) -> list[Sent]:
-    """Send each backend of `settings` ({name: its tracking settings}) what it lacks of `sweep`'s training jobs."""
+    """Send each backend of `settings` ({name: its tracking settings}) what it lacks of `sweep`'s training jobs. A
+    backend's first failure switches it off for the rest of this call, with one line (bounds.py bounds how long that
+    failure takes): a server that is down costs one bounded request, not one per run, and the next call sends the
+    rest."""
+    bounded()
     catalog = Catalog(results_root, sweep, planned=planned)
     try:
         jobs = catalog.query("SELECT stage, run_id, label, seed, method, config, status FROM runs WHERE stage IN "
@@ -74,15 +80,15 @@ def track(results_root: str | Path, sweep: str, settings: dict[str, dict[str, An
                 if fresh:
                     tracker.log(fresh)
                 tracker.close(finished=job["status"] == "completed")
-            except Exception as e:  # noqa: BLE001 - one run's failure is reported; the others still go
+            except Exception as e:  # noqa: BLE001 - the backend is off for the rest of this call (as a job's)
                 sent.errors.append(f"{run.name}: {type(e).__name__}: {str(e)[:300]}")
-                if len(sent.errors) >= 3 and sent.runs == 0:
-                    break  # (the backend is down: the same error for every run)
-                continue
+                sent.off = True
+                break
             sent.runs += 1
             sent.points += len(fresh)
             sent.already += len(points) - len(fresh)
         say(f"{backend}: {sent.runs} tracker runs, {sent.points} points sent, {sent.already} already there"
-            + (f"; {len(sent.errors)} failed: {sent.errors[0]}" if sent.errors else ""))
+            + (f"; off after a failure ({sent.errors[0]}): the next `rlsweep track` sends the rest"
+               if sent.off else ""))
         out.append(sent)
     return out

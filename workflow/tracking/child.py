@@ -32,6 +32,7 @@ from typing import Any, Callable
 
 from workflow.registry import load_object
 from workflow.tracking.runs import Point, TrackedRun
+from workflow.tracking.bounds import bounded
 from workflow.tracking.sending import Item, as_points, print_warning, send
 
 CLOSE_S = 30.0  # how long a finishing job waits for its trackers at most
@@ -53,8 +54,8 @@ class TrackerProcess:
     def __init__(self, settings: dict[str, Any], run: TrackedRun, sweep: str, results_root: str | Path,
                  warn: Callable[[str], None] = print_warning, make: str = MAKE):
         self.run, self.warn, self.finished, self.closed = run, warn, False, False
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            p for p in (str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")) if p))
+        env = bounded(dict(os.environ, PYTHONPATH=os.pathsep.join(
+            p for p in (str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")) if p)))  # (an unreachable server: bounds.py)
         # stderr inherited: the child's warnings land where the job's own go (its log file)
         self.child = subprocess.Popen([sys.executable, "-m", "workflow.tracking.child"], stdin=subprocess.PIPE,
                                       stdout=subprocess.DEVNULL, env=env, text=True)

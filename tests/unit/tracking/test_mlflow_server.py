@@ -23,6 +23,7 @@ pytestmark = pytest.mark.slow
 
 RUN = TrackedRun("rl", "0123456789ab", "rl.update=gxpo", 2, {"rl.update": "gxpo"}, ("s",))
 ROWS = [{"step": s, "reward": s / 8} for s in range(1, 9)]
+SERVERS: dict[str, subprocess.Popen] = {}
 
 
 @pytest.fixture
@@ -49,8 +50,10 @@ def server(tmp_path):
             pass
         assert proc.poll() is None and time.monotonic() < deadline, "mlflow server did not come up"
         time.sleep(0.5)
+    SERVERS[url] = proc  # (a test that kills it)
     yield url
-    stop_group(proc, grace_s=20)
+    if proc.poll() is None:
+        stop_group(proc, grace_s=20)
 
 
 def test_two_processes_one_run_every_step_once_through_a_real_server(server, tmp_path):
@@ -69,3 +72,50 @@ def test_two_processes_one_run_every_step_once_through_a_real_server(server, tmp
     assert Counter(m.step for m in history) == Counter(range(1, 9))
     assert all(m.value == m.step / 8 for m in history)
     assert not (tmp_path / "s" / "mlflow.db").exists()  # the server's database, not a local one
+
+
+def test_a_server_killed_mid_sweep_holds_the_backfill_up_for_less_than_a_minute(server, tmp_path, monkeypatch):
+    """Issue 82, item 7: the aggregate stage's backfill (and `rlsweep track`) to an MLflow server that was killed: its
+    first request fails within the bound (bounds.py: one retry, a 10 s timeout), the tracker is off for the rest of
+    the call with one line, and six training runs cost one failed request, not six (MLflow's defaults: ~4 min each).
+    The runs already sent stay; the next call, with the server back, would send the rest."""
+    import json
+
+    from helpers import write_sweep
+    from workflow.results.membership import record
+    from workflow.results.train_log import TrainLog
+    from workflow.results.writer import write_rows
+    from workflow.layout import runs_file
+    from workflow.sweep.expand import load_sweep
+    from workflow.tracking import bounds
+    from workflow.tracking.backfill import track
+    for name in bounds.BOUNDS:  # the test's own environment sets none of them: the bounds apply
+        monkeypatch.delenv(name, raising=False)
+    sweep = load_sweep(write_sweep(tmp_path / "k.yaml", "k", "grid:\n  rl.update: [grpo, sfpo, gxpo]\nseeds: [0, 1]\n"))
+    root = tmp_path / "results"
+    record(root, "k", sweep.members())
+    for run in sweep.runs:
+        write_rows(root, "runs", runs_file("rl", run.run_id), [{
+            "run_id": run.run_id, "sweep": "k", "stage": "rl", "status": "completed", "label": run.label,
+            "seed": run.config.seed, "method": run.method, "config": json.dumps(run.stage_config("rl"))}])
+        log = TrainLog(root, "k", "rl", run.run_id)
+        for step in (1, 2):
+            log.record(step=step, reward=step / 2, loss=1.0)
+        log.flush()
+    settings = {"mlflow": {"uri": server, "experiment": "lab"}}
+    said = []
+    [first] = track(root, "k", settings, planned=sweep.members(), say=said.append)  # the server is up
+    assert (first.runs, first.off) == (6, False)
+    for run in sweep.runs:  # more steps while the server dies
+        log = TrainLog(root, "k", "rl", run.run_id)
+        log.record(step=3, reward=1.0, loss=1.0)
+        log.flush()
+    import signal
+    os.killpg(SERVERS[server].pid, signal.SIGKILL)  # the server and its workers, without a word
+    SERVERS[server].wait()
+    start = time.monotonic()
+    [down] = track(root, "k", settings, planned=sweep.members(), say=said.append)
+    waited = time.monotonic() - start
+    assert waited < 60, f"the backfill waited {waited:.0f} s for a dead server"
+    assert down.off and len(down.errors) == 1 and down.runs == 0
+    assert "off after a failure" in said[-1] and "the next `rlsweep track` sends the rest" in said[-1]
