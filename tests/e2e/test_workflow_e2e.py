@@ -91,7 +91,8 @@ def test_runs_starting_from_one_checkpoint_evaluate_it_once_and_without_waiting_
     first, second = load_sweep(sweep).runs
     results = tmp_path / "results"
     evals = next(p for p in plan(load_sweep(sweep), results) if p.stage == "eval")
-    assert evals.counts["new"] == 4 and evals.bounded == 3  # the copy needs no time or GPU of its own
+    # the copy needs no time or GPU of its own, and is no new job (issue 82: counted apart)
+    assert evals.counts["new"] == 3 and evals.copies == 1 and evals.bounded == 3
     copied = done_path(results, "eval", second.eval_id, second.run_id, 0, "arithmetic")
     dry = snakemake(tmp_path, sweep, "-n", str(copied.relative_to(tmp_path)))  # it needs the SFT stage, not RL
     assert planned_jobs(dry.stdout) == {"sft": 1, "eval_start": 1, "eval_copy": 1}, dry.stdout[-2000:]

@@ -76,7 +76,7 @@ class Snapshot:
     notes: list[str]  # what limited this snapshot (squeue did not answer, ...)
     taken_at: float
     planned_gpu_hours: float | None = None  # what `rlsweep plan` estimated when the sweep first ran (plan.json)
-    design: str | None = None  # seeds on demand: the round, the pairs decided, seeds and GPU-hours (design/status.py)
+    design: str | None = None  # seeds on demand: the round, each pair's state, seeds and GPU-hours (design/status.py)
 
     @property
     def failed(self) -> bool:
@@ -118,11 +118,16 @@ class Watcher:
             return None
         from workflow.design.recorded import add_recorded_runs
         from workflow.design.status import design_state, line
+        from workflow.sweep.families import shown
         known = len(self.sweep.runs)
         add_recorded_runs(self.sweep, self.root)
         if len(self.sweep.runs) != known:
             self._know_runs()
-        return line(design_state(self.sweep, self.root))
+        state, design = design_state(self.sweep, self.root), self.sweep.spec.design
+        pairs = "; ".join(f"{shown(design, p.a)} vs {shown(design, p.b)} {p.verdict}"
+                          + (f" (round {p.decided_at}, {p.seeds_a}/{p.seeds_b} seeds)" if p.decided_at else "")
+                          for p in state.pairs)
+        return line(state) + (f"\npairs: {pairs}" if pairs else "")
 
     # ----------------------------------------------------------------------------------------------------- jobs
     def _job(self, stage: str, stage_id: str, run_id: str | None = None, step: int | None = None,

@@ -112,7 +112,7 @@ def header(snapshot: Snapshot) -> str:
 
 
 def footer(snapshot: Snapshot) -> list[str]:
-    out = [snapshot.design] if snapshot.design else []
+    out = snapshot.design.splitlines() if snapshot.design else []
     for p in snapshot.problems[:PROBLEMS_SHOWN]:
         out.append(f"failed: {p.run}, {p.stage}: {p.reason}" + (f" (log: {p.log})" if p.log else ""))
     if len(snapshot.problems) > PROBLEMS_SHOWN:

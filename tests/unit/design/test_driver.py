@@ -103,7 +103,8 @@ def test_watch_and_status_follow_the_rounds_the_driver_records(tmp_path):
     second = watcher.snapshot()
     assert len(second.lines) == 8 and sorted({ln.seed for ln in second.lines}) == [0, 1, 2, 3]
     assert "round 2 of 3 training (2 setting(s) x seeds 2-3)" in second.design
-    assert second.design in plain(second)
+    assert "pairs: rl.update=grpo vs rl.update=sfpo open" not in second.design  # (named by the compared value)
+    assert "pairs: grpo vs sfpo open" in second.design and all(ln in plain(second) for ln in second.design.split("\n"))
     state = design_state(sweep, results)
     assert [(p.a, p.b, p.verdict, p.seeds_a) for p in state.pairs] == [
         ("rl.update=grpo", "rl.update=sfpo", "open", 2)]
