@@ -99,6 +99,14 @@ else:
               + f"; it trains {_ext.last + 1}-{_ext.run.config.rl.steps}", file=sys.stderr)
     record_members(RESULTS, SWEEP.name, SWEEP.members())
 EVAL_OF = {r.eval_id: r for r in SWEEP.runs}
+
+
+onstart:
+    # the executor and its parallelism (cores here, SLURM jobs in flight), for the sweep's ETA and its hours:
+    # known only once Snakemake has chosen the executor (workflow/sweep/executor.py)
+    from workflow.sweep.executor import record_executor
+    record_executor(RESULTS, SWEEP.name, getattr(workflow.executor_plugin, "name", None), workflow._cores,
+                    workflow.nodes)
 RULE_FROM_DECLARATION = [s for s in STAGES.values() if s.rule_from_declaration]  # rules/stages.smk
 
 

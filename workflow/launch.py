@@ -43,6 +43,7 @@ from workflow.eval.plan import eval_groups
 from workflow.layout import (CHECKPOINTS, DONE, JOB_LOG, eval_file, eval_job_at, runs_file, segment_done, stage_dir,
                              step_dir, summary_path)
 from workflow.preemption import EXIT_PREEMPTED, Preempted
+from workflow.devices import device_used
 from workflow.provenance import provenance, slurm_usage
 from workflow.registry import load_object
 from workflow.results.compaction import AUTO_FILES, CompactionBusy, compact, compaction_line
@@ -102,7 +103,8 @@ class _RunsRow:
     keeps its started_at and adds to its wall_s (a running segment's row holds the earlier segments' wall_s)."""
 
     def __init__(self, results_root: Path, sweep: str, stage: str, stage_id: str, cfg: dict, method: str,
-                 label: str | None, job: dict[str, Any] | None = None, continues: bool = False):
+                 label: str | None, job: dict[str, Any] | None = None, continues: bool = False,
+                 copy: bool = False):
         # what it was made from: an RL run's SFT job (else its pretrained base), an SFT job's data (else its base)
         parent = (cfg.get("sft_id") or cfg.get("pretrain_id") if stage == "rl" else
                   cfg.get("run_id", cfg.get("data_id") or cfg.get("pretrain_id")))
@@ -110,6 +112,7 @@ class _RunsRow:
         self.where = (results_root, "runs",
                       runs_file(stage, stage_id, job.get("eval_step"), job.get("eval_group")))
         self.started = dt.datetime.now(dt.timezone.utc)
+        self.device_of = "copy" if copy else stage  # (a copied evaluation runs on the CPU: provenance.device_used)
         self.first_started, self.earlier_wall = self.started, 0.0
         before = self._recorded() if continues else None
         if before is not None and before.get("status") != "completed":
@@ -133,7 +136,7 @@ class _RunsRow:
                                   "finished_at": now if ended else None,
                                   "wall_s": (self.earlier_wall + (now - self.started).total_seconds() if ended
                                              else self.earlier_wall or None),
-                                  **(slurm_usage() if ended else {})}])
+                                  **device_used(self.device_of), **(slurm_usage() if ended else {})}])
 
 
 def run_stage(stage: str, sweep: str, stage_id: str, cfg: dict, *, results_root: Path, init: Path | None = None,
@@ -227,7 +230,7 @@ def _run_locked(stage: str, sweep: str, stage_id: str, cfg: dict, typed, out_dir
         discard(leftover)
     (out_dir / "config.json").write_text(json.dumps(cfg, indent=1, sort_keys=True))
     runs = _RunsRow(results_root, sweep, stage, stage_id, cfg, typed.rl.method if stage == "rl" else stage, label, job,
-                    continues=inputs.after is not None)
+                    continues=inputs.after is not None, copy=inputs.copy_from is not None)
     runs.write("running")
     runner = load_object(stage_of(stage).runner)
     try:

@@ -30,6 +30,7 @@ from typing import Any
 from workflow.atomic import write_text
 from workflow.capture import JOB_LOG_ENV
 from workflow.layout import LIVE
+from workflow.devices import device_used
 
 
 def _log_file(directory: Path) -> str | None:
@@ -55,13 +56,15 @@ def _log_file(directory: Path) -> str | None:
         return None
 
 
-def _gpus() -> int:
-    """The GPUs of this job's allocation (SLURM's view: per node x nodes); 0 outside SLURM."""
+def _gpus(stage: str) -> int:
+    """The GPUs this job trains on: its SLURM allocation's (per node x nodes), else those it can see
+    (provenance.device_used: 0 on a CPU machine)."""
     try:
         per_node = int(os.environ.get("SLURM_GPUS_ON_NODE", "0") or 0)
-        return per_node * int(os.environ.get("SLURM_JOB_NUM_NODES", "1") or 1)
+        allocated = per_node * int(os.environ.get("SLURM_JOB_NUM_NODES", "1") or 1)
     except ValueError:
-        return 0
+        allocated = 0
+    return allocated or device_used(stage)["gpus"]
 
 
 def _number(v: Any) -> float | int | None:
@@ -85,7 +88,7 @@ class LiveFile:
         self.state: dict[str, Any] = {
             "stage": stage, "id": stage_id, "total": int(total), "until": int(until or total),
             "host": socket.gethostname(), "pid": os.getpid(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
-            "gpus": _gpus(), "log": _log_file(Path(directory)), "started_at": clock()}
+            "gpus": _gpus(stage), "log": _log_file(Path(directory)), "started_at": clock()}
 
     def update(self, step: int, row: dict[str, Any]) -> None:
         now = self.clock()

@@ -1,9 +1,10 @@
 """`rlsweep watch --once` beside a running `snakemake`: a run mid-way shows its stage, step and rate from its live
-file; a job made to fail shows its reason and the log that holds its traceback, and the command exits 1."""
+file, and the header the sweep's ETA; a job made to fail shows its reason and the log that holds its traceback, and the command exits 1."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -50,7 +51,13 @@ def test_a_run_mid_way_shows_its_step_and_rate(tmp_path):
     step, total = map(int, cells[4].split("/"))
     assert 3 <= step < total == 400, line
     assert float(cells[5]) > 0  # s/step, then its ETA
-    assert out.stdout.splitlines()[0].startswith("wa: 1 runs | jobs 1 done, 1 running, 0 queued, 0 failed")
+    head = out.stdout.splitlines()[0]
+    assert head.startswith("wa: 1 runs | jobs 1 done, 1 running, 0 queued, 0 failed"), head
+    # issue 82: the sweep's ETA, from the RL job's live rate (an evaluation of a shape nothing has measured yet has no
+    # basis, and the ETA says "more than"), on the parallelism recorded at the start; hours, not GPU-hours, on a
+    # machine without GPUs
+    assert re.search(r"\| ETA (more than )?\d+[smhd]", head) and "parallelism a guess" not in head, head
+    assert "| hours " in head and "GPU-hours" not in head, head
 
 
 def test_a_failed_job_shows_its_reason_and_its_log(tmp_path):

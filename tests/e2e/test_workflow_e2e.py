@@ -48,6 +48,7 @@ def test_tiny_sweep_end_to_end_then_cached_then_one_change(tmp_path):
                                        {"stage": "sft", "n": 1, "ok": 1}]
 
     assert planned(sweep, results) == {"sft": {"done": 1}, "rl": {"done": 2}, "eval": {"done": 2}}
+    assert_a_cpu_only_run_reports_no_gpu_hours(sweep, results)
     # a second run after success does nothing
     before = mtimes(results)
     again = snakemake(tmp_path, sweep)
@@ -63,9 +64,28 @@ def test_tiny_sweep_end_to_end_then_cached_then_one_change(tmp_path):
     changed = snakemake(tmp_path, sweep)
     assert changed.returncode == 0, changed.stderr[-3000:]
     after = mtimes(results)
-    assert all(after[k] == v for k, v in before.items()
-               if k in after and "summary.md" not in k and "/report/" not in k)
+    assert all(after[k] == v for k, v in before.items()  # (executor.json: where this start ran its jobs)
+               if k in after and "summary.md" not in k and "/report/" not in k and "executor.json" not in k)
     assert set(before) - set(after) == set()  # nothing computed before was deleted
+
+
+def assert_a_cpu_only_run_reports_no_gpu_hours(sweep: Path, results: Path) -> None:
+    """Issue 82, item 2 (on the run above, which had no GPU): the start recorded where the jobs ran, every runs row
+    says gpus 0, and status, plan and the report count plain hours, though the default resources ask SLURM for a GPU
+    per job."""
+    executor = json.loads((results / "tiny" / "executor.json").read_text())
+    assert (executor["kind"], executor["slots"], executor["gpus"]) == ("local", 2, 0)
+    rows = json.loads(cli("--results", str(results), "query", "select stage, gpus, gpu_kind, gpu_hours from runs",
+                          "--format", "json").stdout)
+    assert rows and all(r["gpus"] == 0 and r["gpu_kind"] is None and r["gpu_hours"] is None for r in rows), rows
+    for command in ("status", "plan"):
+        out = cli("--results", str(results), command, str(sweep), env={"COLUMNS": "200"})
+        assert out.returncode == 0 and "GPU-hours" not in out.stdout + out.stderr, out.stdout + out.stderr
+    status = cli("--results", str(results), "status", str(sweep), env={"COLUMNS": "200"}).stdout
+    assert "planned hours" in " ".join(status.split()), status
+    report = (results / "tiny" / "report" / "report.md").read_text()
+    cost = report[report.index("Cost: planned against used"):].split("\n## ")[0]
+    assert "planned hours" in cost and "GPU-hours" not in cost, cost
 
 
 def test_bad_sweep_fails_before_any_job_with_file_key_and_reason(tmp_path):

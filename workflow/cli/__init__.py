@@ -137,6 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     pl.add_argument("--detect", type=float, metavar="DIFFERENCE",
                     help="also: the seeds per setting (and samples per problem) needed to detect this difference of "
                          "accuracy on each benchmark, from the spread the sweep's results measured (e.g. 0.01)")
+    pl.add_argument("--on", choices=("local", "slurm"), default=None,
+                    help="where the sweep will run, for its GPU-hours (default: where it last started, else SLURM "
+                         "when this machine has sbatch, else this machine: a CPU machine's jobs use no GPU)")
     pl.set_defaults(fn="plan:cmd_plan")
     rp = sub.add_parser("report", parents=[common], help="write the sweep's report (HTML, Markdown, figures)")
     rp.add_argument("sweep_file")

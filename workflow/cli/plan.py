@@ -10,6 +10,7 @@ from workflow.cli.common import err, results_root
 from workflow.errors import UserError
 from workflow.extend import extensions
 from workflow.design.recorded import add_recorded_runs
+from workflow.sweep.executor import executor_of
 from workflow.sweep.expand import load_sweep
 from workflow.sweep.plan import STATES, plan
 
@@ -22,11 +23,13 @@ def cmd_plan(a) -> int:
     add_recorded_runs(sweep, root)  # a study's trials, a design's rounds: started so far
     if sweep.spec.optuna is not None:  # the study may still ask for more
         err.print("[yellow]an Optuna study: only the trials it has started so far are planned[/]")
-    stages = plan(sweep, root)
+    executor = executor_of(root, sweep.name, getattr(a, "on", None))
+    stages = plan(sweep, root, executor)
+    gpus = any(p.gpus for p in stages)  # (a CPU machine's jobs use none: their hours are plain hours)
     # whole words at 80 columns: the counts and hours in the table, what a job asks and where the hours come from
     # on a line of their own below it (as columns they wrapped every header into cut-off words)
     t = Table(title=f"{sweep.name}: {len(sweep.runs)} runs ({sweep.path}); results under {root}")
-    for col in ("stage", *STATES, "hours left", "GPU-hours left"):
+    for col in ("stage", *STATES, "hours left", *(("GPU-hours left",) if gpus else ())):
         t.add_column(col, justify="left" if col == "stage" else "right",
                      min_width=max(map(len, col.split())))
     notes, total = [], 0.0
@@ -37,7 +40,8 @@ def cmd_plan(a) -> int:
         measured = f"{p.measured} from {used} finished job{'s' * (used != 1)} of the same shape ({where})"
         source = (measured if not p.bounded else f"{p.bounded} from time limits (upper bound)" if not p.measured
                   else f"{measured}, {p.bounded} from time limits (upper bound)")
-        t.add_row(p.stage, *[str(p.counts[s]) for s in STATES], f"{p.hours:.2f}", f"{p.gpu_hours:.2f}")
+        t.add_row(p.stage, *[str(p.counts[s]) for s in STATES], _left(p.hours, p.bounded),
+                  *((_left(p.gpu_hours, p.bounded),) if gpus else ()))
         if to_run:
             notes.append(f"{p.stage}: each job to run asks {p.asks}; hours of the {to_run} to run: {source}")
         if p.taken:
@@ -45,7 +49,7 @@ def cmd_plan(a) -> int:
         if p.copies:
             notes.append(f"{p.stage}: {p.copies} evaluation(s) copied from another run's of the same model (a shared "
                          "start, a finished shorter run), at no cost: not counted as new")
-        total += p.gpu_hours
+        total += p.gpu_hours if gpus else p.hours
     out = Console(highlight=False)
     out.print(t)
     for line in notes:
@@ -56,7 +60,9 @@ def cmd_plan(a) -> int:
                       + ", ".join(f"{n} from {name}" for name, n in sorted(p.reused.items())) + ")")
     _extensions(sweep, root)
     bound, measured = any(p.bounded for p in stages), any(p.measured for p in stages)
-    err.print(f"{total:.2f} GPU-hours left" + (" at most (some from time limits)" if bound else "")
+    err.print(f"runs on {executor.text()}")
+    err.print(("at most " if bound else "") + f"{total:.2f} {'GPU-hours' if gpus else 'hours (on the CPU)'} left"
+              + (" (some from time limits)" if bound else "")
               + ("; measured estimates leave out queueing" if measured else "")
               + "; run it with `snakemake --config sweep=" + sweep.path + "` (--profile slurm on a cluster)")
     if sweep.spec.design is not None:
@@ -64,6 +70,11 @@ def cmd_plan(a) -> int:
     if a.detect is not None:
         detect(sweep, root, a.detect)
     return 0
+
+
+def _left(hours: float, bounded: int) -> str:
+    """A stage's hours left, "at most" where some come from time limits (an upper bound)."""
+    return ("at most " if bounded and hours else "") + f"{hours:.2f}"
 
 
 def _design(sweep, root) -> None:

@@ -142,6 +142,7 @@ def cmd_status(a) -> int:
                   + ", ".join(f"{n} stage jobs from {name}" for name, n in sorted(Counter(reused.values()).items()))
                   + "[/]")
     _cost(sweep, root, catalog)
+    _eta(sweep, root)
     affected = {d: affected_runs(d, sweep.runs) for d in catalog.damaged}
     warn_damaged(catalog.left_out, affected, root=catalog.root)
     if sweep.spec.optuna is not None:
@@ -164,11 +165,22 @@ def cmd_status(a) -> int:
     return 0
 
 
+def _eta(sweep, root) -> None:
+    """When the whole sweep will be done, as watch's header says it (workflow/watch/eta.py)."""
+    from workflow.watch.snapshot import Watcher
+    snap = Watcher(sweep, root).snapshot()
+    if snap.eta is not None and snap.eta.jobs:
+        err.print(snap.eta.text(snap.taken_at) + (" (for the trials / rounds started so far)" if
+                                                  sweep.spec.optuna is not None or sweep.spec.design is not None
+                                                  else ""), markup=False)
+
+
 def _cost(sweep, root, catalog) -> None:
     """Per stage and RL method: what the sweep's own jobs spent, beside what `rlsweep plan` estimated when the sweep
     first ran (workflow/sweep/plan.py cost_rows)."""
-    from workflow.sweep.plan import COST_COLUMNS, cost_cells, cost_rows
+    from workflow.sweep.plan import cost_cells, cost_columns, cost_rows, on_gpus
     rows, recorded_at = cost_rows(sweep, root, catalog)
+    gpus = on_gpus(rows)
     # what the table below cannot count: stage jobs whose runs rows (their hours) are in a file that does not read
     uncounted = {key for d in catalog.damaged if d.table == "runs" for key in d.jobs
                  if catalog.members is None or key in catalog.members}
@@ -176,12 +188,15 @@ def _cost(sweep, root, catalog) -> None:
         return
     t = Table(title="cost: used by this sweep's jobs, against the plan when it first ran"
               + (f" ({recorded_at})" if recorded_at else " (not recorded)"))
-    for col in COST_COLUMNS:
+    for col in cost_columns(gpus):
         t.add_column(col, justify="left" if col in ("stage", "method", "") else "right")
     for r in rows:
-        *cells, flag = cost_cells(r)
+        *cells, flag = cost_cells(r, gpus)
         t.add_row(*cells, f"[red]{flag}[/]" if flag else "")
     Console(highlight=False).print(t)
+    if not gpus:
+        err.print("[dim]hours: wall-clock on the CPU (no job ran on a GPU, and none to run will); at most: from time "
+                  "limits, an upper bound; estimate now: used + the plan's estimate of what is left[/]")
     if uncounted:
         print(f"warning: the cost above leaves out {len(uncounted)} of this sweep's stage jobs: their runs rows, which "
               "hold their time and hours, are in a damaged file (below; `rlsweep doctor` says how they come back)",

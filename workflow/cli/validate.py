@@ -27,7 +27,7 @@ def cmd_validate(a) -> int:
     Console(highlight=False).print(t)
     _trackers(sweep)
     if sweep.spec.design is not None:
-        _explain_design(sweep)
+        _explain_design(sweep, results_root(a))
     return 0
 
 
@@ -43,10 +43,11 @@ def _trackers(sweep) -> None:
                       markup=False)
 
 
-def _explain_design(sweep) -> None:
-    """Seeds on demand: the design in one screen (the table above is its first round)."""
+def _explain_design(sweep, root) -> None:
+    """Seeds on demand: the design in one screen (the table above is its first round), priced from the store under
+    `root` where the sweep runs (its executor's record there)."""
     from workflow.design.explain import lines  # (prices with the plan's estimates: DuckDB, for a design only)
-    for line, warning in lines(sweep, results_root(argparse.Namespace(results=None))):
+    for line, warning in lines(sweep, root):
         err.print(f"[yellow]{line}[/]" if warning else line)
 
 

@@ -1,8 +1,9 @@
 """What a design's rounds cost, priced by the plan's estimates (workflow/sweep/plan.py): measured per-step costs of
 finished jobs of the same shape anywhere in the store, else the stages' time limits (an upper bound), said as such.
 
-GPU-hours where the stages ask GPUs; where none does (a CPU machine) the same figures in hours, so a budget still
-means something there. Jobs already done cost nothing: a round whose seeds an earlier sweep trained is free.
+GPU-hours where the jobs will use GPUs (the stages' asks on SLURM, the GPUs this machine has when it runs here:
+workflow/sweep/executor.py); where none will (a CPU machine) the same figures in hours, so a budget still means
+something there. Jobs already done cost nothing: a round whose seeds an earlier sweep trained is free.
 """
 
 from __future__ import annotations
@@ -35,10 +36,13 @@ class Price:
         return f"{_short(self.hours)} {self.unit} ({self.basis})"
 
 
-def unit_of(sweep: Sweep) -> str:
-    """GPU-hours where a training or eval stage asks GPUs; else hours (a CPU machine)."""
+def unit_of(sweep: Sweep, root: str | Path) -> str:
+    """GPU-hours where a training or eval job will use GPUs where the sweep runs; else hours (a CPU machine)."""
+    from workflow.sweep.executor import executor_of, gpus_used
     from workflow.sweep.plan import asked_gpus
-    return "GPU-hours" if any(asked_gpus(sweep, s) > 0 for s in ("sft", "rl", "eval")) else "hours"
+    executor = executor_of(root, sweep.name)
+    return ("GPU-hours" if any(gpus_used(asked_gpus(sweep, s), executor) > 0 for s in ("sft", "rl", "eval"))
+            else "hours")
 
 
 def price(sweep: Sweep, runs: list[Run], root: str | Path) -> Price:
@@ -46,7 +50,7 @@ def price(sweep: Sweep, runs: list[Run], root: str | Path) -> Price:
     from workflow.sweep.plan import plan  # (the catalog: DuckDB, only when a price is asked)
     part = Sweep(name=sweep.name, path=sweep.path, spec=sweep.spec, runs=list(runs))
     stages = plan(part, Path(root))
-    on_gpus = unit_of(sweep) == "GPU-hours"
+    on_gpus = unit_of(sweep, root) == "GPU-hours"
     todo = sum(sum(p.counts.values()) - p.counts["done"] for p in stages)
     return Price(hours=sum(p.gpu_hours if on_gpus else p.hours for p in stages),
                  unit="GPU-hours" if on_gpus else "hours", measured=sum(p.measured for p in stages),

@@ -107,7 +107,7 @@ class DesignDriver:
                 _say(f"[yellow]round {number}: resuming the round a previous driver started[/]")
             self._train(r)
             r.values = self._values(r)
-            r.extra["spent"] = spent(self.sweep, self.results, unit_of(self.sweep))
+            r.extra["spent"] = spent(self.sweep, self.results, unit_of(self.sweep, self.results))
             c.look(self._values_so_far(c, self.rounds[:number]))
             r.decisions = {pair_name(p): v for p, v in c.decisions.items()}
             r.extra.pop("stopped", None)

@@ -23,6 +23,7 @@ RUNS = pa.schema([
     ("backend", S),  # eval: the generation backend that produced the samples (vllm | local)
     ("status", S), ("error", S), ("started_at", TS), ("finished_at", TS), ("wall_s", F),
     ("host", S), ("git_sha", S), ("git_dirty", B),
+    ("gpus", I), ("gpu_kind", S),  # what the job ran on: the GPUs it could use (0: the CPU) and their model
     ("slurm_job_id", S), ("slurm_array_index", I), ("slurm_node", S), ("slurm_partition", S), ("requeue_count", I),
     # from SLURM's accounting (sacct) when the stage ends: elapsed seconds over all attempts, allocated GPUs,
     # GPU-hours (each attempt's elapsed x its GPUs), attempts (null off SLURM or without accounting)

@@ -4,12 +4,14 @@ output written to a log under results/ through a relay that writes this machine'
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 from workflow.capture import path_names
+from workflow.sweep.executor import NESTED_ENV
 
 # options of the outer `snakemake` that decide where and how jobs run; every nested trial run gets them too
 _PASSED = {"--profile": True, "--workflow-profile": True, "--executor": True, "-e": True, "--jobs": True,
@@ -43,8 +45,9 @@ def start_nested(snakefile: str, cores: int, snakemake_args: list[str], sweep_fi
     log.parent.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "snakemake", "-s", snakefile, "--nolock", "--cores", str(cores), *snakemake_args,
             "--config", f"sweep={sweep_file}", f"results={results}", "--", *targets]
+    env = {**os.environ, NESTED_ENV: "1"}  # (the outer start recorded the executor: workflow/sweep/executor.py)
     with open(log, "ab") as f:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
         # the log is under results/: what it prints of this machine's paths is written relative (RELAY)
         relay = subprocess.Popen([sys.executable, "-c", RELAY, *(x for pair in path_names(results, snakefile)
                                                                    for x in pair)], stdin=proc.stdout, stdout=f)

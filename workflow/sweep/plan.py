@@ -39,6 +39,7 @@ from workflow.layout import CHECKPOINTS, done_path, latest_checkpoint, stage_dir
 from workflow.methods.registry import METHODS
 from workflow.results.catalog import Catalog, QueryError
 from workflow.stages import STAGES as DECLARED, stage_of
+from workflow.sweep.executor import Executor, executor_of, gpus_used
 
 STATES = ("done", "partial", "failed", "running", "new")
 STAGES = ("data", "pretrain", "sft", "rl", "eval")
@@ -84,6 +85,7 @@ class StagePlan:
     taken: int = 0  # RL steps taken from finished shorter runs (extensions): no cost
     copies: int = 0  # eval jobs to make that copy another run's evaluation (a shared start, an extension's donor):
     # no cost, and not among `counts` (a copy is not a job to run)
+    gpus: int = 0  # the GPUs each job to run will use where the sweep runs (executor.gpus_used: 0 on a CPU machine)
 
 
 def _recorded(catalog: Catalog) -> tuple[dict[tuple[str, str], str], dict[str, dict], dict[tuple[str, str], float],
@@ -186,7 +188,8 @@ def scaled_seconds(measured: "Measured", passes: int) -> float | None:
     return m.seconds + m.update_s * (would / m.passes - 1)
 
 
-def _key(stage: str, cfg: dict, gpus: int, group: str | None = None) -> tuple:
+def cost_key(stage: str, cfg: dict, gpus: int | None, group: str | None = None) -> tuple:
+    """What makes two jobs cost the same (the module doc): stage, engine and model, GPUs, cost_shape."""
     return (stage, _model_key(cfg), gpus, cost_shape(stage, cfg, group))
 
 
@@ -228,7 +231,7 @@ def store_measurements(root: Path, skip: set) -> list[tuple[tuple, Measured]]:
         else:
             seconds, units = r["wall_s"], 1
         gpu_hours = r["gpu_hours"] / units if r["gpu_hours"] is not None and units else None
-        key = _key(stage if stage != "overlap" else "data", cfg, r["slurm_gpus"], r.get("eval_group"))
+        key = cost_key(stage if stage != "overlap" else "data", cfg, r["slurm_gpus"], r.get("eval_group"))
         out.append((key, Measured(seconds, gpu_hours, (stage, job_id), r["computed_by"], steps.get("u"), steps.get("p"),
                                   key[3][PASSES] if stage == "rl" else None)))
     return out
@@ -244,7 +247,7 @@ def sweep_jobs(sweep, root: Path, states: dict, exts=()) -> list[Job]:
     for stage in ("data", "overlap"):
         for data_id, cfg in sweep.configs(stage).items():
             state = _state(done_path(root, stage, data_id), None, states.get((stage, data_id)))
-            jobs.append(Job("data", data_id, state, None, _key("data", cfg, asked_gpus(sweep, "data"))))
+            jobs.append(Job("data", data_id, state, None, cost_key("data", cfg, asked_gpus(sweep, "data"))))
     for stage in _TRAINING:
         for stage_id, cfg in sweep.configs(stage).items():
             out = stage_dir(root, stage, stage_id)
@@ -253,7 +256,7 @@ def sweep_jobs(sweep, root: Path, states: dict, exts=()) -> list[Job]:
             found = latest_checkpoint(out / CHECKPOINTS)
             start = max(found[0] if found else 0, taken.get(stage_id, 0) if stage == "rl" else 0)
             left = 0 if state == "done" else total - start
-            jobs.append(Job(stage, stage_id, state, left, _key(stage, cfg, asked_gpus(sweep, stage))))
+            jobs.append(Job(stage, stage_id, state, left, cost_key(stage, cfg, asked_gpus(sweep, stage))))
     copies = sweep.start_sources()
     for r in sweep.runs:
         for step, group in r.eval_jobs:
@@ -261,13 +264,15 @@ def sweep_jobs(sweep, root: Path, states: dict, exts=()) -> list[Job]:
             state = _state(done_path(root, "eval", r.eval_id, r.run_id, step, group), None,
                            states.get(("eval", job)))
             copy = (step == 0 and r.eval_id in copies) or (r.run_id, step, group) in copied
-            key = _key("eval", r.stage_config("eval"), asked_gpus(sweep, "eval"), group)
+            key = cost_key("eval", r.stage_config("eval"), asked_gpus(sweep, "eval"), group)
             jobs.append(Job("eval", job, state, None, key + (("copy",) if copy else ()), copy))
     return jobs
 
 
-def plan(sweep, root: Path) -> list[StagePlan]:
-    """Per stage (data and overlap checks together as `data`): jobs by state, the SLURM ask, the hours left."""
+def plan(sweep, root: Path, executor: Executor | None = None) -> list[StagePlan]:
+    """Per stage (data and overlap checks together as `data`): jobs by state, the SLURM ask, the hours left, and the
+    GPU-hours where the sweep runs (`executor`: where it last started, else a guess; a CPU machine's: none)."""
+    executor = executor or executor_of(root, sweep.name)
     catalog = Catalog(root, sweep.name, planned=sweep.members())
     states, per_step, wall, accounted, computed_by = _recorded(catalog)
     exts = extensions(root, sweep.runs)[0]
@@ -328,7 +333,8 @@ def plan(sweep, root: Path) -> list[StagePlan]:
             hours = res.time_minutes / 60
             p.bounded += 1
         p.hours += hours
-        p.gpu_hours += sum(billed) / len(billed) * units if seconds and billed else hours * gpus
+        p.gpus = gpus_used(gpus, executor)
+        p.gpu_hours += sum(billed) / len(billed) * units if seconds and billed else hours * p.gpus
     out["rl"].taken = sum(e.last for e in exts)
     for stage, p in out.items():
         r = getattr(sweep.spec.resources, stage_of(stage).resources_key)
@@ -373,17 +379,20 @@ class Used:
 def used(sweep, catalog: Catalog) -> list[Used]:
     """What the sweep's own jobs (not those it reused from another sweep) spent, per stage and, for RL, per method:
     wall-clock hours, and GPU-hours as SLURM accounted them (each attempt's elapsed x its GPUs, requeues included),
-    else wall-clock x the GPUs the stage asks."""
+    else wall-clock x the GPUs the job ran on (its runs row's `gpus`: 0 on the CPU; a row from before it was recorded:
+    the GPUs the stage asks)."""
     try:
-        rows = catalog.query("SELECT stage, method, wall_s, gpu_hours FROM runs WHERE computed_by = "
+        rows = catalog.query("SELECT COLUMNS('^(stage|method|wall_s|gpu_hours|gpus)$') FROM runs WHERE computed_by = "
                              f"'{sweep.name}' AND wall_s IS NOT NULL").to_pylist()
     except QueryError:
         return []
     out: dict[tuple, Used] = {}
     for r in rows:
         stage = "data" if r["stage"] == "overlap" else r["stage"]
-        gpu_hours = (r["gpu_hours"] if r["gpu_hours"] is not None
-                     else r["wall_s"] * (asked_gpus(sweep, r["stage"]) if r["stage"] in DECLARED else 0) / 3600)
+        ran_on = r.get("gpus")
+        if ran_on is None:  # (recorded before the runs rows said)
+            ran_on = asked_gpus(sweep, r["stage"]) if r["stage"] in DECLARED else 0
+        gpu_hours = r["gpu_hours"] if r["gpu_hours"] is not None else r["wall_s"] * ran_on / 3600
         for key in ((stage, None), *(((stage, r["method"]),) if stage == "rl" else ())):
             u = out.setdefault(key, Used(stage, key[1], 0.0, 0.0, 0))
             u.hours, u.gpu_hours, u.jobs = u.hours + r["wall_s"] / 3600, u.gpu_hours + gpu_hours, u.jobs + 1
@@ -407,19 +416,21 @@ class CostRow:
     used: Used
     planned: dict | None  # the stage's recorded plan: hours, gpu_hours, measured, bounded (None: a method's line)
     flag: str | None  # why it is off its plan (off_by)
+    # the estimate now, once the store has measured the stage's shapes: used + the plan's left (hours, gpu_hours,
+    # bounded); None for a method's line, a stage with nothing left, or none of whose jobs to run is measured
+    now: dict | None = None
 
 
 def cost_rows(sweep, root: Path, catalog: Catalog) -> tuple[list[CostRow], str | None]:
     """Per stage (and RL method) what the sweep's own jobs used, beside the plan recorded when the sweep first ran,
-    flagged where off by more than 2x (a plan from time limits is an upper bound: under it is no surprise); and when
-    the plan was recorded (None: never). No rows: nothing used and nothing planned."""
+    flagged where off by more than 2x (a plan from time limits is an upper bound: under it is no surprise), and the
+    estimate now (used + what the plan has left, where the store has measured the stage's shapes); and when the plan
+    was recorded (None: never). No rows: nothing used and nothing planned."""
     spent, recorded = used(sweep, catalog), recorded_plan(root, sweep.name)
     if not spent and recorded is None:
         return [], None
     stages = (recorded or {}).get("stages", {})
-    left: dict[str, int] = {}
-    for job in sweep_jobs(sweep, root, _recorded(catalog)[0]):  # (states only: no estimate is needed here)
-        left[job.stage] = left.get(job.stage, 0) + (job.state != "done")
+    left = {p.stage: p for p in plan(sweep, root)}
     shown = {(u.stage, u.method): u for u in spent}
     for stage in stages:  # a planned stage nothing has run of yet: its plan, and nothing used
         shown.setdefault((stage, None), Used(stage, None, 0.0, 0.0, 0))
@@ -427,12 +438,15 @@ def cost_rows(sweep, root: Path, catalog: Catalog) -> tuple[list[CostRow], str |
     for (stage, method), u in sorted(shown.items(), key=lambda kv: (STAGES.index(kv[0][0]) if kv[0][0] in STAGES
                                                                     else len(STAGES), kv[0][1] or "")):
         p = stages.get(stage) if method is None else None
+        now = left.get(stage) if method is None else None
+        to_run = 0 if now is None else sum(now.counts.values()) - now.counts["done"]
         flag = None
         if p is not None and not (p["bounded"] and u.gpu_hours < p["gpu_hours"]):
             on_gpus = p["gpu_hours"] > 0
-            flag = off_by(p["gpu_hours"] if on_gpus else p["hours"], u.gpu_hours if on_gpus else u.hours,
-                          left.get(stage, 0))
-        rows.append(CostRow(u, p, flag))
+            flag = off_by(p["gpu_hours"] if on_gpus else p["hours"], u.gpu_hours if on_gpus else u.hours, to_run)
+        estimate = ({"hours": u.hours + now.hours, "gpu_hours": u.gpu_hours + now.gpu_hours,
+                     "bounded": now.bounded} if now is not None and to_run and now.measured else None)
+        rows.append(CostRow(u, p, flag, estimate))
     return rows, (recorded or {}).get("recorded_at")
 
 
@@ -441,13 +455,31 @@ def hours_text(h: float) -> str:
     return "0" if h == 0 else f"{h:.2g}" if h < 0.1 else f"{h:.3g}"
 
 
-COST_COLUMNS = ("stage", "method", "jobs", "hours", "GPU-hours", "planned hours", "planned GPU-hours", "")
+def at_most(h: float, bounded: bool) -> str:
+    """A figure, with "at most" where any of it comes from time limits (an upper bound, not an estimate)."""
+    return ("at most " if bounded and h else "") + hours_text(h)
 
 
-def cost_cells(row: CostRow) -> list[str]:
-    """A CostRow's cells under COST_COLUMNS (`rlsweep status` and the report's Cost section)."""
-    u, p = row.used, row.planned
-    return [u.stage, u.method or "all", str(u.jobs), hours_text(u.hours), hours_text(u.gpu_hours),
-            "" if p is None else hours_text(p["hours"]),
-            "" if p is None else hours_text(p["gpu_hours"]) + (" (upper bound)" if p["bounded"] else ""),
+def on_gpus(rows: list[CostRow]) -> bool:
+    """Whether the sweep's figures are GPU-hours: a job ran on a GPU, or the plan has jobs use one. A sweep on the
+    CPU counts plain hours (never GPU-hours of the GPUs its `resources:` would ask of SLURM)."""
+    return any(r.used.gpu_hours > 0 or (r.planned or {}).get("gpu_hours", 0) > 0
+               or (r.now or {}).get("gpu_hours", 0) > 0 for r in rows)
+
+
+def cost_columns(gpus: bool) -> tuple[str, ...]:
+    """The columns of planned against used (`rlsweep status`, the report's Cost section): the last is the flag."""
+    unit = "GPU-hours" if gpus else "hours"
+    return ("stage", "method", "jobs", "hours", *(("GPU-hours",) if gpus else ()), f"planned {unit}",
+            f"estimate now ({unit})", "")
+
+
+def cost_cells(row: CostRow, gpus: bool) -> list[str]:
+    """A CostRow's cells under cost_columns(gpus)."""
+    u, p, now = row.used, row.planned, row.now
+    key = "gpu_hours" if gpus else "hours"
+    return [u.stage, u.method or "all", str(u.jobs), hours_text(u.hours),
+            *((hours_text(u.gpu_hours),) if gpus else ()),
+            "" if p is None else at_most(p[key], bool(p["bounded"])),
+            "" if now is None else at_most(now[key], bool(now["bounded"])),
             row.flag or ""]

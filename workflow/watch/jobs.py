@@ -87,10 +87,14 @@ def _json(path: Path) -> dict[str, Any] | None:
     return found if isinstance(found, dict) else None
 
 
+_ROW_COLUMNS = ("status", "error", "finished_at", "wall_s", "gpu_hours", "gpus")
+
+
 def _runs_row(path: Path) -> dict[str, Any] | None:
     """A stage job's runs row from its own (small) file: a job that is not done was never packed."""
     try:
-        rows = pq.read_table(path, columns=["status", "error", "finished_at", "gpu_hours"]).to_pylist()
+        with pq.ParquetFile(path) as f:  # (gpus: in rows written since they say what a job ran on)
+            rows = f.read(columns=[c for c in _ROW_COLUMNS if c in f.schema_arrow.names]).to_pylist()
     except Exception:  # noqa: BLE001 - damaged or half-replaced: `rlsweep doctor` names it; absent here
         return None
     if not rows:

@@ -19,8 +19,11 @@ from typing import Callable
 from workflow.layout import DONE, done_path, stage_dir
 from workflow.results.rows import runs_row_file
 from workflow.slurm import cluster
+from workflow.sweep.executor import executor_of
 from workflow.sweep.plan import recorded_plan
+from workflow.watch.eta import Eta
 from workflow.watch.jobs import STATES, Files, JobView, stage_job
+from workflow.watch.timing import Timing
 
 TRAINING = ("data", "overlap", "pretrain", "sft", "rl")  # a run's stage jobs before its evaluations, in order
 SUPERVISED_HEADLINE = ("loss",)  # what a pretraining or SFT job shows
@@ -71,12 +74,22 @@ class Snapshot:
     sweep: str
     lines: list[RunLine]
     jobs: Counter  # stage jobs by state (a job several runs share counts once)
-    gpu_hours: float  # ended jobs' accounted GPU-hours + running SLURM jobs' so far
+    gpu_hours: float  # ended jobs' GPU-hours (SLURM's accounting, else wall-clock x the GPUs they ran on) + running
+    # jobs' so far
     problems: list[Problem]  # newest first
     notes: list[str]  # what limited this snapshot (squeue did not answer, ...)
     taken_at: float
     planned_gpu_hours: float | None = None  # what `rlsweep plan` estimated when the sweep first ran (plan.json)
     design: str | None = None  # seeds on demand: the round, each pair's state, seeds and GPU-hours (design/status.py)
+    hours: float = 0.0  # wall-clock hours of the same jobs (what a sweep on the CPU counts)
+    planned_hours: float | None = None
+    planned_bounded: bool = False  # some of the plan came from time limits: "at most"
+    eta: Eta | None = None  # the whole sweep's time left (watch/eta.py)
+
+    @property
+    def on_gpus(self) -> bool:
+        """Whether the sweep's hours are GPU-hours: a job ran on a GPU, or the plan has jobs use one."""
+        return self.gpu_hours > 0 or bool(self.planned_gpu_hours)
 
     @property
     def failed(self) -> bool:
@@ -102,7 +115,11 @@ class Watcher:
         # those of them not seen started
         self._know_runs()
         planned = recorded_plan(self.root, sweep.name)  # written once, when the sweep first ran: read once
-        self.planned_gpu_hours = (sum(s["gpu_hours"] for s in planned["stages"].values()) if planned else None)
+        stages = planned["stages"].values() if planned else ()
+        self.planned_gpu_hours = sum(s["gpu_hours"] for s in stages) if planned else None
+        self.planned_hours = sum(s["hours"] for s in stages) if planned else None
+        self.planned_bounded = any(s.get("bounded") for s in stages)
+        self.timing = Timing(sweep, self.root, executor_of(self.root, sweep.name), clock)
 
     def _know_runs(self) -> None:
         sweep = self.sweep
@@ -159,14 +176,19 @@ class Watcher:
                 self._notes.append(f"squeue did not answer ({str(e).strip()[:160]}): SLURM jobs shown as found")
         return self._queue[0]
 
-    def _gpu_hours(self, stage: str, stage_id: str, run_id: str | None, step: int | None, group: str | None,
-                   view: JobView) -> float:
-        if view.state == "running" and view.live and view.live.get("gpus"):
-            return view.live["gpus"] * max(self._now - view.live.get("started_at", self._now), 0) / 3600
+    def _spent(self, key: tuple, view: JobView) -> tuple[float, float, dict | None]:
+        """A job's (hours, GPU-hours) so far, and an ended job's runs row: a running one's since its live file's
+        start, times the GPUs it runs on; an ended one's wall-clock, and SLURM's GPU-hours where it accounted them,
+        else wall-clock x the GPUs the row says it ran on (a row from before rows said: none known, 0)."""
+        if view.state == "running" and view.live:
+            hours = max(self._now - view.live.get("started_at", self._now), 0) / 3600
+            return hours, hours * (view.live.get("gpus") or 0), None
         if view.state in ("done", "failed"):
-            row = self.files.runs_row(self._paths_of((stage, stage_id, run_id, step, group))[2])
-            return float((row or {}).get("gpu_hours") or 0.0)
-        return 0.0
+            row = self.files.runs_row(self._paths_of(key)[2]) or {}
+            hours = (row.get("wall_s") or 0.0) / 3600
+            gpu = row.get("gpu_hours")
+            return hours, float(gpu if gpu is not None else hours * (row.get("gpus") or 0)), row
+        return 0.0, 0.0, None
 
     # -------------------------------------------------------------------------------------------------- a run
     def _evaluation(self, run) -> tuple[float | None, int | None]:
@@ -254,18 +276,22 @@ class Watcher:
             for key, view in jobs.items():
                 counted.setdefault(key, (view, line))
         jobs_by_state = Counter({s: 0 for s in STATES})
-        gpu_hours, problems = 0.0, []
+        hours, gpu_hours, problems, eval_wall = 0.0, 0.0, [], {}
         for key, (view, line) in counted.items():
             jobs_by_state[view.state] += view.state != "pending"
-            gpu_hours += self._gpu_hours(*key, view)
+            h, g, row = self._spent(key, view)
+            hours, gpu_hours = hours + h, gpu_hours + g
+            if key[0] == "eval" and view.state == "done" and row and row.get("wall_s"):
+                eval_wall[key[1:]] = row["wall_s"]
             if view.state == "failed":
                 problems.append(Problem(f"{line.label} seed {line.seed}", key[0] + (f" step {key[3]}" if key[0] ==
                                                                                      "eval" else ""),
                                         view.detail, view.log, view.when, view.error))
         jobs_by_state["pending"] = max(self.n_jobs - sum(jobs_by_state.values()), 0)
         problems.sort(key=lambda p: p.when or 0.0, reverse=True)
+        eta = self.timing.eta(lambda key: counted.get(key, (None,))[0], eval_wall)
         return Snapshot(self.sweep.name, lines, jobs_by_state, gpu_hours, problems, self._notes, self._now,
-                        self.planned_gpu_hours, design)
+                        self.planned_gpu_hours, design, hours, self.planned_hours, self.planned_bounded, eta)
 
 
 def _urgency(state: str) -> int:

@@ -106,9 +106,19 @@ def header(snapshot: Snapshot) -> str:
     when = dt.datetime.fromtimestamp(snapshot.taken_at).strftime("%H:%M:%S")
     return (f"{snapshot.sweep}: {len(snapshot.lines)} runs | jobs {j['done']} done, {j['running']} running, "
             f"{j['queued']} queued, {j['failed']} failed, {j['pending']} pending | "
-            f"GPU-hours {snapshot.gpu_hours:.1f}"
-            + (f" of {snapshot.planned_gpu_hours:.1f} planned" if snapshot.planned_gpu_hours is not None else "")
+            + used_text(snapshot) + (f" | {snapshot.eta.text(snapshot.taken_at)}" if snapshot.eta else "")
             + f" | {when}")
+
+
+def used_text(snapshot: Snapshot) -> str:
+    """GPU-hours used (of planned) where the sweep is on GPUs, plain hours on the CPU; "at most" for a plan from
+    time limits."""
+    gpus = snapshot.on_gpus
+    used, planned = ((snapshot.gpu_hours, snapshot.planned_gpu_hours) if gpus
+                     else (snapshot.hours, snapshot.planned_hours))
+    return (f"{'GPU-hours' if gpus else 'hours'} {used:.1f}"
+            + ("" if planned is None else
+               f" of {'at most ' if snapshot.planned_bounded and planned else ''}{planned:.1f} planned"))
 
 
 def footer(snapshot: Snapshot) -> list[str]:

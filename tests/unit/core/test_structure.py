@@ -169,11 +169,11 @@ def test_the_files_long_tests_count_as_not_run_are_imported_by_no_module():
 FLOORS = [
     ("ground", "what every floor stands on: errors, files written whole, strict models, registries by name, paths on "
      "disk, progress, the hub, the model cache, live files, checkpoints, run identity (ids are hashes of configs), "
-     "retry names (the resource a stage's retry settings travel in)",
+     "retry names (the resource a stage's retry settings travel in), the GPUs a process can use",
      ("workflow", "workflow.errors", "workflow.atomic", "workflow.strict", "workflow.registry", "workflow.layout",
       "workflow.progress", "workflow.capture", "workflow.hub", "workflow.kernels", "workflow.preemption",
       "workflow.live", "workflow.checkpoint", "workflow.models", "workflow.identity", "workflow.dry_run",
-      "workflow.big_dag", "workflow.slurm.retry")),
+      "workflow.big_dag", "workflow.slurm.retry", "workflow.devices")),
     ("cluster", "where a job runs: SLURM (the executor plugin, the job callable, the controller, retries by reason), "
      "where a job ran (provenance) and the lock a stage holds while it runs", ("workflow.slurm", "workflow.provenance",
                                                                            "workflow.runlock")),

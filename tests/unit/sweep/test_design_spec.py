@@ -82,11 +82,17 @@ def test_a_verl_design_validates_and_explains_itself(tmp_path):
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     sweep = load_sweep(path)
     assert {r.config.engine.name for r in sweep.runs} == {"verl"} and len(sweep.runs) == 15
+    from workflow.sweep.executor import record_executor
+    record_executor(tmp_path / "results", "verl_design", "rlsweep-slurm", None, 100)  # started on a cluster
     out = run_cli("--results", str(tmp_path / "results"), "validate", str(path))
     assert out.returncode == 0, out.stderr
     assert "1 family, 2 pair(s), family-wise error 0.05" in out.stderr
     assert "the first round can decide" in out.stderr and "at most 45 RL run(s)" in out.stderr
     assert "budget 500 GPU-hours" in out.stderr
+    # the same design run here, on a machine without GPUs, is priced in hours: its jobs would use no GPU
+    record_executor(tmp_path / "results", "verl_design", "local", 2, None)
+    here = run_cli("--results", str(tmp_path / "results"), "validate", str(path), env={"CUDA_VISIBLE_DEVICES": ""})
+    assert "budget 500 hours" in here.stderr and "GPU-hours" not in here.stderr, here.stderr
 
 
 def test_validate_warns_when_the_first_round_cannot_decide(tmp_path):

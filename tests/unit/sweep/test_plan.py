@@ -21,6 +21,13 @@ resources:
 """
 
 
+def on_slurm(root, *sweeps: str) -> None:
+    """The sweeps started on SLURM (as the Snakefile records it): their jobs use the GPUs they ask."""
+    from workflow.sweep.executor import record_executor
+    for name in sweeps:
+        record_executor(root, name, "rlsweep-slurm", None, 100)
+
+
 def counts(stages) -> dict[str, dict[str, int]]:
     return {p.stage: {k: v for k, v in p.counts.items() if v} for p in stages}
 
@@ -30,6 +37,7 @@ def test_jobs_by_state_and_the_gpu_hours_left(tmp_path):
     from workflow.sweep.plan import plan
     sweep = load_sweep(write_sweep(tmp_path / "p.yaml", "p", SWEEP))
     root = tmp_path / "results"
+    on_slurm(root, "p")
     fresh = plan(sweep, root)
     assert counts(fresh) == {"sft": {"new": 1}, "rl": {"new": 4}, "eval": {"new": 4}}
     rl = next(p for p in fresh if p.stage == "rl")
@@ -76,12 +84,14 @@ def test_jobs_by_state_and_the_gpu_hours_left(tmp_path):
     assert res.returncode == 0, res.stderr
     row = next(line for line in res.stdout.splitlines() if line.startswith("│ rl"))
     assert [c.strip() for c in row.strip("│").split("│")][:6] == ["rl", "1", "1", "1", "0", "1"]
-    assert "GPU-hours left at most (some from time limits)" in res.stderr
+    assert "at most " in res.stdout and "GPU-hours left (some from time limits)" in res.stderr  # (eval's)
+    assert "runs on SLURM (100 jobs at once)" in res.stderr
 
 
 def test_the_plan_reads_in_whole_words_at_80_columns(tmp_path):
     """Before: ten columns at 80 wrapped every header into cut-off words ("part…", "GPU-h…", "esti…")."""
-    res = cli("plan", str(REPO / "sweeps" / "fast_grpo.yaml"), "--results", str(tmp_path), env={"COLUMNS": "80"})
+    res = cli("plan", str(REPO / "sweeps" / "fast_grpo.yaml"), "--results", str(tmp_path), "--on", "slurm",
+              env={"COLUMNS": "80"})
     assert res.returncode == 0, res.stderr
     table = res.stdout[:res.stdout.index("└")]
     assert "…" not in table and max(map(len, table.splitlines())) <= 80
@@ -109,6 +119,7 @@ def test_a_new_sweep_is_estimated_from_finished_jobs_of_its_shape_in_the_whole_s
     root = tmp_path / "results"
     base = "resources:\n  rl: {gpus_per_node: 2, time: '02:00:00'}\ngrid:\n  rl.update: [sfpo]\n  rl.sfpo.K: [%s]\n"
     new = load_sweep(write_sweep(tmp_path / "new.yaml", "new", base % "3"))
+    on_slurm(root, "new")
     [run] = new.runs
     # another sweep's run at another learning rate (not the shape) and K 3 took 5 s a step; one at K 5, 50 s
     other = load_sweep(write_sweep(tmp_path / "old.yaml", "old", base % "3, 5" + "  rl.lr: [7.0e-4]\n"))
@@ -218,6 +229,7 @@ def test_status_sets_what_each_stage_and_method_used_against_the_plan_at_the_sta
         finished_elsewhere(root, "old", run, 1.0)
     sweep = load_sweep(write_sweep(tmp_path / "p.yaml", "p", "grid:\n  rl.update: [grpo, sfpo]\n  rl.lr: [2.0e-4]\n"
                                    "resources:\n  rl: {gpus_per_node: 2}\n"))
+    on_slurm(root, "p")
     assert record_plan(sweep, root) and not record_plan(sweep, root)  # written once
     planned = recorded_plan(root, "p")["stages"]["rl"]
     steps = sweep.runs[0].config.rl.steps
@@ -235,8 +247,8 @@ def test_status_sets_what_each_stage_and_method_used_against_the_plan_at_the_sta
     assert float(rows["rl", "sfpo"][4]) == 0.5
     total = rows["rl", "all"]
     assert total[2] == "2" and float(total[4]) == pytest.approx(steps * 2 / 3600 + 0.5, rel=0.05)
-    assert float(total[6]) == pytest.approx(planned["gpu_hours"], rel=0.05) and "x the plan" in total[7]  # flagged
-    assert rows["sft", "all"][2:5] == ["0", "0", "0"] and "(upper bound)" in rows["sft", "all"][6]  # not run yet
+    assert float(total[5]) == pytest.approx(planned["gpu_hours"], rel=0.05) and "x the plan" in total[7]  # flagged
+    assert rows["sft", "all"][2:5] == ["0", "0", "0"] and rows["sft", "all"][5].startswith("at most ")  # not run yet
     # the report's "Cost" section holds the same lines (workflow/report/cost.py)
     from workflow.report.cost import section
     from workflow.results.catalog import Catalog
@@ -245,3 +257,44 @@ def test_status_sets_what_each_stage_and_method_used_against_the_plan_at_the_sta
     lines = {(r[0].text, r[1].text): r for r in cost.tables[0].rows}
     assert cost.title == "Cost: planned against used" and lines["rl", "all"][7].mark == "failed"
     assert [c.text for c in lines["rl", "sfpo"][2:5]] == [c for c in rows["rl", "sfpo"][2:5]]
+
+
+def test_a_cpu_only_sweep_counts_hours_never_gpu_hours_and_says_at_most_for_time_limits(tmp_path, monkeypatch):
+    """Issue 82, item 2: the default resources ask SLURM for a GPU per job, but a sweep run on a machine without GPUs
+    uses none: its plan, its status and its report count plain hours (the jobs' runs rows say gpus 0); a figure from
+    time limits says "at most"; once the store has measured the stage's shape the estimate now stands beside the
+    first plan."""
+    from workflow.sweep.executor import executor_of, record_executor
+    from workflow.sweep.expand import load_sweep
+    from workflow.sweep.plan import plan, record_plan, recorded_plan
+    root = tmp_path / "results"
+    sweep = load_sweep(write_sweep(tmp_path / "c.yaml", "c", "seeds: [0, 1]\n"))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # (a machine without GPUs, even where the tests run on one)
+    record_executor(root, "c", "local", 2, None)
+    assert executor_of(root, "c").gpus == 0
+    first = {p.stage: p for p in plan(sweep, root)}
+    assert first["rl"].gpus == 0 and first["rl"].gpu_hours == 0 and first["rl"].hours == pytest.approx(2 * 24)
+    record_plan(sweep, root)
+    assert recorded_plan(root, "c")["stages"]["rl"]["gpu_hours"] == 0
+    res = cli("plan", str(sweep.path), "--results", str(root), env={"COLUMNS": "200"})
+    assert res.returncode == 0, res.stderr
+    assert "GPU-hours" not in res.stdout + res.stderr and "at most 68.00 hours (on the CPU) left" in res.stderr  # 12 + 2 x 24 + 2 x 4
+    assert "runs on this machine (2 cores, no GPU)" in res.stderr
+    # one run trained, on the CPU (gpus 0 in its row), at 2 s a step: the other is now estimated from it
+    done = sweep.runs[0]
+    write_rows(root, "runs", f"rl_{done.run_id}", [dict(run_id=done.run_id, sweep="c", stage="rl", method="grpo",
+               status="completed", wall_s=8.0, gpus=0, config=json.dumps(done.stage_config("rl")))])
+    write_rows(root, "train_steps", train_steps_file("rl", done.run_id, 1, 4), [dict(
+        run_id=done.run_id, sweep="c", stage="rl", step=s, wall_s=2.0) for s in range(1, 5)])
+    (stage_dir(root, "rl", done.run_id)).mkdir(parents=True)
+    (stage_dir(root, "rl", done.run_id) / "DONE.json").write_text("{}")
+    res = cli("status", str(sweep.path), "--results", str(root), env={"COLUMNS": "200"})
+    assert res.returncode == 0, res.stderr
+    assert "GPU-hours" not in res.stdout + res.stderr
+    cells = {tuple(c.strip() for c in line.strip("│").split("│"))[:2]: [c.strip() for c in line.strip("│").split("│")]
+             for line in res.stdout.splitlines() if line.startswith("│ ")}
+    head = next(line for line in res.stdout.splitlines() if "planned" in line)
+    assert "estimate now" in res.stdout and "planned hours" in " ".join(res.stdout.split())
+    rl = cells["rl", "all"]
+    assert rl[3] == f"{8 / 3600:.2g}" and rl[4] == "at most 48" and rl[5] == f"{16 / 3600:.2g}", (head, rl)
+
