@@ -28,7 +28,6 @@ from workflow.results.migrate import legacy_sweeps, migrate_if_needed
 from workflow.segments import record_finished, unrecorded_finished
 from workflow.extend import evaluations_to_copy, extend, extensions, index_finished
 from workflow.sweep.expand import load_sweep
-from workflow.sweep.plan import record_plan
 from workflow.sweep.spec import SweepError
 from workflow.stages import STAGES
 
@@ -77,11 +76,6 @@ else:
     migrate_if_needed(RESULTS)
     # the sweep's trackers, where its jobs find them (never a job's argument: not part of any job's identity)
     record_tracking(RESULTS, SWEEP.name, SWEEP.spec.tracking.model_dump(mode="json"))
-    # what the sweep had left to spend when it first ran (`rlsweep status` sets what it used against it), before
-    # extensions take their steps: written once, never again (not for a study or a design: their trials or rounds
-    # are not known yet; a design's plan is its worst case, `rlsweep plan`)
-    if SWEEP.spec.optuna is None and SWEEP.spec.design is None:
-        record_plan(SWEEP, Path(RESULTS))
     record_finished(RESULTS, SWEEP.runs)  # RL runs finished in one job before segments: their segment files
     index_finished(RESULTS)  # once per store: the RL runs finished before the index of donors existed
     for _ext in extensions(RESULTS, SWEEP.runs)[0]:  # a longer run of a finished run's settings: only the new steps
@@ -105,8 +99,16 @@ onstart:
     # the executor and its parallelism (cores here, SLURM jobs in flight), for the sweep's ETA and its hours:
     # known only once Snakemake has chosen the executor (workflow/sweep/executor.py)
     from workflow.sweep.executor import record_executor
-    record_executor(RESULTS, SWEEP.name, getattr(workflow.executor_plugin, "name", None), workflow._cores,
-                    workflow.nodes)
+    from workflow.sweep.plan import record_plan
+    _executor = record_executor(RESULTS, SWEEP.name, getattr(workflow.executor_plugin, "name", None),
+                                workflow._cores, workflow.nodes)
+    # what the sweep had left to spend when it first ran (`rlsweep status` sets what it used against it), priced
+    # where it runs (so after the executor is known: a CPU machine's plan has no GPU-hours, whatever the commands on
+    # PATH suggest); an extension's taken steps cost nothing before or after they are taken. Written once, never
+    # again (not for a study or a design: their trials or rounds are not known yet; a design's plan is its worst
+    # case, `rlsweep plan`)
+    if SWEEP.spec.optuna is None and SWEEP.spec.design is None:
+        record_plan(SWEEP, Path(RESULTS), _executor)
 RULE_FROM_DECLARATION = [s for s in STAGES.values() if s.rule_from_declaration]  # rules/stages.smk
 
 
@@ -177,7 +179,7 @@ forget_load_time_names(globals(), SNAKEMAKE_NAMES, [
     "SNAKEMAKE_NAMES", "cache_resource_signature", "forget_load_time_names", "job_function", "tune_gc", "dry_run",
     "done_path", "report_dir", "rescore_path", "segment_done", "summary_path", "study_dir", "record_members",
     "record_tracking", "legacy_sweeps", "migrate_if_needed", "record_finished", "unrecorded_finished",
-    "evaluations_to_copy", "extend", "extensions", "index_finished", "load_sweep", "record_plan", "SweepError",
+    "evaluations_to_copy", "extend", "extensions", "index_finished", "load_sweep", "SweepError",
     "STAGES", "run_stage", "nested_snakemake_args", "add_recorded_runs", "design_done", "design_key", "families",
     # (imports)
     "STAGE", "RULE_FROM_DECLARATION", "EVAL_DONE", "RESCORE_DONE", "SELF_STARTS", "STUDY_DONE", "DESIGN_DONE",

@@ -8,6 +8,8 @@ which is what its id is hashed from.
 
 from __future__ import annotations
 
+import functools
+
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -386,6 +388,7 @@ class RLBase(Strict):
         return cls._sections("part")
 
     @classmethod
+    @functools.cache  # (fixed per class; asked per run and refresh by `method`)
     def _sections(cls, role: str) -> tuple[str, ...]:
         return tuple(name for name in cls.model_fields if name in _SECTIONS and _SECTIONS[name].role == role)
 

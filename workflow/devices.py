@@ -10,7 +10,8 @@ from pathlib import Path
 
 def visible_gpus() -> tuple[int, str | None]:
     """The NVIDIA GPUs this process may use, and their kind, without importing torch: CUDA_VISIBLE_DEVICES where it
-    is set (SLURM sets it to the allocation; "" or -1: none), else the driver's list (/proc/driver/nvidia/gpus);
+    is set (SLURM sets it to the allocation; "" or -1: none) on a machine with a GPU device, else the driver's list
+    (/proc/driver/nvidia/gpus);
     (0, None) on a machine without them. A process that has initialised CUDA answers from torch instead."""
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
@@ -21,12 +22,20 @@ def visible_gpus() -> tuple[int, str | None]:
     except OSError:
         found = []
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
+    if not found and not _has_gpu_device():
+        n = 0  # no GPU whatever the variable says (a job environment or a CI image may set it on a CPU machine)
+    elif visible is not None:
         ids = [v for v in visible.split(",") if v.strip()]
         n = 0 if not ids or ids[0].strip().startswith("-") else len(ids)
     else:
         n = len(found)
     return (n, _model(found[0]) if n and found else None)
+
+
+def _has_gpu_device() -> bool:
+    """An NVIDIA device node (/dev/nvidia0…) or WSL's GPU (/dev/dxg): where the driver's list is absent, whether
+    there is a GPU for CUDA_VISIBLE_DEVICES to name at all."""
+    return Path("/dev/dxg").exists() or any(Path("/dev").glob("nvidia[0-9]*"))
 
 
 def _model(gpu: Path) -> str | None:

@@ -347,14 +347,15 @@ def plan(sweep, root: Path, executor: Executor | None = None) -> list[StagePlan]
 PLAN_FILE = "plan.json"  # results/<sweep>/plan.json: the estimate when the sweep first ran
 
 
-def record_plan(sweep, root: Path) -> bool:
+def record_plan(sweep, root: Path, executor: Executor | None = None) -> bool:
     """The plan's estimate of what the sweep had left to spend when it first ran (results/<sweep>/plan.json), kept
-    from then on: what `rlsweep status` sets the GPU-hours it used against. False: already recorded."""
+    from then on: what `rlsweep status` sets the GPU-hours it used against, priced on `executor` (the one it started
+    under; None: executor_of's). False: already recorded."""
     path = sweep_dir(root, sweep.name) / PLAN_FILE
     if path.is_file():
         return False
     stages = {p.stage: {"hours": p.hours, "gpu_hours": p.gpu_hours, "measured": p.measured, "bounded": p.bounded,
-                        "to_run": p.measured + p.bounded} for p in plan(sweep, root)}
+                        "to_run": p.measured + p.bounded} for p in plan(sweep, root, executor)}
     write_json(path, {"recorded_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                       "stages": stages})
     return True

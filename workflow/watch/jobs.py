@@ -49,29 +49,30 @@ class Files:
     seconds over thousands of jobs, most of which changed nothing)."""
 
     def __init__(self) -> None:
-        self._cache: dict[tuple[str, Path], tuple[tuple[int, int], Any]] = {}
+        self._cache: dict[tuple[str, str], tuple[tuple[int, int], Any]] = {}
 
-    def read(self, path: Path, parse: Callable[[Path], Any], kind: str = "") -> Any:
+    def read(self, path: str | Path, parse: Callable[[Path], Any], kind: str = "") -> Any:
+        key = (kind, os.fspath(path))  # (a str: hashing or formatting a Path costs more than reading its stat)
         try:
-            st = os.stat(path)
+            st = os.stat(key[1])
         except OSError:
-            self._cache.pop((kind, path), None)
+            self._cache.pop(key, None)
             return None
-        key, stamp = (kind, path), (st.st_size, st.st_mtime_ns)
+        stamp = (st.st_size, st.st_mtime_ns)
         hit = self._cache.get(key)
         if hit is not None and hit[0] == stamp:
             return hit[1]
-        value = parse(path)
+        value = parse(Path(path))
         self._cache[key] = (stamp, value)
         return value
 
-    def json(self, path: Path) -> dict[str, Any] | None:
+    def json(self, path: str | Path) -> dict[str, Any] | None:
         return self.read(path, _json, "json")
 
-    def live(self, directory: Path) -> dict[str, Any] | None:
-        return self.read(directory / LIVE, lambda p: read_live(p.parent), "live")
+    def live(self, directory: str | Path) -> dict[str, Any] | None:
+        return self.read(os.path.join(directory, LIVE), lambda p: read_live(p.parent), "live")
 
-    def runs_row(self, path: Path) -> dict[str, Any] | None:
+    def runs_row(self, path: str | Path) -> dict[str, Any] | None:
         return self.read(path, _runs_row, "runs")
 
     def tail(self, log: str | None) -> str:
@@ -105,10 +106,10 @@ def _runs_row(path: Path) -> dict[str, Any] | None:
     return row
 
 
-def _heartbeat(directory: Path, now: float) -> bool:
+def _heartbeat(directory: str, now: float) -> bool:
     """Whether the job's RUNNING.lock was renewed within STALE_S (its owner renews it every HEARTBEAT_S)."""
     try:
-        return now - os.stat(directory / LOCK_NAME).st_mtime < STALE_S
+        return now - os.stat(os.path.join(directory, LOCK_NAME)).st_mtime < STALE_S
     except OSError:
         return False
 
@@ -118,6 +119,7 @@ def stage_job(directory: Path, done: Path, runs_row: Path, squeue: Callable[[], 
     """The state of the stage job whose outputs are in `directory`, finished when `done` exists, whose runs row
     file is `runs_row`. `squeue()`: this user's jobs by id (None: the scheduler did not answer); called only for a
     job the SLURM executor submitted."""
+    directory = os.fspath(directory)  # (joined as strings: a refresh looks at thousands of jobs)
     try:  # one listing, then only the files that are there: most jobs of a big sweep have few or none
         names = set(os.listdir(directory))
     except OSError:
@@ -127,10 +129,10 @@ def stage_job(directory: Path, done: Path, runs_row: Path, squeue: Callable[[], 
         return JobView("done", live=live)
     if PRUNED in names:
         return JobView("done", "pruned", live=live)
-    record = files.json(directory / SLURM_RECORD) if SLURM_RECORD in names else None
+    record = files.json(os.path.join(directory, SLURM_RECORD)) if SLURM_RECORD in names else None
     # (SLURM.json and LIVE.json name a log relative to the stage directory; an older one's absolute path still reads)
     log = (record or {}).get("log") or (live or {}).get("log") or (JOB_LOG if JOB_LOG in names else None)
-    log = str(directory / log) if log else None
+    log = os.path.join(directory, log) if log else None
     queue = squeue() if record is not None else None
     if queue is not None:
         listed = queue.get(str(record.get("job_id")))
@@ -140,7 +142,7 @@ def stage_job(directory: Path, done: Path, runs_row: Path, squeue: Callable[[], 
             return JobView("queued", f"job {record.get('job_id')}: {listed.reason or listed.state}", log, live)
     row = files.runs_row(runs_row)
     status, error = (row or {}).get("status"), (row or {}).get("error")
-    owner = files.json(directory / LOCK_NAME) if LOCK_NAME in names else None
+    owner = files.json(os.path.join(directory, LOCK_NAME)) if LOCK_NAME in names else None
     # the one liveness rule (runlock.owner_alive): SLURM's word from this refresh's squeue answer, then this host's
     # pid, then the lock's heartbeat; a lock nobody reads (being written) goes by its heartbeat alone
     alive = owner is not None and (owner_alive(owner, HOST, queue if record is not None else None,

@@ -111,6 +111,7 @@ class Watcher:
         self.files = Files()
         self._paths: dict[tuple, tuple[Path, Path, Path]] = {}
         self.finished: dict[str, tuple[RunLine, dict[tuple, JobView]]] = {}  # runs whose every job is done
+        self._ended: dict[tuple, tuple[float, float, dict]] = {}  # a done job's hours, GPU-hours and runs row
         # every stage job of the sweep, once (an SFT job several runs share is one): the header's pending are
         # those of them not seen started
         self._know_runs()
@@ -183,11 +184,16 @@ class Watcher:
         if view.state == "running" and view.live:
             hours = max(self._now - view.live.get("started_at", self._now), 0) / 3600
             return hours, hours * (view.live.get("gpus") or 0), None
+        if view.state == "done" and key in self._ended:  # a finished job's row is final: no stat per refresh
+            return self._ended[key]
         if view.state in ("done", "failed"):
             row = self.files.runs_row(self._paths_of(key)[2]) or {}
             hours = (row.get("wall_s") or 0.0) / 3600
             gpu = row.get("gpu_hours")
-            return hours, float(gpu if gpu is not None else hours * (row.get("gpus") or 0)), row
+            spent = hours, float(gpu if gpu is not None else hours * (row.get("gpus") or 0)), row
+            if view.state == "done" and row:
+                self._ended[key] = spent
+            return spent
         return 0.0, 0.0, None
 
     # -------------------------------------------------------------------------------------------------- a run
@@ -289,7 +295,7 @@ class Watcher:
                                         view.detail, view.log, view.when, view.error))
         jobs_by_state["pending"] = max(self.n_jobs - sum(jobs_by_state.values()), 0)
         problems.sort(key=lambda p: p.when or 0.0, reverse=True)
-        eta = self.timing.eta(lambda key: counted.get(key, (None,))[0], eval_wall)
+        eta = self.timing.eta(lambda key: counted.get(key, (None,))[0], eval_wall, tuple(jobs_by_state.values()))
         return Snapshot(self.sweep.name, lines, jobs_by_state, gpu_hours, problems, self._notes, self._now,
                         self.planned_gpu_hours, design, hours, self.planned_hours, self.planned_bounded, eta)
 

@@ -7,6 +7,7 @@ anywhere in the store (plan.store_measurements, one query, asked again at most e
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from statistics import mean
@@ -19,6 +20,9 @@ from workflow.watch.eta import Eta, Task, estimate
 from workflow.watch.jobs import JobView
 
 STORE_EVERY_S = 120.0  # how often the store's finished jobs are asked again (a query over every sweep's rows)
+# how often the schedule is replayed while no job changes state (a figure in minutes needs no replay per 5 s
+# refresh: at 10,000 runs a replay costs about a third of a refresh); in between, the last one counts down
+ETA_EVERY_S = 15.0
 _SUPERVISED = ("pretrain", "sft")
 
 
@@ -30,6 +34,7 @@ class Timing:
         self._known = -1  # the runs the shapes were made for (a study or design adds runs)
         self._store: list[tuple[tuple, Measured]] = []
         self._store_at = -float("inf")
+        self._last: tuple[float, tuple, Eta] | None = None  # (when, the job states it was replayed for, the ETA)
 
     # ------------------------------------------------------------------------------------------ shapes, once
     def _shapes(self) -> None:
@@ -50,6 +55,9 @@ class Timing:
                     key = cost_key("eval", r.stage_config("eval"), asked_gpus(sweep, "eval"), group)
                     by_config[(text, group)] = (key[0], key[1], key[3])
                 self.shape[("eval", r.eval_id, group)] = by_config[(text, group)]
+        # what the DAG's shape says and no refresh changes: each RL run's segment ends, each first evaluation a copy
+        self.ends = {i: sweep.segment_ends("rl", i) for i in {*sweep.jobs("rl"), *(r.run_id for r in sweep.runs)}}
+        self.copies = sweep.start_sources()
 
     def _measured(self) -> dict[tuple, list[Measured]]:
         now = self.clock()
@@ -61,12 +69,30 @@ class Timing:
         return out
 
     # --------------------------------------------------------------------------------------------- the ETA
-    def eta(self, view_of: Callable[[tuple], JobView | None], eval_wall: dict[tuple, float]) -> Eta:
+    def eta(self, view_of: Callable[[tuple], JobView | None], eval_wall: dict[tuple, float],
+            states: tuple = ()) -> Eta:
         """The sweep's time left. `view_of(key)`: a job's view this refresh (None: not looked at, pending);
-        `eval_wall`: finished eval jobs' wall-clock seconds by (eval id, run id, step, group)."""
+        `eval_wall`: finished eval jobs' wall-clock seconds by (eval id, run id, step, group); `states`: the jobs'
+        counts by state, whose change replays the schedule at once (else at most every ETA_EVERY_S)."""
+        now = self.clock()
+        if self._last is not None and self._last[1] == states and now - self._last[0] < ETA_EVERY_S:
+            at, _, last = self._last
+            return dataclasses.replace(last, seconds=max(last.seconds - (now - at), 0.0))
+        found = self._replay(view_of, eval_wall)
+        self._last = (now, states, found)
+        return found
+
+    def _replay(self, view_of: Callable[[tuple], JobView | None], eval_wall: dict[tuple, float]) -> Eta:
         self._shapes()
         sweep, ex = self.sweep, self.executor
-        store = self._measured()
+        held: list[dict[tuple, list[Measured]]] = []
+
+        def store() -> dict[tuple, list[Measured]]:
+            """The store's measurements, asked only when a shape has none of this sweep's own (a query over every
+            runs file: at 10,000 runs most of a first refresh)."""
+            if not held:
+                held.append(self._measured())
+            return held[0]
         live: dict[tuple, list[Measured]] = {}  # this sweep's own rates by shape, from its jobs' live files
         views: dict[tuple, JobView | None] = {}
         for stage in ("pretrain", "sft", "rl"):
@@ -85,13 +111,20 @@ class Timing:
             if shape is not None:
                 evals.setdefault(shape, []).append(wall)
 
+        rates: dict[tuple, tuple[float | None, str]] = {}  # (one answer per shape: thousands of jobs share a few)
+
         def per_unit(stage: str, shape: tuple) -> tuple[float | None, str]:
             """Seconds per step (training) or per job, and its basis."""
+            if (stage, shape) not in rates:
+                rates[(stage, shape)] = _per_unit(stage, shape)
+            return rates[(stage, shape)]
+
+        def _per_unit(stage: str, shape: tuple) -> tuple[float | None, str]:
             found = [m.seconds for m in live.get(shape, [])] if stage != "eval" else evals.get(shape, [])
-            found = found or [m.seconds for m in store.get(shape, []) if m.seconds is not None]
+            found = found or [m.seconds for m in store().get(shape, []) if m.seconds is not None]
             if not found and stage == "rl":  # the same but for the update rule's passes: scaled from those
                 rest = shape[2][:PASSES] + shape[2][PASSES + 1:]
-                found = [s for src in (live, store) for k, ms in src.items() if k[:2] == shape[:2] and
+                found = [s for src in (live, store()) for k, ms in src.items() if k[:2] == shape[:2] and
                          k[2][:PASSES] + k[2][PASSES + 1:] == rest for m in ms
                          if (s := scaled_seconds(m, shape[2][PASSES])) is not None]
             return (mean(found), "measured") if found else (None, "none")
@@ -149,14 +182,14 @@ class Timing:
             at = (v.live or {}).get("step", 0) if v is not None and v.live else 0
             before = index.get(("sft", r.sft_id)) if r.sft_id else index.get(("pretrain", r.pretrain_id))
             start = at
-            for i, end in enumerate(e for e in sweep.segment_ends("rl", stage_id) if e > at):
+            for i, end in enumerate(e for e in self.ends[stage_id] if e > at):
                 running = i == 0 and v is not None and v.state == "running"
                 add(("rl", stage_id, end), *timed("rl", self.shape[("rl", stage_id)], end - start,
                                                  v if running else None), [before], "rl", running)
                 before, start = index[("rl", stage_id, end)], end
-        copies = sweep.start_sources()
+        copies = self.copies
         for r in sweep.runs:
-            ends = sweep.segment_ends("rl", r.run_id)
+            ends = self.ends[r.run_id]
             for step, group in r.eval_jobs:
                 key = ("eval", r.eval_id, r.run_id, step, group)
                 v = view_of(key)

@@ -65,6 +65,22 @@ def test_where_the_sweep_runs_is_recorded_at_its_start_and_decides_the_gpus_a_jo
     assert gpus_used(4, Executor("local", 8, 2, "NVIDIA H200")) == 2
 
 
+NO_GPU_HERE = not (os.path.isdir("/proc/driver/nvidia/gpus") or os.path.exists("/dev/nvidia0")
+                   or os.path.exists("/dev/dxg"))
+
+
+@pytest.mark.skipif(not NO_GPU_HERE, reason="a machine with a GPU device: the variable names real GPUs")
+def test_a_cpu_machine_has_no_gpus_whatever_cuda_visible_devices_says(tmp_path, monkeypatch):
+    # a CI image or a job environment may set CUDA_VISIBLE_DEVICES on a machine without GPUs: the sweep still runs
+    # on the CPU, its runs rows say 0 GPUs, and its plan counts hours, not GPU-hours of GPUs that are not there
+    from workflow.devices import device_used, visible_gpus
+    monkeypatch.delenv("RLSWEEP_NESTED", raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    assert visible_gpus() == (0, None) and device_used("rl") == {"gpus": 0, "gpu_kind": None}
+    here = record_executor(tmp_path, "s", "local", 2, None)
+    assert here.gpus == 0 and gpus_used(1, here) == 0
+
+
 BASE = """
 base:
   model: {n_layers: 1, hidden: 32, n_heads: 2}
@@ -135,3 +151,26 @@ def test_on_slurm_a_job_nothing_measured_is_timed_at_its_time_limit_and_said_at_
     # nothing has run: SFT (1 h), then the four RL runs side by side (2 h), then their evaluations (30 min)
     assert (eta.jobs, eta.bounded, eta.unbased) == (9, 9, 0) and eta.seconds == pytest.approx(3.5 * 3600)
     assert eta.text(0.0).startswith("ETA at most 3h30m")
+
+
+def test_between_replays_the_eta_counts_down_and_a_job_that_ends_replays_it_at_once(tmp_path):
+    # watch refreshes every 5 s; the schedule is replayed at most every ETA_EVERY_S while no job changes state (at
+    # 10,000 runs a replay is a third of a refresh): in between, the last figure counts down with the clock
+    from workflow.watch.timing import ETA_EVERY_S
+    sweep = load_sweep(write_sweep(tmp_path / "e.yaml", "e", SWEEP % ("", "", ""), base=BASE))
+    root = tmp_path / "results"
+    record_executor(root, "e", "local", 4, None)
+    write_json(done_path(root, "sft", sweep.runs[0].sft_id), {"stage": "sft"})
+    for run in sweep.runs:
+        _running(root, run, 6, 2.0, os.getpid())
+    now = [1000.0]
+    w = Watcher(sweep, root, squeue=dict, clock=lambda: now[0])
+    first = w.snapshot().eta
+    assert first.seconds == pytest.approx(8, abs=0.5) and first.unbased == 4  # (4 evaluations: no basis)
+    now[0] += ETA_EVERY_S / 3
+    assert w.snapshot().eta.seconds == pytest.approx(first.seconds - ETA_EVERY_S / 3)
+    write_json(stage_dir(root, "rl", sweep.runs[0].run_id) / "DONE.json", {"stage": "rl"})  # a job ends: replayed
+    (stage_dir(root, "rl", sweep.runs[0].run_id) / LOCK_NAME).unlink()
+    now[0] += 1.0
+    replayed = w.snapshot().eta
+    assert replayed.jobs == first.jobs - 1
