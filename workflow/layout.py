@@ -31,6 +31,7 @@ Every function takes strings too, so the Snakefile can pass wildcard patterns ("
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,12 +73,25 @@ def stage_dir(results_root: str | Path, stage: str, stage_id: str, run_id: str |
     return _stage_dir_under(store_dir(results_root), stage, stage_id, run_id, step, group)
 
 
+def stage_dir_text(results_root: str, stage: str, stage_id: str, run_id: str | None = None,
+                   step: int | str | None = None, group: str | None = None) -> str:
+    """stage_dir as a string, made without a Path: `rlsweep watch` names ~20,000 job directories at its first look
+    at a 10,000-run sweep, and each `/` of a Path costs ~2 us (a string join ~0.1)."""
+    return os.path.join(results_root, STORE, *_stage_parts(stage, stage_id, run_id, step, group))
+
+
+def _stage_parts(stage: str, stage_id: str, run_id: str | None, step: int | str | None,
+                 group: str | None) -> tuple[str, ...]:
+    """A stage job's directory below a directory laid out as the store: the one place that says how."""
+    if stage == "eval":
+        return "eval", str(run_id), stage_id, f"step_{step}", str(group)
+    return stage, stage_id
+
+
 def _stage_dir_under(base: Path, stage: str, stage_id: str, run_id: str | None, step: int | str | None,
                      group: str | None) -> Path:
     """A stage job's directory in `base`, a directory laid out as the store (or a sweep's before the store)."""
-    if stage == "eval":
-        return base / "eval" / str(run_id) / stage_id / f"step_{step}" / str(group)
-    return base / stage / stage_id
+    return base.joinpath(*_stage_parts(stage, stage_id, run_id, step, group))
 
 
 def done_path(results_root: str | Path, stage: str, stage_id: str, run_id: str | None = None,

@@ -234,10 +234,12 @@ class Catalog:
     the unreadable ones (`damaged`), and read-only SQL over the readable ones."""
 
     def __init__(self, results_root: str | Path = "results", sweep: str | None = None, deep: bool = False,
-                 planned=()):
+                 planned=(), excluding=()):
         """`deep`: decode every file in full, not only its footer (slower; `rlsweep doctor`). `planned`: the
         sweep's stage jobs as its file plans them now (membership.Member: Sweep.members()), members too before
-        Snakemake has recorded them (`rlsweep plan` of a sweep that has not run yet sees what it would reuse)."""
+        Snakemake has recorded them (`rlsweep plan` of a sweep that has not run yet sees what it would reuse).
+        `excluding`: (stage, stage id) pairs whose own small files are not opened at all (a caller that has read
+        them already: `rlsweep watch` asking the rest of the store; rows of theirs that a pack holds still read)."""
         if sweep is not None and not SWEEP_NAME.fullmatch(sweep):  # a path would read outside the results
             raise QueryError(f"sweep {sweep!r}: {SWEEP_NAME_RULE}")
         self.root, self.sweep, self.deep, self._planned = Path(results_root).resolve(), sweep, deep, list(planned)
@@ -272,6 +274,10 @@ class Catalog:
             # (a name no stage writes belongs to no sweep: listed only to be reported)
             listing = {t: [p for p in paths if is_pack(p.stem) or table_file_key(t, p.stem) is None
                            or member_of(self.members, t, p.stem)] for t, paths in listing.items()}
+        if excluding:
+            skip = set(excluding)
+            listing = {t: [p for p in paths if is_pack(p.stem) or table_file_key(t, p.stem) not in skip]
+                       for t, paths in listing.items()}
         budget = descriptor_budget(sum(map(len, listing.values())))
         for table, paths in listing.items():
             small, packs, broken, schemas = [], [], [], {}

@@ -12,6 +12,7 @@ Only the files that can hold the asked-for rows are opened: small files are chos
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Callable
 
@@ -120,4 +121,15 @@ def runs_row_file(results_root: str | Path, stage: str, stage_id: str, step: int
                   group: str | None = None) -> Path:
     """The small file holding a stage job's runs row (it may not exist): read it directly while the job is not done
     (a stage job's files are packed only once it is); `rlsweep watch` reads it so, without listing the table."""
-    return table_dir(results_root, "runs") / f"{runs_file(stage, stage_id, step, group)}.parquet"
+    return Path(runs_row_text(runs_dir_text(results_root), stage, stage_id, step, group))
+
+
+def runs_dir_text(results_root: str | Path) -> str:
+    """The runs table's folder, as a string (for runs_row_text)."""
+    return os.fspath(table_dir(results_root, "runs"))
+
+
+def runs_row_text(runs_dir: str, stage: str, stage_id: str, step: int | None = None, group: str | None = None) -> str:
+    """runs_row_file as a string under `runs_dir` (runs_dir_text), made without a Path (`rlsweep watch` names
+    ~20,000 of them at its first look at a 10,000-run sweep)."""
+    return os.path.join(runs_dir, f"{runs_file(stage, stage_id, step, group)}.parquet")

@@ -193,10 +193,11 @@ def cost_key(stage: str, cfg: dict, gpus: int | None, group: str | None = None) 
     return (stage, _model_key(cfg), gpus, cost_shape(stage, cfg, group))
 
 
-def store_measurements(root: Path, skip: set) -> list[tuple[tuple, Measured]]:
+def store_measurements(root: Path, skip: set, excluding=()) -> list[tuple[tuple, Measured]]:
     """(cost key, what it measured) of every finished job in the store that `skip` ((stage, job) pairs) does not
-    hold, known by its runs rows: their config, and their GPUs where SLURM accounted them (None: not recorded)."""
-    catalog = Catalog(root)  # every sweep's rows: the store is shared
+    hold, known by its runs rows: their config, and their GPUs where SLURM accounted them (None: not recorded).
+    `excluding`: (stage, stage id) pairs whose own files are not even opened (Catalog's)."""
+    catalog = Catalog(root, excluding=excluding)  # every sweep's rows: the store is shared
     try:
         rows = catalog.query("SELECT COLUMNS('^(stage|run_id|eval_step|eval_group|wall_s|gpu_hours|slurm_gpus|"
                              "config|computed_by)$') FROM runs WHERE status = 'completed'").to_pylist()

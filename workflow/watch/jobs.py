@@ -93,9 +93,10 @@ _ROW_COLUMNS = ("status", "error", "finished_at", "wall_s", "gpu_hours", "gpus")
 
 def _runs_row(path: Path) -> dict[str, Any] | None:
     """A stage job's runs row from its own (small) file: a job that is not done was never packed."""
-    try:
-        with pq.ParquetFile(path) as f:  # (gpus: in rows written since they say what a job ran on)
-            rows = f.read(columns=[c for c in _ROW_COLUMNS if c in f.schema_arrow.names]).to_pylist()
+    try:  # (one thread, no pre-buffering: for a file of one row, starting them cost 2/3 of the read)
+        with pq.ParquetFile(path, pre_buffer=False) as f:  # (gpus: in rows written since they say what a job ran on)
+            names = f.schema_arrow.names
+            rows = f.read(columns=[c for c in _ROW_COLUMNS if c in names], use_threads=False).to_pylist()
     except Exception:  # noqa: BLE001 - damaged or half-replaced: `rlsweep doctor` names it; absent here
         return None
     if not rows:
@@ -114,7 +115,8 @@ def _heartbeat(directory: str, now: float) -> bool:
         return False
 
 
-def stage_job(directory: Path, done: Path, runs_row: Path, squeue: Callable[[], dict[str, JobState] | None],
+def stage_job(directory: str | Path, done: str | Path, runs_row: str | Path,
+              squeue: Callable[[], dict[str, JobState] | None],
               files: Files, now: float) -> JobView:
     """The state of the stage job whose outputs are in `directory`, finished when `done` exists, whose runs row
     file is `runs_row`. `squeue()`: this user's jobs by id (None: the scheduler did not answer); called only for a
@@ -125,7 +127,7 @@ def stage_job(directory: Path, done: Path, runs_row: Path, squeue: Callable[[], 
     except OSError:
         return JobView("pending")  # no directory: nothing has started it, nor submitted it
     live = files.live(directory) if LIVE in names else None
-    if done.name in names:
+    if os.path.basename(done) in names:
         return JobView("done", live=live)
     if PRUNED in names:
         return JobView("done", "pruned", live=live)
@@ -140,15 +142,15 @@ def stage_job(directory: Path, done: Path, runs_row: Path, squeue: Callable[[], 
             if listed.state in RUNNING:
                 return JobView("running", listed.node or "", log, live)
             return JobView("queued", f"job {record.get('job_id')}: {listed.reason or listed.state}", log, live)
-    row = files.runs_row(runs_row)
-    status, error = (row or {}).get("status"), (row or {}).get("error")
     owner = files.json(os.path.join(directory, LOCK_NAME)) if LOCK_NAME in names else None
     # the one liveness rule (runlock.owner_alive): SLURM's word from this refresh's squeue answer, then this host's
     # pid, then the lock's heartbeat; a lock nobody reads (being written) goes by its heartbeat alone
     alive = owner is not None and (owner_alive(owner, HOST, queue if record is not None else None,
                                                _heartbeat(directory, now)) if owner else _heartbeat(directory, now))
-    if alive:
+    if alive:  # (before its runs row: a running job's row says only "running", and reading it is most of a look)
         return JobView("running", str(owner.get("host") or ""), log, live)
+    row = files.runs_row(runs_row)
+    status, error = (row or {}).get("status"), (row or {}).get("error")
     if record is not None and record.get("state"):  # the executor gave up on it
         return JobView("failed", classify(record["state"], error, files.tail(log)), log, live,
                        when=record.get("time"), error=error)

@@ -244,3 +244,19 @@ def test_a_files_stage_job_key_is_what_its_parsed_name_says():
                 (table, stem)
             checked += owner is not None
     assert checked >= len(stems) - 2  # (most stems are some table's)
+
+
+def test_a_catalog_excluding_stage_jobs_never_opens_their_files_and_still_reads_the_rest(tmp_path):
+    # `rlsweep watch` asks the store for what other sweeps measured (issue 83): its own jobs' files it has read
+    # already, and at 10,000 runs opening them again was most of its first look
+    root = tmp_path / "results"
+    mine, other = "a" * 12, "b" * 12
+    for rid in (mine, other):
+        write_rows(root, "runs", runs_file("rl", rid), [{"run_id": rid, "sweep": "s", "stage": "rl",
+                                                          "status": "completed", "wall_s": 1.0}])
+    damaged = next(p for p in (root / "_store" / "tables" / "runs").iterdir() if mine in p.name)
+    damaged.write_bytes(b"not parquet")  # were it opened, the catalog would report it
+    catalog = Catalog(root, excluding={("rl", mine)})
+    assert catalog.query("SELECT run_id FROM runs").column("run_id").to_pylist() == [other]
+    assert catalog.left_out == []
+    assert [d.path for d in Catalog(root).left_out] == [damaged]

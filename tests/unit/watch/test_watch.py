@@ -248,3 +248,16 @@ def test_a_killed_local_job_is_failed_at_the_next_refresh_and_in_status_with_no_
     assert (dead.state, dead.detail) == ("failed", "killed (its process is gone)")
     assert main(["--results", str(root), "status", sweep.path]) == 0
     assert "killed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("job", [("rl", "ab" * 6, None, None, None), ("sft", "cd" * 6, None, None, None),
+                                 ("eval", "ef" * 6, "ab" * 6, 40, "math")])
+def test_watch_names_each_job_s_files_where_the_jobs_write_them(tmp_path, job):
+    # watch names its ~20,000 job paths as strings (issue 83): they are the layout's own paths, nothing else
+    from workflow.layout import stage_dir_text
+    from workflow.results.rows import runs_dir_text, runs_row_file, runs_row_text
+    stage, stage_id, run_id, step, group = job
+    root = tmp_path / "results"
+    assert stage_dir_text(str(root), *job) == str(stage_dir(root, *job))
+    assert runs_row_text(runs_dir_text(root), stage, stage_id, step, group) == str(
+        runs_row_file(root, stage, stage_id, step, group))
