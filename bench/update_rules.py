@@ -13,12 +13,18 @@ process; its peak resident memory minus the peak of the same run with GRPOStep, 
     python bench/update_rules.py [--params 100_000_000] [--tensors 25] [--repeat 5]
 
 GPU (--device cuda): real steps of each rule on a Qwen2 of a real shape (--shape, default qwen2-0.5b: 494M
-parameters, fp32 master weights, bf16 autocast, fused AdamW) on one batch of --batch x --seq random tokens with a
-GRPO clipped loss. Reports each rule's step time per backward pass relative to GRPO's, measured in the same run with
+parameters, fp32 master weights, bf16 autocast, fused AdamW) on one batch of --batch x --seq random tokens, through
+the local engine's own closure (rl_batch.mixed_closure: GRPO's clipped loss, the SFT and KL terms' bookkeeping, the
+step's numbers kept on the device) on one micro-batch; it differs from a training step only in its batch (random
+tokens, one advantage per sequence, no padding, no reference model) and the bf16 autocast around it. Reports each rule's step time per backward pass relative to GRPO's, measured in the same run with
 the rules interleaved (goal <= 1.02x: the rules' own arithmetic is small next to a pass), and its extra peak GPU
 memory over GRPO's in parameter bytes (goals: SFPO <= 1, GXPO <= 2).
 
-    python bench/update_rules.py --device cuda [--shape qwen2-0.5b] [--batch 16] [--seq 512] [--repeat 5]
+    python bench/update_rules.py --device cuda [--shape qwen2-0.5b] [--batch 16] [--seq 512] [--repeat 5] [--profile]
+
+--profile adds, per rule, one step under torch's profiler (its top ops and kernel launches) and its host syncs:
+counted by workflow/algos/syncs.py's SyncCounter, and on a GPU also under torch.cuda.set_sync_debug_mode("warn")
+(the driver's own count of synchronizing calls).
 
 The same real steps on the CPU (--real; time per pass only, no memory figures): where no GPU is lent, the per-pass
 ratio at a real model's tensor list (issue 64, item 3), e.g. `--real --batch 2 --seq 64 --repeat 3` (~10 min, ~14 GB).
@@ -36,6 +42,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -131,11 +138,15 @@ def gpu_rules():
     return {"grpo": GRPOStep(), "sfpo": SFPO(K=3, alpha=0.8), "gxpo": GXPO(K=5, alpha=0.5)}
 
 
-def gpu_bench(shape: str, batch: int, seq: int, repeat: int, device: str, profile: bool = False) -> None:
-    """Real steps of each rule on one model and batch, interleaved; time per backward pass and peak memory."""
+def gpu_bench(shape: str, batch: int, seq: int, repeat: int, device: str, profile: bool = False,
+              json_path: str | None = None) -> None:
+    """Real steps of each rule on one model and batch, interleaved; time per backward pass and peak memory (and
+    with `json_path`, the figures as JSON: per rule its pass time, ratio, memory, launches and syncs)."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from workflow.algos.losses import clipped_policy_loss, token_logprobs
+    from workflow.algos.losses import token_logprobs
+    from workflow.config import RLConfig
+    from workflow.engines.rl_batch import StepBatch, mixed_closure
 
     dev = torch.device(device)
     torch.manual_seed(0)
@@ -148,19 +159,21 @@ def gpu_bench(shape: str, batch: int, seq: int, repeat: int, device: str, profil
     opt = torch.optim.AdamW(params, lr=1e-6, fused=dev.type == "cuda")
     gen = torch.Generator(device=dev).manual_seed(0)
     ids = torch.randint(0, SHAPES[shape]["vocab_size"], (batch, seq), generator=gen, device=dev)
-    adv = torch.randn(batch, 1, generator=gen, device=dev)  # one advantage per sequence, as GRPO's
-    weight = 1.0 / (batch * (seq - 1))  # token-mean
     autocast = torch.autocast(dev.type, dtype=torch.bfloat16)
     with torch.no_grad(), autocast:
         old_logp = token_logprobs(model(input_ids=ids).logits[:, :-1], ids[:, 1:]).float()
+    tokens = torch.ones(batch, seq - 1, device=dev)
+    step = StepBatch(  # every token a response token, one advantage per sequence (as GRPO's), a token-mean weight
+        rows={"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids[:, 1:]}, rl_mask=tokens,
+        shaped=None, adv=torch.randn(batch, 1, generator=gen, device=dev) * tokens,
+        w_pol=tokens / tokens.numel(), w_kl=torch.zeros_like(tokens), w_sft=torch.zeros_like(tokens),
+        old_logp=old_logp, ref_logp=None, lam=0.0, signals={}, plan=None, slots=[], rl_tokens=tokens.numel())
+    real = mixed_closure(model, opt, step, RLConfig(), batch, {})
 
     def closure() -> torch.Tensor:
-        opt.zero_grad(set_to_none=True)
         with autocast:
-            logp = token_logprobs(model(input_ids=ids).logits[:, :-1], ids[:, 1:])
-        loss = clipped_policy_loss(logp, old_logp, adv, 0.2, 0.28)[0].sum() * weight
-        loss.backward()
-        return loss.detach()
+            return real()
+    closure.record = real.record
 
     rules = gpu_rules()
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
@@ -179,6 +192,7 @@ def gpu_bench(shape: str, batch: int, seq: int, repeat: int, device: str, profil
             sync()
             times[name].append(time.perf_counter() - t0)
             passes[name] = stats.backward_passes
+    figures: dict[str, dict] = {name: {} for name in rules}
     if profile:  # where a rule's extra time goes: one step each under torch's profiler, the top ops by device time
         from torch.profiler import ProfilerActivity, profile as torch_profile
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
@@ -188,7 +202,11 @@ def gpu_bench(shape: str, batch: int, seq: int, repeat: int, device: str, profil
                 sync()
             events = prof.key_averages()
             launches = sum(e.count for e in events if e.key in ("cudaLaunchKernel", "cudaLaunchKernelExC"))
-            print(f"--- {name}: one step profiled, {launches} kernel launches")
+            counted, driver = count_syncs(rule, params, opt, closure, dev)
+            figures[name].update(launches=launches, syncs=counted.count, syncs_where=counted.report(),
+                                 syncs_driver=driver)
+            print(f"--- {name}: one step profiled, {launches} kernel launches; host syncs: {counted.count} counted "
+                  f"({counted.report()})" + (f", {driver} by the driver" if driver is not None else ""))
             print(events.table(sort_by="self_cuda_time_total" if dev.type == "cuda" else "self_cpu_time_total",
                                row_limit=15, max_name_column_width=60))
     peaks: dict[str, int] = {}
@@ -213,12 +231,38 @@ def gpu_bench(shape: str, batch: int, seq: int, repeat: int, device: str, profil
         goal = "" if k == "grpo" else " (goal <= 1.02x)" if k == "sfpo" else " (goal <= 1.10x, issue 64)"
         print(f"{k:12s} step {statistics.median(times[k]):7.3f} s, {passes[k]} backward pass(es), "
               f"{per_pass[k]:7.3f} s per pass = {ratio:5.3f}x GRPO per pass{goal}")
+        figures[k].update(step_s=statistics.median(times[k]), passes=passes[k], per_pass_s=per_pass[k],
+                          per_pass_ratio=ratio)
     if dev.type == "cuda":
         print(f"grpo         peak GPU memory {peaks['grpo'] / 2**30:6.2f} GiB (reference)")
         for k, goal in (("sfpo", "1"), ("gxpo", "2")):
             extra = (peaks[k] - peaks["grpo"]) / param_bytes
+            figures[k].update(peak_bytes=peaks[k], extra_param_bytes=extra)
             print(f"{k:12s} peak GPU memory {peaks[k] / 2**30:6.2f} GiB: extra {extra:5.2f}"
                   f" x parameter bytes (goal <= {goal})")
+    if json_path:
+        Path(json_path).write_text(json.dumps({"device": name, "torch": torch.__version__, "shape": shape,
+                                               "params": n_params, "batch": batch, "seq": seq, "repeat": repeat,
+                                               "rules": figures}, indent=1))
+
+
+def count_syncs(rule, params, opt, closure, dev: torch.device):
+    """One more step of `rule`: its host syncs as SyncCounter counts them, and on a GPU as the driver does
+    (torch.cuda.set_sync_debug_mode("warn") warns at each synchronizing call): the SyncCounter and the driver's count
+    (None off a GPU)."""
+    import warnings
+
+    from workflow.algos.syncs import SyncCounter
+    with SyncCounter() as counted, warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        if dev.type == "cuda":
+            torch.cuda.set_sync_debug_mode("warn")
+        try:
+            rule.step(params, opt, closure)
+        finally:
+            if dev.type == "cuda":
+                torch.cuda.set_sync_debug_mode("default")
+    return counted, (sum("synchroniz" in str(w.message) for w in warned) if dev.type == "cuda" else None)
 
 
 def main() -> None:
@@ -234,12 +278,13 @@ def main() -> None:
                    help="--device cuda: also profile one step of each rule (torch.profiler): top ops, kernel launches")
     p.add_argument("--real", action="store_true",
                    help="--device cpu: real-model steps as on a GPU (--shape, --batch, --seq), time per pass only")
+    p.add_argument("--json", help="--device cuda or --real: also write the figures to this file as JSON")
     p.add_argument("--memory-child", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.device != "cpu" or a.real:
         if a.device.startswith("cuda") and not torch.cuda.is_available():
             sys.exit(f"--device {a.device}: torch sees no GPU here")
-        gpu_bench(a.shape, a.batch, a.seq, a.repeat, a.device, a.profile)
+        gpu_bench(a.shape, a.batch, a.seq, a.repeat, a.device, a.profile, a.json)
         return
     if a.memory_child:
         print(json.dumps(extra_peak_of_steps(a.memory_child, a.params, a.tensors, steps=2)))

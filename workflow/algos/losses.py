@@ -89,13 +89,14 @@ def shaped_off_policy_loss(logp: torch.Tensor, adv: torch.Tensor, lam: float) ->
     return -(p / (p + lam)) * adv
 
 
-def mixed_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, off_policy: torch.Tensor,
+def mixed_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, off_policy: torch.Tensor | None,
                      clip_low: float, clip_high: float, lam: float) -> tuple[torch.Tensor, torch.Tensor]:
     """The per-token RL loss of a batch that mixes on-policy and expert tokens (workflow/algos/mix.py): the clipped
     PPO loss where `off_policy` [B, T] is false, LUFFY's shaped loss where it is true. Returns the loss and where
-    the clip was active (on-policy tokens only). Without off-policy tokens this is exactly clipped_policy_loss."""
+    the clip was active (on-policy tokens only). Without off-policy tokens (`off_policy` None: the caller knows it
+    without asking the device) this is exactly clipped_policy_loss."""
     loss, clipped = clipped_policy_loss(logp, old_logp, adv, clip_low, clip_high)
-    if not bool(off_policy.any()):
+    if off_policy is None:
         return loss, clipped
     return torch.where(off_policy, shaped_off_policy_loss(logp, adv, lam), loss), clipped & ~off_policy
 

@@ -4,7 +4,7 @@ Written once, run by both engines (the local torch loop and verl's TrainingWorke
 Call order, once per training step:
 
     rule.on_rollout({"entropy": H, ...})              # the rollout's signals, before the update
-    stats = rule.step(params, optimizer, closure)     # -> StepStats
+    stats = rule.step(params, optimizer, closure)     # -> StepStats, its numbers read (Python floats)
 
 and around the loop: `state_dict()` when checkpointing, `load_state_dict()` when resuming, `release_buffers()`
 once the rule has gone single-pass for good. `closure()` zeroes the gradients, runs forward + backward on the
@@ -12,13 +12,19 @@ SAME rollout batch and returns the loss; `optimizer.step()` applies one optimize
 scheduler is NOT stepped here: the engine steps it once per training step, however many optimizer steps a rule
 takes.
 
+Host syncs. On a GPU each read of a device number into Python stalls the launch queue, so a step reads its numbers
+once, after the update: a rule's `update` leaves them on the device (the loss, clip_and_step's norm, diagnostics),
+and `step` reads them all at once (StepStats.read), with the numbers the closure keeps in `closure.record` (a dict
+of device scalars: the local engine's clip fraction, KL and SFT term), before a step-phase gate is fed.
+tests/unit/algos/test_syncs.py counts them: at most one per step.
+
 Gates. A rule whose extra passes can be switched off for good (SFPO's entropy trigger, GXPO's corrective-norm
 gate) keeps the gate in the rule (`gate_here=True`, the local engine), or leaves it to a driver that decides once
 for every data-parallel rank (`gate_here=False`, verl): the driver builds the same rule with its gate, feeds it
 through `feed_gate`, and hands each worker's rule the decision with `set_enabled`.
 
-A new rule: subclass UpdateRule (one pass per step) or MultiPassRule, its constructor taking the fields of its
-settings section as keyword arguments, and register it once as a method (workflow/methods/: a folder with its card
+A new rule: subclass UpdateRule (one pass per step) or MultiPassRule (implementing `multi_pass`), its constructor
+taking the fields of its settings section as keyword arguments, and register it once as a method (workflow/methods/: a folder with its card
 and settings, workflow/methods/sfpo/ for one; or `@register_update_rule("name")` for a rule without settings).
 """
 
@@ -39,19 +45,36 @@ NO_GATE = GateResult(None, False)
 
 @dataclass
 class StepStats:
-    loss: float
-    grad_norm: float | None
+    """One step's numbers. During the step (a rule's `update`) a number may be a device scalar; `read()` makes them
+    all Python numbers at once, and a StepStats a rule's `step` returns is read."""
+
+    loss: float | Tensor
+    grad_norm: float | Tensor | None
     backward_passes: int
     optimizer_steps: int
-    alpha: float | None = None
+    alpha: float | Tensor | None = None
     z: float | None = None
     gate_tripped: bool = False  # True on the step at which the gate tripped
-    diagnostics: dict[str, float] = field(default_factory=dict)  # rule-specific (GXPO ratio quantiles, ...)
+    diagnostics: dict[str, float | Tensor] = field(default_factory=dict)  # rule-specific (GXPO ratio quantiles, ...)
 
     def as_row(self) -> dict:
-        row = asdict(self)
+        row = asdict(self.read())
         row.update(row.pop("diagnostics"))
         return row
+
+    def read(self, extra: dict | None = None) -> "StepStats":
+        """Read the step's device numbers into Python, with those of `extra` (a closure's record), in one transfer
+        per device (one host sync where they all lie on one GPU), in place; numbers already read stay. bool and
+        integer tensors come back as bool and int."""
+        slots = [(self.__dict__, k) for k in ("loss", "grad_norm", "alpha", "z")]
+        slots += [(self.diagnostics, k) for k in self.diagnostics] + [(extra, k) for k in (extra or {})]
+        pending = [(d, k, d[k]) for d, k in slots if isinstance(d[k], Tensor)]
+        for device in {t.device for _, _, t in pending}:
+            here = [(d, k, t) for d, k, t in pending if t.device == device]
+            values = torch.stack([t.detach().reshape(()).to(torch.float64) for _, _, t in here]).tolist()
+            for (d, k, t), v in zip(here, values):
+                d[k] = bool(v) if t.dtype == torch.bool else int(v) if not t.is_floating_point() else v
+        return self
 
 
 class UpdateRule:
@@ -86,6 +109,19 @@ class UpdateRule:
             self._pending = self.feed_gate(metrics) or NO_GATE
 
     def step(self, params: list[Tensor], optimizer: Optimizer, closure: Callable[[], Tensor]) -> StepStats:
+        """One training step: the update (numbers left on the device), the step's one read, then a step-phase gate
+        fed with what it read. A plug-in may override this with a step of its own (calling grpo_step as often as it
+        likes); its StepStats are then read when the engine asks for their row."""
+        gate, self._pending = self._pending, NO_GATE
+        extra_passes = not self.single_pass()  # decided before the update, as the update decides
+        stats = self.update(params, optimizer, closure).read(getattr(closure, "record", None))
+        if extra_passes and self.gate_here and self.gate_phase == "step":
+            gate = self.feed_gate(stats.as_row()) or NO_GATE
+        stats.z, stats.gate_tripped = gate.z, gate.tripped_now
+        return stats
+
+    def update(self, params: list[Tensor], optimizer: Optimizer, closure: Callable[[], Tensor]) -> StepStats:
+        """The step's passes and optimizer steps; its StepStats may hold device scalars (step reads them)."""
         return self.grpo_step(params, optimizer, closure)
 
     def state_dict(self) -> dict:
@@ -126,14 +162,14 @@ class UpdateRule:
 
     def single_pass(self) -> bool:
         """Whether the coming step calls its closure once (plain GRPO): an engine that must hand each pass a fresh
-        copy of its batch (verl's annotates it) copies nothing then. A rule with a `step` of its own is taken to
-        call it more than once unless it says otherwise."""
-        return type(self).step is UpdateRule.step
+        copy of its batch (verl's annotates it) copies nothing then. A rule with a `step` or `update` of its own is
+        taken to call it more than once unless it says otherwise."""
+        return type(self).step is UpdateRule.step and type(self).update is UpdateRule.update
 
     def grpo_step(self, params, optimizer, closure) -> StepStats:
         loss = closure()
         norm, _ = clip_and_step(params, optimizer, self.max_grad_norm, process_group(params))
-        return StepStats(loss=float(loss.detach()), grad_norm=norm, backward_passes=1, optimizer_steps=1)
+        return StepStats(loss=loss.detach(), grad_norm=norm, backward_passes=1, optimizer_steps=1)
 
     def snapshot(self, name: str, tensors: list[Tensor], flat: bool = False) -> list[Tensor]:
         """A copy of `tensors` in buffers kept from step to step: the memory is the same as fresh clones, but
@@ -164,18 +200,13 @@ class MultiPassRule(UpdateRule):
     as 0) once its gate has tripped, or while the driver disables it, or when its settings cannot move the weights
     (`moves()` false, e.g. alpha = 0). Subclasses implement `multi_pass` and build `self.gate` when gate_here."""
 
-    def step(self, params, optimizer, closure) -> StepStats:
-        gate, self._pending = self._pending, NO_GATE
+    def update(self, params, optimizer, closure) -> StepStats:
         if self.single_pass():
             self.release_buffers()
             stats = self.grpo_step(params, optimizer, closure)
             stats.alpha = 0.0
-        else:
-            stats = self.multi_pass(params, optimizer, closure)
-            if self.gate_here and self.gate_phase == "step":
-                gate = self.feed_gate(stats.as_row()) or NO_GATE
-        stats.z, stats.gate_tripped = gate.z, gate.tripped_now
-        return stats
+            return stats
+        return self.multi_pass(params, optimizer, closure)
 
     def single_pass(self) -> bool:
         return not (self.enabled and self.moves())

@@ -55,7 +55,7 @@ def all_reduce_sum(values: Tensor, group) -> Tensor:
 
 
 def global_norm(tensors: list[Tensor], group) -> Tensor:
-    if not tensors:  # no gradient reached any parameter: no device to follow; callers read it as a float
+    if not tensors:  # no gradient reached any parameter: no device to follow (a 0 on the CPU)
         return torch.zeros((), dtype=torch.float64, device="cpu")
     norms = torch._foreach_norm([local(t) for t in tensors])
     sq = torch.stack([n.double() ** 2 for n in norms]).sum()
@@ -63,20 +63,24 @@ def global_norm(tensors: list[Tensor], group) -> Tensor:
 
 
 def clip_and_step(params: list[Tensor], optimizer: Optimizer, max_grad_norm: float | None,
-                  group=None) -> tuple[float, float]:
+                  group=None) -> tuple[Tensor, Tensor | float]:
     """Clip the global gradient norm in place (if configured), take one optimizer step.
 
-    Returns (pre-clip norm, clip coefficient). The coefficient is one scalar for all coordinates, which is what lets
-    GXPO recover the unclipped gradient exactly from the clipped one instead of keeping another copy."""
+    Returns (pre-clip norm, clip coefficient), both on the device (the coefficient is 1.0 without a max norm): read
+    as numbers they would stall a GPU's launch queue, so the rule reads the step's numbers once, after its update
+    (StepStats.read). The gradients are multiplied by the coefficient whether or not it binds, as
+    torch.nn.utils.clip_grad_norm_ does: deciding would be a read, and a coefficient of exactly 1 changes nothing.
+    The coefficient is one scalar for all coordinates, which is what lets GXPO recover the unclipped gradient exactly
+    from the clipped one instead of keeping another copy."""
     grads = [p.grad for p in params if p.grad is not None]
     norm = global_norm(grads, group)
-    coef = 1.0
+    coef: Tensor | float = 1.0
     if max_grad_norm is not None:
-        coef = min(1.0, float(max_grad_norm / (norm + 1e-6)))
-        if coef < 1.0:
+        coef = (max_grad_norm / (norm + 1e-6)).clamp(max=1.0)
+        if grads:
             torch._foreach_mul_([local(g) for g in grads], coef)
     optimizer.step()
-    return float(norm), coef
+    return norm, coef
 
 
 def with_grad(params: list[Tensor]) -> list[Tensor]:

@@ -156,7 +156,7 @@ def _supervised(tr: _Trainer, what: str, batch_at: Callable[..., dict[str, torch
         seed_dropout(model_cfg, seed, tr.step)
         tr.opt.zero_grad(set_to_none=True)
         loss = sft_accumulate(tr.model, batch, micro_batch_size)
-        norm, _ = clip_and_step(tr.params, tr.opt, max_grad_norm)
+        norm = float(clip_and_step(tr.params, tr.opt, max_grad_norm)[0])
         tr.sched.step()
         tr.step += 1
         tokens = int(batch["attention_mask"].sum())
@@ -289,7 +289,7 @@ class LocalEngine:
         closure = mixed_closure(tr.model, tr.opt, step, rl, rl.micro_batch_size, record)
         tr.rule.on_rollout(step.signals)  # SFPO's trigger looks at the policy entropy of this rollout
         lr = tr.lr
-        stats = tr.rule.step(tr.params, tr.opt, closure)
+        stats = tr.rule.step(tr.params, tr.opt, closure).read(record)  # (read already, unless a plug-in's own step)
         sft_term = record.pop("sft_loss")
         row = {**stats.as_row(), **record}
         flops = rl_step_flops(tr.n_params, step.generated_tokens, stats.backward_passes,

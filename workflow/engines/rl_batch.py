@@ -156,7 +156,7 @@ class StepBatch:
 
     rows: dict[str, torch.Tensor]  # input_ids, attention_mask, labels
     rl_mask: torch.Tensor  # RL tokens (response tokens of rollout rows)
-    shaped: torch.Tensor  # bool: off-policy tokens trained with the shaped loss
+    shaped: torch.Tensor | None  # bool: off-policy tokens trained with the shaped loss (None: there are none)
     adv: torch.Tensor  # per-token advantage (0 on SFT rows and on off-policy tokens the method leaves out)
     w_pol: torch.Tensor  # RL weight: rl.loss_agg weights over the RL rows x the plan's rl_scale
     w_kl: torch.Tensor  # the same without rl_scale, times the KL coefficient (rl.kl_coef or dynamic_kl's, per group)
@@ -168,6 +168,8 @@ class StepBatch:
     plan: LossPlan
     slots: list[Slot]
     off_policy_tokens: int = 0  # RL tokens that are expert tokens
+    rl_tokens: int = 0  # tokens under rl_mask (counted on the CPU, before the move: a count is a read on a GPU)
+    sft_tokens: int = 0  # tokens with an SFT weight (w_sft > 0), counted likewise
     generated_tokens: int = 0  # prompt + response tokens of the sequences the policy sampled
     trained_tokens: int = 0  # tokens of the trained rows
     tokens: int = 0  # every sequence the step processed (sampled or trained on)
@@ -183,8 +185,8 @@ class StepBatch:
     def mix_metrics(self, loss: float, sft: float) -> dict:
         """What shows a mixed-policy method at work (docs/methods.md, "Mixed-policy methods"); `loss` and `sft` (its SFT
         term) of the step's first pass."""
-        return {**step_columns(self.plan, float(self.rl_mask.sum()), self.off_policy_tokens,
-                               float((self.w_sft > 0).sum())),
+        return {**step_columns(self.plan, float(self.rl_tokens), self.off_policy_tokens,
+                               float(self.sft_tokens)),
                 "sft_loss": sft, "sft_loss_share": sft_loss_share(loss - sft, sft)}
 
 
@@ -237,14 +239,16 @@ def build_step_batch(model, ref, mix: MixedPolicy, rl: RLConfig, prompts: list[l
 
     d = model_device(model)
     tokens = batch["attention_mask"].sum(1)
+    shaped = off & (mix.off_policy_loss == "shaped")
     generated = torch.tensor([s.generate for s in slots] + [False] * (len(mask) - n_seq), device="cpu")
     return StepBatch(
         rows={k: batch[k][idx].to(d) for k in ("input_ids", "attention_mask", "labels")},
-        rl_mask=(kept * is_rl).to(d), shaped=(off & (mix.off_policy_loss == "shaped")).to(d),
+        rl_mask=(kept * is_rl).to(d), shaped=shaped.to(d) if bool(shaped.any()) else None,
         adv=adv_tok.to(d), w_pol=(w_rl * scale.unsqueeze(1)).to(d), w_kl=(w_rl * beta.unsqueeze(1)).to(d),
         w_sft=w_sft.to(d),
         old_logp=old_logp[idx].to(d), ref_logp=ref_logp[idx].to(d) if ref_logp is not None else None,
         lam=mix.lam, signals=signals, plan=plan, slots=slots, off_policy_tokens=int(off.sum()),
+        rl_tokens=int((kept * is_rl).sum()), sft_tokens=int((w_sft > 0).sum()),
         generated_tokens=int(tokens[generated].sum()), trained_tokens=int(tokens[idx].sum()),
         tokens=int(tokens[generated].sum()) + int(tokens[idx][~generated[idx]].sum()),
         response_tokens=mask[:n_seq].sum(1).tolist())
@@ -254,32 +258,37 @@ def mixed_closure(model, opt, step: StepBatch, rl: RLConfig, micro_batch_size: i
                   record: dict) -> Callable[[], torch.Tensor]:
     """The update rule's closure: zero the gradients, forward + backward the step's loss over the micro-batches,
     return the loss. Fills `record` with clip_frac and kl (of the latest pass) and sft_loss, the SFT term of the
-    first pass (like StepStats.loss)."""
+    first pass (like StepStats.loss), as device scalars: the closure carries it as `closure.record`, and the rule's
+    step reads them into numbers with its own."""
     slices = micro_slices(len(step.rows["input_ids"]), micro_batch_size)
-    n_tokens = max(float(step.rl_mask.sum()), 1.0)
+    n_tokens = max(float(step.rl_tokens), 1.0)
+    device = step.adv.device
 
     def closure() -> torch.Tensor:
         opt.zero_grad(set_to_none=True)
-        total = torch.zeros((), device=step.adv.device)
-        clipped = kl_sum = sft_sum = 0.0
+        # the pass's numbers are summed on the device: the rule reads them with its own, once, after the update
+        total = torch.zeros((), device=device)
+        clipped, kl_sum, sft_sum = (torch.zeros((), dtype=torch.float64, device=device) for _ in range(3))
         for rows in slices:
             logp = token_logprobs(forward_logits(model, step.rows, rows), step.rows["labels"][rows])
-            pl, was_clipped = mixed_token_loss(logp, step.old_logp[rows], step.adv[rows], step.shaped[rows],
+            pl, was_clipped = mixed_token_loss(logp, step.old_logp[rows], step.adv[rows],
+                                               step.shaped[rows] if step.shaped is not None else None,
                                                rl.clip_low, rl.clip_high, step.lam)
             sft = sft_loss(logp, step.w_sft[rows])
             loss = (pl * step.w_pol[rows]).sum() + sft
             if step.ref_logp is not None:
                 kl = kl_k3(logp, step.ref_logp[rows])
                 loss = loss + (kl * step.w_kl[rows]).sum()
-                kl_sum += float((kl.detach() * step.rl_mask[rows]).sum())
+                kl_sum += (kl.detach() * step.rl_mask[rows]).sum()
             loss.backward()
             total += loss.detach()
-            sft_sum += float(sft.detach())
-            clipped += float((was_clipped * step.rl_mask[rows]).sum())
+            sft_sum += sft.detach()
+            clipped += (was_clipped * step.rl_mask[rows]).sum()
         record.update(clip_frac=clipped / n_tokens, kl=kl_sum / n_tokens if step.ref_logp is not None else None)
         record.setdefault("sft_loss", sft_sum)
         return total
 
+    closure.record = record  # type: ignore[attr-defined]  # (UpdateRule.step reads it with the step's numbers)
     return closure
 
 

@@ -180,8 +180,13 @@ def prefix_mask(loss_mask: torch.Tensor, prefix: list[int]) -> torch.Tensor:
 
 
 def forward_logits(model, batch: dict[str, torch.Tensor], rows: slice | None = None) -> torch.Tensor:
-    """Logits aligned with batch['labels'] ([B, T-1, V]) for the selected rows."""
+    """Logits aligned with batch['labels'] ([B, T-1, V]) for the selected rows of a `pack()`ed batch.
+
+    No padding mask goes to the model: pack() right-pads, so under the causal mask no real token attends to a pad,
+    and the pads' own logits are never trained or scored (their loss weights are 0). The outputs at real tokens are
+    the same, and transformers' SDPA path then has no padding mask to ask the device about (`padding_mask.all()`:
+    a host sync each forward)."""
     rows = rows or slice(None)
     device = model_device(model)
-    out = model(input_ids=batch["input_ids"][rows].to(device), attention_mask=batch["attention_mask"][rows].to(device))
+    out = model(input_ids=batch["input_ids"][rows].to(device))
     return out.logits[:, :-1]

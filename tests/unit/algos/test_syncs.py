@@ -1,77 +1,48 @@
-"""Host syncs counted in one real training step (issue 83, item 1; workflow/algos/syncs.py).
+"""Host syncs counted in one real training step (issue 83, item 1; workflow/algos/syncs.py, the step in
+workflow/engines/step_syncs.py).
 
-The step is the local engine's: the rollout's batch scored and planned (build_step_batch: outside the count, as on
-a GPU the rollout's sampling is host work anyway), then what runs between the rollout and the next one: the engine's
-closure (rl_batch.mixed_closure), the update rule's step, and the step's numbers read into its row. Each read of a
-device number there stalls a GPU's launch queue; the goal is one read per step, after the update.
+The step is the local engine's: the rollout's batch scored and planned, then what runs between the rollout and the
+next one: the engine's closure (rl_batch.mixed_closure), the update rule's step, and the step's numbers read into its
+row. Each read of a device number there stalls a GPU's launch queue; the goal is one read per step, after the update.
 
-Where the step stands is a measured figure (issue 83's note: 11 syncs a GRPO step, 41 SFPO, 36 GXPO before any was
-removed), not a number this test holds yet: what it holds is that the counter sees a sync planted in every pass, and
-each kind of sync. The goal's assertion (<= 1 per step) comes with the change that meets it.
+Before the step's numbers stayed on the device (issue 83) a GRPO step made 11 syncs, SFPO's (K = 3) 41 and GXPO's 36:
+the loss, clip coefficient and norm read as floats, two reads per micro-batch in the closure, a `bool(any)` in the
+mixed loss, transformers' `padding_mask.all()` in every forward, GXPO's compacted quantile sample. Now every rule's
+step, and a mixed-policy one, reads once; the probe shows the counter sees a sync planted in each pass, and each kind.
 """
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
 from workflow.algos.syncs import SyncCounter
-from workflow.config import RunConfig
-from workflow.engines.rl_batch import build_step_batch, mixed_closure
-from workflow.engines.tiny_lm import TOKENIZER, build_model
-from workflow.methods.registry import build_mix, build_update_rule
+from workflow.engines.step_syncs import STEPS, count_step_syncs, step_name
 
 pytestmark = pytest.mark.fast
 
-BASE = {"model": {"n_layers": 1, "hidden": 32, "n_heads": 2},
-        "rl": {"group_size": 4, "prompts_per_step": 2, "max_new_tokens": 8, "micro_batch_size": 4}}
 
-
-def one_step(rl: dict, plant=None) -> SyncCounter:
-    """Count the syncs of one RL step of `rl` (the local engine's closure and rule); `plant(loss)` runs inside
-    every pass of the closure (a probe)."""
-    cfg = RunConfig.model_validate({**BASE, "rl": {**BASE["rl"], **rl}})
-    torch.manual_seed(0)
-    model = build_model(cfg.model, TOKENIZER.vocab_size, 0)
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=1e-3)
-    rule, mix = build_update_rule(cfg.rl), build_mix(cfg.rl)
-    prompts = [TOKENIZER.encode("Q:1+2=?A:"), TOKENIZER.encode("Q:3+4=?A:")]
-    responses = [TOKENIZER.encode(t) for t in ("3", "4", "\\boxed{3}", "2", "7", "\\boxed{7}", "1", "8")]
-    rewards = np.array([[0.0, 0.0, 1.0, 0.0], [0.0, 1.0, 1.0, 0.0]])
-    slots = mix.rollout_slots([0, 0], cfg.rl.group_size, np.random.default_rng(0)) if hasattr(
-        mix, "rollout_slots") else None
-    from workflow.algos.mix import ON_POLICY
-    slots = [s for group in slots for s in group] if slots else [ON_POLICY] * len(responses)
-    step = build_step_batch(model, None, mix, cfg.rl, prompts, [[], []], slots, responses, [False] * len(responses),
-                            rewards)
-    rule.on_rollout(step.signals)
-    record: dict = {}
-    closure = mixed_closure(model, opt, step, cfg.rl, cfg.rl.micro_batch_size, record)
-    if plant is not None:
-        inner = closure
-
-        def closure():
-            loss = inner()
-            plant(loss)
-            return loss
-    with SyncCounter() as syncs:
-        stats = rule.step(params, opt, closure)
-        row = {**stats.as_row(), **record}
-    assert np.isfinite(row["loss"]) and row["backward_passes"] >= 1
-    syncs.passes = row["backward_passes"]
-    return syncs
+@pytest.mark.parametrize("rl", STEPS, ids=step_name)
+def test_a_training_step_makes_the_host_wait_at_most_once(rl):
+    """The step's numbers (the loss, the norms, the closure's clip fraction and KL, GXPO's diagnostics) stay on the
+    device through every pass and are read once, after the update (StepStats.read)."""
+    step = count_step_syncs(rl)
+    assert step.counted.count <= 1, step.counted.report()
+    assert all(not isinstance(v, torch.Tensor) for v in step.row.values()), step.row  # every number read
+    assert step.trained_on_expert == ("mix" in rl)  # a mixed step's batch holds the expert's tokens
 
 
 @pytest.mark.parametrize("update", ["grpo", "sfpo", "gxpo"])
 def test_a_sync_planted_in_each_pass_is_counted_once_per_pass_and_named(update):
-    clean = one_step({"update": update})
-    planted = one_step({"update": update}, plant=lambda loss: float(loss))
+    clean = count_step_syncs({"update": update})
+    planted = count_step_syncs({"update": update}, plant=lambda loss: float(loss))
     assert planted.passes == clean.passes > (update != "grpo")
-    assert planted.count - clean.count == planted.passes, (clean.report(), planted.report())
+    assert planted.counted.count - clean.counted.count == planted.passes, (clean.counted.report(),
+                                                                           planted.counted.report())
     floats = lambda c: sum(n for (what, _), n in c.seen.items() if what == "__float__")  # noqa: E731
-    assert floats(planted) - floats(clean) == planted.passes
+    assert floats(planted.counted) - floats(clean.counted) == planted.passes
+    assert any(where.startswith("workflow/engines/step_syncs.py") for what, where in planted.counted.seen
+               if what == "__float__")  # the report names the line that read
 
 
 def test_the_counter_sees_each_kind_of_sync_and_says_where():

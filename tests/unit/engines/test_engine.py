@@ -235,3 +235,18 @@ def test_resume_discards_rows_flushed_after_the_checkpoint_it_resumes_from(tmp_p
         log.flush()
     log.discard_after(3)
     assert query("SELECT step FROM train_steps ORDER BY step", tmp_path).column("step").to_pylist() == [1, 2, 3]
+
+
+def test_a_packed_batch_scores_the_same_without_its_padding_mask():
+    """forward_logits gives the model no padding mask (a host sync in transformers' SDPA path each forward): pack()
+    right-pads, so under the causal mask every real token's logits are those of the masked forward."""
+    from workflow.engines.tiny_lm import forward_logits, pack
+    model = build_model(ModelConfig(n_layers=2, hidden=32, n_heads=2), TOKENIZER.vocab_size, 0).eval()
+    prompts = [TOKENIZER.encode("Q:1+2=?A:"), TOKENIZER.encode("Q:12+30=?A:")]
+    batch = pack(prompts, [TOKENIZER.encode("3"), TOKENIZER.encode("\\boxed{42}")], add_eos=[True, False])
+    assert (batch["attention_mask"] == 0).any()  # the first row is padded
+    with torch.no_grad():
+        masked = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1]
+        unmasked = forward_logits(model, batch)
+    real = batch["attention_mask"][:, :-1].bool()
+    torch.testing.assert_close(unmasked[real], masked[real], rtol=1e-5, atol=1e-5)

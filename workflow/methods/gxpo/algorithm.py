@@ -182,7 +182,7 @@ class GXPO(MultiPassRule):
             raise ValueError("GXPO needs optimizer.step() to leave .grad untouched; maximize=True modifies it")
         group = process_group(params)
 
-        loss = float(closure().detach())  # probe 1 at theta0
+        loss = closure().detach()  # probe 1 at theta0
         active = with_grad(params)
         with torch.no_grad():
             # copied before in-place clipping; flat, so that a chunk of several tensors finds them in one run
@@ -206,7 +206,8 @@ class GXPO(MultiPassRule):
         with torch.no_grad():
             dot = all_reduce_sum(self._dot_g0([local(p.grad) for p in active], g0).reshape(1), group)
         norm_c, _ = clip_and_step(params, optimizer, self.max_grad_norm, group)
-        diag["gxpo_cos_g0_gcorr"] = float(dot) / (norm0 * norm_c) if norm0 > 0 and norm_c > 0 else float("nan")
+        # (on the device: the step reads its numbers once, after the update)
+        diag["gxpo_cos_g0_gcorr"] = torch.where((norm0 > 0) & (norm_c > 0), dot[0] / (norm0 * norm_c), math.nan)
         diag["gxpo_gcorr_norm"] = norm_c
         return StepStats(loss=loss, grad_norm=norm0, backward_passes=3, optimizer_steps=3, alpha=self.alpha,
                          diagnostics=diag)
@@ -280,7 +281,7 @@ class GXPO(MultiPassRule):
                 else torch.zeros((), dtype=torch.float64, device=dev))
 
     def _extrapolate(self, theta: list[Tensor], g1: list[Tensor], g0: list[Tensor], theta0: list[Tensor],
-                     d0: list[Tensor] | None, coef1: float, group) -> dict[str, float]:
+                     d0: list[Tensor] | None, coef1: Tensor | float, group) -> dict[str, Tensor]:
         """Reposition `theta` (holding theta2) in place to theta0 + alpha * s * (theta2 - theta0); return the
         diagnostics. `g1` holds the clipped second gradient (clip coefficient coef1). theta0's buffers are
         overwritten (the snapshot is taken afresh each step).
@@ -291,9 +292,14 @@ class GXPO(MultiPassRule):
         so a chunk costs the same ~20 ops whether it holds one tensor's part or a hundred small tensors: the ops per
         step follow the chunk count, i.e. the parameter count over the chunk size, not the tensor count (a GPU step
         is launch-bound; a GPU's chunks are large: `sharded.GPU_CHUNK`)."""
-        # Everything below stays on the parameters' device: the sums accumulate there (no host sync per chunk) and
-        # the quantile sample is masked once at the end, so a GPU step waits for the host only for its diagnostics.
+        # Everything below stays on the parameters' device, the diagnostics included: the sums accumulate there, and
+        # the quantile sample keeps its size (the inactive coordinates' ratios as NaN, which nanquantile skips): an
+        # op whose output's size depends on the data would make the host wait for the device. The step reads them
+        # with its other numbers, once, after the update (StepStats.read).
         dev = theta[0].device if theta else torch.device("cpu")
+        # the unclipped g1 is the clipped one over the clip coefficient (a device scalar: dividing by it when it is
+        # exactly 1 changes nothing, and asking whether it is 1 would be a read)
+        unclip = coef1 if d0 is None and isinstance(coef1, Tensor) else None
         total = sum(t.numel() for t in theta)
         samples: list[Tensor] = []
         sampled_act: list[Tensor] = []  # act at the sampled coordinates (1 active, 0 not)
@@ -333,8 +339,8 @@ class GXPO(MultiPassRule):
             torch.sub(one, act, out=s)
             torch._foreach_add_(s_pieces, den)
             torch.mul(num, act, out=r).div_(s)
-            if d0 is None and coef1 != 1.0:
-                r.mul_(1.0 / coef1)
+            if unclip is not None:
+                r.div_(unclip)
             if self.clamp == "r":
                 r.clamp_(self._ratio_floor(r.dtype), self.clamp_max)
             # a few hundred ratios per tensor for the quantile diagnostics (copied: r and act are scratch below)
@@ -364,17 +370,18 @@ class GXPO(MultiPassRule):
                      else torch.zeros(2, 1, dtype=torch.float64, device=dev))
         sums = all_reduce_sum(torch.cat([per_chunk.sum(1),
                                          torch.tensor([float(total)], dtype=torch.float64, device=dev)]), group)
-        sample = (torch.cat(samples)[torch.cat(sampled_act) > 0] if samples
+        sample = (torch.where(torch.cat(sampled_act) > 0, torch.cat(samples), math.nan) if samples
                   else torch.zeros(0, dtype=torch.float64, device=dev))
         if sample.numel() > QUANTILE_SAMPLE:
             sample = sample[torch.linspace(0, sample.numel() - 1, QUANTILE_SAMPLE, device=sample.device).long()]
         if group is not None:
-            gathered: list = [None] * dist.get_world_size(group)
-            # pickled as CPU tensors: a CUDA tensor would unpickle onto the sender's device index on every rank
-            dist.all_gather_object(gathered, sample.cpu(), group=group)
-            sample = torch.cat(gathered).to(dev)
-        q = (torch.quantile(sample.double(), torch.tensor([0.1, 0.5, 0.9], dtype=torch.float64,
-                                                          device=sample.device)).tolist()
-             if sample.numel() else [math.nan] * 3)
+            # every rank's sample padded (NaN) to one size, so that a tensor all-gather takes them (NCCL's, on the
+            # device; gloo's on the CPU chain) and no rank waits for a size
+            sample = torch.cat([sample, sample.new_full((QUANTILE_SAMPLE - sample.numel(),), math.nan)])
+            gathered = [torch.empty_like(sample) for _ in range(dist.get_world_size(group))]
+            dist.all_gather(gathered, sample, group=group)
+            sample = torch.cat(gathered)
+        q = (torch.nanquantile(sample.double(), torch.tensor([0.1, 0.5, 0.9], dtype=torch.float64, device=dev))
+             if sample.numel() else torch.full((3,), math.nan, dtype=torch.float64, device=dev))
         return {"gxpo_ratio_p10": q[0], "gxpo_ratio_p50": q[1], "gxpo_ratio_p90": q[2],
-                "gxpo_scale_mean": float(sums[0] / sums[2]), "gxpo_inactive_frac": float(1.0 - sums[1] / sums[2])}
+                "gxpo_scale_mean": sums[0] / sums[2], "gxpo_inactive_frac": 1.0 - sums[1] / sums[2]}

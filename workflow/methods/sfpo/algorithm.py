@@ -34,7 +34,7 @@ class SFPO(MultiPassRule):
 
     def multi_pass(self, params, optimizer, closure) -> StepStats:
         group = process_group(params)
-        loss = float(closure().detach())  # fast step 1; gradients tell which parameters take part
+        loss = closure().detach()  # fast step 1; gradients tell which parameters take part
         active = with_grad(params)
         with torch.no_grad():
             theta0 = self.snapshot("theta0", [local(p).detach() for p in active])  # the only extra copy: 1x
