@@ -8,7 +8,14 @@ so a chunk's op count no longer depends on how many tensors it holds and a GPU's
 measured without a GPU.
 
     python bench/gxpo_ops.py [--shape qwen2-0.5b] [--chunk gpu|cpu] [--dtype bfloat16]
+    python bench/gxpo_ops.py --whole [--shape qwen2-0.5b]    # whole steps: GXPO's ops per pass over GRPO's
     PYTHONPATH=<another checkout> python bench/gxpo_ops.py     # the same count for that checkout's GXPO
+
+--whole counts whole steps instead (issue 83, item 2: per pass, GXPO's ops within 1.2x GRPO's): a Qwen2 of the
+shape in bf16 on the CPU, the local engine's real closure (forward and backward over one micro-batch of 1 x 16
+tokens under bf16 autocast: an op count does not depend on the batch), the clipping and a fused AdamW step, one GRPO
+step and one GXPO step (3 passes), every computing op counted. On a GPU each such op is at least one kernel launch
+(a foreach op over many tensors a few).
 
 The tensors have the shape's parameter sizes (bf16 by default, to halve the memory: the op count does not depend
 on the dtype) and live on the CPU; `--chunk gpu` plans chunks as on a GPU (workflow/algos/sharded.GPU_CHUNK).
@@ -63,6 +70,33 @@ def shape_sizes(shape: str) -> list[tuple[int, ...]]:
     return [tuple(p.shape) for p in model.parameters()]
 
 
+def whole_steps(shape: str) -> None:
+    """Ops that compute in one whole GRPO step and one whole GXPO step (K = 5) of a real model, per backward pass."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from update_rules import real_closure
+
+    from workflow.methods.grpo.algorithm import GRPOStep
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(Qwen2Config(**SHAPES[shape], max_position_embeddings=128)).to(torch.bfloat16)
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=1e-6, fused=True)
+    closure = real_closure(model, opt, SHAPES[shape]["vocab_size"], 1, 16, torch.device("cpu"))
+    per_pass = {}
+    for name, rule in (("grpo", GRPOStep()), ("gxpo", GXPO(K=5, alpha=0.5))):
+        rule.step(params, opt, closure)  # warm-up: AdamW's state, the rule's buffers and plan
+        counter = CountOps()
+        with counter:
+            stats = rule.step(params, opt, closure)
+        total = sum(counter.ops.values())
+        per_pass[name] = total / stats.backward_passes
+        top = ", ".join(f"{k} {v}" for k, v in counter.ops.most_common(5))
+        print(f"{name}: {total:,} ops that compute in a step of {stats.backward_passes} pass(es), "
+              f"{per_pass[name]:,.0f} a pass ({top})")
+    print(f"{shape}: {len(params)} tensors, chunks of {sharded.chunk_size(torch.device('cpu')):,}; GXPO's ops per "
+          f"pass = {per_pass['gxpo'] / per_pass['grpo']:.3f}x GRPO's (goal <= 1.2x)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", choices=sorted(SHAPES), default="qwen2-0.5b")
@@ -71,11 +105,15 @@ def main() -> None:
     ap.add_argument("--time", type=int, default=0, metavar="N",
                     help="also the median wall time of N whole steps, not counting (compare two checkouts in one "
                          "sitting, alternating)")
+    ap.add_argument("--whole", action="store_true", help="count whole GRPO and GXPO steps of a real model instead")
     a = ap.parse_args()
     chunk = sharded.GPU_CHUNK if a.chunk == "gpu" else sharded.CHUNK
     sharded.chunk_size = lambda device: chunk  # the plan a GPU would make, on this CPU
     import workflow.methods.gxpo.algorithm as gxpo
     gxpo.chunk_size = sharded.chunk_size
+    if a.whole:
+        whole_steps(a.shape)
+        return
     dtype = getattr(torch, a.dtype)
     shapes = shape_sizes(a.shape)
     g = torch.Generator().manual_seed(0)

@@ -138,15 +138,39 @@ def gpu_rules():
     return {"grpo": GRPOStep(), "sfpo": SFPO(K=3, alpha=0.8), "gxpo": GXPO(K=5, alpha=0.5)}
 
 
+def real_closure(model, opt, vocab: int, batch: int, seq: int, dev: torch.device):
+    """The local engine's closure (rl_batch.mixed_closure) on one micro-batch of `batch` x `seq` random tokens, every
+    token a response token with one advantage per sequence (as GRPO's) and a token-mean weight, under bf16 autocast;
+    it carries the closure's record."""
+    from workflow.algos.losses import token_logprobs
+    from workflow.config import RLConfig
+    from workflow.engines.rl_batch import StepBatch, mixed_closure
+
+    gen = torch.Generator(device=dev).manual_seed(0)
+    ids = torch.randint(0, vocab, (batch, seq), generator=gen, device=dev)
+    autocast = torch.autocast(dev.type, dtype=torch.bfloat16)
+    with torch.no_grad(), autocast:
+        old_logp = token_logprobs(model(input_ids=ids).logits[:, :-1], ids[:, 1:]).float()
+    tokens = torch.ones(batch, seq - 1, device=dev)
+    step = StepBatch(
+        rows={"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids[:, 1:]}, rl_mask=tokens,
+        shaped=None, adv=torch.randn(batch, 1, generator=gen, device=dev) * tokens,
+        w_pol=tokens / tokens.numel(), w_kl=torch.zeros_like(tokens), w_sft=torch.zeros_like(tokens),
+        old_logp=old_logp, ref_logp=None, lam=0.0, signals={}, plan=None, slots=[], rl_tokens=tokens.numel())
+    real = mixed_closure(model, opt, step, RLConfig(), batch, {})
+
+    def closure() -> torch.Tensor:
+        with autocast:
+            return real()
+    closure.record = real.record  # type: ignore[attr-defined]
+    return closure
+
+
 def gpu_bench(shape: str, batch: int, seq: int, repeat: int, device: str, profile: bool = False,
               json_path: str | None = None) -> None:
     """Real steps of each rule on one model and batch, interleaved; time per backward pass and peak memory (and
     with `json_path`, the figures as JSON: per rule its pass time, ratio, memory, launches and syncs)."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    from workflow.algos.losses import token_logprobs
-    from workflow.config import RLConfig
-    from workflow.engines.rl_batch import StepBatch, mixed_closure
 
     dev = torch.device(device)
     torch.manual_seed(0)
@@ -157,23 +181,7 @@ def gpu_bench(shape: str, batch: int, seq: int, repeat: int, device: str, profil
     n_params = sum(p.numel() for p in params)
     param_bytes = sum(p.numel() * p.element_size() for p in params)
     opt = torch.optim.AdamW(params, lr=1e-6, fused=dev.type == "cuda")
-    gen = torch.Generator(device=dev).manual_seed(0)
-    ids = torch.randint(0, SHAPES[shape]["vocab_size"], (batch, seq), generator=gen, device=dev)
-    autocast = torch.autocast(dev.type, dtype=torch.bfloat16)
-    with torch.no_grad(), autocast:
-        old_logp = token_logprobs(model(input_ids=ids).logits[:, :-1], ids[:, 1:]).float()
-    tokens = torch.ones(batch, seq - 1, device=dev)
-    step = StepBatch(  # every token a response token, one advantage per sequence (as GRPO's), a token-mean weight
-        rows={"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids[:, 1:]}, rl_mask=tokens,
-        shaped=None, adv=torch.randn(batch, 1, generator=gen, device=dev) * tokens,
-        w_pol=tokens / tokens.numel(), w_kl=torch.zeros_like(tokens), w_sft=torch.zeros_like(tokens),
-        old_logp=old_logp, ref_logp=None, lam=0.0, signals={}, plan=None, slots=[], rl_tokens=tokens.numel())
-    real = mixed_closure(model, opt, step, RLConfig(), batch, {})
-
-    def closure() -> torch.Tensor:
-        with autocast:
-            return real()
-    closure.record = real.record
+    closure = real_closure(model, opt, SHAPES[shape]["vocab_size"], batch, seq, dev)
 
     rules = gpu_rules()
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
