@@ -30,6 +30,7 @@ and settings, workflow/methods/sfpo/ for one; or `@register_update_rule("name")`
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, ClassVar, Literal
 
@@ -88,6 +89,18 @@ class UpdateRule:
     gate_phase: ClassVar[Literal["rollout", "step"] | None] = None
     gate_signal: ClassVar[str | None] = None
 
+    def __init_subclass__(cls, **kwargs):
+        """A plug-in's rule with a `step` of its own (calling grpo_step, whose numbers stay on the device) still hands
+        the engines numbers: its step's StepStats are read as it returns them, with the closure's record."""
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("step")
+        if own is not None and not getattr(own, "reads", False):
+            @functools.wraps(own)
+            def step(self, params, optimizer, closure):
+                return own(self, params, optimizer, closure).read(getattr(closure, "record", None))
+            step.reads = True  # type: ignore[attr-defined]
+            cls.step = step  # type: ignore[method-assign]
+
     def __init__(self, max_grad_norm: float | None = 1.0, gate_here: bool = True):
         self.max_grad_norm = max_grad_norm
         self.gate_here = gate_here
@@ -111,7 +124,7 @@ class UpdateRule:
     def step(self, params: list[Tensor], optimizer: Optimizer, closure: Callable[[], Tensor]) -> StepStats:
         """One training step: the update (numbers left on the device), the step's one read, then a step-phase gate
         fed with what it read. A plug-in may override this with a step of its own (calling grpo_step as often as it
-        likes); its StepStats are then read when the engine asks for their row."""
+        likes); what it returns is read as it returns (__init_subclass__)."""
         gate, self._pending = self._pending, NO_GATE
         extra_passes = not self.single_pass()  # decided before the update, as the update decides
         stats = self.update(params, optimizer, closure).read(getattr(closure, "record", None))

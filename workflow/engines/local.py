@@ -289,7 +289,7 @@ class LocalEngine:
         closure = mixed_closure(tr.model, tr.opt, step, rl, rl.micro_batch_size, record)
         tr.rule.on_rollout(step.signals)  # SFPO's trigger looks at the policy entropy of this rollout
         lr = tr.lr
-        stats = tr.rule.step(tr.params, tr.opt, closure).read(record)  # (read already, unless a plug-in's own step)
+        stats = tr.rule.step(tr.params, tr.opt, closure)
         sft_term = record.pop("sft_loss")
         row = {**stats.as_row(), **record}
         flops = rl_step_flops(tr.n_params, step.generated_tokens, stats.backward_passes,

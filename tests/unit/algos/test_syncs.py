@@ -59,3 +59,18 @@ def test_the_counter_sees_each_kind_of_sync_and_says_where():
     with SyncCounter() as none:
         (x * 2).sum()
     assert none.count == 0
+
+
+def test_a_plugins_own_step_hands_the_engine_numbers(monkeypatch):
+    """A plug-in's rule with a step of its own (tests/support/toy_rule.py: grpo_step twice) returns StepStats whose
+    numbers, and the closure's record, are read as it returns them, as the engines' rows and verl's metrics need."""
+    import importlib
+
+    import toy_rule
+    from workflow.methods import registry
+    monkeypatch.setattr(registry.METHODS, "loaded", dict(registry.METHODS.loaded))  # registered for this test only
+    importlib.reload(toy_rule)
+    step = count_step_syncs({"update": "toy_two_steps"})
+    assert step.passes == 2 and step.counted.count <= 1, step.counted.report()
+    assert isinstance(step.row["loss"], float) and isinstance(step.row["grad_norm"], float)
+    assert isinstance(step.row["clip_frac"], float) and step.row["toy_steps_taken"] == 2
