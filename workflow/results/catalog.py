@@ -44,7 +44,7 @@ from fsspec import AbstractFileSystem
 from workflow.errors import UserError
 from workflow.layout import (SWEEP_NAME, SWEEP_NAME_RULE, TABLE_FILE_RULE, TableFile, is_pack, parse_table_file,
                              table_dir, table_file_key)
-from workflow.results.files import UNREADABLE, PositionalReader, open_regular
+from workflow.results.files import UNREADABLE, PositionalReader, arrow_file, open_regular
 from workflow.results import decisions as design_decisions
 from workflow.results.membership import MEMBERS, damage, member_files, members, recorded_sweeps
 from workflow.results.packs import SOURCE, TableLayout, pack_holders, read_manifest, read_pack, resolve
@@ -143,7 +143,7 @@ def read_schema(table: str, fd: int, deep: bool = False, path: Path | None = Non
     changed bytes anywhere else, checked once per file identity (`verdicts`, keyed by `path`) or, `deep`, every time
     (rlsweep doctor), which also decodes in full a file written before digests. `fd` stays open."""
     try:
-        with PositionalReader(os.dup(fd)) as f:
+        with arrow_file(fd) as f:
             schema = pq.read_schema(f)
         reason = foreign_columns(table, schema)
         if reason:

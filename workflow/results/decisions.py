@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 
 from workflow.layout import SWEEP_NAME, decisions_dir
 from workflow.results import digest
-from workflow.results.files import UNREADABLE, PositionalReader
+from workflow.results.files import UNREADABLE, arrow_file
 from workflow.results.writer import write_parquet
 
 DECISIONS = pa.schema([
@@ -57,7 +57,7 @@ def decision_files(results_root: str | Path, sweep: str | None = None) -> list[P
 def damage(path: Path, deep: bool = True) -> str | None:
     """Why a decisions file does not read (None: it reads); its digest checked in full (a few KB)."""
     try:
-        with PositionalReader.of(path) as f:
+        with arrow_file(path) as f:
             if deep:
                 table = pq.ParquetFile(f).read()
                 names = table.column_names

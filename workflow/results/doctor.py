@@ -49,7 +49,7 @@ from workflow.layout import (CHECKPOINTS, DONE, StageJob, TableFile, default_jou
                              quarantine_dir, stage_jobs, store_dir, sweep_dir, table_dir, tables_dir, train_steps_files)
 from workflow.results import digest
 from workflow.results.catalog import Catalog, Damaged, QueryError, sql_str
-from workflow.results.files import UNREADABLE, PositionalReader, open_regular
+from workflow.results.files import UNREADABLE, arrow_file, open_regular
 from workflow.results.membership import sweeps_of
 from workflow.results.packs import Pack, manifest_path, read_manifest, read_pack, resolve, table_layout
 from workflow.results.verdicts import check_file
@@ -291,7 +291,7 @@ def packed_contents(pack: Path):
     if manifest is not None:
         return manifest.pack(pack)
     try:
-        with PositionalReader.of(pack) as f:
+        with arrow_file(pack) as f:
             return read_pack(pack, pq.read_schema(f))
     except UNREADABLE:
         return None

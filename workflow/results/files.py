@@ -17,6 +17,8 @@ import io
 import os
 import stat
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow as pa
@@ -50,9 +52,29 @@ def open_regular(path: str | Path) -> int:
     return fd
 
 
+@contextmanager
+def arrow_file(source: int | str | Path) -> Iterator[pa.NativeFile]:
+    """A table file as Arrow's own file, for pyarrow to read: `source` is a descriptor (left open) or a path (opened as
+    a regular file, closed after). Its `fileno()` is a descriptor of the same file.
+
+    Never a Python file object for pyarrow: Arrow reads one from its IO threads, and the last reference to it can
+    drop there after the call has returned (a read's task is freed once its result is handed over). Dropping it
+    takes the GIL; at interpreter exit a thread that asks for the GIL is ended, and the C++ unwind through that
+    destructor aborts the process ("terminate called without an active exception": `rlsweep query` over a damaged
+    pack, ~1 run in 120, whose warning reads the members files just before exit). Arrow's own file drops without
+    Python. /dev/fd/N opens the very file `fd` is (a file replaced since still reads as it was listed)."""
+    fd = source if isinstance(source, int) else open_regular(source)
+    try:
+        with pa.OSFile(f"/dev/fd/{fd}") as f:
+            yield f
+    finally:
+        if not isinstance(source, int):
+            os.close(fd)
+
+
 class PositionalReader(io.RawIOBase):
-    """A file opened for reading whose position is per thread. DuckDB's threads share one handle per file and each
-    seeks, then reads: with one shared position (a plain `open()`), two threads reading two row groups of a file
+    """A file opened for reading whose position is per thread: what DuckDB reads (pyarrow reads `arrow_file`). DuckDB's
+    threads share one handle per file and each seeks, then reads: with one shared position (a plain `open()`), two threads reading two row groups of a file
     at once get each other's bytes ("Snappy decompression failure" at best). Reads are `pread`s at the thread's
     own position. It owns `fd` (closes it)."""
 

@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 
 from workflow.layout import SWEEP_NAME, members_dir
 from workflow.results import digest
-from workflow.results.files import UNREADABLE, PositionalReader
+from workflow.results.files import UNREADABLE, arrow_file
 from workflow.results.writer import parquet_bytes, write_parquet
 
 MEMBERS = pa.schema([("sweep", pa.string()), ("stage", pa.string()), ("stage_id", pa.string()),
@@ -96,7 +96,7 @@ def damage(path: Path, deep: bool = True) -> str | None:
         if deep:
             _read(path)
         else:
-            with PositionalReader.of(path) as f:
+            with arrow_file(path) as f:
                 missing = set(MEMBERS.names) - set(pq.read_schema(f).names)
             if missing:
                 return f"not a members file: no column {', '.join(sorted(missing))}"
@@ -109,7 +109,7 @@ def damage(path: Path, deep: bool = True) -> str | None:
 
 
 def _read(path: Path) -> pa.Table:
-    with PositionalReader.of(path) as f:  # a regular file only (a FIFO would block, a symlink lead elsewhere)
+    with arrow_file(path) as f:  # a regular file only (a FIFO would block, a symlink lead elsewhere)
         # ParquetFile, not read_table: the latter goes through pyarrow.dataset, which imports pandas (seconds
         # for `rlsweep query`, which checks every sweep's records)
         return pq.ParquetFile(f).read(columns=["stage", "stage_id", "label", "recorded_at"])

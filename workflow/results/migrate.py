@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 
 from workflow.layout import (DONE, STAGES, STORE, SWEEP_NAME, StageJob, quarantine_dir, stage_jobs, store_dir,
                              sweep_dir, table_dir, table_file_key)
-from workflow.results.files import PositionalReader
+from workflow.results.files import arrow_file
 from workflow.results.membership import Member, record
 from workflow.results.schemas import TABLES
 from workflow.runlock import holder
@@ -143,7 +143,7 @@ def _labels(runs: Path) -> dict[tuple[str, str], str]:
     out = {}
     for f in sorted(runs.glob("*.parquet")):
         try:
-            with PositionalReader.of(f) as fh:
+            with arrow_file(f) as fh:
                 t = pq.read_table(fh, columns=["stage", "run_id", "label"])
         except (pa.ArrowException, OSError, KeyError):
             continue

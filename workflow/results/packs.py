@@ -43,7 +43,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from workflow.layout import is_pack, pack_seq, parse_table_file, table_file_key
-from workflow.results.files import UNREADABLE, PositionalReader
+from workflow.results.files import UNREADABLE, arrow_file
 
 SOURCE = "packed_from"  # a pack's column: the stem of the file each row was written to
 META_KEY = b"rlsweep.pack"
@@ -104,7 +104,7 @@ def pack_holders(pack: Path) -> list[tuple[str, str]] | None:
     if manifest is not None:
         return manifest.jobs
     try:
-        with PositionalReader.of(pack) as f:
+        with arrow_file(pack) as f:
             raw = (pq.read_schema(f).metadata or {}).get(META_KEY)
         meta = json.loads(raw) if raw is not None else None
     except UNREADABLE:
@@ -299,7 +299,7 @@ def table_layout(directory: Path, table: str, damaged: set[Path] = frozenset()) 
         try:
             if path in damaged:
                 raise OSError(f"{path}: damaged")
-            with PositionalReader.of(path) as f:  # regular files only: a FIFO would block, a symlink lead out
+            with arrow_file(path) as f:  # regular files only: a FIFO would block, a symlink lead out
                 schema = pq.read_schema(f)
         except UNREADABLE:
             manifest = read_manifest(path) if is_pack(path.stem) else None

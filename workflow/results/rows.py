@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from workflow.layout import is_pack, runs_file, table_dir, table_file_key
-from workflow.results.files import UNREADABLE, PositionalReader
+from workflow.results.files import UNREADABLE, arrow_file
 from workflow.results.packs import SOURCE, TableLayout, read_manifest, read_pack, resolve
 from workflow.results.verdicts import Verdicts, check_file
 
@@ -47,9 +47,9 @@ def layout_of(results_root: str | Path, table: str, job: tuple[str, str],
         if not is_pack(path.stem) and not own(path.stem):
             continue  # another stage job's file: never opened
         try:
-            with PositionalReader.of(path) as f:  # regular files only: a FIFO would block, a symlink lead out
+            with arrow_file(path) as f:  # regular files only: a FIFO would block, a symlink lead out
                 schema = pq.read_schema(f)
-                damaged = check_file(path, f.fd, verdicts)  # (its digest, once per identity: verdicts.py)
+                damaged = check_file(path, f.fileno(), verdicts)  # (its digest, once per identity: verdicts.py)
         except FileNotFoundError:  # removed since the glob: a compaction packed it (the caller lists again)
             raise _Vanished(path) from None
         except UNREADABLE:
@@ -74,7 +74,7 @@ def read_layout(layout: TableLayout) -> pa.Table | None:
     parts = []
     for path in layout.files:
         try:
-            with PositionalReader.of(path) as f:
+            with arrow_file(path) as f:
                 parts.append(pq.read_table(f))
         except FileNotFoundError:  # packed and removed since the listing (the caller lists again)
             raise _Vanished(path) from None

@@ -115,7 +115,7 @@ def check_file(path: Path, fd: int, verdicts: Verdicts | None = None, deep: bool
         verdicts.remember(path, st, verdict.digest)
     elif not verdict.sealed and deep:
         import pyarrow.parquet as pq  # noqa: PLC0415 - (only doctor's deep read of a file from before digests)
-        from workflow.results.files import PositionalReader  # noqa: PLC0415
-        with PositionalReader(os.dup(fd)) as f:
+        from workflow.results.files import arrow_file  # noqa: PLC0415
+        with arrow_file(fd) as f:
             pq.ParquetFile(f).read()
     return None
