@@ -46,6 +46,7 @@ from pathlib import Path
 
 import torch
 
+from workflow.algos.syncs import witnessed_syncs
 from workflow.methods.grpo.algorithm import GRPOStep
 from workflow.methods.gxpo.algorithm import GXPO
 from workflow.methods.sfpo.algorithm import SFPO
@@ -210,7 +211,9 @@ def gpu_bench(shape: str, batch: int, seq: int, repeat: int, device: str, profil
                 sync()
             events = prof.key_averages()
             launches = sum(e.count for e in events if e.key in ("cudaLaunchKernel", "cudaLaunchKernelExC"))
-            counted, driver = count_syncs(rule, params, opt, closure, dev)
+            with witnessed_syncs(dev) as seen:  # one more step of the rule, its host syncs counted
+                rule.step(params, opt, closure)
+            counted, driver = seen.counted, seen.driver
             figures[name].update(launches=launches, syncs=counted.count, syncs_where=counted.report(),
                                  syncs_driver=driver)
             print(f"--- {name}: one step profiled, {launches} kernel launches; host syncs: {counted.count} counted "
@@ -252,25 +255,6 @@ def gpu_bench(shape: str, batch: int, seq: int, repeat: int, device: str, profil
         Path(json_path).write_text(json.dumps({"device": name, "torch": torch.__version__, "shape": shape,
                                                "params": n_params, "batch": batch, "seq": seq, "repeat": repeat,
                                                "rules": figures}, indent=1))
-
-
-def count_syncs(rule, params, opt, closure, dev: torch.device):
-    """One more step of `rule`: its host syncs as SyncCounter counts them, and on a GPU as the driver does
-    (torch.cuda.set_sync_debug_mode("warn") warns at each synchronizing call): the SyncCounter and the driver's count
-    (None off a GPU)."""
-    import warnings
-
-    from workflow.algos.syncs import SyncCounter
-    with SyncCounter() as counted, warnings.catch_warnings(record=True) as warned:
-        warnings.simplefilter("always")
-        if dev.type == "cuda":
-            torch.cuda.set_sync_debug_mode("warn")
-        try:
-            rule.step(params, opt, closure)
-        finally:
-            if dev.type == "cuda":
-                torch.cuda.set_sync_debug_mode("default")
-    return counted, (sum("synchroniz" in str(w.message) for w in warned) if dev.type == "cuda" else None)
 
 
 def main() -> None:

@@ -23,7 +23,11 @@ from __future__ import annotations
 
 import sys
 import traceback
+import warnings
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -107,3 +111,30 @@ class SyncCounter(TorchFunctionMode):
     def __exit__(self, *exc):
         torch.cuda.synchronize = self._synchronize
         return super().__exit__(*exc)
+
+
+@dataclass
+class Witnessed:
+    """What `witnessed_syncs` saw: the SyncCounter's calls, and the CUDA driver's count of synchronizing calls (None
+    off a GPU, or with the driver's witness not asked for); `driver` is set when the block ends."""
+    counted: SyncCounter
+    driver: int | None = None
+
+
+@contextmanager
+def witnessed_syncs(device, driver: bool = True) -> Iterator[Witnessed]:
+    """The block's host syncs counted by a SyncCounter, and on a GPU (`driver`) also by the driver itself:
+    `torch.cuda.set_sync_debug_mode("warn")` warns at each synchronizing call, and the warnings are counted (the mode
+    is put back to "default" however the block ends)."""
+    watch = driver and torch.device(device).type == "cuda"
+    with SyncCounter() as counted, warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        seen = Witnessed(counted)
+        if watch:
+            torch.cuda.set_sync_debug_mode("warn")
+        try:
+            yield seen
+        finally:
+            if watch:
+                torch.cuda.set_sync_debug_mode("default")
+                seen.driver = sum("synchroniz" in str(w.message) for w in warned)

@@ -9,14 +9,13 @@ the update rule's step, and the step's numbers read into its row. On a GPU the s
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 import torch
 
-from workflow.algos.syncs import SyncCounter
+from workflow.algos.syncs import SyncCounter, witnessed_syncs
 from workflow.config import RunConfig
 from workflow.engines.rl_batch import build_step_batch, mixed_closure
 from workflow.engines.tiny_lm import TOKENIZER, build_model
@@ -75,17 +74,8 @@ def count_step_syncs(rl: dict, device: str | torch.device = "cpu", plant: Callab
             plant(loss)
             return loss
         closure.record = inner.record  # type: ignore[attr-defined]
-    watch = driver and torch.device(device).type == "cuda"
-    with SyncCounter() as counted, warnings.catch_warnings(record=True) as warned:
-        warnings.simplefilter("always")
-        if watch:
-            torch.cuda.set_sync_debug_mode("warn")
-        try:
-            stats = rule.step(params, opt, closure)
-            row = {**stats.as_row(), **record}
-        finally:
-            if watch:
-                torch.cuda.set_sync_debug_mode("default")
-    return StepSyncs(counted, row["backward_passes"], row,
-                     sum("synchroniz" in str(w.message) for w in warned) if watch else None,
+    with witnessed_syncs(device, driver) as seen:
+        stats = rule.step(params, opt, closure)
+        row = {**stats.as_row(), **record}
+    return StepSyncs(seen.counted, row["backward_passes"], row, seen.driver,
                      step.shaped is not None or step.sft_tokens > 0)
