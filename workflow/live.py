@@ -112,7 +112,15 @@ class LiveFile:
 def read_live(directory: str | Path) -> dict[str, Any] | None:
     """The stage's live file, or None when it has none (or one that cannot be read: torn by a full disk, foreign)."""
     try:
-        found = json.loads((Path(directory) / LIVE).read_text())
-    except (OSError, ValueError):
+        return parse_live((Path(directory) / LIVE).read_bytes())
+    except OSError:
+        return None
+
+
+def parse_live(data: bytes) -> dict[str, Any] | None:
+    """A live file's contents as read_live gives them (None: torn, foreign)."""
+    try:
+        found = json.loads(data)
+    except ValueError:
         return None
     return found if isinstance(found, dict) and isinstance(found.get("step"), int) else None

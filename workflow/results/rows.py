@@ -132,4 +132,4 @@ def runs_dir_text(results_root: str | Path) -> str:
 def runs_row_text(runs_dir: str, stage: str, stage_id: str, step: int | None = None, group: str | None = None) -> str:
     """runs_row_file as a string under `runs_dir` (runs_dir_text), made without a Path (`rlsweep watch` names
     ~20,000 of them at its first look at a 10,000-run sweep)."""
-    return os.path.join(runs_dir, f"{runs_file(stage, stage_id, step, group)}.parquet")
+    return f"{runs_dir}/{runs_file(stage, stage_id, step, group)}.parquet"

@@ -85,9 +85,10 @@ class Run:
         """The data's check against this run's evaluated benchmarks (None: nothing to check)."""
         return self.ids["overlap_id"]
 
-    @property
+    @cached_property
     def label(self) -> str:
-        """The point's settings without the seed: runs with the same label are replicates."""
+        """The point's settings without the seed: runs with the same label are replicates (made once: `rlsweep
+        watch` asks it of each run several times a refresh)."""
         return " ".join(f"{k}={format_value(v)}" for k, v in self.assignment.items() if k != "seed") or "base"
 
     @property
@@ -342,7 +343,7 @@ class Sweep:
         first: dict[str, Run] = {}
         sources = {}
         for r in self.runs:
-            if r.start_key is None or not r.config.eval.at_start:
+            if not r.config.eval.at_start or r.start_key is None:  # (in this order: a start key costs ~0.1 ms)
                 continue
             source = first.setdefault(r.start_key, r)
             if source is not r:

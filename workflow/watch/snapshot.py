@@ -166,7 +166,7 @@ class Watcher:
         if found is None:
             stage, stage_id, run_id, step, group = key
             directory = stage_dir_text(self._root_text, stage, stage_id, run_id, step, group)
-            found = self._paths[key] = (directory, os.path.join(directory, DONE),
+            found = self._paths[key] = (directory, f"{directory}/{DONE}",
                                         runs_row_text(self._runs_dir, stage, stage_id, step, group))
         return found
 

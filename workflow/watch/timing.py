@@ -42,22 +42,36 @@ class Timing:
         if self._known == len(self.sweep.runs):
             return
         sweep, self._known, self.shape = self.sweep, len(self.sweep.runs), {}
+        # one key per stage and setting: a setting's seeds are replicates, whose stage configs differ in the seed and
+        # the ids alone, which no cost key reads (at 10,000 runs a key per job was a third of a first refresh)
+        by_setting: dict[tuple[str, str], tuple] = {}
         for stage in ("data", "overlap", "pretrain", "sft", "rl"):
+            gpus = asked_gpus(sweep, stage)
             for stage_id, runs in sweep.jobs(stage).items():
-                cfg = runs[0].stage_config(stage)
-                key = cost_key("data" if stage == "overlap" else stage, cfg, asked_gpus(sweep, stage))
-                self.shape[(stage, stage_id)] = (key[0], key[1], key[3])
-        by_config: dict[str, tuple] = {}  # (most runs share their eval settings: one key per distinct config)
+                setting = (stage, runs[0].label)
+                if setting not in by_setting:
+                    key = cost_key("data" if stage == "overlap" else stage, runs[0].stage_config(stage), gpus)
+                    by_setting[setting] = (key[0], key[1], key[3])
+                self.shape[(stage, stage_id)] = by_setting[setting]
+        gpus = asked_gpus(sweep, "eval")
         for r in sweep.runs:
-            text = r.stage_config_json("eval")
             for _, group in r.eval_jobs:
-                if (text, group) not in by_config:
-                    key = cost_key("eval", r.stage_config("eval"), asked_gpus(sweep, "eval"), group)
-                    by_config[(text, group)] = (key[0], key[1], key[3])
-                self.shape[("eval", r.eval_id, group)] = by_config[(text, group)]
-        # what the DAG's shape says and no refresh changes: each RL run's segment ends, each first evaluation a copy
-        self.ends = {i: sweep.segment_ends("rl", i) for i in {*sweep.jobs("rl"), *(r.run_id for r in sweep.runs)}}
+                setting = ("eval", r.label, group)
+                if setting not in by_setting:
+                    key = cost_key("eval", r.stage_config("eval"), gpus, group)
+                    by_setting[setting] = (key[0], key[1], key[3])
+                self.shape[("eval", r.eval_id, group)] = by_setting[setting]
+        # what the DAG's shape says and no refresh changes: each first evaluation a copy; each RL run's segment ends
+        # when a replay first asks (those of runs done are never asked)
         self.copies = sweep.start_sources()
+        self._ends: dict[str, list[int]] = {}
+
+    def ends(self, run_id: str) -> list[int]:
+        """The RL run's segment ends (Sweep.segment_ends), made once."""
+        found = self._ends.get(run_id)
+        if found is None:
+            found = self._ends[run_id] = self.sweep.segment_ends("rl", run_id)
+        return found
 
     def _measured(self) -> dict[tuple, list[Measured]]:
         now = self.clock()
@@ -185,14 +199,13 @@ class Timing:
             at = (v.live or {}).get("step", 0) if v is not None and v.live else 0
             before = index.get(("sft", r.sft_id)) if r.sft_id else index.get(("pretrain", r.pretrain_id))
             start = at
-            for i, end in enumerate(e for e in self.ends[stage_id] if e > at):
+            for i, end in enumerate(e for e in self.ends(stage_id) if e > at):
                 running = i == 0 and v is not None and v.state == "running"
                 add(("rl", stage_id, end), *timed("rl", self.shape[("rl", stage_id)], end - start,
                                                  v if running else None), [before], "rl", running)
                 before, start = index[("rl", stage_id, end)], end
         copies = self.copies
         for r in sweep.runs:
-            ends = self.ends[r.run_id]
             for step, group in r.eval_jobs:
                 key = ("eval", r.eval_id, r.run_id, step, group)
                 v = view_of(key)
@@ -206,6 +219,7 @@ class Timing:
                         continue
                     up = index.get(("sft", r.sft_id)) if r.sft_id else index.get(("pretrain", r.pretrain_id))
                 else:
+                    ends = self.ends(r.run_id)
                     up = index.get(("rl", r.run_id, next((e for e in ends if e >= step), ends[-1] if ends else step)))
                 add(key, *timed("eval", self.shape[("eval", r.eval_id, group)], 1), [up], "eval",
                     v is not None and v.state == "running")

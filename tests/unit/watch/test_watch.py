@@ -261,3 +261,24 @@ def test_watch_names_each_job_s_files_where_the_jobs_write_them(tmp_path, job):
     assert stage_dir_text(str(root), *job) == str(stage_dir(root, *job))
     assert runs_row_text(runs_dir_text(root), stage, stage_id, step, group) == str(
         runs_row_file(root, stage, stage_id, step, group))
+
+
+def test_a_live_file_is_reread_when_it_changes_and_a_fifo_in_its_place_blocks_nothing(store):
+    """The files a refresh reads are read once and then stat'ed: a live file rewritten between refreshes shows its
+    new step at the next one; a FIFO where a job's LIVE.json goes (a stray `mkfifo`) is not opened for a read that
+    would wait for a writer, and the job shows as if it had no live file."""
+    sweep, root, runs = store
+    here = runs["grpo", 0]
+    watcher = Watcher(sweep, root, squeue=squeue)
+    line = next(ln for ln in watcher.snapshot().lines if ln.run_id == here.run_id)
+    assert (line.step, line.metrics["reward"]) == (3, 0.75)
+    live = LiveFile(stage_dir(root, "rl", here.run_id), "rl", here.run_id, total=4, every_s=0.0)
+    live.update(3, {"reward": 0.1})
+    live.update(4, {"reward": 0.5})
+    line = next(ln for ln in watcher.snapshot().lines if ln.run_id == here.run_id)
+    assert (line.step, line.metrics["reward"]) == (4, 0.5)
+    fifo = stage_dir(root, "rl", here.run_id) / "LIVE.json"
+    fifo.unlink()
+    os.mkfifo(fifo)
+    line = next(ln for ln in Watcher(sweep, root, squeue=squeue).snapshot().lines if ln.run_id == here.run_id)
+    assert line.state == "running" and line.step is None
